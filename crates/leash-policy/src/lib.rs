@@ -1,0 +1,27 @@
+//! leash's policy engine: facts in, decision out.
+//!
+//! This crate parses and validates policy files (YAML or TOML), canonicalises hosts and paths, classifies IP
+//! literals and internal addresses, and decides requests. It is pure: it does no I/O of any kind — no sockets, no
+//! DNS, no clock, no files (callers read the file and hand over its text), no async runtime. That is what makes it
+//! easy to test exhaustively and what lets `leash explain` give exactly the proxy's answer.
+//!
+//! What it does not do: read requests off the wire, resolve names, dial, log. The proxy crate does those and calls in
+//! here at each step (see ARCHITECTURE.md, "Life of a request").
+#![forbid(unsafe_code)]
+
+pub mod dest;
+pub mod engine;
+pub mod file;
+pub mod host;
+mod matcher;
+pub mod path;
+pub mod reason;
+pub mod url;
+
+pub use dest::{is_internal, Cidr};
+pub use engine::{ClientHelloFacts, Decision, Mode, Policy, Request, Scheme, Verdict, Via};
+pub use file::{load, Format, Loaded, PolicyError, Warning};
+pub use host::{parse_authority, parse_host, Authority, Host, HostError, Name};
+pub use path::{canonicalize, CanonicalPath, PathError};
+pub use reason::Reason;
+pub use url::{parse_absolute_target, AbsoluteTarget, TargetError};
