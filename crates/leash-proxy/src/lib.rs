@@ -5,4 +5,23 @@
 //! is `leash_policy`'s; and it does not build sandboxes (`leash-sandbox`) or parse command lines (the binary).
 #![forbid(unsafe_code)]
 
+pub mod audit;
+pub mod config;
+mod conn;
+mod dial;
+mod exchange;
+mod forward;
+mod headers;
+mod pool;
+pub mod refusal;
+mod relay;
+pub mod resolve;
+mod server;
+mod shared;
+mod tunnel;
 pub mod wire;
+
+pub use audit::AuditLog;
+pub use config::{Limits, PolicyHandle, ProxyConfig};
+pub use resolve::{Resolve, ResolveFuture, SystemResolver};
+pub use server::serve;

@@ -1,0 +1,194 @@
+//! The audit log: one JSON object per line, one line per decision, written before a byte is forwarded, and a
+//! second line with the same `id` when an allowed request ends. Each line is one `write` on an `O_APPEND` file, so
+//! a crash leaves only whole lines; a failed write is reported to the caller, who refuses the request.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use leash_policy::{Decision, Reason, Verdict};
+use serde::Serialize;
+
+/// Where the lines go.
+enum Sink {
+    File { file: File, path: PathBuf },
+    Stdout,
+    /// Tests that do not read the log.
+    Discard,
+}
+
+/// The run's audit log. Cheap to share; writes are serialised so lines never interleave.
+pub struct AuditLog {
+    sink: Mutex<Sink>,
+    next_id: AtomicU64,
+}
+
+/// The decision record of one request or tunnel.
+#[derive(Debug, Serialize)]
+pub struct DecisionEntry<'a> {
+    pub id: u64,
+    pub time: String,
+    pub method: &'a str,
+    pub host: &'a str,
+    pub port: u16,
+    pub path: Option<&'a str>,
+    pub decision: &'static str,
+    pub rule: Option<&'a str>,
+    pub reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+}
+
+/// The outcome record of an allowed request, joined to its decision by `id`.
+#[derive(Debug, Serialize)]
+pub struct OutcomeEntry {
+    pub id: u64,
+    pub time: String,
+    pub status: u16,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: f64,
+}
+
+/// The audit log could not be written; the request it was for must be refused.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the audit log {where_}: {source}")]
+pub struct AuditError {
+    where_: String,
+    source: io::Error,
+}
+
+impl AuditLog {
+    /// Create (mode 0600) or append to the log file. Failing here means leash does not start.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)?;
+        Ok(Self::with_sink(Sink::File { file, path: path.to_owned() }))
+    }
+
+    /// JSON lines on standard output.
+    pub fn stdout() -> Self {
+        Self::with_sink(Sink::Stdout)
+    }
+
+    /// A log that keeps nothing (for tests that do not read it).
+    pub fn discard() -> Self {
+        Self::with_sink(Sink::Discard)
+    }
+
+    fn with_sink(sink: Sink) -> Self {
+        Self { sink: Mutex::new(sink), next_id: AtomicU64::new(1) }
+    }
+
+    /// A fresh request id, unique in this run.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn decision(&self, entry: &DecisionEntry<'_>) -> Result<(), AuditError> {
+        self.write_line(entry)
+    }
+
+    pub fn outcome(&self, entry: &OutcomeEntry) -> Result<(), AuditError> {
+        self.write_line(entry)
+    }
+
+    /// Flush buffered output (standard output is line-buffered by us; files are unbuffered).
+    pub fn flush(&self) -> Result<(), AuditError> {
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        match &mut *sink {
+            Sink::File { file, path } => file.sync_data().map_err(|e| err(path, e)),
+            Sink::Stdout => io::stdout().flush().map_err(|e| err(Path::new("<stdout>"), e)),
+            Sink::Discard => Ok(()),
+        }
+    }
+
+    fn write_line<T: Serialize>(&self, entry: &T) -> Result<(), AuditError> {
+        let mut line = serde_json::to_vec(entry).map_err(|e| err(Path::new("<json>"), e.into()))?;
+        line.push(b'\n');
+        // A poisoned lock only means another writer panicked mid-call; the file itself is still fine to append to.
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        match &mut *sink {
+            // One write_all of a whole line: with O_APPEND a crash can cut only the line being written.
+            Sink::File { file, path } => file.write_all(&line).map_err(|e| err(path, e)),
+            Sink::Stdout => {
+                let mut out = io::stdout().lock();
+                out.write_all(&line).and_then(|()| out.flush()).map_err(|e| err(Path::new("<stdout>"), e))
+            }
+            Sink::Discard => Ok(()),
+        }
+    }
+}
+
+fn err(path: &Path, source: io::Error) -> AuditError {
+    AuditError { where_: format!("`{}`", path.display()), source }
+}
+
+/// The `decision` word of a verdict.
+pub fn verdict_word(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Allow => "allow",
+        Verdict::Block => "block",
+        Verdict::Inspect => "inspect",
+    }
+}
+
+/// Convenience for a refusal that never reached the engine (400s, audit failures).
+pub fn refusal(reason: Reason) -> Decision {
+    Decision { verdict: Verdict::Block, reason, rule: None }
+}
+
+/// The current time, RFC 3339 UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    rfc3339(SystemTime::now())
+}
+
+/// Format a time as RFC 3339 UTC (`2026-12-02T16:42:13.123Z`).
+pub fn rfc3339(t: SystemTime) -> String {
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_229_733_123);
+        assert_eq!(rfc3339(t), "2026-12-02T16:42:13.123Z");
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+}

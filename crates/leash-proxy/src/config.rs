@@ -1,0 +1,108 @@
+//! What a running proxy is given: the policy (swappable on reload), the audit log, the resolver, the addresses it
+//! must never dial, and its limits. Entry points receive these; nothing is global.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use leash_policy::Policy;
+
+use crate::audit::AuditLog;
+use crate::resolve::Resolve;
+
+/// The policy in force. `store` replaces it atomically (SIGHUP reload); each request decides on one snapshot.
+#[derive(Clone)]
+pub struct PolicyHandle(Arc<ArcSwap<Snapshot>>);
+
+/// One version of the policy. `generation` grows with every reload, so state built under an older policy (pooled
+/// upstream connections) is never used under a newer one.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub policy: Policy,
+    pub generation: u64,
+}
+
+impl std::ops::Deref for Snapshot {
+    type Target = Policy;
+    fn deref(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+impl PolicyHandle {
+    pub fn new(policy: Policy) -> Self {
+        Self(Arc::new(ArcSwap::from_pointee(Snapshot { policy, generation: 0 })))
+    }
+
+    /// The policy as it is now; a request holds this snapshot from decision to end.
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.0.load_full()
+    }
+
+    /// Replace the policy for every request decided from now on.
+    pub fn store(&self, policy: Policy) {
+        let generation = self.0.load().generation + 1;
+        self.0.store(Arc::new(Snapshot { policy, generation }));
+    }
+}
+
+/// Bounds on what a client or an upstream may make the proxy hold or wait for.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request or response head (431 / 502 beyond).
+    pub max_head_bytes: usize,
+    /// From a head's first byte to its end (slowloris).
+    pub head_timeout: Duration,
+    /// A keep-alive client connection with no request in flight is closed after this.
+    pub idle_timeout: Duration,
+    /// From a tunnel's 200 to a complete ClientHello.
+    pub client_hello_timeout: Duration,
+    /// TCP connect to an upstream address.
+    pub connect_timeout: Duration,
+    /// From the request's end to the upstream's response head (504 beyond).
+    pub response_timeout: Duration,
+    /// Concurrent client connections; further ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// After shutdown is asked, how long in-flight requests and tunnels may take to finish.
+    pub drain_timeout: Duration,
+    /// Idle upstream connections kept per host for reuse.
+    pub pool_per_host: usize,
+    /// An idle pooled upstream connection older than this is dropped (servers close theirs after 5-75 s).
+    pub pool_idle: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            // 64 KiB: more than any legitimate request head (browsers cap cookies well below it), small enough that
+            // 10,000 connections stay bounded.
+            max_head_bytes: 64 * 1024,
+            head_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            client_hello_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(120),
+            // Above the 10,000 concurrent connections the load test holds; each costs a few kB.
+            max_connections: 16_384,
+            drain_timeout: Duration::from_secs(10),
+            // wrk and agents open up to ~64 connections to one host; keeping that many warm is what makes
+            // keep-alive forwarding fast.
+            pool_per_host: 64,
+            // Below the shortest common server keep-alive timeout (nginx 75 s, Apache 5 s is rarer and handled by the
+            // stale-connection retry).
+            pool_idle: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Everything [`crate::serve`] needs.
+#[derive(Clone)]
+pub struct ProxyConfig {
+    pub policy: PolicyHandle,
+    pub audit: Arc<AuditLog>,
+    pub resolver: Arc<dyn Resolve>,
+    /// This host's interface addresses and the proxy's own listening addresses: never dialed, whatever DNS says.
+    pub own_addrs: Arc<[IpAddr]>,
+    pub limits: Limits,
+}

@@ -1,0 +1,182 @@
+//! A stream with a read buffer: message heads are parsed from the buffer, bodies are served from it first, and what
+//! follows a message (a pipelined request, a tunnel's first bytes) stays in it for the next step.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+use crate::wire::chunked::ChunkedScanner;
+use crate::wire::Parsed;
+
+/// Bytes asked of the socket per read while a head is being assembled.
+const HEAD_READ: usize = 8 * 1024;
+
+/// A buffer larger than this is released once empty, so idle keep-alive connections stay small.
+const KEEP_CAPACITY: usize = 16 * 1024;
+
+pub struct BufConn<S> {
+    pub io: S,
+    pub buf: Vec<u8>,
+}
+
+/// Why a head could not be read.
+#[derive(Debug)]
+pub enum ReadHeadError<E> {
+    /// The peer closed before a head began: not an error.
+    Closed,
+    /// Nothing arrived within the idle timeout.
+    Idle,
+    /// A head began but did not complete in time.
+    Timeout,
+    /// The peer closed mid-head or the socket failed.
+    Io(io::Error),
+    /// The bytes can never be a valid head.
+    Malformed(E),
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> BufConn<S> {
+    pub fn new(io: S) -> Self {
+        Self { io, buf: Vec::new() }
+    }
+
+    /// Parse a head with `parse`, reading as needed: up to `idle` for its first byte, then `head_timeout` for all.
+    pub async fn read_head<T, E>(
+        &mut self,
+        idle: Duration,
+        head_timeout: Duration,
+        parse: impl FnMut(&[u8]) -> Parsed<T, E>,
+    ) -> Result<T, ReadHeadError<E>> {
+        if self.buf.is_empty() {
+            self.release_spare();
+        }
+        self.source().read_head(idle, head_timeout, parse).await
+    }
+
+    /// The buffer and the stream as one reader, for body copies.
+    pub fn source(&mut self) -> Source<'_, S> {
+        Source { buf: &mut self.buf, io: &mut self.io }
+    }
+
+    fn release_spare(&mut self) {
+        if self.buf.capacity() > KEEP_CAPACITY {
+            self.buf = Vec::new();
+        }
+    }
+}
+
+/// A read buffer and (one half of) its stream: reads serve the buffer first. Body copies take one, so a request body
+/// can stream up while the response streams down on the other half.
+pub struct Source<'a, R> {
+    pub buf: &'a mut Vec<u8>,
+    pub io: &'a mut R,
+}
+
+impl<R: AsyncRead + Unpin> Source<'_, R> {
+    /// Read one more chunk from the stream into the buffer; 0 means end of stream.
+    pub async fn fill(&mut self, at_least: usize) -> io::Result<usize> {
+        self.buf.reserve(at_least);
+        self.io.read_buf(self.buf).await
+    }
+
+    /// Parse a head with `parse`, reading as needed: up to `idle` for its first byte, then `head_timeout` for all.
+    pub async fn read_head<T, E>(
+        &mut self,
+        idle: Duration,
+        head_timeout: Duration,
+        mut parse: impl FnMut(&[u8]) -> Parsed<T, E>,
+    ) -> Result<T, ReadHeadError<E>> {
+        if self.buf.is_empty() {
+            match tokio::time::timeout(idle, self.fill(HEAD_READ)).await {
+                Ok(Ok(0)) => return Err(ReadHeadError::Closed),
+                Err(_) => return Err(ReadHeadError::Idle),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(ReadHeadError::Io(e)),
+            }
+        }
+        let deadline = tokio::time::Instant::now() + head_timeout;
+        loop {
+            match parse(&self.buf) {
+                Parsed::Done(value, used) => {
+                    self.buf.drain(..used);
+                    return Ok(value);
+                }
+                Parsed::Refuse(e) => return Err(ReadHeadError::Malformed(e)),
+                Parsed::NeedMore => {}
+            }
+            match tokio::time::timeout_at(deadline, self.fill(HEAD_READ)).await {
+                Ok(Ok(0)) => return Err(ReadHeadError::Io(io::ErrorKind::UnexpectedEof.into())),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(ReadHeadError::Io(e)),
+                Err(_) => return Err(ReadHeadError::Timeout),
+            }
+        }
+    }
+
+    /// Copy exactly `n` body bytes to `to`; the bytes after them stay in the buffer.
+    pub async fn copy_exact<W: AsyncWrite + Unpin + ?Sized>(&mut self, to: &mut W, n: u64) -> io::Result<u64> {
+        let from_buf = usize::try_from(n).unwrap_or(usize::MAX).min(self.buf.len());
+        to.write_all(&self.buf[..from_buf]).await?;
+        self.buf.drain(..from_buf);
+        crate::relay::copy_exact(self.io, to, n - from_buf as u64).await?;
+        Ok(n)
+    }
+
+    /// Relay a chunked body verbatim to `to`, stopping exactly at its end; returns the bytes relayed.
+    pub async fn relay_chunked<W: AsyncWrite + Unpin + ?Sized>(&mut self, to: &mut W) -> io::Result<u64> {
+        let mut scanner = ChunkedScanner::new();
+        let mut total = 0u64;
+        loop {
+            if self.buf.is_empty() {
+                self.buf.reserve(crate::relay::RELAY_BUF);
+                if self.io.read_buf(self.buf).await? == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+            let used = scanner
+                .feed(self.buf)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            to.write_all(&self.buf[..used]).await?;
+            self.buf.drain(..used);
+            total += used as u64;
+            if scanner.is_done() {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Copy everything until the stream ends (a close-delimited response).
+    pub async fn copy_to_end<W: AsyncWrite + Unpin + ?Sized>(&mut self, to: &mut W) -> io::Result<u64> {
+        let pre = self.buf.len() as u64;
+        to.write_all(self.buf).await?;
+        self.buf.clear();
+        Ok(pre + crate::relay::copy_to_end(self.io, to).await?)
+    }
+}
+
+/// Reads serve the buffer first, then the socket.
+impl<S: AsyncRead + Unpin> AsyncRead for BufConn<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if !self.buf.is_empty() {
+            let n = self.buf.len().min(out.remaining());
+            out.put_slice(&self.buf[..n]);
+            self.buf.drain(..n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, out)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for BufConn<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, data)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}

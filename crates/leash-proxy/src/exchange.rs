@@ -1,0 +1,254 @@
+//! One request/response exchange with an upstream: the head and body go up while the response comes down (so
+//! `Expect: 100-continue` and early responses work), 1xx responses are passed on, a 101 switches to a byte relay.
+
+use std::io;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::conn::{BufConn, ReadHeadError, Source};
+use crate::dial::DialError;
+use crate::forward::{upgrade_value, Plan};
+use crate::headers;
+use crate::shared::Shared;
+use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead, Version};
+
+/// A completed exchange.
+pub(crate) struct Exchanged {
+    pub status: u16,
+    pub up: u64,
+    pub down: u64,
+    pub upstream_reusable: bool,
+    pub client_keep_alive: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ExchangeError {
+    /// The upstream closed or reset before any response byte: a pooled connection that had gone stale.
+    #[error("upstream closed the connection before answering")]
+    Stale,
+    #[error("no response from upstream in time")]
+    Timeout,
+    #[error("malformed response from upstream: {0}")]
+    BadResponse(String),
+    #[error("upstream connection failed: {0}")]
+    Upstream(io::Error),
+    #[error("{0}")]
+    Dial(DialError),
+    /// The response had begun reaching the client, or the client itself failed: nothing more can be said.
+    #[error("connection ended mid-response: {0}")]
+    Midway(io::Error),
+}
+
+impl ExchangeError {
+    pub fn status(&self) -> u16 {
+        match self {
+            ExchangeError::Timeout => 504,
+            ExchangeError::Dial(e) => e.status(),
+            _ => 502,
+        }
+    }
+
+    /// True when the client already received part of a response (so no error response can follow).
+    pub fn response_started(&self) -> bool {
+        matches!(self, ExchangeError::Midway(_))
+    }
+}
+
+/// How the response went.
+struct Relayed {
+    status: u16,
+    down: u64,
+    framing: BodyFraming,
+    upstream_close: bool,
+    upgraded: bool,
+}
+
+/// Send `request` (and the client's body) up, relay the response down.
+pub(crate) async fn exchange<S>(
+    sh: &Shared,
+    client: &mut BufConn<S>,
+    upstream: &mut BufConn<TcpStream>,
+    request: &[u8],
+    head: &RequestHead,
+    plan: &Plan<'_>,
+) -> Result<Exchanged, ExchangeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    if let Err(e) = upstream.io.write_all(request).await {
+        return Err(stale_or(e));
+    }
+    let keep = plan.client_keep_alive;
+    let (relayed, body_sent) = if plan.framing == BodyFraming::None {
+        let mut down = upstream.source();
+        (relay_response(sh, &mut down, &mut client.io, &head.method, keep).await?, Some(0))
+    } else {
+        with_body(sh, client, upstream, head, plan).await?
+    };
+    let up = request.len() as u64 + body_sent.unwrap_or(0);
+    if relayed.upgraded && upgrade_value(head).is_some() {
+        let (a, b) = tokio::io::copy_bidirectional(client, upstream).await.unwrap_or((0, 0));
+        return Ok(done(relayed.status, up + a, relayed.down + b, false, false));
+    }
+    let complete = body_sent.is_some() && relayed.framing != BodyFraming::UntilClose;
+    let reusable = complete && !relayed.upstream_close;
+    Ok(done(relayed.status, up, relayed.down, reusable, complete && keep))
+}
+
+fn done(status: u16, up: u64, down: u64, upstream_reusable: bool, client_keep_alive: bool) -> Exchanged {
+    Exchanged { status, up, down, upstream_reusable, client_keep_alive }
+}
+
+/// Stream the body up while the response streams down. `None` when the response ended before the body did.
+async fn with_body<S>(
+    sh: &Shared,
+    client: &mut BufConn<S>,
+    upstream: &mut BufConn<TcpStream>,
+    head: &RequestHead,
+    plan: &Plan<'_>,
+) -> Result<(Relayed, Option<u64>), ExchangeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let BufConn { io: client_io, buf: client_buf } = client;
+    let (mut client_rd, mut client_wr) = tokio::io::split(client_io);
+    let (mut up_rd, mut up_wr) = upstream.io.split();
+    let mut body_src = Source { buf: client_buf, io: &mut client_rd };
+    let mut down = Source { buf: &mut upstream.buf, io: &mut up_rd };
+    let send = send_body(&mut body_src, &mut up_wr, plan.framing);
+    let recv = relay_response(sh, &mut down, &mut client_wr, &head.method, plan.client_keep_alive);
+    tokio::pin!(send, recv);
+    let mut sent = None;
+    loop {
+        tokio::select! {
+            s = &mut send, if sent.is_none() => match s {
+                Ok(n) => sent = Some(n),
+                Err(e) => return Err(ExchangeError::Midway(e)),
+            },
+            r = &mut recv => return Ok((r?, sent)),
+        }
+    }
+}
+
+async fn send_body<R, W>(src: &mut Source<'_, R>, to: &mut W, framing: BodyFraming) -> io::Result<u64>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    match framing {
+        BodyFraming::ContentLength(n) => src.copy_exact(to, n).await,
+        BodyFraming::Chunked => src.relay_chunked(to).await,
+        BodyFraming::None | BodyFraming::UntilClose => Ok(0),
+    }
+}
+
+/// Read response heads (passing 1xx on), then the final head and its body.
+async fn relay_response<R, W>(
+    sh: &Shared,
+    down: &mut Source<'_, R>,
+    client: &mut W,
+    method: &str,
+    client_keep_alive: bool,
+) -> Result<Relayed, ExchangeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let limits = &sh.cfg.limits;
+    let max = limits.max_head_bytes;
+    let mut first = true;
+    loop {
+        let head = down
+            .read_head(limits.response_timeout, limits.response_timeout, |b| parse_response_head(b, max))
+            .await
+            .map_err(|e| head_error(e, first))?;
+        first = false;
+        if (100..200).contains(&head.status) && head.status != 101 {
+            client.write_all(&response_head_bytes(&head, false)).await.map_err(ExchangeError::Midway)?;
+            continue;
+        }
+        return relay_final(down, client, &head, method, client_keep_alive).await;
+    }
+}
+
+fn head_error(e: ReadHeadError<crate::wire::http_head::HeadError>, first: bool) -> ExchangeError {
+    match e {
+        ReadHeadError::Closed if first => ExchangeError::Stale,
+        ReadHeadError::Io(e) if first && is_stale(&e) => ExchangeError::Stale,
+        ReadHeadError::Idle | ReadHeadError::Timeout => ExchangeError::Timeout,
+        ReadHeadError::Closed => ExchangeError::Upstream(io::ErrorKind::UnexpectedEof.into()),
+        ReadHeadError::Io(e) => ExchangeError::Upstream(e),
+        ReadHeadError::Malformed(e) => ExchangeError::BadResponse(e.to_string()),
+    }
+}
+
+async fn relay_final<R, W>(
+    down: &mut Source<'_, R>,
+    client: &mut W,
+    head: &ResponseHead,
+    method: &str,
+    client_keep_alive: bool,
+) -> Result<Relayed, ExchangeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let upgraded = head.status == 101;
+    let framing = if upgraded {
+        BodyFraming::None
+    } else {
+        response_framing(head, method).map_err(|e| ExchangeError::BadResponse(e.to_string()))?
+    };
+    let closing = !client_keep_alive || framing == BodyFraming::UntilClose;
+    let head_bytes = response_head_bytes(head, closing && !upgraded);
+    client.write_all(&head_bytes).await.map_err(ExchangeError::Midway)?;
+    let body = match framing {
+        BodyFraming::ContentLength(n) => down.copy_exact(client, n).await,
+        BodyFraming::Chunked => down.relay_chunked(client).await,
+        BodyFraming::UntilClose => down.copy_to_end(client).await,
+        BodyFraming::None => Ok(0),
+    }
+    .map_err(ExchangeError::Midway)?;
+    let upstream_close = head.version == Version::Http10 || headers::has_connection_option(&head.headers, "close");
+    Ok(Relayed { status: head.status, down: head_bytes.len() as u64 + body, framing, upstream_close, upgraded })
+}
+
+/// The response head passed to the client: end-to-end headers in order (repeated `Set-Cookie` kept).
+fn response_head_bytes(head: &ResponseHead, close: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(format!("HTTP/1.1 {} ", head.status).as_bytes());
+    out.extend_from_slice(&head.reason);
+    out.extend_from_slice(b"\r\n");
+    headers::write_end_to_end(&mut out, &head.headers, &[]);
+    if head.status == 101 {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+        for value in headers::values(&head.headers, "upgrade") {
+            out.extend_from_slice(b"Upgrade: ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+    } else if close {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+fn stale_or(e: io::Error) -> ExchangeError {
+    if is_stale(&e) {
+        ExchangeError::Stale
+    } else {
+        ExchangeError::Upstream(e)
+    }
+}
+
+fn is_stale(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionAborted
+    )
+}

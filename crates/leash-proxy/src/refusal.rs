@@ -1,0 +1,92 @@
+//! The one place that builds leash's own responses: refusals (403), malformed requests (400, 431), audit failures
+//! (503) and upstream failures (502, 504). Every refusal carries `X-Leash-Reason` and a body whose first line says
+//! what was refused and why, and never lists the rules.
+
+use leash_policy::Reason;
+
+/// A response leash answers by itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub reason: Option<Reason>,
+    pub body: String,
+}
+
+impl Response {
+    /// 403 for a request the policy refused; `target` is `<host><path>` (or `host:port` for a tunnel).
+    pub fn forbidden(target: &str, reason: Reason) -> Self {
+        let body = format!(
+            "leash: {target} refused by the egress policy ({reason})\n{}\n",
+            reason.describe()
+        );
+        Self { status: 403, reason: Some(reason), body }
+    }
+
+    /// 400 (or 431 for an oversized head) for a request leash cannot read safely.
+    pub fn bad_request(status: u16, why: &str) -> Self {
+        let body = format!("leash: malformed request refused ({why})\n");
+        Self { status, reason: Some(Reason::BadRequest), body }
+    }
+
+    /// 503 when the decision could not be written to the audit log.
+    pub fn audit_failed() -> Self {
+        let body = "leash: request refused because the audit log cannot be written (audit-failed)\n".to_owned();
+        Self { status: 503, reason: Some(Reason::AuditFailed), body }
+    }
+
+    /// 502 or 504 for an allowed request whose upstream failed.
+    pub fn upstream_failed(status: u16, authority: &str, why: &str) -> Self {
+        let body = format!("leash: upstream `{authority}` failed ({why})\n");
+        Self { status, reason: None, body }
+    }
+
+    /// The response bytes; `keep_alive` false adds `Connection: close`.
+    pub fn to_bytes(&self, keep_alive: bool) -> Vec<u8> {
+        let mut out = format!("HTTP/1.1 {} {}\r\n", self.status, status_text(self.status));
+        out.push_str("Content-Type: text/plain; charset=utf-8\r\n");
+        if let Some(reason) = self.reason {
+            out.push_str("X-Leash-Reason: ");
+            out.push_str(reason.as_str());
+            out.push_str("\r\n");
+        }
+        out.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
+        if !keep_alive {
+            out.push_str("Connection: close\r\n");
+        }
+        out.push_str("\r\n");
+        out.push_str(&self.body);
+        out.into_bytes()
+    }
+}
+
+fn status_text(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forbidden_names_target_and_reason_and_no_rules() {
+        let r = Response::forbidden("arxiv.org/abs/2401.01234", Reason::Rule);
+        let text = String::from_utf8(r.to_bytes(true)).unwrap_or_default();
+        assert!(text.starts_with("HTTP/1.1 403 Forbidden\r\n"));
+        assert!(text.contains("\r\nX-Leash-Reason: rule\r\n"));
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+        assert_eq!(
+            body.lines().next(),
+            Some("leash: arxiv.org/abs/2401.01234 refused by the egress policy (rule)")
+        );
+        assert!(!text.contains("Connection: close"));
+    }
+}

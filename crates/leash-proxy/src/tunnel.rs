@@ -1,0 +1,193 @@
+//! CONNECT tunnels: the target is checked (port, literal, name) without being resolved, the ClientHello is peeked
+//! and the tunnel decided on its server name, then spliced to that name — resolved once and checked — with the
+//! peeked bytes replayed first. A tunnel refused on its ClientHello is closed without a byte reaching any upstream.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use leash_policy::{parse_authority, parse_host, Authority, ClientHelloFacts, Decision, Host, Reason, Verdict};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::audit::refusal;
+use crate::conn::{BufConn, ReadHeadError};
+use crate::config::Snapshot;
+use crate::dial::{connect_checked, resolve_checked, DialError};
+use crate::forward::reply;
+use crate::headers;
+use crate::refusal::Response;
+use crate::relay;
+use crate::shared::{Attempt, Shared};
+use crate::wire::client_hello::{parse_client_hello, ClientHello, ServerName};
+use crate::wire::http_head::RequestHead;
+use crate::wire::Parsed;
+
+/// After refusing a tunnel, read and discard at most this much of what the client still sends, so the close is
+/// an orderly FIN rather than a reset that could hide the refusal.
+const DRAIN_BYTES: usize = 64 * 1024;
+/// ...for at most this long.
+const DRAIN_TIME: Duration = Duration::from_millis(500);
+
+const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
+
+/// Handle a CONNECT request; the connection is the tunnel's from here on.
+pub(crate) async fn handle(sh: &Shared, mut client: BufConn<TcpStream>, head: &RequestHead, peer: SocketAddr) {
+    let started = Instant::now();
+    let id = sh.cfg.audit.next_id();
+    let (target, port) = match connect_target(head) {
+        Ok(t) => t,
+        Err((response, reason)) => {
+            let attempt = Attempt { id, method: "CONNECT", host: &head.target, port: 0, path: None, peer };
+            let response = if sh.log_decision(&attempt, &refusal(reason)).is_ok() { response } else { Response::audit_failed() };
+            reply(&mut client.io, &response, false).await;
+            return;
+        }
+    };
+    let snap = sh.cfg.policy.current();
+    let host_text = target.as_str().into_owned();
+    let attempt = Attempt { id, method: "CONNECT", host: &host_text, port, path: None, peer };
+    let decision = match snap.decide_connect(&target, port) {
+        // Until TLS inspection is available, a host with path rules cannot be decided per request: refuse it.
+        d if d.verdict == Verdict::Inspect => Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: d.rule },
+        d => d,
+    };
+    if decision.verdict != Verdict::Allow {
+        let response = match sh.log_decision(&attempt, &decision) {
+            Ok(()) => Response::forbidden(&format!("{host_text}:{port}"), decision.reason),
+            Err(_) => Response::audit_failed(),
+        };
+        reply(&mut client.io, &response, false).await;
+        return;
+    }
+    if client.io.write_all(ESTABLISHED).await.is_err() {
+        return;
+    }
+    let tunnel = Tunnel { sh, snap: &snap, target: &target, port, id, peer, started };
+    tunnel.on_client_hello(client).await;
+}
+
+/// The CONNECT target: `host:port`, one Host header at most. Err is the response and its reason.
+fn connect_target(head: &RequestHead) -> Result<(Host, u16), (Response, Reason)> {
+    if headers::values(&head.headers, "host").nth(1).is_some() {
+        return Err((Response::bad_request(400, "several Host headers"), Reason::BadRequest));
+    }
+    match parse_authority(&head.target) {
+        Ok(Authority { host, port: Some(port) }) => Ok((host, port)),
+        Ok(Authority { port: None, .. }) => {
+            Err((Response::bad_request(400, "CONNECT target needs a port (`host:443`)"), Reason::BadRequest))
+        }
+        Err(_) => Err((Response::forbidden(&head.target, Reason::BadHost), Reason::BadHost)),
+    }
+}
+
+/// A tunnel whose target was allowed and whose 200 was sent.
+struct Tunnel<'a> {
+    sh: &'a Shared,
+    snap: &'a Snapshot,
+    target: &'a Host,
+    port: u16,
+    id: u64,
+    peer: SocketAddr,
+    started: Instant,
+}
+
+impl Tunnel<'_> {
+    async fn on_client_hello(&self, mut client: BufConn<TcpStream>) {
+        let limits = &self.sh.cfg.limits;
+        // Keep the peeked bytes in the buffer (`Done(_, 0)`): they are replayed to the upstream.
+        let peeked = client
+            .read_head(limits.client_hello_timeout, limits.client_hello_timeout, |b| match parse_client_hello(b) {
+                Parsed::Done(hello, _) => Parsed::Done(hello, 0),
+                Parsed::NeedMore => Parsed::NeedMore,
+                Parsed::Refuse(e) => Parsed::Refuse(e),
+            })
+            .await;
+        let hello = match peeked {
+            Ok(hello) => Some(hello),
+            Err(ReadHeadError::Malformed(_) | ReadHeadError::Timeout | ReadHeadError::Idle) => None,
+            Err(ReadHeadError::Closed | ReadHeadError::Io(_)) => return,
+        };
+        let facts = facts_of(hello.as_ref());
+        let decision = self.snap.decide_client_hello(self.target, self.port, facts);
+        let shown = match facts {
+            ClientHelloFacts::ServerName(name) => name.to_ascii_lowercase(),
+            _ => self.target.as_str().into_owned(),
+        };
+        let attempt = Attempt { id: self.id, method: "CONNECT", host: &shown, port: self.port, path: None, peer: self.peer };
+        if decision.verdict != Verdict::Allow {
+            let _ = self.sh.log_decision(&attempt, &decision);
+            return drain_and_close(client).await;
+        }
+        let upstream_host = match facts {
+            ClientHelloFacts::ServerName(name) => parse_host(name).unwrap_or_else(|_| self.target.clone()),
+            _ => self.target.clone(),
+        };
+        self.splice(client, &upstream_host, &attempt, &decision).await;
+    }
+
+    /// Resolve the decided name once, check it, log, dial exactly the checked addresses, replay, relay.
+    async fn splice(&self, client: BufConn<TcpStream>, host: &Host, attempt: &Attempt<'_>, decision: &Decision) {
+        let sh = self.sh;
+        let addrs = match resolve_checked(&*sh.cfg.resolver, self.snap, &sh.own, host, self.port).await {
+            Ok(addrs) => addrs,
+            Err(DialError::Refused(reason)) => {
+                let _ = sh.log_decision(attempt, &refusal(reason));
+                return drain_and_close(client).await;
+            }
+            Err(e) => return self.failed(attempt, decision, &e),
+        };
+        if sh.log_decision(attempt, decision).is_err() {
+            return drain_and_close(client).await;
+        }
+        let upstream = match connect_checked(&addrs, self.port, sh.cfg.limits.connect_timeout).await {
+            Ok(s) => s,
+            Err(e) => return sh.log_outcome(self.id, e.status(), 0, 0, self.started),
+        };
+        let replayed = client.buf.len() as u64;
+        let mut upstream = upstream;
+        if upstream.write_all(&client.buf).await.is_err() {
+            return sh.log_outcome(self.id, 502, 0, 0, self.started);
+        }
+        self.relay(client, upstream, replayed).await;
+    }
+
+    async fn relay(&self, mut client: BufConn<TcpStream>, upstream: TcpStream, replayed: u64) {
+        client.buf = Vec::new();
+        let (up, down) = relay::tunnel(&client.io, &upstream).await;
+        self.sh.log_outcome(self.id, 200, replayed + up, down, self.started);
+    }
+
+    fn failed(&self, attempt: &Attempt<'_>, decision: &Decision, e: &DialError) {
+        if self.sh.log_decision(attempt, decision).is_ok() {
+            self.sh.log_outcome(self.id, e.status(), 0, 0, self.started);
+        }
+    }
+}
+
+/// What the policy needs to know of a ClientHello (`None`: the bytes were not one).
+fn facts_of(hello: Option<&ClientHello>) -> ClientHelloFacts<'_> {
+    match hello {
+        None => ClientHelloFacts::NotTls,
+        Some(h) if h.ech => ClientHelloFacts::Ech,
+        Some(h) => match &h.server_name {
+            ServerName::One(name) => ClientHelloFacts::ServerName(name),
+            ServerName::Absent => ClientHelloFacts::NoServerName,
+            ServerName::Invalid => ClientHelloFacts::BadServerName,
+        },
+    }
+}
+
+/// Close a refused tunnel in an orderly way: FIN our side, discard what the client still sends (bounded).
+async fn drain_and_close(mut client: BufConn<TcpStream>) {
+    let _ = client.io.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let mut drained = 0usize;
+    let deadline = tokio::time::Instant::now() + DRAIN_TIME;
+    while drained < DRAIN_BYTES {
+        match tokio::time::timeout_at(deadline, client.io.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => drained += n,
+            _ => break,
+        }
+    }
+}
+
