@@ -1,1 +1,35 @@
-fn main() {}
+//! The `leash` binary: parses the command line and hands each subcommand its resources. All behaviour lives in the
+//! crates; this file only wires them and turns outcomes into exit codes.
+#![forbid(unsafe_code)]
+
+mod cli;
+mod cmd;
+mod exit;
+mod policy_file;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    init_logging();
+    let code = match cli.command {
+        cli::Command::Proxy(args) => cmd::proxy::run(args),
+        cli::Command::Check(args) => cmd::check::run(&args),
+        cli::Command::Explain(args) => cmd::explain::run(&args),
+    };
+    code.into()
+}
+
+/// Diagnostics and refusal warnings go to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+}

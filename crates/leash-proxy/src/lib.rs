@@ -11,6 +11,7 @@ mod conn;
 mod dial;
 mod exchange;
 mod forward;
+mod netinfo;
 mod headers;
 mod pool;
 pub mod refusal;
@@ -25,3 +26,8 @@ pub use audit::AuditLog;
 pub use config::{Limits, PolicyHandle, ProxyConfig};
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 pub use server::serve;
+pub use netinfo::local_interface_addrs;
+
+/// Whether this build terminates TLS for hosts with path rules. Until it does, such tunnels are refused with
+/// `needs-inspection`, and `leash explain` says so.
+pub const TLS_INSPECTION: bool = false;

@@ -1,0 +1,84 @@
+//! The command line, as clap derives it. Each subcommand's `--help` teaches with an example.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leash",
+    version,
+    about = "An egress filter for AI agents: every request decided by a policy, every decision on record",
+    long_about = "leash decides what a sandboxed agent may reach on the network. `leash proxy` runs an HTTP/HTTPS \
+                  egress proxy that enforces a policy file (an allowlist of hosts, or a blocklist of hosts and URL \
+                  prefixes), answers refusals with 403 and writes every decision to a JSONL audit log.",
+    after_help = "Examples:\n  leash check examples/allowlist.yaml\n  leash explain --policy examples/blocklist.yaml https://arxiv.org/abs/2401.01234\n  leash proxy --policy examples/allowlist.yaml --listen 127.0.0.1:3128 --log audit.jsonl\n\nLogging: RUST_LOG=debug (default info) controls what leash prints on stderr."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the egress proxy
+    Proxy(ProxyArgs),
+    /// Validate a policy file and warn about surprising ones
+    Check(CheckArgs),
+    /// Show the decision the proxy would take for a request, before DNS
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  leash proxy --policy policy.yaml --listen 127.0.0.1:3128 --log audit.jsonl\n  \
+    curl -x http://127.0.0.1:3128 https://pypi.org/simple/\n\n\
+    Prints `listening on ADDR:PORT` on stdout once ready. Without --log the audit log goes to stdout after that \
+    line. SIGHUP reloads the policy (an invalid file keeps the old one); SIGINT/SIGTERM stop accepting, let \
+    in-flight requests finish and flush the log.")]
+pub struct ProxyArgs {
+    /// The policy file (.yaml, .yml or .toml)
+    #[arg(long, value_name = "FILE")]
+    pub policy: PathBuf,
+    /// Use this profile's `network` instead of the top-level one
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Address to listen on; port 0 picks a free port
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:3128")]
+    pub listen: SocketAddr,
+    /// Append the JSONL audit log to FILE (created with mode 0600); default: standard output
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Answer NAME with ADDR instead of asking DNS, like curl's --resolve (repeatable)
+    #[arg(long = "resolve", value_name = "NAME:ADDR")]
+    pub resolve: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  leash check policy.yaml\n\n\
+    Every problem is reported as FILE:LINE:COLUMN: ENTRY: MESSAGE, for every profile. \
+    Exit status: 0 valid, 1 invalid, 2 unreadable.")]
+pub struct CheckArgs {
+    /// The policy file (.yaml, .yml or .toml)
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  leash explain --policy policy.yaml http://pypi.org/simple/\n  \
+    leash explain --policy policy.yaml POST https://api.example.com/v1/messages\n  \
+    leash explain --policy policy.yaml CONNECT arxiv.org:443\n\n\
+    The first line is `allow|block|inspect REASON [RULE]`. Exit status: 0 allowed, 1 refused, 2 usage or \
+    policy error. The decision is the one the proxy takes before DNS; the destination check on the resolved \
+    addresses still follows it.")]
+pub struct ExplainArgs {
+    /// The policy file (.yaml, .yml or .toml)
+    #[arg(long, value_name = "FILE")]
+    pub policy: PathBuf,
+    /// Use this profile's `network` instead of the top-level one
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// METHOD URL, or just URL (GET); `CONNECT host:port` for a tunnel
+    #[arg(value_name = "[METHOD] URL", num_args = 1..=2, required = true)]
+    pub request: Vec<String>,
+}

@@ -1,0 +1,24 @@
+//! `leash check FILE`: validate every part of a policy file (every profile), print every error with its place, and
+//! warn about policies that are valid but surprising.
+
+use leash_policy::Mode;
+
+use crate::cli::CheckArgs;
+use crate::exit::Exit;
+use crate::policy_file::load_file;
+
+pub fn run(args: &CheckArgs) -> Exit {
+    let loaded = match load_file(&args.file, None) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    for w in &loaded.warnings {
+        eprintln!("warning: {}: {}: {}", args.file.display(), w.entry, w.message);
+    }
+    let mode = match loaded.policy.mode() {
+        Mode::Allowlist => "allowlist",
+        Mode::Blocklist => "blocklist",
+    };
+    println!("{}: valid ({mode})", args.file.display());
+    Exit::Ok
+}

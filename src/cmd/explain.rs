@@ -1,0 +1,134 @@
+//! `leash explain`: the decision the proxy would take for one request, with the reason in plain words. It uses the
+//! same engine calls as the proxy, in the same order, so the answer here is the proxy's answer.
+
+use leash_policy::{
+    parse_absolute_target, parse_authority, Decision, Host, Policy, Reason, Request, Scheme, TargetError,
+    Verdict, Via,
+};
+
+use crate::cli::ExplainArgs;
+use crate::exit::Exit;
+use crate::policy_file::load_file;
+
+pub fn run(args: &ExplainArgs) -> Exit {
+    let (method, url) = match args.request.as_slice() {
+        [url] => ("GET", url.as_str()),
+        [method, url] => (method.as_str(), url.as_str()),
+        _ => return usage("give [METHOD] URL"),
+    };
+    let policy = match load_file(&args.policy, args.profile.as_deref()) {
+        Ok(l) => l.policy,
+        Err(code) => return code,
+    };
+    let explained = if method.eq_ignore_ascii_case("CONNECT") {
+        explain_connect(&policy, url)
+    } else {
+        explain_url(&policy, url)
+    };
+    match explained {
+        Ok(e) => print(&e),
+        Err(msg) => usage(&msg),
+    }
+}
+
+/// A decision and the sentences that explain it.
+struct Explained {
+    decision: Decision,
+    lines: Vec<String>,
+}
+
+fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
+    let authority = match parse_authority(target) {
+        Ok(a) => a,
+        Err(e) => return Ok(refused(Reason::BadHost, format!("`{target}` is not a host:port ({e})"))),
+    };
+    let port = authority.port.ok_or_else(|| format!("`{target}` needs a port, e.g. `{target}:443`"))?;
+    let decision = tunnel_decision(policy, &authority.host, port);
+    let mut lines = vec![format!(
+        "CONNECT {target}: decided on the CONNECT target, then on the TLS server name (SNI), which must name the same host"
+    )];
+    lines.extend(after_decision(&decision, &authority.host));
+    Ok(Explained { decision, lines })
+}
+
+fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
+    let target = match parse_absolute_target(url) {
+        Ok(t) => t,
+        Err(TargetError::NotAbsolute) => return Err(format!("`{url}` is not an absolute URL (`http://host/path`)")),
+        Err(TargetError::Host(e)) => return Ok(refused(Reason::BadHost, format!("the host of `{url}`: {e}"))),
+        Err(TargetError::Path(e)) => return Ok(refused(Reason::BadRequest, format!("the path of `{url}`: {e}"))),
+    };
+    let host = &target.authority.host;
+    let port = target.port();
+    let path = &target.path;
+    let (decision, how) = match target.scheme {
+        Scheme::Https => match tunnel_decision(policy, host, port) {
+            d if d.verdict == Verdict::Inspect => unreachable_inspect(d),
+            d => (d, format!("https: the tunnel to `{host}:{port}` is decided on its TLS server name; paths inside it are not seen")),
+        },
+        scheme => {
+            let req = Request { via: Via::ForwardProxy, scheme, host, port, path };
+            (policy.decide_request(&req), format!("http: decided on host `{host}`, port {port}, canonical path `{}`", path.as_str()))
+        }
+    };
+    let mut lines = vec![how];
+    lines.extend(after_decision(&decision, host));
+    Ok(Explained { decision, lines })
+}
+
+/// The decision on a tunnel's target, as the proxy takes it: a host that needs TLS inspection is refused while
+/// this build does not inspect.
+fn tunnel_decision(policy: &Policy, host: &Host, port: u16) -> Decision {
+    let d = policy.decide_connect(host, port);
+    if d.verdict == Verdict::Inspect && !leash_proxy::TLS_INSPECTION {
+        return Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: d.rule };
+    }
+    d
+}
+
+fn unreachable_inspect(d: Decision) -> (Decision, String) {
+    (d, "https: the host is TLS-inspected; every request inside is decided on its full URL".to_owned())
+}
+
+fn after_decision(d: &Decision, host: &Host) -> Vec<String> {
+    let mut lines = vec![format!("{}: {}", d.reason, d.reason.describe())];
+    if let Some(rule) = &d.rule {
+        lines.push(format!("matching entry: `{rule}`"));
+    }
+    if d.verdict != Verdict::Block {
+        lines.push(format!(
+            "then: leash resolves `{host}` once and refuses it (internal-destination) if any address is loopback, \
+             private, link-local, CGNAT or otherwise internal and not inside allow_destinations"
+        ));
+    }
+    lines
+}
+
+fn refused(reason: Reason, why: String) -> Explained {
+    Explained { decision: Decision { verdict: Verdict::Block, reason, rule: None }, lines: vec![why] }
+}
+
+fn print(e: &Explained) -> Exit {
+    let word = match e.decision.verdict {
+        Verdict::Allow => "allow",
+        Verdict::Block => "block",
+        Verdict::Inspect => "inspect",
+    };
+    match &e.decision.rule {
+        Some(rule) => println!("{word} {} {rule}", e.decision.reason),
+        None => println!("{word} {}", e.decision.reason),
+    }
+    for line in &e.lines {
+        println!("  {line}");
+    }
+    if e.decision.verdict == Verdict::Block {
+        Exit::Refused
+    } else {
+        Exit::Ok
+    }
+}
+
+fn usage(msg: &str) -> Exit {
+    eprintln!("leash explain: {msg}");
+    Exit::Usage
+}

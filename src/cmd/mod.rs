@@ -1,0 +1,5 @@
+//! One module per subcommand; each takes its parsed arguments and returns an [`crate::exit::Exit`].
+
+pub mod check;
+pub mod explain;
+pub mod proxy;

@@ -1,0 +1,136 @@
+//! `leash proxy`: load the policy, open the audit log, bind, print `listening on ADDR`, serve until SIGINT/SIGTERM,
+//! reload on SIGHUP.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::cli::ProxyArgs;
+use crate::exit::Exit;
+use crate::policy_file::{load_file, located};
+
+pub fn run(args: ProxyArgs) -> Exit {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leash: cannot start the async runtime: {e}");
+            return Exit::Refused;
+        }
+    };
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: ProxyArgs) -> Exit {
+    let loaded = match load_file(&args.policy, args.profile.as_deref()) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let pins = match parse_pins(&args.resolve) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let audit = match open_log(args.log.as_ref()) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("leash: cannot listen on {}: {e}", args.listen);
+            return Exit::Usage;
+        }
+    };
+    let policy = PolicyHandle::new(loaded.policy);
+    let config = ProxyConfig {
+        policy: policy.clone(),
+        audit,
+        resolver: Arc::new(SystemResolver::new(pins)),
+        own_addrs: leash_proxy::local_interface_addrs().into(),
+        limits: Limits::default(),
+    };
+    if let Ok(addr) = listener.local_addr() {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on {addr}").and_then(|()| out.flush());
+    }
+    tokio::spawn(reload_on_hangup(policy, args.policy.clone(), args.profile.clone()));
+    match leash_proxy::serve(listener, config, shutdown_signal()).await {
+        Ok(()) => Exit::Ok,
+        Err(e) => {
+            eprintln!("leash: {e}");
+            Exit::Refused
+        }
+    }
+}
+
+/// The audit log: the file given (mode 0600, appended), else standard output. Failing to open it stops leash.
+fn open_log(path: Option<&PathBuf>) -> Result<Arc<AuditLog>, Exit> {
+    match path {
+        None => Ok(Arc::new(AuditLog::stdout())),
+        Some(p) => AuditLog::open(p).map(Arc::new).map_err(|e| {
+            eprintln!("leash: cannot open the audit log `{}`: {e}; not starting without it", p.display());
+            Exit::Usage
+        }),
+    }
+}
+
+fn parse_pins(specs: &[String]) -> Result<HashMap<Box<str>, Vec<IpAddr>>, Exit> {
+    let mut pins: HashMap<Box<str>, Vec<IpAddr>> = HashMap::new();
+    for spec in specs {
+        let (name, ip) = leash_proxy::resolve::parse_pin(spec).map_err(|e| {
+            eprintln!("leash: --resolve {e}");
+            Exit::Usage
+        })?;
+        pins.entry(name).or_default().push(ip);
+    }
+    Ok(pins)
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
+            }
+        }
+        _ => {
+            tracing::error!("cannot install signal handlers; stop leash with SIGKILL");
+            std::future::pending::<()>().await;
+        }
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
+
+/// On SIGHUP, load the file again; a valid file replaces the policy atomically, an invalid one keeps the old.
+async fn reload_on_hangup(policy: PolicyHandle, path: PathBuf, profile: Option<String>) {
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot install the SIGHUP handler; policy reload is unavailable");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match reload(&path, profile.as_deref()) {
+            Ok(p) => {
+                policy.store(p);
+                tracing::info!("reloaded the policy from `{}`", path.display());
+            }
+            Err(why) => tracing::error!("keeping the old policy: {why}"),
+        }
+    }
+}
+
+fn reload(path: &std::path::Path, profile: Option<&str>) -> Result<leash_policy::Policy, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    let format = leash_policy::Format::from_path(path).ok_or("unknown file extension")?;
+    match leash_policy::load(&text, format, profile) {
+        Ok(l) => Ok(l.policy),
+        Err(errors) => Err(errors.iter().map(|e| located(path, e)).collect::<Vec<_>>().join("; ")),
+    }
+}
