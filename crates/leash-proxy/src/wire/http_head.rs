@@ -96,6 +96,9 @@ pub fn request_framing(_head: &RequestHead) -> Result<BodyFraming, HeadError> {
 }
 
 /// A response's body framing, given the request method (HEAD, CONNECT) and status (1xx, 204, 304).
-pub fn response_framing(_head: &ResponseHead, _request_method: &str) -> Result<BodyFraming, HeadError> {
+pub fn response_framing(
+    _head: &ResponseHead,
+    _request_method: &str,
+) -> Result<BodyFraming, HeadError> {
     todo!()
 }

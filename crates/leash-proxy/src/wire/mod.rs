@@ -4,6 +4,7 @@
 
 pub mod chunked;
 pub mod client_hello;
+mod cursor;
 pub mod http_head;
 
 /// The three answers of a byte parser.
