@@ -1,11 +1,18 @@
 //! The decision function: a validated [`Policy`] and the facts of one request in, a [`Decision`] out.
+//!
+//! Checks run cheapest and broadest first — scheme, port, IP literal, then the rules — so a refusal names the first
+//! thing wrong with a request. Names are matched by [`crate::matcher`], which picks the most specific rule.
 
-use std::net::IpAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use crate::host::Host;
+use crate::dest::{is_internal, Cidr};
+use crate::host::{parse_host, Host, Name};
+use crate::matcher::{Kind, Matcher};
 use crate::path::CanonicalPath;
 use crate::reason::Reason;
+use crate::spec::{HostPattern, Network};
 
 /// Default deny (`allowlist`) or default allow (`blocklist`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,32 +81,226 @@ pub struct Decision {
 
 /// A validated, compiled policy. Its only constructor is [`crate::file::load`] (and [`Policy::from_inline`]).
 #[derive(Debug)]
-pub struct Policy {}
+pub struct Policy {
+    mode: Mode,
+    ports: Vec<u16>,
+    tunnel_ports: Vec<u16>,
+    allow_destinations: Vec<Cidr>,
+    inspect_all: bool,
+    /// Dotted quads listed in an allowlist's `allowed_hosts`, with the entry that listed them.
+    allowed_ipv4: HashMap<Ipv4Addr, Arc<str>>,
+    /// Allowlist: `allowed_hosts` and `allowed_urls`; blocklist: `blocked_urls`.
+    rules: Matcher,
+}
 
 impl Policy {
     pub fn mode(&self) -> Mode {
-        todo!()
+        self.mode
+    }
+
+    /// Ports a plain-HTTP request may name (`ports`); empty allows none.
+    pub fn ports(&self) -> &[u16] {
+        &self.ports
+    }
+
+    /// Ports a CONNECT may name (`tunnel_ports`); empty allows none.
+    pub fn tunnel_ports(&self) -> &[u16] {
+        &self.tunnel_ports
+    }
+
+    /// CIDRs exempt from the internal-destination refusal.
+    pub fn allow_destinations(&self) -> &[Cidr] {
+        &self.allow_destinations
+    }
+
+    /// `network.inspect: all`: every allowed tunnel is inspected.
+    pub fn inspect_all(&self) -> bool {
+        self.inspect_all
+    }
+
+    /// True if the decision on `host` depends on the path: a `blocked_urls` path entry covers it, or an
+    /// `allowed_urls` entry names it and `allowed_hosts` does not already allow it whole. Such a host's tunnels are
+    /// inspected.
+    pub fn host_has_path_rules(&self, host: &Host) -> bool {
+        let Host::Name(name) = host else { return false };
+        match self.mode {
+            Mode::Allowlist if self.rules.host_rule(name.as_str()).is_some() => false,
+            _ => self.rules.first_path_rule(name.as_str()).is_some(),
+        }
     }
 
     /// Decide one HTTP request (plain proxy or inside an inspected tunnel).
-    pub fn decide_request(&self, _req: &Request<'_>) -> Decision {
-        todo!()
+    pub fn decide_request(&self, req: &Request<'_>) -> Decision {
+        match (req.via, req.scheme) {
+            (Via::ForwardProxy, Scheme::Http) if !self.ports.contains(&req.port) => {
+                return block(Reason::Port)
+            }
+            (Via::ForwardProxy, Scheme::Http) | (Via::Tunnel, Scheme::Https) => {}
+            _ => return block(Reason::Scheme),
+        }
+        match req.host {
+            Host::IpLiteral(_) => block(Reason::IpLiteral),
+            Host::Ipv4(ip) => self.decide_ipv4(*ip),
+            Host::Name(name) => self.decide_name(name, req.path),
+        }
     }
 
     /// Decide a CONNECT on its target alone, before any ClientHello: port, IP literal, and the target name as the
     /// provisional SNI (which the ClientHello must then confirm). `Inspect` when the host carries path rules.
-    pub fn decide_connect(&self, _target: &Host, _port: u16) -> Decision {
-        todo!()
+    pub fn decide_connect(&self, target: &Host, port: u16) -> Decision {
+        if !self.tunnel_ports.contains(&port) {
+            return block(Reason::Port);
+        }
+        match target {
+            Host::IpLiteral(_) => block(Reason::IpLiteral),
+            Host::Ipv4(ip) => self.decide_ipv4(*ip),
+            Host::Name(name) => self.decide_tunnel_name(name),
+        }
     }
 
     /// Decide a tunnel on its ClientHello, after [`Policy::decide_connect`] allowed the target.
-    pub fn decide_client_hello(&self, _target: &Host, _port: u16, _hello: ClientHelloFacts<'_>) -> Decision {
-        todo!()
+    pub fn decide_client_hello(
+        &self,
+        target: &Host,
+        port: u16,
+        hello: ClientHelloFacts<'_>,
+    ) -> Decision {
+        let on_target = self.decide_connect(target, port);
+        if on_target.verdict == Verdict::Block {
+            return on_target;
+        }
+        match (target, hello) {
+            // A listed literal is decided on the literal; a ClientHello naming a server contradicts it.
+            (Host::Ipv4(_), ClientHelloFacts::NoServerName) => on_target,
+            (Host::Ipv4(_), ClientHelloFacts::ServerName(_)) => block(Reason::HostMismatch),
+            (_, ClientHelloFacts::Ech) => block(Reason::Ech),
+            (_, ClientHelloFacts::NotTls) => block(Reason::NotTls),
+            (_, ClientHelloFacts::NoServerName) => block(Reason::NoSni),
+            (_, ClientHelloFacts::BadServerName) => block(Reason::BadSni),
+            (Host::Name(name), ClientHelloFacts::ServerName(sni)) => match parse_host(sni) {
+                Ok(Host::Name(sni)) if sni == *name => on_target,
+                Ok(Host::Name(_)) => block(Reason::HostMismatch),
+                _ => block(Reason::BadSni),
+            },
+            (_, ClientHelloFacts::ServerName(_)) => block(Reason::IpLiteral),
+        }
     }
 
     /// The destination check after resolution: `Err(Reason::InternalDestination)` if any address is internal (or
     /// one of `own`, this host's interface and listening addresses) and not inside `allow_destinations`.
-    pub fn check_destination(&self, _addrs: &[IpAddr], _own: &[IpAddr]) -> Result<(), Reason> {
-        todo!()
+    /// No address at all is refused too: there is nothing checked to dial.
+    pub fn check_destination(&self, addrs: &[IpAddr], own: &[IpAddr]) -> Result<(), Reason> {
+        if addrs.is_empty() {
+            return Err(Reason::InternalDestination);
+        }
+        for addr in addrs {
+            let exempt = self
+                .allow_destinations
+                .iter()
+                .any(|cidr| cidr.contains(*addr));
+            if (is_internal(*addr) || own.contains(addr)) && !exempt {
+                return Err(Reason::InternalDestination);
+            }
+        }
+        Ok(())
+    }
+
+    /// Compile a validated network section.
+    pub(crate) fn compile(network: Network) -> Policy {
+        let kind = match network.mode {
+            Mode::Allowlist => Kind::Allow,
+            Mode::Blocklist => Kind::Block,
+        };
+        let mut rules = Matcher::new(kind);
+        let mut allowed_ipv4 = HashMap::new();
+        for rule in &network.hosts {
+            match &rule.pattern {
+                HostPattern::Exact(name) => rules.add_exact(name.as_str(), &rule.text),
+                HostPattern::Subtree(name) => rules.add_subtree(name.as_str(), &rule.text),
+                HostPattern::Ipv4(ip) => keep_smaller(
+                    allowed_ipv4.entry(*ip).or_insert_with(|| rule.text.clone()),
+                    &rule.text,
+                ),
+            }
+        }
+        for rule in &network.urls {
+            match (&rule.path, kind) {
+                (Some(path), _) => rules.add_path(rule.host.as_str(), path.as_str(), &rule.text),
+                (None, Kind::Block) => rules.add_subtree(rule.host.as_str(), &rule.text),
+                (None, Kind::Allow) => rules.add_exact(rule.host.as_str(), &rule.text),
+            }
+        }
+        rules.finish();
+        Policy {
+            mode: network.mode,
+            ports: network.ports,
+            tunnel_ports: network.tunnel_ports,
+            allow_destinations: network.allow_destinations,
+            inspect_all: network.inspect_all,
+            allowed_ipv4,
+            rules,
+        }
+    }
+
+    fn decide_ipv4(&self, ip: Ipv4Addr) -> Decision {
+        match (self.mode, self.allowed_ipv4.get(&ip)) {
+            (Mode::Allowlist, Some(rule)) => decision(Verdict::Allow, Reason::Rule, Some(rule)),
+            _ => block(Reason::IpLiteral),
+        }
+    }
+
+    fn decide_name(&self, name: &Name, path: &CanonicalPath) -> Decision {
+        let best = self.rules.best(name.as_str(), path.as_str());
+        match (self.mode, best) {
+            (Mode::Allowlist, Some(rule)) => decision(Verdict::Allow, Reason::Rule, Some(rule)),
+            (Mode::Allowlist, None) => block(Reason::NotAllowed),
+            (Mode::Blocklist, Some(rule)) => decision(Verdict::Block, Reason::Rule, Some(rule)),
+            (Mode::Blocklist, None) => decision(Verdict::Allow, Reason::Default, None),
+        }
+    }
+
+    /// A tunnel's name at host level: refused outright, allowed as a splice, or inspected because some paths on it
+    /// are decided differently (or `inspect: all`).
+    fn decide_tunnel_name(&self, name: &Name) -> Decision {
+        let host_rule = self.rules.host_rule(name.as_str());
+        let inspect = |reason, rule| decision(Verdict::Inspect, reason, rule);
+        match (self.mode, host_rule) {
+            (Mode::Allowlist, Some(rule)) if self.inspect_all => inspect(Reason::Rule, Some(rule)),
+            (Mode::Allowlist, Some(rule)) => decision(Verdict::Allow, Reason::Rule, Some(rule)),
+            (Mode::Allowlist, None) => match self.rules.first_path_rule(name.as_str()) {
+                Some(rule) => inspect(Reason::Rule, Some(rule)),
+                None => block(Reason::NotAllowed),
+            },
+            (Mode::Blocklist, Some(rule)) => decision(Verdict::Block, Reason::Rule, Some(rule)),
+            (Mode::Blocklist, None)
+                if self.inspect_all || self.rules.first_path_rule(name.as_str()).is_some() =>
+            {
+                inspect(Reason::Default, None)
+            }
+            (Mode::Blocklist, None) => decision(Verdict::Allow, Reason::Default, None),
+        }
+    }
+}
+
+fn decision(verdict: Verdict, reason: Reason, rule: Option<&Arc<str>>) -> Decision {
+    Decision {
+        verdict,
+        reason,
+        rule: rule.cloned(),
+    }
+}
+
+fn block(reason: Reason) -> Decision {
+    Decision {
+        verdict: Verdict::Block,
+        reason,
+        rule: None,
+    }
+}
+
+/// Two entries spelling one dotted quad name the smaller text, as ties do in the matcher.
+fn keep_smaller(slot: &mut Arc<str>, rule: &Arc<str>) {
+    if rule < slot {
+        *slot = rule.clone();
     }
 }

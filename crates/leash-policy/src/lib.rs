@@ -16,12 +16,13 @@ pub mod host;
 mod matcher;
 pub mod path;
 pub mod reason;
+mod spec;
 pub mod url;
 
 pub use dest::{is_internal, Cidr};
 pub use engine::{ClientHelloFacts, Decision, Mode, Policy, Request, Scheme, Verdict, Via};
 pub use file::{load, Format, Loaded, PolicyError, Warning};
-pub use host::{parse_authority, parse_host, Authority, Host, HostError, Name};
+pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostError, Name};
 pub use path::{canonicalize, CanonicalPath, PathError};
 pub use reason::Reason;
 pub use url::{parse_absolute_target, AbsoluteTarget, TargetError};

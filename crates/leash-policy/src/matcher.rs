@@ -1,1 +1,299 @@
 //! The compiled rule matcher: host suffix index → path prefixes, most specific rule first.
+//!
+//! Rules are indexed by the host they name, in a `HashMap`; a request host is looked up at each of its suffixes that
+//! starts at a label boundary, longest first, so a lookup costs one hash per label whatever the number of rules. Under
+//! one host, path prefixes sit in a sorted `Vec` searched for the longest prefix of the request path (a few binary
+//! searches, see [`longest_prefix`]).
+//!
+//! Specificity, by comparison and never by file order: the longer host suffix wins first (so an exact host beats a
+//! subdomain entry for a parent name); under one host a path rule beats a host rule and a longer path beats a shorter
+//! one; in an allowlist an exact `x` entry beats a `.x` entry. Rules that tie (the same canonical entry written twice)
+//! name the smaller original text.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What a matcher holds: allow rules (`allowed_hosts` + `allowed_urls`) or block rules (`blocked_urls`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Path prefixes name one host exactly, match case-sensitively and only at a `/` boundary.
+    Allow,
+    /// Every entry covers its host and every subdomain; path prefixes are plain, case-insensitive prefixes.
+    Block,
+}
+
+#[derive(Debug)]
+pub(crate) struct Matcher {
+    kind: Kind,
+    hosts: HashMap<Box<str>, HostRules>,
+}
+
+#[derive(Debug, Default)]
+struct HostRules {
+    /// `x` in `allowed_hosts`: this host only.
+    exact: Option<Arc<str>>,
+    /// `.x` in `allowed_hosts`, or a host entry in `blocked_urls`: this host and every subdomain.
+    subtree: Option<Arc<str>>,
+    paths: PrefixSet,
+}
+
+/// Path prefixes sorted by their bytes (lowercased for block rules), each with the entry that wrote it.
+#[derive(Debug, Default)]
+struct PrefixSet(Vec<(Box<str>, Arc<str>)>);
+
+impl Matcher {
+    pub(crate) fn new(kind: Kind) -> Matcher {
+        Matcher {
+            kind,
+            hosts: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn add_exact(&mut self, host: &str, rule: &Arc<str>) {
+        keep_smaller(&mut self.entry(host).exact, rule);
+    }
+
+    pub(crate) fn add_subtree(&mut self, host: &str, rule: &Arc<str>) {
+        keep_smaller(&mut self.entry(host).subtree, rule);
+    }
+
+    /// `path` is canonical; block prefixes are lowercased here so matching can compare bytes.
+    pub(crate) fn add_path(&mut self, host: &str, path: &str, rule: &Arc<str>) {
+        let key = match self.kind {
+            Kind::Allow => path.into(),
+            Kind::Block => path.to_ascii_lowercase().into_boxed_str(),
+        };
+        self.entry(host).paths.0.push((key, Arc::clone(rule)));
+    }
+
+    /// Sort every prefix set; call once after the last `add_*`.
+    pub(crate) fn finish(&mut self) {
+        for rules in self.hosts.values_mut() {
+            rules
+                .paths
+                .0
+                .sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+            rules.paths.0.dedup_by(|later, first| later.0 == first.0);
+        }
+    }
+
+    /// The most specific rule matching `host` (a validated name) and `path` (canonical), if any.
+    pub(crate) fn best(&self, host: &str, path: &str) -> Option<&Arc<str>> {
+        let mut lowered: Option<String> = None;
+        for (full, rules) in self.suffixes(host) {
+            let found = match self.kind {
+                Kind::Allow if full => rules
+                    .paths
+                    .longest(path.as_bytes(), |key| at_boundary(path.as_bytes(), key))
+                    .or(rules.exact.as_ref())
+                    .or(rules.subtree.as_ref()),
+                Kind::Allow => rules.subtree.as_ref(),
+                Kind::Block => {
+                    let by_path = match rules.paths.0.is_empty() {
+                        true => None,
+                        false => {
+                            let query = lowered.get_or_insert_with(|| path.to_ascii_lowercase());
+                            rules.paths.longest(query.as_bytes(), |_| true)
+                        }
+                    };
+                    by_path.or(rules.subtree.as_ref())
+                }
+            };
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// The most specific host-level rule (one that matches every path) for `host`.
+    pub(crate) fn host_rule(&self, host: &str) -> Option<&Arc<str>> {
+        self.suffixes(host)
+            .find_map(|(full, rules)| match self.kind {
+                Kind::Allow if full => rules.exact.as_ref().or(rules.subtree.as_ref()),
+                _ => rules.subtree.as_ref(),
+            })
+    }
+
+    /// The first path rule that applies to `host` (for block rules any covering it, for allow rules those naming
+    /// it): longest host suffix first, then in byte order, so it is the same whatever the file order.
+    pub(crate) fn first_path_rule(&self, host: &str) -> Option<&Arc<str>> {
+        self.suffixes(host)
+            .filter(|(full, _)| self.kind == Kind::Block || *full)
+            .find_map(|(_, rules)| rules.paths.0.first().map(|(_, rule)| rule))
+    }
+
+    /// The rules named at each suffix of `host` at a label boundary, longest first, each marked whether it is the
+    /// whole host.
+    fn suffixes<'s, 'h>(&'s self, host: &'h str) -> impl Iterator<Item = (bool, &'s HostRules)> + 'h
+    where
+        's: 'h,
+    {
+        let starts = std::iter::once(0).chain(host.match_indices('.').map(|(i, _)| i + 1));
+        starts.filter_map(move |start| Some((start == 0, self.hosts.get(host.get(start..)?)?)))
+    }
+
+    fn entry(&mut self, host: &str) -> &mut HostRules {
+        self.hosts.entry(host.into()).or_default()
+    }
+}
+
+impl PrefixSet {
+    /// The longest key that is a prefix of `query` and that `accept` takes.
+    fn longest(&self, query: &[u8], accept: impl Fn(&[u8]) -> bool) -> Option<&Arc<str>> {
+        longest_prefix(&self.0, |(key, _)| key.as_bytes(), query, accept).map(|(_, rule)| rule)
+    }
+}
+
+/// The longest element of `sorted` (sorted by `key`) whose key is a prefix of `query` and that `accept` takes.
+///
+/// The largest key ≤ `query` is either a prefix of it — then the longest such prefix, since a longer one would sort
+/// between the two — or it shares a common prefix with `query` that every matching key must lie within; so each
+/// round either answers or shortens the query, and a round is one binary search.
+pub(crate) fn longest_prefix<'s, T>(
+    sorted: &'s [T],
+    key: impl Fn(&T) -> &[u8],
+    query: &[u8],
+    accept: impl Fn(&[u8]) -> bool,
+) -> Option<&'s T> {
+    let mut q = query;
+    loop {
+        let idx = sorted.partition_point(|item| key(item) <= q);
+        let item = sorted.get(idx.checked_sub(1)?)?;
+        let k = key(item);
+        if q.starts_with(k) {
+            if accept(k) {
+                return Some(item);
+            }
+            q = k.get(..k.len().checked_sub(1)?)?;
+        } else {
+            let common = k.iter().zip(q).take_while(|(a, b)| a == b).count();
+            q = q.get(..common)?;
+        }
+    }
+}
+
+/// An allow prefix matches at a `/` boundary: `/a` admits `/a` and `/a/…` but not `/ab`; `/a/` admits `/a/…`.
+fn at_boundary(path: &[u8], key: &[u8]) -> bool {
+    key.ends_with(b"/") || path.len() == key.len() || path.get(key.len()) == Some(&b'/')
+}
+
+fn keep_smaller(slot: &mut Option<Arc<str>>, rule: &Arc<str>) {
+    let smaller = match slot {
+        Some(held) => rule < held,
+        None => true,
+    };
+    if smaller {
+        *slot = Some(Arc::clone(rule));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(s: &str) -> Arc<str> {
+        Arc::from(s)
+    }
+
+    fn named(m: &Matcher, host: &str, path: &str) -> Option<String> {
+        m.best(host, path).map(|r| r.to_string())
+    }
+
+    #[test]
+    fn block_rules_pick_the_most_specific() {
+        let mut m = Matcher::new(Kind::Block);
+        m.add_subtree("example.com", &rule("example.com"));
+        m.add_path("example.com", "/abs/", &rule("example.com/abs/"));
+        m.add_path("example.com", "/abs/2401", &rule("example.com/abs/2401"));
+        m.add_subtree("a.example.com", &rule("a.example.com"));
+        m.finish();
+        assert_eq!(
+            named(&m, "example.com", "/ABS/2401.1").as_deref(),
+            Some("example.com/abs/2401")
+        );
+        assert_eq!(
+            named(&m, "x.example.com", "/abs/1").as_deref(),
+            Some("example.com/abs/")
+        );
+        assert_eq!(
+            named(&m, "example.com", "/other").as_deref(),
+            Some("example.com")
+        );
+        assert_eq!(
+            named(&m, "b.a.example.com", "/abs/2401").as_deref(),
+            Some("a.example.com")
+        );
+        assert_eq!(named(&m, "example.org", "/"), None);
+        assert_eq!(named(&m, "notexample.com", "/abs/2401"), None);
+        assert_eq!(
+            m.host_rule("x.example.com")
+                .map(|r| r.to_string())
+                .as_deref(),
+            Some("example.com")
+        );
+    }
+
+    #[test]
+    fn allow_prefixes_stop_at_slash_boundaries() {
+        let mut m = Matcher::new(Kind::Allow);
+        m.add_path("github.com", "/rust-lang", &rule("github.com/rust-lang"));
+        m.add_path(
+            "github.com",
+            "/rust-lang-nursery/",
+            &rule("github.com/rust-lang-nursery/"),
+        );
+        m.finish();
+        assert_eq!(
+            named(&m, "github.com", "/rust-lang").as_deref(),
+            Some("github.com/rust-lang")
+        );
+        assert_eq!(
+            named(&m, "github.com", "/rust-lang/x").as_deref(),
+            Some("github.com/rust-lang")
+        );
+        assert_eq!(named(&m, "github.com", "/rust-lang-evil/"), None);
+        assert_eq!(named(&m, "github.com", "/rust-lang-nursery"), None);
+        assert_eq!(named(&m, "github.com", "/Rust-lang/x"), None);
+        assert_eq!(named(&m, "api.github.com", "/rust-lang/x"), None);
+        assert_eq!(
+            m.first_path_rule("github.com")
+                .map(|r| r.to_string())
+                .as_deref(),
+            Some("github.com/rust-lang")
+        );
+    }
+
+    #[test]
+    fn exact_beats_subtree_and_ties_name_the_smaller_text() {
+        let mut m = Matcher::new(Kind::Allow);
+        m.add_subtree("example.com", &rule(".example.com"));
+        m.add_exact("example.com", &rule("example.com"));
+        m.finish();
+        assert_eq!(
+            named(&m, "example.com", "/").as_deref(),
+            Some("example.com")
+        );
+        assert_eq!(
+            named(&m, "a.example.com", "/").as_deref(),
+            Some(".example.com")
+        );
+        let mut m = Matcher::new(Kind::Block);
+        m.add_path("x.org", "/a", &rule("x.org/b/../a"));
+        m.add_path("x.org", "/a", &rule("x.org/a"));
+        m.finish();
+        assert_eq!(named(&m, "x.org", "/a").as_deref(), Some("x.org/a"));
+    }
+
+    #[test]
+    fn longest_prefix_search_backs_off_past_near_misses() {
+        let mut m = Matcher::new(Kind::Block);
+        for p in ["/a", "/ab", "/abd", "/b"] {
+            m.add_path("h.org", p, &rule(p));
+        }
+        m.finish();
+        assert_eq!(named(&m, "h.org", "/abc").as_deref(), Some("/ab"));
+        assert_eq!(named(&m, "h.org", "/ac").as_deref(), Some("/a"));
+        assert_eq!(named(&m, "h.org", "/c"), None);
+    }
+}

@@ -1,6 +1,16 @@
 //! Path canonicalisation: cut the query at the first raw `?`, percent-decode until stable, `\` as `/`, drop
 //! `;params` from each segment, collapse `//`, remove dot segments (RFC 3986 §5.2.4). Refuse control characters,
 //! raw `#` and malformed escapes (checked on the raw text) and control characters produced by decoding.
+//!
+//! The canonical form is ASCII and idempotent (`canonicalize(c.as_str()) == c`): after decoding, the bytes that
+//! would mean something else if read again — `%`, `?`, `#`, space, and every non-ASCII byte — are written back as
+//! `%XX` with upper-case hex. So a raw `é` and `%C3%A9` are the same path, and a `%` left over from decoding
+//! (`%2525zz` → `%25zz` → `%zz`, stable) stays a literal `%` that cannot spell anything else. Decoding stops after
+//! [`MAX_DECODE_ROUNDS`]; a path still encoded after that is refused as a malformed escape.
+
+/// Layers of percent-encoding undone before giving up. Real clients encode once (proxies and frameworks sometimes
+/// twice); each round is a pass over the path, so an unbounded loop would let `%252525…` cost quadratic time.
+pub const MAX_DECODE_ROUNDS: usize = 8;
 
 /// A canonical path: starts with `/`, no query, no dot segments, no empty segments, decoded.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -9,6 +19,17 @@ pub struct CanonicalPath(String);
 impl CanonicalPath {
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The root path `/`.
+    pub fn root() -> CanonicalPath {
+        CanonicalPath("/".to_owned())
+    }
+}
+
+impl std::fmt::Display for CanonicalPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
@@ -28,6 +49,218 @@ pub enum PathError {
 }
 
 /// Canonicalise a raw `path[?query]` (as it appears after the authority in the request target; empty means `/`).
-pub fn canonicalize(_raw: &str) -> Result<CanonicalPath, PathError> {
-    todo!()
+pub fn canonicalize(raw: &str) -> Result<CanonicalPath, PathError> {
+    check_raw(raw.as_bytes())?;
+    let path = raw.split_once('?').map_or(raw, |(path, _query)| path);
+    if path.is_empty() {
+        return Ok(CanonicalPath::root());
+    }
+    if !path.starts_with('/') {
+        return Err(PathError::NotAbsolute);
+    }
+    let decoded = decode_until_stable(path.as_bytes())?;
+    Ok(CanonicalPath(encode_special(&remove_dot_segments(
+        &decoded,
+    ))))
+}
+
+/// Checks on the raw target, query included: control characters (and space), a raw `#`, malformed escapes.
+fn check_raw(raw: &[u8]) -> Result<(), PathError> {
+    for (i, &b) in raw.iter().enumerate() {
+        match b {
+            0x00..=0x20 | 0x7f => return Err(PathError::ControlChar),
+            b'#' => return Err(PathError::Fragment),
+            b'%' if escape_at(raw, i).is_none() => return Err(PathError::BadEscape),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The byte a valid `%XX` at `i` stands for.
+fn escape_at(bytes: &[u8], i: usize) -> Option<u8> {
+    let hi = hex_value(*bytes.get(i + 1)?)?;
+    let lo = hex_value(*bytes.get(i + 2)?)?;
+    Some(hi << 4 | lo)
+}
+
+fn hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Decode every valid `%XX` round after round until none is left; a lone `%` after the first round is literal.
+fn decode_until_stable(path: &[u8]) -> Result<Vec<u8>, PathError> {
+    let mut current = path.to_vec();
+    for _ in 0..MAX_DECODE_ROUNDS {
+        if !current
+            .iter()
+            .enumerate()
+            .any(|(i, &b)| b == b'%' && escape_at(&current, i).is_some())
+        {
+            return Ok(current);
+        }
+        current = decode_once(&current);
+        if current.iter().any(|&b| b < 0x20 || b == 0x7f) {
+            return Err(PathError::DecodedControlChar);
+        }
+    }
+    let still_encoded = current
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'%' && escape_at(&current, i).is_some());
+    if still_encoded {
+        return Err(PathError::BadEscape);
+    }
+    Ok(current)
+}
+
+fn decode_once(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match escape_at(bytes, i).filter(|_| bytes[i] == b'%') {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// `\` as `/`, `;params` dropped from each segment, empty segments collapsed, dot segments removed (never above the
+/// root). A path ending in `/`, `.` or `..` keeps a trailing slash, as RFC 3986 §5.2.4 does.
+fn remove_dot_segments(decoded: &[u8]) -> Vec<u8> {
+    let unified: Vec<u8> = decoded
+        .iter()
+        .map(|&b| if b == b'\\' { b'/' } else { b })
+        .collect();
+    let mut segments: Vec<&[u8]> = Vec::new();
+    let mut trailing_slash = false;
+    for raw_segment in unified.split(|&b| b == b'/').skip(1) {
+        let segment = raw_segment.split(|&b| b == b';').next().unwrap_or(&[]);
+        trailing_slash = true;
+        match segment {
+            b"" | b"." => {}
+            b".." => {
+                segments.pop();
+            }
+            _ => {
+                segments.push(segment);
+                trailing_slash = false;
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(unified.len());
+    for segment in &segments {
+        out.push(b'/');
+        out.extend_from_slice(segment);
+    }
+    if trailing_slash || out.is_empty() {
+        out.push(b'/');
+    }
+    out
+}
+
+/// Write back as `%XX` the bytes that a second reading would treat specially, so the form is ASCII and idempotent.
+fn encode_special(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if b.is_ascii() && !matches!(b, b'%' | b'?' | b'#' | b' ') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn canon(raw: &str) -> String {
+        canonicalize(raw).unwrap().0
+    }
+
+    #[test]
+    fn respellings_collapse() {
+        assert_eq!(canon(""), "/");
+        assert_eq!(canon("?x=1"), "/");
+        assert_eq!(canon("/a/b?c=%2F/../x"), "/a/b");
+        assert_eq!(canon("/a/./b/../c"), "/a/c");
+        assert_eq!(canon("/a/%2e%2E/b"), "/b");
+        assert_eq!(canon("/a%2fb"), "/a/b");
+        assert_eq!(canon("//a///b"), "/a/b");
+        assert_eq!(canon("/%61bs"), "/abs");
+        assert_eq!(canon("/a;x=1/b;y"), "/a/b");
+        assert_eq!(canon("/a\\b"), "/a/b");
+        assert_eq!(canon("/a%5cb"), "/a/b");
+        assert_eq!(canon("/a%252fb"), "/a/b");
+        assert_eq!(canon("/../../a"), "/a");
+        assert_eq!(canon("/a/.."), "/");
+        assert_eq!(canon("/a/b/."), "/a/b/");
+        assert_eq!(canon("/a/..;/b"), "/b");
+        assert_eq!(canon("/a/"), "/a/");
+        assert_eq!(canon("/a%3fb"), "/a%3Fb");
+        assert_eq!(canon("/a%23b"), "/a%23b");
+        assert_eq!(canon("/a%20b"), "/a%20b");
+        assert_eq!(canon("/é"), "/%C3%A9");
+        assert_eq!(canon("/%c3%a9"), "/%C3%A9");
+        assert_eq!(canon("/%ff"), "/%FF");
+        assert_eq!(canon("/a%2525zz"), "/a%25zz");
+    }
+
+    #[test]
+    fn canonical_form_is_idempotent_on_samples() {
+        for raw in ["/a%2525zz", "/a%3fb", "/%ff%20x", "/a/b/", "/é/../x"] {
+            let once = canon(raw);
+            assert_eq!(canon(&once), once, "{raw}");
+        }
+    }
+
+    #[test]
+    fn bad_targets_are_refused() {
+        assert_eq!(canonicalize("/a b").unwrap_err(), PathError::ControlChar);
+        assert_eq!(canonicalize("/a\tb").unwrap_err(), PathError::ControlChar);
+        assert_eq!(canonicalize("/a\x7f").unwrap_err(), PathError::ControlChar);
+        assert_eq!(canonicalize("/a#b").unwrap_err(), PathError::Fragment);
+        assert_eq!(canonicalize("/a?b#c").unwrap_err(), PathError::Fragment);
+        assert_eq!(canonicalize("/a%zz").unwrap_err(), PathError::BadEscape);
+        assert_eq!(canonicalize("/a%2").unwrap_err(), PathError::BadEscape);
+        assert_eq!(canonicalize("/a?q=%").unwrap_err(), PathError::BadEscape);
+        assert_eq!(
+            canonicalize("/a%00").unwrap_err(),
+            PathError::DecodedControlChar
+        );
+        assert_eq!(
+            canonicalize("/a%7F").unwrap_err(),
+            PathError::DecodedControlChar
+        );
+        assert_eq!(
+            canonicalize("/a%250a").unwrap_err(),
+            PathError::DecodedControlChar
+        );
+        assert_eq!(canonicalize("a/b").unwrap_err(), PathError::NotAbsolute);
+        // `%` + `25`×k + `41` takes k+1 rounds to become `A`.
+        let layered = |k: usize| format!("/%{}41", "25".repeat(k));
+        assert_eq!(canon(&layered(MAX_DECODE_ROUNDS - 1)), "/A");
+        assert_eq!(
+            canonicalize(&layered(MAX_DECODE_ROUNDS)).unwrap_err(),
+            PathError::BadEscape
+        );
+    }
 }

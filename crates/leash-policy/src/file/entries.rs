@@ -1,0 +1,258 @@
+//! One entry of `allowed_hosts`, `allowed_urls` or `blocked_urls` (or `--allow`/`--block`): text in, a validated
+//! rule or a message saying which rule of the syntax it breaks.
+//!
+//! Messages name the entry's text in backticks and say what to write instead. The checks run in an order that
+//! names the most telling problem first (a scheme before the `:` it contains, uppercase before "bad character").
+
+use std::net::Ipv6Addr;
+use std::sync::Arc;
+
+use crate::host::{parse_host, Host, HostError};
+use crate::path::{canonicalize, PathError};
+use crate::spec::{HostPattern, UrlRule};
+
+/// Which list an entry comes from; each accepts a slightly different syntax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum List {
+    /// `x` or `.x`, or a dotted-quad IPv4.
+    AllowedHosts,
+    /// `host/path`, one exact host.
+    AllowedUrls,
+    /// `host` or `host/path`, covering subdomains.
+    BlockedUrls,
+}
+
+/// A `blocked_urls`/`allowed_urls` entry: a rule, or (blocked_urls only) a dotted quad that needs no rule.
+#[derive(Debug)]
+pub(crate) enum UrlEntry {
+    Rule(UrlRule),
+    /// Every IP literal is refused in a blocklist already; the loader warns that the entry does nothing.
+    Ipv4,
+}
+
+/// An `allowed_hosts` entry.
+pub(crate) fn host_entry(text: &str) -> Result<HostPattern, String> {
+    let (name, subtree) = match text.strip_prefix('.') {
+        Some(rest) => (rest, true),
+        None => (text, false),
+    };
+    match (check_host(text, name, List::AllowedHosts)?, subtree) {
+        (Host::Name(n), false) => Ok(HostPattern::Exact(n)),
+        (Host::Name(n), true) => Ok(HostPattern::Subtree(n)),
+        (Host::Ipv4(ip), false) => Ok(HostPattern::Ipv4(ip)),
+        _ => Err(format!(
+            "`{text}` puts a leading dot before an IP address; a leading dot is for names"
+        )),
+    }
+}
+
+/// A `blocked_urls` or `allowed_urls` entry: `host` or `host/path-prefix`.
+pub(crate) fn url_entry(text: &str, list: List) -> Result<UrlEntry, String> {
+    let (host_text, path_text) = match text.find('/') {
+        Some(i) => (&text[..i], Some(&text[i..])),
+        None => (text, None),
+    };
+    if host_text.starts_with('.') {
+        let why = match list {
+            List::BlockedUrls => "blocked_urls entries already cover every subdomain",
+            _ => "an allowed_urls entry names exactly one host",
+        };
+        return Err(format!("`{text}` has a leading dot; {why}"));
+    }
+    let host = match check_host(text, host_text, list)? {
+        Host::Name(name) => name,
+        _ if list == List::BlockedUrls => return Ok(UrlEntry::Ipv4),
+        _ => {
+            return Err(format!(
+                "`{text}` names an IP address; list the address in `allowed_hosts`"
+            ))
+        }
+    };
+    let path = match (path_text, list) {
+        (None, List::AllowedUrls) => {
+            return Err(format!(
+                "`{text}` has no path; list whole hosts in `allowed_hosts`"
+            ));
+        }
+        (None, _) => None,
+        (Some(p), _) => Some(check_path(text, p)?),
+    };
+    Ok(UrlEntry::Rule(UrlRule {
+        host,
+        path,
+        text: Arc::from(text),
+        index: 0,
+    }))
+}
+
+/// The host part of an entry (`host`, without a leading dot): a name, or a dotted quad.
+fn check_host(entry: &str, host: &str, list: List) -> Result<Host, String> {
+    if host.is_empty() {
+        return Err(match entry.is_empty() {
+            true => "empty entry; write a hostname".to_owned(),
+            false => format!("`{entry}` has no hostname"),
+        });
+    }
+    if entry.contains("://") {
+        let write = match list {
+            List::AllowedHosts => "the host alone",
+            _ => "`host/path`",
+        };
+        return Err(format!(
+            "`{entry}` has a scheme; write {write} without `http://` or `https://`"
+        ));
+    }
+    if let Some(problem) = syntax_problem(host, list) {
+        return Err(format!("`{entry}` {problem}"));
+    }
+    match parse_host(host) {
+        Ok(Host::IpLiteral(_)) => Err(format!(
+            "`{entry}` spells an IP address; only a dotted quad like `192.0.2.1` is accepted"
+        )),
+        Ok(host) => Ok(host),
+        Err(HostError::EmptyLabel | HostError::Empty) => {
+            Err(format!("`{entry}` has an empty label"))
+        }
+        Err(HostError::TooLong) => Err(format!(
+            "`{entry}` is too long; names are at most 253 characters, labels 63"
+        )),
+        Err(e) => Err(format!("`{entry}` is not a hostname: {e}")),
+    }
+}
+
+/// What is wrong with `host`'s characters, if anything, phrased to follow the entry's backticked text.
+fn syntax_problem(host: &str, list: List) -> Option<String> {
+    let bracketed =
+        host.starts_with('[') || (host.contains(':') && host.parse::<Ipv6Addr>().is_ok());
+    let problem = if bracketed {
+        "is an IPv6 literal; only dotted-quad IPv4 literals are accepted"
+    } else if host.contains('*') {
+        match list {
+            List::AllowedHosts => {
+                "has a `*`; write `.example.com` for a host and all its subdomains"
+            }
+            List::BlockedUrls => "has a `*`; blocked_urls entries already cover every subdomain",
+            List::AllowedUrls => "has a `*`; an allowed_urls entry names exactly one host",
+        }
+    } else if !host.is_ascii() {
+        "has non-ASCII characters; write the name in punycode (`xn--…`)"
+    } else if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        "has uppercase letters; hostnames are lowercase"
+    } else if host.contains(':') {
+        "has a port; ports are set with `ports` and `tunnel_ports`"
+    } else if host.contains('@') {
+        "has userinfo (`@`); write the host alone"
+    } else if host.contains('%') {
+        "is percent-encoded; hostnames are plain letters, digits, hyphens and dots"
+    } else if host.ends_with('.') {
+        "ends with a dot; write the name without it"
+    } else if host.starts_with('.') {
+        "has an empty label"
+    } else if let Some(c) = host
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '.'))
+    {
+        return Some(format!(
+            "has `{c}`; hostnames are letters, digits, hyphens and dots"
+        ));
+    } else {
+        return None;
+    };
+    Some(problem.to_owned())
+}
+
+fn check_path(entry: &str, path: &str) -> Result<crate::path::CanonicalPath, String> {
+    if path.contains('?') {
+        return Err(format!(
+            "`{entry}` has a query (`?`); rules match paths only"
+        ));
+    }
+    canonicalize(path).map_err(|e| match e {
+        PathError::ControlChar => format!("`{entry}` has a space or control character in its path"),
+        PathError::Fragment => format!("`{entry}` has a `#`; rules match paths only"),
+        PathError::BadEscape => format!("`{entry}` has a malformed percent-escape in its path"),
+        PathError::DecodedControlChar => {
+            format!("`{entry}` has a path that decodes to a control character")
+        }
+        PathError::NotAbsolute => format!("`{entry}` has a path that does not start with `/`"),
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn host_err(text: &str) -> String {
+        host_entry(text).unwrap_err()
+    }
+
+    #[test]
+    fn host_entries() {
+        assert!(matches!(
+            host_entry("api.example.com").unwrap(),
+            HostPattern::Exact(_)
+        ));
+        assert!(matches!(
+            host_entry(".pypi.org").unwrap(),
+            HostPattern::Subtree(_)
+        ));
+        assert!(matches!(
+            host_entry("192.0.2.7").unwrap(),
+            HostPattern::Ipv4(_)
+        ));
+        assert!(matches!(
+            host_entry("xn--bcher-kva.de").unwrap(),
+            HostPattern::Exact(_)
+        ));
+        assert_eq!(
+            host_err("Example.com"),
+            "`Example.com` has uppercase letters; hostnames are lowercase"
+        );
+        assert!(host_err("https://example.com").contains("has a scheme"));
+        assert!(host_err("example.com:443").contains("has a port"));
+        assert!(host_err("*.example.com").contains("has a `*`"));
+        assert!(host_err("bücher.de").contains("non-ASCII"));
+        assert!(host_err("a..b").contains("empty label"));
+        assert!(host_err("..a").contains("empty label"));
+        assert!(host_err("example.com.").contains("ends with a dot"));
+        assert!(host_err("[::1]").contains("IPv6"));
+        assert!(host_err("::1").contains("IPv6"));
+        assert!(host_err("127.1").contains("spells an IP address"));
+        assert!(host_err("foo.123").contains("spells an IP address"));
+        assert!(host_err(".1.2.3.4").contains("leading dot"));
+        assert!(host_err("a_b.com").contains("has `_`"));
+        assert!(host_err("").contains("empty entry"));
+    }
+
+    #[test]
+    fn url_entries() {
+        let UrlEntry::Rule(r) = url_entry("arxiv.org/abs/./2401", List::BlockedUrls).unwrap()
+        else {
+            return;
+        };
+        assert_eq!(
+            (r.host.as_str(), r.path.unwrap().as_str(), &*r.text),
+            ("arxiv.org", "/abs/2401", "arxiv.org/abs/./2401")
+        );
+        assert!(matches!(
+            url_entry("api.semanticscholar.org", List::BlockedUrls).unwrap(),
+            UrlEntry::Rule(_)
+        ));
+        assert!(matches!(
+            url_entry("192.0.2.1/x", List::BlockedUrls).unwrap(),
+            UrlEntry::Ipv4
+        ));
+        let err = |t, l| url_entry(t, l).unwrap_err();
+        assert!(err("github.com", List::AllowedUrls).contains("has no path"));
+        assert!(err(".github.com/x", List::AllowedUrls).contains("leading dot"));
+        assert!(err(".arxiv.org", List::BlockedUrls).contains("leading dot"));
+        assert!(err("https://arxiv.org/abs", List::BlockedUrls).contains("scheme"));
+        assert!(err("arxiv.org/abs?x", List::BlockedUrls).contains("query"));
+        assert!(err("arxiv.org/a#b", List::BlockedUrls).contains('#'));
+        assert!(err("arxiv.org/a%zz", List::BlockedUrls).contains("percent-escape"));
+        assert!(err("arxiv.org/a b", List::BlockedUrls).contains("space"));
+        assert!(err("192.0.2.1/x", List::AllowedUrls).contains("allowed_hosts"));
+        assert!(err("/abs", List::BlockedUrls).contains("no hostname"));
+    }
+}

@@ -1,0 +1,64 @@
+//! `leash run --allow HOST --block RULE`: a policy from the command line, validated entry by entry as the file's
+//! lists are (`--allow` as `allowed_hosts`, `--block` as `blocked_urls`), with the default ports.
+
+use std::sync::Arc;
+
+use super::entries::{host_entry, url_entry, List, UrlEntry};
+use super::PolicyError;
+use crate::engine::{Mode, Policy};
+use crate::spec::{HostRule, Network, UrlRule};
+
+impl Policy {
+    /// An allowlist of `allow` or a blocklist of `block`; both empty is an allowlist that allows nothing, both
+    /// non-empty is an error (the two modes cannot be mixed). Errors name `--allow[0]`, `--block[1]`, ...
+    pub fn from_inline(allow: &[String], block: &[String]) -> Result<Policy, Vec<PolicyError>> {
+        if !allow.is_empty() && !block.is_empty() {
+            let message = "`--allow` and `--block` cannot be mixed: an allowlist refuses everything not allowed, a \
+                           blocklist allows everything not blocked; choose one"
+                .to_owned();
+            return Err(vec![PolicyError {
+                entry: "--block[0]".to_owned(),
+                line: None,
+                column: None,
+                message,
+            }]);
+        }
+        let mut errors = Vec::new();
+        let mut network = Network::empty(if block.is_empty() {
+            Mode::Allowlist
+        } else {
+            Mode::Blocklist
+        });
+        for (index, text) in allow.iter().enumerate() {
+            match host_entry(text) {
+                Ok(pattern) => network.hosts.push(HostRule {
+                    pattern,
+                    text: Arc::from(text.as_str()),
+                    index,
+                }),
+                Err(message) => errors.push(inline_error("--allow", index, message)),
+            }
+        }
+        for (index, text) in block.iter().enumerate() {
+            match url_entry(text, List::BlockedUrls) {
+                Ok(UrlEntry::Rule(rule)) => network.urls.push(UrlRule { index, ..rule }),
+                // Already refused as an IP literal; nothing to add.
+                Ok(UrlEntry::Ipv4) => {}
+                Err(message) => errors.push(inline_error("--block", index, message)),
+            }
+        }
+        match errors.is_empty() {
+            true => Ok(Policy::compile(network)),
+            false => Err(errors),
+        }
+    }
+}
+
+fn inline_error(flag: &str, index: usize, message: String) -> PolicyError {
+    PolicyError {
+        entry: format!("{flag}[{index}]"),
+        line: None,
+        column: None,
+        message,
+    }
+}

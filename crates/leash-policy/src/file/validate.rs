@@ -1,0 +1,386 @@
+//! The raw tree → validated [`Network`] sections, collecting every error (not just the first) across the whole file,
+//! every profile included, each naming its entry, position and the rule it breaks.
+
+use std::sync::Arc;
+
+use super::entries::{host_entry, url_entry, List, UrlEntry};
+use super::raw::{Key, Node, Pos, ScalarKind, Value};
+use super::{warn, PolicyError, Warning};
+use crate::dest::Cidr;
+use crate::engine::Mode;
+use crate::spec::{HostRule, Network, UrlRule, DEFAULT_PORTS, DEFAULT_TUNNEL_PORTS};
+
+const TOP_KEYS: &[&str] = &["network", "profiles"];
+const PROFILE_KEYS: &[&str] = &["network"];
+const NETWORK_KEYS: &[&str] = &[
+    "mode",
+    "allowed_hosts",
+    "allowed_urls",
+    "blocked_urls",
+    "ports",
+    "tunnel_ports",
+    "allow_destinations",
+    "inspect",
+];
+
+/// Every section of a file, checked.
+pub(crate) struct Checked {
+    /// The top-level `network`, if it is valid.
+    pub(crate) top: Option<Network>,
+    /// Each profile by name, with its network if valid.
+    pub(crate) profiles: Vec<(String, Option<Network>)>,
+    /// Where `profiles` is, for the unknown-profile error.
+    pub(crate) profiles_pos: Option<Pos>,
+    pub(crate) errors: Vec<PolicyError>,
+    pub(crate) warnings: Vec<Warning>,
+}
+
+/// Check a whole document.
+pub(crate) fn document(root: &Node) -> Checked {
+    let mut c = Checker {
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let mut checked = Checked {
+        top: None,
+        profiles: Vec::new(),
+        profiles_pos: None,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    if matches!(root.value, Value::Scalar(ScalarKind::Null, _)) {
+        c.error(
+            "network",
+            root.pos,
+            "the policy is empty; it needs a `network` section".to_owned(),
+        );
+    } else if let Some(fields) = c.map("", root, TOP_KEYS) {
+        match find(&fields, "network") {
+            Some((_, node)) => checked.top = c.network("network", node),
+            None => c.error(
+                "network",
+                root.pos,
+                "missing `network`; every policy has a top-level one".to_owned(),
+            ),
+        }
+        if let Some((key, node)) = find(&fields, "profiles") {
+            checked.profiles_pos = Some(key.pos);
+            checked.profiles = c.profiles(node);
+        }
+    }
+    checked.errors = c.errors;
+    checked.warnings = c.warnings;
+    checked
+}
+
+struct Checker {
+    errors: Vec<PolicyError>,
+    warnings: Vec<Warning>,
+}
+
+type Fields<'n> = Vec<(&'n Key, &'n Node)>;
+
+fn find<'n>(fields: &Fields<'n>, name: &str) -> Option<(&'n Key, &'n Node)> {
+    fields.iter().find(|(k, _)| k.name == name).copied()
+}
+
+fn join(prefix: &str, name: &str) -> String {
+    match prefix {
+        "" => name.to_owned(),
+        _ => format!("{prefix}.{name}"),
+    }
+}
+
+impl Checker {
+    fn error(&mut self, entry: &str, pos: Pos, message: String) {
+        self.errors.push(PolicyError {
+            entry: entry.to_owned(),
+            line: Some(pos.line),
+            column: Some(pos.column),
+            message,
+        });
+    }
+
+    fn expected(&mut self, entry: &str, node: &Node, what: &str) {
+        self.error(
+            entry,
+            node.pos,
+            format!("expected {what}, found {}", node.kind_name()),
+        );
+    }
+
+    /// A mapping with only `allowed` keys, each once; unknown and repeated keys are reported and left out.
+    fn map<'n>(&mut self, entry: &str, node: &'n Node, allowed: &[&str]) -> Option<Fields<'n>> {
+        let Value::Map(pairs) = &node.value else {
+            self.expected(
+                if entry.is_empty() {
+                    "(top level)"
+                } else {
+                    entry
+                },
+                node,
+                "a mapping",
+            );
+            return None;
+        };
+        let mut fields: Fields<'n> = Vec::new();
+        for (key, value) in pairs {
+            let at = join(entry, &key.name);
+            if let Some((first, _)) = find(&fields, &key.name) {
+                self.error(
+                    &at,
+                    key.pos,
+                    format!(
+                        "`{}` is given twice (first on line {})",
+                        key.name, first.pos.line
+                    ),
+                );
+            } else if allowed.contains(&key.name.as_str()) || allowed.is_empty() {
+                fields.push((key, value));
+            } else {
+                let expected = allowed
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                self.error(
+                    &at,
+                    key.pos,
+                    format!("unknown key `{}`; expected one of {expected}", key.name),
+                );
+            }
+        }
+        Some(fields)
+    }
+
+    fn profiles(&mut self, node: &Node) -> Vec<(String, Option<Network>)> {
+        let Some(fields) = self.map("profiles", node, &[]) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (key, value) in fields {
+            let entry = join("profiles", &key.name);
+            let name_ok = !key.name.is_empty()
+                && key
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !name_ok {
+                let message = format!(
+                    "`{}` is not a profile name; use letters, digits, `-` and `_`",
+                    key.name
+                );
+                self.error(&entry, key.pos, message);
+            }
+            let network = match self
+                .map(&entry, value, PROFILE_KEYS)
+                .map(|f| find(&f, "network"))
+            {
+                Some(Some((_, net))) => self.network(&join(&entry, "network"), net),
+                Some(None) => {
+                    self.error(
+                        &join(&entry, "network"),
+                        value.pos,
+                        "missing `network` in the profile".to_owned(),
+                    );
+                    None
+                }
+                None => None,
+            };
+            out.push((key.name.clone(), network));
+        }
+        out
+    }
+
+    /// One `network` section: every field checked even after an error, so all of its problems are reported.
+    fn network(&mut self, prefix: &str, node: &Node) -> Option<Network> {
+        let before = self.errors.len();
+        let fields = self.map(prefix, node, NETWORK_KEYS)?;
+        let mode = self.mode(prefix, node, find(&fields, "mode"));
+        let list = |c: &mut Self, name: &str| {
+            find(&fields, name).and_then(|(_, n)| c.list(&join(prefix, name), n))
+        };
+        let hosts = list(self, "allowed_hosts").map(|items| self.allowed_hosts(prefix, items));
+        let allowed_urls =
+            list(self, "allowed_urls").map(|items| self.urls(prefix, "allowed_urls", items));
+        let blocked_urls =
+            list(self, "blocked_urls").map(|items| self.urls(prefix, "blocked_urls", items));
+        let ports = list(self, "ports").map(|items| self.ports(&join(prefix, "ports"), items));
+        let tunnel_ports = list(self, "tunnel_ports")
+            .map(|items| self.ports(&join(prefix, "tunnel_ports"), items));
+        let destinations = list(self, "allow_destinations").map(|items| self.cidrs(prefix, items));
+        let inspect_all = find(&fields, "inspect")
+            .is_some_and(|(_, n)| self.inspect(&join(prefix, "inspect"), n));
+        let mode = mode?;
+        self.mode_mismatch(prefix, mode, &fields);
+        if self.errors.len() > before {
+            return None;
+        }
+        let urls = match mode {
+            Mode::Allowlist => allowed_urls,
+            Mode::Blocklist => blocked_urls,
+        };
+        let network = Network {
+            mode,
+            hosts: hosts.unwrap_or_default(),
+            urls: urls.unwrap_or_default(),
+            ports: ports.unwrap_or_else(|| DEFAULT_PORTS.to_vec()),
+            tunnel_ports: tunnel_ports.unwrap_or_else(|| DEFAULT_TUNNEL_PORTS.to_vec()),
+            allow_destinations: destinations.unwrap_or_default(),
+            inspect_all,
+        };
+        self.warnings.extend(warn::network(prefix, &network));
+        Some(network)
+    }
+
+    fn mode(&mut self, prefix: &str, network: &Node, field: Option<(&Key, &Node)>) -> Option<Mode> {
+        let entry = join(prefix, "mode");
+        let Some((_, node)) = field else {
+            self.error(
+                &entry,
+                network.pos,
+                "missing `mode`; it is `allowlist` or `blocklist`".to_owned(),
+            );
+            return None;
+        };
+        match self.string(&entry, node)? {
+            "allowlist" => Some(Mode::Allowlist),
+            "blocklist" => Some(Mode::Blocklist),
+            other => {
+                let message = format!("`{other}` is not a mode; it is `allowlist` or `blocklist`");
+                self.error(&entry, node.pos, message);
+                None
+            }
+        }
+    }
+
+    /// Lists that belong to the other mode are errors, not silently ignored settings.
+    fn mode_mismatch(&mut self, prefix: &str, mode: Mode, fields: &Fields<'_>) {
+        let (wrong, this, other): (&[&str], _, _) = match mode {
+            Mode::Allowlist => (&["blocked_urls"], "an allowlist", "blocklist"),
+            Mode::Blocklist => (
+                &["allowed_hosts", "allowed_urls"],
+                "a blocklist",
+                "allowlist",
+            ),
+        };
+        for name in wrong {
+            if let Some((key, _)) = find(fields, name) {
+                let message = format!("`{name}` is for {other} mode; this network is {this}");
+                self.error(&join(prefix, name), key.pos, message);
+            }
+        }
+    }
+
+    fn list<'n>(&mut self, entry: &str, node: &'n Node) -> Option<&'n [Node]> {
+        match &node.value {
+            Value::Seq(items) => Some(items),
+            _ => {
+                self.expected(entry, node, "a list (write `[]` for an empty one)");
+                None
+            }
+        }
+    }
+
+    fn string<'n>(&mut self, entry: &str, node: &'n Node) -> Option<&'n str> {
+        match &node.value {
+            Value::Scalar(ScalarKind::Str, text) => Some(text),
+            _ => {
+                self.expected(entry, node, "a string");
+                None
+            }
+        }
+    }
+
+    fn allowed_hosts(&mut self, prefix: &str, items: &[Node]) -> Vec<HostRule> {
+        let mut rules = Vec::with_capacity(items.len());
+        for (index, node) in items.iter().enumerate() {
+            let entry = format!("{prefix}.allowed_hosts[{index}]");
+            let Some(text) = self.string(&entry, node) else {
+                continue;
+            };
+            match host_entry(text) {
+                Ok(pattern) => rules.push(HostRule {
+                    pattern,
+                    text: Arc::from(text),
+                    index,
+                }),
+                Err(message) => self.error(&entry, node.pos, message),
+            }
+        }
+        rules
+    }
+
+    fn urls(&mut self, prefix: &str, name: &str, items: &[Node]) -> Vec<UrlRule> {
+        let list = if name == "allowed_urls" {
+            List::AllowedUrls
+        } else {
+            List::BlockedUrls
+        };
+        let mut rules = Vec::with_capacity(items.len());
+        for (index, node) in items.iter().enumerate() {
+            let entry = format!("{prefix}.{name}[{index}]");
+            let Some(text) = self.string(&entry, node) else {
+                continue;
+            };
+            match url_entry(text, list) {
+                Ok(UrlEntry::Rule(rule)) => rules.push(UrlRule { index, ..rule }),
+                Ok(UrlEntry::Ipv4) => {
+                    let message = format!("`{text}`: a blocklist refuses every IP literal already; this entry does nothing");
+                    self.warnings.push(Warning { entry, message });
+                }
+                Err(message) => self.error(&entry, node.pos, message),
+            }
+        }
+        rules
+    }
+
+    fn ports(&mut self, entry: &str, items: &[Node]) -> Vec<u16> {
+        let mut ports = Vec::with_capacity(items.len());
+        for (index, node) in items.iter().enumerate() {
+            let at = format!("{entry}[{index}]");
+            match &node.value {
+                Value::Scalar(ScalarKind::Int, text) => match text.parse::<u16>() {
+                    Ok(port) if port > 0 && text.bytes().all(|b| b.is_ascii_digit()) => {
+                        ports.push(port)
+                    }
+                    _ => self.error(
+                        &at,
+                        node.pos,
+                        format!("`{text}` is not a port; ports are 1-65535"),
+                    ),
+                },
+                _ => self.expected(&at, node, "a port number"),
+            }
+        }
+        ports
+    }
+
+    fn cidrs(&mut self, prefix: &str, items: &[Node]) -> Vec<Cidr> {
+        let mut cidrs = Vec::with_capacity(items.len());
+        for (index, node) in items.iter().enumerate() {
+            let entry = format!("{prefix}.allow_destinations[{index}]");
+            let Some(text) = self.string(&entry, node) else {
+                continue;
+            };
+            match text.parse::<Cidr>() {
+                Ok(cidr) => cidrs.push(cidr),
+                Err(message) => self.error(&entry, node.pos, message),
+            }
+        }
+        cidrs
+    }
+
+    fn inspect(&mut self, entry: &str, node: &Node) -> bool {
+        match self.string(entry, node) {
+            Some("all") => true,
+            Some(other) => {
+                let message =
+                    format!("`{other}` is not an inspect setting; the only value is `all`");
+                self.error(entry, node.pos, message);
+                false
+            }
+            None => false,
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! Warnings for `leash check`: policies that are valid but probably not what was meant — an empty list, a rule
+//! written twice, a rule already covered by a broader one, an exemption of every address.
+//!
+//! Each check is linear or close to it (hash lookups per label or per `/`, one sorted scan per host), so a policy of
+//! 100,000 entries is checked within its load-time budget.
+
+use std::collections::HashMap;
+
+use super::Warning;
+use crate::engine::Mode;
+use crate::matcher::longest_prefix;
+use crate::spec::{HostPattern, Network, UrlRule};
+
+/// Every warning for one valid network section named `prefix` (`network`, `profiles.x.network`).
+pub(crate) fn network(prefix: &str, net: &Network) -> Vec<Warning> {
+    let mut out = Warnings {
+        prefix,
+        list: Vec::new(),
+    };
+    out.lists(net);
+    match net.mode {
+        Mode::Allowlist => {
+            out.allowed_hosts(net);
+            out.allowed_urls(net);
+        }
+        Mode::Blocklist => out.blocked_urls(net),
+    }
+    // Some checks walk hash maps; sort so `leash check` prints in file order within each list.
+    out.list.sort_by_cached_key(|w| entry_order(&w.entry));
+    out.list
+}
+
+/// `network.blocked_urls[12]` → (`network.blocked_urls`, 12), so `[9]` sorts before `[10]`.
+fn entry_order(entry: &str) -> (String, usize) {
+    match entry.strip_suffix(']').and_then(|e| e.rsplit_once('[')) {
+        Some((list, index)) => (list.to_owned(), index.parse().unwrap_or(0)),
+        None => (entry.to_owned(), 0),
+    }
+}
+
+struct Warnings<'p> {
+    prefix: &'p str,
+    list: Vec<Warning>,
+}
+
+impl Warnings<'_> {
+    fn push(&mut self, entry: String, message: String) {
+        self.list.push(Warning { entry, message });
+    }
+
+    fn lists(&mut self, net: &Network) {
+        let p = self.prefix;
+        match net.mode {
+            Mode::Allowlist if net.hosts.is_empty() && net.urls.is_empty() => {
+                self.push(
+                    p.to_owned(),
+                    "the allowlist is empty: nothing is allowed".to_owned(),
+                );
+            }
+            Mode::Blocklist if net.urls.is_empty() => {
+                self.push(
+                    p.to_owned(),
+                    "the blocklist is empty: everything is allowed".to_owned(),
+                );
+            }
+            _ => {}
+        }
+        if net.ports.is_empty() {
+            self.push(
+                format!("{p}.ports"),
+                "no port is listed: every plain-HTTP request is refused".to_owned(),
+            );
+        }
+        if net.tunnel_ports.is_empty() {
+            self.push(
+                format!("{p}.tunnel_ports"),
+                "no port is listed: every CONNECT is refused".to_owned(),
+            );
+        }
+        for (i, cidr) in net.allow_destinations.iter().enumerate() {
+            if cidr.is_everything() {
+                let family = if cidr.addr.is_ipv4() { "IPv4" } else { "IPv6" };
+                let message = format!(
+                    "`{cidr}` exempts every {family} address from the internal-destination check"
+                );
+                self.push(format!("{p}.allow_destinations[{i}]"), message);
+            }
+        }
+    }
+
+    fn allowed_hosts(&mut self, net: &Network) {
+        let prefix = self.prefix;
+        let entry = move |i: usize| format!("{prefix}.allowed_hosts[{i}]");
+        let mut first: HashMap<&HostPattern, usize> = HashMap::new();
+        let subtrees: HashMap<&str, &str> = subtree_texts(net);
+        for rule in &net.hosts {
+            if let Some(&earlier) = first.get(&rule.pattern) {
+                self.push(
+                    entry(rule.index),
+                    format!("`{}` repeats {}", rule.text, entry(earlier)),
+                );
+                continue;
+            }
+            first.insert(&rule.pattern, rule.index);
+            let covering = match &rule.pattern {
+                HostPattern::Exact(name) => covering_subtree(&subtrees, name.as_str(), true),
+                HostPattern::Subtree(name) => covering_subtree(&subtrees, name.as_str(), false),
+                HostPattern::Ipv4(_) => {
+                    let message = format!(
+                        "`{}` is an IP address: it is allowed in exactly this spelling, and the destination check \
+                         still applies",
+                        rule.text
+                    );
+                    self.push(entry(rule.index), message);
+                    None
+                }
+            };
+            if let Some(broader) = covering {
+                self.push(
+                    entry(rule.index),
+                    format!("`{}` is already covered by `{broader}`", rule.text),
+                );
+            }
+        }
+    }
+
+    fn allowed_urls(&mut self, net: &Network) {
+        let prefix = self.prefix;
+        let entry = move |i: usize| format!("{prefix}.allowed_urls[{i}]");
+        let subtrees = subtree_texts(net);
+        let exact: HashMap<&str, &str> = net
+            .hosts
+            .iter()
+            .filter_map(|r| match &r.pattern {
+                HostPattern::Exact(n) => Some((n.as_str(), &*r.text)),
+                _ => None,
+            })
+            .collect();
+        let mut paths: HashMap<(&str, &str), &UrlRule> = HashMap::new();
+        let mut firsts = Vec::new();
+        for rule in &net.urls {
+            let key = (
+                rule.host.as_str(),
+                rule.path.as_ref().map_or("/", |p| p.as_str()),
+            );
+            match paths.get(&key) {
+                Some(earlier) => self.push(
+                    entry(rule.index),
+                    format!("`{}` repeats {}", rule.text, entry(earlier.index)),
+                ),
+                None => {
+                    paths.insert(key, rule);
+                    firsts.push((key, rule));
+                }
+            }
+        }
+        for ((host, path), rule) in firsts {
+            let by_host = exact
+                .get(host)
+                .copied()
+                .or_else(|| covering_subtree(&subtrees, host, true));
+            let by_path = || {
+                allow_cover(path)
+                    .find_map(|q| paths.get(&(host, q)))
+                    .map(|r| &*r.text)
+            };
+            if let Some(broader) = by_host.or_else(by_path) {
+                self.push(
+                    entry(rule.index),
+                    format!("`{}` is already covered by `{broader}`", rule.text),
+                );
+            }
+        }
+    }
+
+    fn blocked_urls(&mut self, net: &Network) {
+        let prefix = self.prefix;
+        let entry = move |i: usize| format!("{prefix}.blocked_urls[{i}]");
+        let mut host_rules: HashMap<&str, &str> = HashMap::new();
+        let mut by_host: HashMap<&str, Vec<(String, &UrlRule)>> = HashMap::new();
+        let mut seen: HashMap<(&str, Option<String>), usize> = HashMap::new();
+        for rule in &net.urls {
+            let lowered = rule.path.as_ref().map(|p| p.as_str().to_ascii_lowercase());
+            let key = (rule.host.as_str(), lowered.clone());
+            if let Some(&earlier) = seen.get(&key) {
+                self.push(
+                    entry(rule.index),
+                    format!("`{}` repeats {}", rule.text, entry(earlier)),
+                );
+                continue;
+            }
+            seen.insert(key, rule.index);
+            match lowered {
+                None => drop(host_rules.insert(rule.host.as_str(), &rule.text)),
+                Some(path) => by_host
+                    .entry(rule.host.as_str())
+                    .or_default()
+                    .push((path, rule)),
+            }
+        }
+        for list in by_host.values_mut() {
+            list.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        }
+        let mut host_only: Vec<&UrlRule> = net.urls.iter().filter(|r| r.path.is_none()).collect();
+        host_only.retain(|r| seen.get(&(r.host.as_str(), None)) == Some(&r.index));
+        for rule in host_only {
+            if let Some(broader) =
+                proper_suffixes(rule.host.as_str()).find_map(|s| host_rules.get(s))
+            {
+                self.push(
+                    entry(rule.index),
+                    format!("`{}` is already covered by `{broader}`", rule.text),
+                );
+            }
+        }
+        for (host, list) in &by_host {
+            self.block_paths(host, list, &host_rules, &by_host);
+        }
+        for rule in net
+            .urls
+            .iter()
+            .filter(|r| r.path.as_ref().is_some_and(|p| p.as_str() == "/"))
+        {
+            let message = format!(
+                "`{}` blocks every path; write `{}` to block the host without inspecting its tunnels",
+                rule.text, rule.host
+            );
+            self.push(entry(rule.index), message);
+        }
+    }
+
+    /// Path rules under one host: covered by a host rule on it or a parent, by a shorter path under it (one sorted
+    /// scan keeping the chain of open prefixes), or by a path rule on a parent.
+    fn block_paths(
+        &mut self,
+        host: &str,
+        list: &[(String, &UrlRule)],
+        host_rules: &HashMap<&str, &str>,
+        by_host: &HashMap<&str, Vec<(String, &UrlRule)>>,
+    ) {
+        let host_rule = std::iter::once(host)
+            .chain(proper_suffixes(host))
+            .find_map(|s| host_rules.get(s));
+        let mut open: Vec<&(String, &UrlRule)> = Vec::new();
+        for item in list {
+            let (path, rule) = item;
+            while open
+                .last()
+                .is_some_and(|(top, _)| !path.starts_with(top.as_str()))
+            {
+                open.pop();
+            }
+            let by_parent = || {
+                proper_suffixes(host).find_map(|s| {
+                    let parent = by_host.get(s)?;
+                    longest_prefix(parent, |(p, _)| p.as_bytes(), path.as_bytes(), |_| true)
+                        .map(|(_, r)| &*r.text)
+                })
+            };
+            let broader = host_rule
+                .copied()
+                .or_else(|| open.last().map(|(_, r)| &*r.text))
+                .or_else(by_parent);
+            match broader {
+                Some(broader) => {
+                    let message = format!("`{}` is already covered by `{broader}`", rule.text);
+                    self.push(
+                        format!("{}.blocked_urls[{}]", self.prefix, rule.index),
+                        message,
+                    );
+                }
+                None => open.push(item),
+            }
+        }
+    }
+}
+
+/// `.x` entries of `allowed_hosts`, by name, with their text.
+fn subtree_texts(net: &Network) -> HashMap<&str, &str> {
+    net.hosts
+        .iter()
+        .filter_map(|r| match &r.pattern {
+            HostPattern::Subtree(n) => Some((n.as_str(), &*r.text)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `.x` entry covering `name`: one on a parent, or (if `itself`) on the name itself.
+fn covering_subtree<'a>(
+    subtrees: &HashMap<&str, &'a str>,
+    name: &str,
+    itself: bool,
+) -> Option<&'a str> {
+    let own = itself.then_some(name);
+    own.into_iter()
+        .chain(proper_suffixes(name))
+        .find_map(|s| subtrees.get(s).copied())
+}
+
+/// `b.c` and `c` for `a.b.c`.
+fn proper_suffixes(host: &str) -> impl Iterator<Item = &str> {
+    host.match_indices('.')
+        .filter_map(move |(i, _)| host.get(i + 1..))
+}
+
+/// Every allow prefix other than `path` itself that would admit all of `path`: `/a` and `/a/` for `/a/b`.
+fn allow_cover(path: &str) -> impl Iterator<Item = &str> {
+    let slashes = path.match_indices('/').map(|(i, _)| i);
+    slashes
+        .flat_map(move |i| [path.get(..i), path.get(..=i)])
+        .flatten()
+        .filter(move |q| !q.is_empty() && *q != path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn allow_cover_lists_boundary_prefixes() {
+        let v: HashSet<&str> = allow_cover("/a/b").collect();
+        assert_eq!(v, HashSet::from(["/", "/a", "/a/"]));
+        let v: HashSet<&str> = allow_cover("/a/").collect();
+        assert_eq!(v, HashSet::from(["/", "/a"]));
+    }
+}

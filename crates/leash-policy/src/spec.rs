@@ -1,0 +1,74 @@
+//! The validated form of one `network` section: what the loader produces and [`crate::Policy::compile`] consumes.
+//! Every field is already checked; nothing here is a raw string where a host or path is meant.
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use crate::dest::Cidr;
+use crate::engine::Mode;
+use crate::host::Name;
+use crate::path::CanonicalPath;
+
+/// Plain-HTTP ports when `ports` is not given.
+pub(crate) const DEFAULT_PORTS: [u16; 2] = [80, 443];
+/// CONNECT ports when `tunnel_ports` is not given.
+pub(crate) const DEFAULT_TUNNEL_PORTS: [u16; 1] = [443];
+
+/// One validated `network` section.
+#[derive(Debug, Clone)]
+pub(crate) struct Network {
+    pub(crate) mode: Mode,
+    /// `allowed_hosts` (allowlist only).
+    pub(crate) hosts: Vec<HostRule>,
+    /// `allowed_urls` in an allowlist, `blocked_urls` in a blocklist.
+    pub(crate) urls: Vec<UrlRule>,
+    pub(crate) ports: Vec<u16>,
+    pub(crate) tunnel_ports: Vec<u16>,
+    pub(crate) allow_destinations: Vec<Cidr>,
+    pub(crate) inspect_all: bool,
+}
+
+impl Network {
+    /// An allowlist that allows nothing, with the default ports.
+    pub(crate) fn empty(mode: Mode) -> Network {
+        Network {
+            mode,
+            hosts: Vec::new(),
+            urls: Vec::new(),
+            ports: DEFAULT_PORTS.to_vec(),
+            tunnel_ports: DEFAULT_TUNNEL_PORTS.to_vec(),
+            allow_destinations: Vec::new(),
+            inspect_all: false,
+        }
+    }
+}
+
+/// What an `allowed_hosts` entry admits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum HostPattern {
+    /// `example.com`: that host only.
+    Exact(Name),
+    /// `.example.com`: it and every subdomain.
+    Subtree(Name),
+    /// `192.0.2.7`: that address, in exactly that spelling.
+    Ipv4(Ipv4Addr),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct HostRule {
+    pub(crate) pattern: HostPattern,
+    /// The entry as written, which decisions name.
+    pub(crate) text: Arc<str>,
+    /// Its place in its list, for warnings that name it.
+    pub(crate) index: usize,
+}
+
+/// A `blocked_urls` or `allowed_urls` entry: `host` or `host/path-prefix`.
+#[derive(Debug, Clone)]
+pub(crate) struct UrlRule {
+    pub(crate) host: Name,
+    /// The canonical path prefix (case kept; block matching lowercases both sides).
+    pub(crate) path: Option<CanonicalPath>,
+    pub(crate) text: Arc<str>,
+    pub(crate) index: usize,
+}
