@@ -1,0 +1,238 @@
+//! leash itself, in-process: `Leash::start(policy_yaml)` serves on 127.0.0.1:0 with a recording resolver and its
+//! audit log in a tempdir; the test reads the log as JSON values, swaps the policy, and stops it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leash_policy::{Format, Policy};
+use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::resolver::RecordingResolver;
+use super::within;
+
+/// Between two looks at the audit log while waiting for a line (a condition wait, bounded by [`super::STEP`]).
+const LOG_POLL: Duration = Duration::from_millis(10);
+
+/// Limits for tests: the defaults, with timeouts short enough that a test about them runs in seconds.
+pub fn test_limits() -> Limits {
+    Limits {
+        head_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(10),
+        client_hello_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(2),
+        response_timeout: Duration::from_secs(10),
+        drain_timeout: Duration::from_secs(3),
+        ..Limits::default()
+    }
+}
+
+/// Parse a YAML policy or fail the test with the engine's errors.
+pub fn policy(yaml: &str) -> Policy {
+    match leash_policy::load(yaml, Format::Yaml, None) {
+        Ok(loaded) => loaded.policy,
+        Err(errors) => panic!("test policy does not load: {errors:#?}\n{yaml}"),
+    }
+}
+
+/// An allowlist of `hosts`, plain-HTTP `ports` and `tunnel_ports`, with loopback exempt from the destination check
+/// (the origins listen there).
+pub fn allowlist(hosts: &[&str], ports: &[u16], tunnel_ports: &[u16]) -> String {
+    format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: {}\n  ports: {}\n  tunnel_ports: {}\n  allow_destinations: [127.0.0.0/8]\n",
+        quoted(hosts),
+        plain(ports),
+        plain(tunnel_ports)
+    )
+}
+
+/// A blocklist of `urls`, with loopback exempt from the destination check.
+pub fn blocklist(urls: &[&str], ports: &[u16], tunnel_ports: &[u16]) -> String {
+    format!(
+        "network:\n  mode: blocklist\n  blocked_urls: {}\n  ports: {}\n  tunnel_ports: {}\n  allow_destinations: [127.0.0.0/8]\n",
+        quoted(urls),
+        plain(ports),
+        plain(tunnel_ports)
+    )
+}
+
+/// A YAML flow list of quoted strings.
+pub fn quoted(items: &[&str]) -> String {
+    let items: Vec<String> = items.iter().map(|i| format!("\"{i}\"")).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// A YAML flow list of numbers.
+pub fn plain(items: &[u16]) -> String {
+    let items: Vec<String> = items.iter().map(u16::to_string).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// Where the audit log goes.
+pub enum Audit {
+    /// `audit.jsonl` in the run's tempdir.
+    TempFile,
+    /// A given path (e.g. `/dev/full`, where every write fails).
+    At(PathBuf),
+}
+
+pub struct Builder {
+    yaml: String,
+    limits: Limits,
+    audit: Audit,
+}
+
+impl Builder {
+    pub fn limits(mut self, f: impl FnOnce(&mut Limits)) -> Self {
+        f(&mut self.limits);
+        self
+    }
+
+    pub fn audit_at(mut self, path: &Path) -> Self {
+        self.audit = Audit::At(path.to_owned());
+        self
+    }
+
+    pub async fn start(self) -> Leash {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log_path = match self.audit {
+            Audit::TempFile => dir.path().join("audit.jsonl"),
+            Audit::At(p) => p,
+        };
+        let audit = Arc::new(AuditLog::open(&log_path).expect("open audit log"));
+        let resolver = Arc::new(RecordingResolver::new());
+        let handle = PolicyHandle::new(policy(&self.yaml));
+        let config = ProxyConfig {
+            policy: handle.clone(),
+            audit,
+            resolver: resolver.clone(),
+            own_addrs: Arc::from(Vec::new()),
+            limits: self.limits,
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(leash_proxy::serve(listener, config, async move {
+            let _ = stopped.await;
+        }));
+        Leash {
+            addr,
+            resolver,
+            policy: handle,
+            log_path,
+            _dir: dir,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+}
+
+/// A running proxy.
+pub struct Leash {
+    pub addr: SocketAddr,
+    pub resolver: Arc<RecordingResolver>,
+    pub policy: PolicyHandle,
+    pub log_path: PathBuf,
+    _dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Leash {
+    /// Serve `yaml` with the test limits.
+    pub async fn start(yaml: &str) -> Leash {
+        Leash::builder(yaml).start().await
+    }
+
+    pub fn builder(yaml: &str) -> Builder {
+        Builder {
+            yaml: yaml.to_owned(),
+            limits: test_limits(),
+            audit: Audit::TempFile,
+        }
+    }
+
+    /// `http://ADDR`, for clients' proxy settings.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Replace the policy (what SIGHUP does).
+    pub fn reload(&self, yaml: &str) {
+        self.policy.store(policy(yaml));
+    }
+
+    /// The audit log's lines so far.
+    pub fn log(&self) -> Vec<Value> {
+        read_log(&self.log_path)
+    }
+
+    /// Wait until the log holds a line for which `pred` holds; returns the whole log then.
+    pub async fn log_until(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+        within(what, async {
+            loop {
+                let lines = self.log();
+                if lines.iter().any(&pred) {
+                    return lines;
+                }
+                tokio::time::sleep(LOG_POLL).await;
+            }
+        })
+        .await
+    }
+
+    /// The decision line of the request whose `path` (or, for tunnels, `host`) is `key` — waiting for it.
+    pub async fn decision(&self, key: &str) -> Value {
+        let is = |v: &Value| {
+            v.get("decision").is_some()
+                && (v["path"] == key || (v["path"].is_null() && v["host"] == key))
+        };
+        let lines = self
+            .log_until(&format!("a decision line for `{key}`"), is)
+            .await;
+        lines.into_iter().find(is).unwrap()
+    }
+
+    /// The outcome line of request `id` — waiting for it.
+    pub async fn outcome(&self, id: &Value) -> Value {
+        let is = |v: &Value| v["id"] == *id && v.get("status").is_some();
+        let lines = self.log_until("an outcome line", is).await;
+        lines.into_iter().find(is).unwrap()
+    }
+
+    /// Shut down (in-flight work finishes, the log is flushed) and return the log.
+    pub async fn stop(mut self) -> Vec<Value> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let served = within("leash to shut down", task)
+                .await
+                .expect("serve task");
+            served.expect("serve returned an error");
+        }
+        self.log()
+    }
+}
+
+impl Drop for Leash {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+pub fn read_log(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
+        })
+        .collect()
+}

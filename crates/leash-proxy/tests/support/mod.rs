@@ -1,0 +1,46 @@
+//! The real-socket harness: in-process origins (plain and TLS, with a per-run test CA), a resolver that records
+//! every name it is asked, leash itself on port 0 with its audit log in a tempdir, and clients (raw TCP, curl,
+//! reqwest, rustls). Everything binds 127.0.0.1:0 and waits on events, never on fixed sleeps; every wait is bounded.
+
+#![allow(dead_code)] // Each test uses a part of the harness.
+
+pub mod client;
+pub mod hello;
+pub mod http;
+pub mod leash;
+pub mod origin;
+pub mod resolver;
+pub mod tls;
+
+use std::future::Future;
+use std::time::Duration;
+
+#[allow(unused_imports)] // Each test uses a part of the harness.
+pub use client::{curl, get, Raw, Resp};
+#[allow(unused_imports)]
+pub use hello::{client_hello, HelloSpec};
+#[allow(unused_imports)]
+pub use leash::{allowlist, blocklist, Leash};
+#[allow(unused_imports)]
+pub use origin::{pattern, Body, Recorded, Reply, Upstream};
+#[allow(unused_imports)]
+pub use resolver::RecordingResolver;
+#[allow(unused_imports)]
+pub use tls::{TestCa, TlsUpstream};
+
+/// The longest any single step of a test may take before the test fails instead of hanging. Generous: the machine
+/// is shared with other builds, and debug builds move 64 MiB bodies slowly.
+pub const STEP: Duration = Duration::from_secs(30);
+
+/// Await `f`, failing the test if it takes longer than [`STEP`].
+pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(STEP, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {STEP:?}: {what}"),
+    }
+}
+
+/// Await `f` for at most `limit`; `None` if it did not finish (for "this must not happen yet" checks).
+pub async fn before<T>(limit: Duration, f: impl Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(limit, f).await.ok()
+}
