@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Build leash, start a local origin, run the proxy on examples/demo.yaml and show what it allows, what it refuses
+# and what it writes to the audit log. Needs cargo, curl and python3; touches nothing outside a temp directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+LEASH=target/release/leash
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+mkdir -p "$work/site/guide" && echo "the guide" > "$work/site/guide/index.html"
+python3 -m http.server 8080 --bind 127.0.0.1 --directory "$work/site" >/dev/null 2>&1 &
+"$LEASH" check examples/demo.yaml
+"$LEASH" proxy --policy examples/demo.yaml --listen 127.0.0.1:0 --log "$work/audit.jsonl" \
+  --resolve docs.example.test:127.0.0.1 >"$work/stdout" &
+for _ in $(seq 100); do grep -q 'listening on' "$work/stdout" 2>/dev/null && break; sleep 0.05; done
+proxy="http://$(sed -n 's/^listening on //p' "$work/stdout")"
+for _ in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:8080/ && break; sleep 0.05; done
+
+show() { echo; echo "\$ curl -x $proxy $1"; curl -s -i -x "$proxy" "$1" | sed -n '1p;/^X-Leash-Reason/p;/^leash:/p;/^the guide/p'; }
+show http://docs.example.test:8080/guide/
+show http://evil.example.test:8080/exfiltrate
+show http://127.0.0.1:8080/guide/
+show http://2130706433:8080/guide/
+echo; echo "\$ leash explain --policy examples/demo.yaml http://evil.example.test:8080/"
+"$LEASH" explain --policy examples/demo.yaml http://evil.example.test:8080/ || true
+echo; echo "audit log ($work/audit.jsonl):"
+cat "$work/audit.jsonl"
