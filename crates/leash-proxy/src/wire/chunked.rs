@@ -6,6 +6,8 @@
 //! refused; every line ends in CRLF; trailer lines are `token ":" value` without obs-fold. Chunk data is skipped in
 //! one step per buffer, so the cost is per line, not per byte.
 
+use super::bytes::{is_tchar, value_run};
+
 /// Longest chunk-size line (with extensions) or trailer line accepted.
 pub const MAX_CHUNK_LINE: usize = 4096;
 
@@ -65,13 +67,12 @@ impl ChunkedScanner {
 
     /// Consume at least one byte of the non-empty `rest`: a run of line text at once, else one framing byte.
     fn step(&mut self, rest: &[u8]) -> Result<usize, ChunkedError> {
-        let class: Option<fn(u8) -> bool> = match self.state {
+        let used = match self.state {
             State::Data { left } => return Ok(self.data(rest, left)),
-            State::Extension { .. } | State::TrailerValue => Some(is_text),
-            State::TrailerName => Some(is_tchar),
-            _ => None,
+            State::Extension { .. } | State::TrailerValue => value_run(rest),
+            State::TrailerName => run(rest, is_tchar),
+            _ => 0,
         };
-        let used = class.map_or(0, |class| run(rest, class));
         self.line += used.max(1);
         if self.line > MAX_CHUNK_LINE {
             return Err(if self.in_trailer() {
@@ -194,18 +195,8 @@ fn hex(b: u8) -> Option<u8> {
 }
 
 /// The length of the run of `class` bytes at the start of `rest`.
-fn run(rest: &[u8], class: fn(u8) -> bool) -> usize {
+fn run(rest: &[u8], class: impl Fn(u8) -> bool) -> usize {
     rest.iter().position(|&b| !class(b)).unwrap_or(rest.len())
-}
-
-/// RFC 9110 tchar: trailer field names.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// Extension and trailer value bytes: VCHAR, obs-text, SP, HTAB; no controls.
-fn is_text(b: u8) -> bool {
-    (0x21..=0x7e).contains(&b) || b >= 0x80 || b == b' ' || b == b'\t'
 }
 
 #[cfg(test)]

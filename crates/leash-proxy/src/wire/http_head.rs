@@ -9,6 +9,7 @@
 //! the request we forward verbatim and a lax one could read `5, 5` differently; a response may repeat an identical
 //! value (RFC 9112 §6.3 allows it and some servers do), and differing values are refused both ways.
 
+use super::bytes::{is_tchar, value_run, visible_run};
 use super::Parsed;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,31 +157,25 @@ pub fn is_token(bytes: &[u8]) -> bool {
 /// Parse a request head from the start of `buf`. `Done`'s length includes the final CRLF CRLF. `max` bounds the
 /// whole head; leading empty lines (RFC 9112 §2.2 allows one CRLF) are skipped.
 pub fn parse_request_head(buf: &[u8], max: usize) -> Parsed<RequestHead, HeadError> {
-    bounded(buf, max, |s| {
-        if s.peek()? == b'\r' {
-            // One empty line before the request line is tolerated (RFC 9112 §2.2); a second one is refused.
-            s.crlf(HeadError::BadRequestLine)?;
-        }
-        let (method, target, version) = request_line(s)?;
-        Ok(RequestHead {
-            method,
-            target,
+    complete_first(buf, max, request, |(method, target, version), headers| {
+        RequestHead {
+            method: ascii_string(method),
+            target: ascii_string(target),
             version,
-            headers: header_section(s)?,
-        })
+            headers,
+        }
     })
 }
 
 /// Parse a response head from the start of `buf`.
 pub fn parse_response_head(buf: &[u8], max: usize) -> Parsed<ResponseHead, HeadError> {
-    bounded(buf, max, |s| {
-        let (version, status, reason) = status_line(s)?;
-        Ok(ResponseHead {
+    complete_first(buf, max, response, |(version, status, reason), headers| {
+        ResponseHead {
             version,
             status,
-            reason,
-            headers: header_section(s)?,
-        })
+            reason: reason.to_vec(),
+            headers,
+        }
     })
 }
 
@@ -233,23 +228,81 @@ impl From<HeadError> for Stop {
 
 type Step<T> = Result<T, Stop>;
 
-/// Run `parse` over at most `max` bytes of `buf`: a head not complete within them is `TooLarge` once `buf` holds
-/// more than `max` bytes, and needs more until then.
-fn bounded<T>(
-    buf: &[u8],
+/// Validate and locate in one pass, noting where each field lies but allocating nothing (a head still arriving is
+/// re-read on every call, so that path must be cheap); build the owned head only once it is complete.
+fn complete_first<'a, L, H>(
+    buf: &'a [u8],
     max: usize,
-    parse: impl FnOnce(&mut Scan<'_>) -> Step<T>,
-) -> Parsed<T, HeadError> {
+    parse: fn(&mut Scan<'a>, &mut Fields<'a>) -> Step<L>,
+    build: impl FnOnce(L, Vec<Header>) -> H,
+) -> Parsed<H, HeadError> {
     let mut s = Scan {
         buf: buf.get(..max).unwrap_or(buf),
         pos: 0,
     };
-    match parse(&mut s) {
-        Ok(head) => Parsed::Done(head, s.pos),
+    let mut fields = Fields::new();
+    match parse(&mut s, &mut fields) {
+        Ok(line) => Parsed::Done(build(line, fields.into_headers()), s.pos),
         Err(Stop::Refuse(e)) => Parsed::Refuse(e),
         Err(Stop::NeedMore) if buf.len() > max => Parsed::Refuse(HeadError::TooLarge),
         Err(Stop::NeedMore) => Parsed::NeedMore,
     }
+}
+
+/// Fields noted on the stack: enough for nearly every head; more spill into a vector.
+const INLINE_FIELDS: usize = 64;
+
+/// Where each field's name and trimmed value lie, in order.
+struct Fields<'a> {
+    inline: [(&'a [u8], &'a [u8]); INLINE_FIELDS],
+    len: usize,
+    spill: Vec<(&'a [u8], &'a [u8])>,
+}
+
+impl<'a> Fields<'a> {
+    fn new() -> Self {
+        Self {
+            inline: [(&[], &[]); INLINE_FIELDS],
+            len: 0,
+            spill: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, name: &'a [u8], value: &'a [u8]) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => *slot = (name, value),
+            None => self.spill.push((name, value)),
+        }
+        self.len += 1;
+    }
+
+    fn into_headers(self) -> Vec<Header> {
+        let inline = self.inline.iter().take(self.len);
+        inline
+            .chain(self.spill.iter())
+            .map(|&(name, value)| Header {
+                name: ascii_string(name),
+                value: value.to_vec(),
+            })
+            .collect()
+    }
+}
+
+/// A request head: an optional empty line (RFC 9112 §2.2 tolerates one CRLF; a second is refused), the request
+/// line, the header section.
+fn request<'a>(s: &mut Scan<'a>, fields: &mut Fields<'a>) -> Step<(&'a [u8], &'a [u8], Version)> {
+    if s.peek()? == b'\r' {
+        s.crlf(HeadError::BadRequestLine)?;
+    }
+    let line = request_line(s)?;
+    header_section(s, fields)?;
+    Ok(line)
+}
+
+fn response<'a>(s: &mut Scan<'a>, fields: &mut Fields<'a>) -> Step<(Version, u16, &'a [u8])> {
+    let line = status_line(s)?;
+    header_section(s, fields)?;
+    Ok(line)
 }
 
 /// A position in the head being parsed.
@@ -265,11 +318,16 @@ impl<'a> Scan<'a> {
     }
 
     /// Consume the longest run of bytes of one class (one pass, no per-byte bookkeeping).
-    fn take_while(&mut self, class: fn(u8) -> bool) -> &'a [u8] {
+    fn take_while(&mut self, class: impl Fn(u8) -> bool) -> &'a [u8] {
+        self.take_run(|rest| rest.iter().position(|&b| !class(b)).unwrap_or(rest.len()))
+    }
+
+    /// Consume the run whose length `run` measures (one of the word-at-a-time scans).
+    fn take_run(&mut self, run: impl Fn(&[u8]) -> usize) -> &'a [u8] {
         let rest = self.buf.get(self.pos..).unwrap_or_default();
-        let run = rest.iter().position(|&b| !class(b)).unwrap_or(rest.len());
-        self.pos += run;
-        rest.get(..run).unwrap_or_default()
+        let len = run(rest);
+        self.pos += len;
+        rest.get(..len).unwrap_or_default()
     }
 
     /// Refuse at the current byte: `BareLf` if it is a LF, else `otherwise` (`NeedMore` at the end of the buffer).
@@ -303,26 +361,26 @@ impl<'a> Scan<'a> {
 }
 
 /// `method SP request-target SP HTTP-version CRLF`, single spaces, a visible-ASCII target.
-fn request_line(s: &mut Scan<'_>) -> Step<(String, String, Version)> {
+fn request_line<'a>(s: &mut Scan<'a>) -> Step<(&'a [u8], &'a [u8], Version)> {
     let method = s.take_while(is_tchar);
     if method.is_empty() {
         return s.reject(HeadError::BadRequestLine);
     }
     s.expect(b' ', HeadError::BadRequestLine)?;
-    let target = s.take_while(is_visible);
+    let target = s.take_run(visible_run);
     if target.is_empty() {
         return s.reject(HeadError::BadRequestLine);
     }
     s.expect(b' ', HeadError::BadRequestLine)?;
     let version = version(s, HeadError::BadRequestLine)?;
     s.crlf(HeadError::BadRequestLine)?;
-    Ok((ascii_string(method), ascii_string(target), version))
+    Ok((method, target, version))
 }
 
 /// `HTTP-version SP 3DIGIT [SP reason] CRLF`. The space before an empty reason may be missing (`HTTP/1.1 200`),
 /// as some servers send it. Any code from 100 to 999 is taken: codes above 599 have no meaning but do occur (999
 /// from some sites), and the client deserves to see them; codes below 100 have no class and are refused.
-fn status_line(s: &mut Scan<'_>) -> Step<(Version, u16, Vec<u8>)> {
+fn status_line<'a>(s: &mut Scan<'a>) -> Step<(Version, u16, &'a [u8])> {
     let version = version(s, HeadError::BadStatusLine)?;
     s.expect(b' ', HeadError::BadStatusLine)?;
     let mut status = 0u16;
@@ -339,12 +397,12 @@ fn status_line(s: &mut Scan<'_>) -> Step<(Version, u16, Vec<u8>)> {
     }
     let reason = if s.peek()? == b' ' {
         s.pos += 1;
-        s.take_while(is_value_byte)
+        s.take_run(value_run)
     } else {
         &[]
     };
     s.crlf(HeadError::BadStatusLine)?;
-    Ok((version, status, reason.to_vec()))
+    Ok((version, status, reason))
 }
 
 /// `HTTP/1.0` or `HTTP/1.1`; refused as soon as the bytes seen can no longer become either. No field at all (an
@@ -352,7 +410,7 @@ fn status_line(s: &mut Scan<'_>) -> Step<(Version, u16, Vec<u8>)> {
 fn version(s: &mut Scan<'_>, line: HeadError) -> Step<Version> {
     const HTTP10: &[u8] = b"HTTP/1.0";
     const HTTP11: &[u8] = b"HTTP/1.1";
-    let field = s.take_while(is_visible);
+    let field = s.take_run(visible_run);
     if field.is_empty() {
         return s.reject(line);
     }
@@ -371,37 +429,33 @@ fn version(s: &mut Scan<'_>, line: HeadError) -> Step<Version> {
     }
 }
 
-/// Header lines up to and including the empty line that ends the head.
-fn header_section(s: &mut Scan<'_>) -> Step<Vec<Header>> {
-    let mut headers = Vec::new();
+/// Header lines up to and including the empty line that ends the head, each noted in `fields`.
+fn header_section<'a>(s: &mut Scan<'a>, fields: &mut Fields<'a>) -> Step<()> {
     loop {
         match s.peek()? {
-            b'\r' => {
-                s.crlf(HeadError::BadHeader)?;
-                return Ok(headers);
-            }
+            b'\r' => return s.crlf(HeadError::BadHeader),
             b'\n' => return Err(HeadError::BareLf.into()),
             // A line that starts with whitespace continues the previous one (obs-fold, RFC 9112 §5.2).
             b' ' | b'\t' => return Err(HeadError::ObsFold.into()),
-            _ => headers.push(header_line(s)?),
+            _ => {
+                let (name, value) = header_line(s)?;
+                fields.push(name, value);
+            }
         }
     }
 }
 
 /// `field-name ":" OWS field-value OWS CRLF`.
-fn header_line(s: &mut Scan<'_>) -> Step<Header> {
+fn header_line<'a>(s: &mut Scan<'a>) -> Step<(&'a [u8], &'a [u8])> {
     let name = s.take_while(is_tchar);
     match s.peek()? {
         b':' if !name.is_empty() => s.pos += 1,
         b' ' | b'\t' if !name.is_empty() => return Err(HeadError::SpaceBeforeColon.into()),
         _ => return s.reject(HeadError::BadHeader),
     }
-    let value = s.take_while(is_value_byte);
+    let value = s.take_run(value_run);
     s.crlf(HeadError::BadHeader)?;
-    Ok(Header {
-        name: ascii_string(name),
-        value: trim_ows(value).to_vec(),
-    })
+    Ok((name, trim_ows(value)))
 }
 
 /// What the framing fields of a message declare, checked against each other.
@@ -485,33 +539,6 @@ fn ascii_string(bytes: &[u8]) -> String {
     std::str::from_utf8(bytes)
         .map(str::to_owned)
         .unwrap_or_default()
-}
-
-/// RFC 9110 §5.6.2 tchar, by table: header names are scanned byte by byte on every request.
-fn is_tchar(b: u8) -> bool {
-    TCHAR[usize::from(b)]
-}
-
-const TCHAR: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut i = 0;
-    while i < 256 {
-        let b = i as u8;
-        table[i] = b.is_ascii_alphanumeric()
-            || matches!(b, b'!' | b'#'..=b'\'' | b'*' | b'+' | b'-' | b'.' | b'^'..=b'`' | b'|' | b'~');
-        i += 1;
-    }
-    table
-};
-
-/// Visible ASCII (VCHAR): what a request-target and a version may hold.
-fn is_visible(b: u8) -> bool {
-    (0x21..=0x7e).contains(&b)
-}
-
-/// A field-value or reason-phrase byte: VCHAR, obs-text, SP or HTAB (RFC 9110 §5.5); no controls, no DEL.
-fn is_value_byte(b: u8) -> bool {
-    is_visible(b) || b >= 0x80 || b == b' ' || b == b'\t'
 }
 
 #[cfg(test)]

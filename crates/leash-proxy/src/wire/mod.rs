@@ -2,6 +2,7 @@
 //! framing. No I/O: each parser looks at a buffer and answers "found", "refuse" or "need more bytes"; the async side
 //! only peeks, buffers and replays.
 
+mod bytes;
 pub mod chunked;
 pub mod client_hello;
 mod cursor;
