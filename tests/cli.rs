@@ -1,0 +1,303 @@
+//! The `leash` binary as a user meets it: `check`, `explain` and `proxy` run as real processes, with real files,
+//! real signals and curl as the client.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const LEASH: &str = env!("CARGO_BIN_EXE_leash");
+
+fn leash(args: &[&str]) -> Output {
+    Command::new(LEASH).args(args).env("RUST_LOG", "warn").output().expect("run leash")
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const BLOCKLIST: &str = "network:\n  mode: blocklist\n  blocked_urls:\n    - arxiv.org/abs/2401.01234\n    - api.semanticscholar.org\n";
+
+// ---- check
+
+#[test]
+fn check_accepts_the_shipped_examples() {
+    for f in ["examples/allowlist.yaml", "examples/blocklist.yaml", "examples/allowlist.toml", "examples/demo.yaml"] {
+        let o = leash(&["check", f]);
+        assert_eq!(o.status.code(), Some(0), "{f}: {}", stderr(&o));
+        assert!(stdout(&o).contains("valid"), "{f}");
+    }
+}
+
+#[test]
+fn check_reports_every_bad_entry_with_its_line_and_column_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "bad.yaml",
+        "network:\n  mode: allowlist\n  allowed_hosts:\n    - ok.example.com\n    - Example.com\n    - https://x.com\n  colour: red\n",
+    );
+    let o = leash(&["check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains(":5:7: network.allowed_hosts[1]:"), "{err}");
+    assert!(err.contains("network.allowed_hosts[2]"), "{err}");
+    assert!(err.contains("colour"), "{err}");
+    assert!(err.contains("3 errors"), "{err}");
+}
+
+#[test]
+fn check_exits_2_on_unreadable_files_and_unknown_extensions() {
+    assert_eq!(leash(&["check", "/nonexistent/policy.yaml"]).status.code(), Some(2));
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "policy.json", "{}");
+    let o = leash(&["check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains(".yaml, .yml or .toml"));
+}
+
+#[test]
+fn check_warns_about_an_allowlist_that_allows_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "empty.yaml", "network:\n  mode: allowlist\n  allowed_hosts: []\n");
+    let o = leash(&["check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("warning"), "{}", stderr(&o));
+}
+
+// ---- explain
+
+fn explain(policy: &str, request: &[&str]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "p.yaml", policy);
+    let mut args = vec!["explain", "--policy", p.to_str().unwrap()];
+    args.extend_from_slice(request);
+    let o = leash(&args);
+    (o.status.code(), stdout(&o))
+}
+
+#[test]
+fn explain_names_the_most_specific_rule_and_exits_1_when_refused() {
+    let (code, out) = explain(BLOCKLIST, &["http://arxiv.org/abs/2401.01234v2"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(out.lines().next(), Some("block rule arxiv.org/abs/2401.01234"));
+    let (code, out) = explain(BLOCKLIST, &["GET", "http://arxiv.org/abs/2402.00001"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(out.lines().next(), Some("allow default"));
+    assert!(out.contains("resolves"), "explains the destination check that follows: {out}");
+}
+
+#[test]
+fn explain_connect_to_a_host_with_path_rules_says_what_the_proxy_does() {
+    let (code, out) = explain(BLOCKLIST, &["CONNECT", "arxiv.org:443"]);
+    let first = out.lines().next().unwrap_or_default().to_owned();
+    if leash_proxy::TLS_INSPECTION {
+        assert_eq!((code, first.as_str()), (Some(0), "inspect default"));
+    } else {
+        assert_eq!((code, first.as_str()), (Some(1), "block needs-inspection"));
+    }
+    let (code, out) = explain(BLOCKLIST, &["CONNECT", "api.semanticscholar.org:443"]);
+    assert_eq!((code, out.lines().next()), (Some(1), Some("block rule api.semanticscholar.org")));
+}
+
+#[test]
+fn explain_refuses_ip_literals_and_rejects_usage_errors() {
+    let (code, out) = explain(BLOCKLIST, &["http://0x7f000001/"]);
+    assert_eq!((code, out.lines().next()), (Some(1), Some("block ip-literal")));
+    let (code, _) = explain(BLOCKLIST, &["not-a-url"]);
+    assert_eq!(code, Some(2));
+}
+
+#[test]
+fn explain_uses_the_profile_asked_for() {
+    let (code, out) = explain(
+        "network:\n  mode: allowlist\n  allowed_hosts: [pypi.org]\nprofiles:\n  open:\n    network: { mode: blocklist, blocked_urls: [] }\n",
+        &["--profile", "open", "http://example.org/"],
+    );
+    assert_eq!((code, out.lines().next()), (Some(0), Some("allow default")));
+}
+
+// ---- proxy
+
+struct Proxy {
+    child: Child,
+    addr: String,
+}
+
+impl Proxy {
+    fn start(policy: &Path, log: &Path, extra: &[&str]) -> Proxy {
+        let mut child = Command::new(LEASH)
+            .args(["proxy", "--policy", policy.to_str().unwrap(), "--listen", "127.0.0.1:0", "--log"])
+            .arg(log)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line.trim().strip_prefix("listening on ").expect("listening line").to_owned();
+        Proxy { child, addr }
+    }
+
+    fn curl(&self, url: &str) -> String {
+        let o = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "-x"])
+            .arg(format!("http://{}", self.addr))
+            .arg(url)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn signal(&self, sig: &str) {
+        Command::new("kill").args(["-s", sig, &self.child.id().to_string()]).status().unwrap();
+    }
+
+    fn wait(mut self) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        panic!("leash proxy did not exit after the signal");
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A one-shot HTTP origin on loopback answering every request with 200 "origin".
+fn origin() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\norigin");
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+fn log_lines(log: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every log line is JSON"))
+        .collect()
+}
+
+#[test]
+fn proxy_allows_refuses_and_logs_then_stops_cleanly_on_sigterm() {
+    let port = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(
+        dir.path(),
+        "p.yaml",
+        &format!("network:\n  mode: allowlist\n  allowed_hosts: [docs.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"),
+    );
+    let log = dir.path().join("audit.jsonl");
+    let proxy = Proxy::start(&policy, &log, &["--resolve", "docs.test:127.0.0.1"]);
+    assert_eq!(proxy.curl(&format!("http://docs.test:{port}/a")), "200");
+    assert_eq!(proxy.curl(&format!("http://other.test:{port}/b?secret=1")), "403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait(), Some(0));
+    let lines = log_lines(&log);
+    assert_eq!(lines.len(), 3, "allow + outcome + block: {lines:?}");
+    assert_eq!(lines[0]["decision"], "allow");
+    assert_eq!(lines[1]["status"], 200);
+    assert_eq!(lines[2]["reason"], "not-allowed");
+    assert_eq!(lines[2]["path"], "/b?secret=1", "refused requests keep their query");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&log).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn proxy_reloads_on_sighup_and_keeps_the_old_policy_when_the_new_one_is_invalid() {
+    let port = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let text = |host: &str| {
+        format!("network:\n  mode: allowlist\n  allowed_hosts: [{host}]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n")
+    };
+    let policy = write(dir.path(), "p.yaml", &text("one.test"));
+    let log = dir.path().join("audit.jsonl");
+    let proxy = Proxy::start(&policy, &log, &["--resolve", "one.test:127.0.0.1", "--resolve", "two.test:127.0.0.1"]);
+    assert_eq!(proxy.curl(&format!("http://two.test:{port}/")), "403");
+    write(dir.path(), "p.yaml", &text("two.test"));
+    proxy.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.curl(&format!("http://two.test:{port}/")) != "200" {
+        assert!(Instant::now() < deadline, "reload did not take effect");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(proxy.curl(&format!("http://one.test:{port}/")), "403");
+    write(dir.path(), "p.yaml", "network:\n  mode: nonsense\n");
+    proxy.signal("HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(proxy.curl(&format!("http://two.test:{port}/")), "200", "an invalid file keeps the old policy");
+}
+
+#[test]
+fn proxy_does_not_start_without_its_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(dir.path(), "p.yaml", BLOCKLIST);
+    let o = Command::new(LEASH)
+        .args(["proxy", "--policy", policy.to_str().unwrap(), "--listen", "127.0.0.1:0", "--log", "/nonexistent-dir/audit.jsonl"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("audit log"), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("listening"));
+}
+
+#[test]
+fn proxy_refuses_an_invalid_policy_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(dir.path(), "p.yaml", "network:\n  mode: allowlist\n  blocked_urls: [x.com]\n");
+    let o = Command::new(LEASH)
+        .args(["proxy", "--policy", policy.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("blocked_urls"), "{}", stderr(&o));
+}
+
+#[test]
+fn every_subcommand_help_teaches_with_an_example() {
+    for sub in ["proxy", "check", "explain"] {
+        let o = leash(&[sub, "--help"]);
+        assert_eq!(o.status.code(), Some(0));
+        assert!(stdout(&o).contains("Example"), "{sub} --help has an example");
+    }
+}
