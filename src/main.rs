@@ -14,6 +14,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     init_logging();
+    raise_fd_limit();
     let code = match cli.command {
         cli::Command::Proxy(args) => cmd::proxy::run(args),
         cli::Command::Check(args) => cmd::check::run(&args),
@@ -33,4 +34,17 @@ fn init_logging() {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .init();
+}
+
+/// A proxy holds two descriptors per connection (and a pipe pair per bulk tunnel direction): lift the soft limit on
+/// open files to the hard limit, so the connection bound, not a default of 1,024, is what limits leash.
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = Rlimit { current: limit.maximum, maximum: limit.maximum };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!("cannot raise the open-file limit: {e}");
+        }
+    }
 }
