@@ -1,1 +1,184 @@
-//! leash's Linux sandbox: namespaces whose only way out is leash's proxy. The only crate where `unsafe` may appear.
+//! leash's sandbox: runs a command in namespaces whose only way out is the sockets leash hands in, and hands those
+//! sockets (bound *inside* the sandbox's network namespace) back to leash, which stays in the host's namespaces to
+//! dial upstreams. No bridge process copies bytes. This is the only crate where `unsafe` may appear.
+//!
+//! # What the Linux backend sets up
+//! leash `clone`s the sandbox's **init** with `CLONE_NEWUSER | CLONE_NEWPID` (always, also as root), which then:
+//! maps its ids (`0 <uid> 1`), makes itself non-dumpable, creates a private **mount namespace** and a **network
+//! namespace** holding only `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through
+//! `net.ipv6.conf.{all,default,lo}.disable_ipv6`, so no IPv6 at all, not even `::1`), mounts its own **/proc**,
+//! bind-mounts the given contents read-only over `/etc/resolv.conf`, masks host Unix sockets (below), binds the
+//! requested TCP listeners and UDP sockets and sends them to leash with `SCM_RIGHTS`. It then forks the command,
+//! which first enters a **second user and mount namespace** (mapping back to the caller's uid and gid) and then
+//! `execve`s. That nesting is what makes the set-up stick: the sandbox's mounts become locked (the command cannot
+//! unmount the masks, the resolv.conf or /proc), and the command holds no capability over the sandbox's network
+//! namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`, `CAP_NET_BIND_SERVICE` there). Capabilities it gets (as root, or
+//! by creating further namespaces) hold only over namespaces it owns. Any 127.0.0.0/8 address can be bound inside
+//! since the whole /8 is routed to `lo`.
+//!
+//! Init stays PID 1: it reaps orphans, forwards SIGINT/SIGTERM/SIGHUP sent by a process (leash) to the command,
+//! and when the command exits reports its status and exits, whereupon the kernel kills every process left in the
+//! pid namespace before leash's `wait` returns. It also exits (ending the sandbox) if leash dies. File descriptors
+//! other than stdio are closed in init and marked close-on-exec for the command.
+//!
+//! # Unix sockets: what is masked and what is not
+//! Covered: every filesystem socket that is (a) listed in leash's network namespace's `/proc/net/unix` at spawn
+//! (every socket bound by a host process in leash's netns, whatever its directory: the Docker socket, nscd,
+//! systemd-resolved's varlink socket, D-Bus, ssh-agent, a local relay), or (b) found by a bounded walk
+//! (`MASK_WALK_DEPTH`, `MASK_WALK_BUDGET`) of /run, /var/run, /tmp, /var/tmp and /dev/shm, which catches sockets
+//! bound in other network namespaces (containers). Each is covered by a read-only bind mount of /dev/null, so a
+//! connect gets `ECONNREFUSED`; sockets named in `allow_unix_sockets` (compared by device and inode) are left alone.
+//! Abstract sockets need nothing: they belong to a network namespace, and the sandbox has its own.
+//!
+//! Not covered: a socket created after spawn, or recreated by a restarting daemon (the kernel drops a mount whose
+//! mountpoint is unlinked in another namespace, so the new socket is reachable); a socket bound in another network
+//! namespace outside the walked directories, or deeper than the walk; another path to a masked socket (a hard
+//! link, or the same filesystem mounted elsewhere). A seccomp filter cannot close these gaps: it cannot read the
+//! path a `connect` names, and refusing `socket(AF_UNIX)` altogether breaks ordinary programs.
+//!
+//! # Threads and fork
+//! `Sandbox::spawn` may be called from any thread of a multi-threaded process (a tokio runtime included). All
+//! allocation happens before the raw `clone`; the child runs only raw system calls (no allocation, no locks, no
+//! glibc `fork` handlers: it forks the command with a raw `clone` too) until `execve`. The init is a copy of leash's
+//! memory at the time of the call; it is non-dumpable and its memory belongs to leash's user namespace, so nothing in
+//! the sandbox can ptrace it or read `/proc/1/mem` — still, call `spawn` before loading secrets where you can.
+//! `Sandbox::forward_signals` installs process-wide handlers: don't also register SIGINT/SIGTERM/SIGHUP elsewhere
+//! (for example with `tokio::signal`) while it is armed.
+//!
+//! # What this crate does not do
+//! It knows nothing of policies, HTTP or DNS: the caller serves the sockets (proxy, DNS stub, transparent
+//! listeners), builds the command's whole environment and writes any CA bundle where the command can read it. It does
+//! not restrict the filesystem beyond the masks above, nor limit resources.
+
+mod error;
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(not(target_os = "linux"))]
+mod unsupported;
+
+#[cfg(target_os = "linux")]
+use linux as imp;
+#[cfg(not(target_os = "linux"))]
+use unsupported as imp;
+
+pub use error::{SandboxError, Step};
+
+use std::ffi::OsString;
+use std::net::{SocketAddrV4, TcpListener, UdpSocket};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+/// Most TCP listeners plus UDP sockets one sandbox hands out (bounds the SCM_RIGHTS buffer in the child).
+pub const MAX_SOCKETS: usize = 16;
+/// How deep the walk for Unix sockets goes below each directory it starts from (`/run/user/1000/bus` is 3).
+pub const MASK_WALK_DEPTH: usize = 6;
+/// How many directory entries the walk for Unix sockets visits at most, so a huge /tmp cannot slow start-up.
+pub const MASK_WALK_BUDGET: usize = 20_000;
+
+/// What to run and what to hand out. `Default` is an empty spec: no program, no environment, no sockets.
+#[derive(Debug, Default)]
+pub struct SandboxSpec {
+    /// A path, or a name looked up on the `PATH` in `env` (else a standard default).
+    pub program: OsString,
+    /// Arguments after argv\[0\] (which is `program`).
+    pub args: Vec<OsString>,
+    /// The command's whole environment; leash's own is neither read nor changed.
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory; `None` keeps leash's.
+    pub cwd: Option<PathBuf>,
+    /// TCP listeners to bind inside, e.g. `127.0.0.1:3128`; returned in `Sandbox::tcp` in this order.
+    pub tcp_listeners: Vec<SocketAddrV4>,
+    /// UDP sockets to bind inside, e.g. `127.0.0.1:53`; returned in `Sandbox::udp` in this order.
+    pub udp_sockets: Vec<SocketAddrV4>,
+    /// Contents for /etc/resolv.conf inside (e.g. `nameserver 127.0.0.1`); `None` leaves the host's. Where the host
+    /// has no /etc/resolv.conf nothing is mounted: glibc then asks 127.0.0.1 anyway.
+    pub resolv_conf: Option<String>,
+    /// Filesystem Unix sockets the command may still reach; every other one found is masked (see the crate docs).
+    pub allow_unix_sockets: Vec<PathBuf>,
+    /// The command's stdin; `None` inherits leash's.
+    pub stdin: Option<OwnedFd>,
+    /// The command's stdout; `None` inherits leash's.
+    pub stdout: Option<OwnedFd>,
+    /// The command's stderr; `None` inherits leash's.
+    pub stderr: Option<OwnedFd>,
+}
+
+impl SandboxSpec {
+    /// A spec that runs `program` with no arguments and an empty environment.
+    pub fn new(program: impl Into<OsString>) -> Self {
+        SandboxSpec { program: program.into(), ..SandboxSpec::default() }
+    }
+}
+
+/// How the command ended. `code()` is what leash exits with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It called `exit` with this status.
+    Exited(i32),
+    /// A signal ended it.
+    Signaled(i32),
+}
+
+impl ExitStatus {
+    /// The shell's convention: the exit status, or 128 + the signal number.
+    pub fn code(self) -> i32 {
+        match self {
+            ExitStatus::Exited(code) => code,
+            ExitStatus::Signaled(signal) => 128 + signal,
+        }
+    }
+}
+
+/// A running sandbox. Dropping it without `wait` kills everything in it.
+#[derive(Debug)]
+pub struct Sandbox {
+    /// The TCP listeners bound inside, in `SandboxSpec::tcp_listeners` order (take them with `std::mem::take`).
+    pub tcp: Vec<TcpListener>,
+    /// The UDP sockets bound inside, in `SandboxSpec::udp_sockets` order.
+    pub udp: Vec<UdpSocket>,
+    child: imp::Child,
+}
+
+impl Sandbox {
+    /// Sets up the namespaces, binds the sockets inside, and starts the command. Returns once the command's
+    /// `execve` succeeded; on any error nothing runs and nothing is left behind.
+    pub fn spawn(spec: SandboxSpec) -> Result<Sandbox, SandboxError> {
+        let (child, tcp, udp) = imp::spawn(spec)?;
+        Ok(Sandbox { tcp, udp, child })
+    }
+
+    /// The host pid of the sandbox's init (the command's parent, PID 1 inside).
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// Sends `signal` to the command (through init). A no-op once the sandbox has been waited for.
+    pub fn signal(&self, signal: i32) -> Result<(), SandboxError> {
+        self.child.signal(signal)
+    }
+
+    /// Until the guard drops, SIGINT, SIGTERM and SIGHUP sent to leash by a process are forwarded to the command.
+    /// A SIGINT from the terminal is not forwarded (the command, in the same process group, got it already) but no
+    /// longer kills leash, so leash outlives the command and reports its status.
+    pub fn forward_signals(&self) -> Result<SignalForwarding, SandboxError> {
+        imp::forward_signals(&self.child).map(|inner| SignalForwarding { _inner: inner })
+    }
+
+    /// Blocks until the command exits and every other process in the sandbox is gone; returns the command's status.
+    /// Safe to call from one thread while another calls `signal`; later calls return the same status.
+    pub fn wait(&self) -> Result<ExitStatus, SandboxError> {
+        self.child.wait()
+    }
+}
+
+/// Armed signal forwarding (see `Sandbox::forward_signals`); dropping it restores the previous handlers.
+#[derive(Debug)]
+pub struct SignalForwarding {
+    _inner: imp::Forwarding,
+}
+
+/// Makes leash non-dumpable (`PR_SET_DUMPABLE` 0): no core dumps, and only a process with `CAP_SYS_PTRACE` over
+/// leash's user namespace may ptrace it or read its `/proc/PID/mem`. Call it first thing in `main`.
+pub fn harden_self() -> Result<(), SandboxError> {
+    imp::harden_self()
+}

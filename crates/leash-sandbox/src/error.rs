@@ -1,0 +1,189 @@
+//! The sandbox's one error type. Every failure names the step of the set-up that failed (`Step`), the OS error, and
+//! what the user can do about it, so `leash run` can print it as it is and exit without running the command.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io;
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+
+/// Why a sandbox could not be started or waited for. Whenever `Sandbox::spawn` returns one, the command never ran.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// This platform has no sandbox backend yet.
+    #[error("the sandbox is not supported on {os}: `leash run` needs Linux namespaces for now")]
+    Unsupported {
+        /// The target's `std::env::consts::OS`.
+        os: &'static str,
+    },
+    /// The spec asks for something the sandbox cannot do (a NUL byte in an argument, too many sockets).
+    #[error("invalid sandbox spec: {0}")]
+    InvalidSpec(String),
+    /// The program is neither a path nor found on the child's `PATH`.
+    #[error("cannot run `{}`: not found on the command's PATH `{}`", program.to_string_lossy(), path.to_string_lossy())]
+    ProgramNotFound {
+        /// The program as given.
+        program: OsString,
+        /// The `PATH` searched (the child's, else a default).
+        path: OsString,
+    },
+    /// One step of the isolation failed; the message says which and how to fix it.
+    #[error("cannot {step}: {source}{}", hint(step, source))]
+    Setup {
+        /// What was being done.
+        step: Step,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The sandbox's init ended before it reported the command started.
+    #[error("the sandbox's init ended before the command started ({0})")]
+    InitDied(String),
+    /// Waiting for or signalling the sandbox failed.
+    #[error("cannot {what} the sandbox: {source}")]
+    Control {
+        /// `wait for`, `signal`.
+        what: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// A step of setting up the sandbox, in the order they run. The `Display` form reads after "cannot ".
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Step {
+    /// Writing the resolv.conf contents to a temporary file to bind-mount.
+    WriteResolvConf(PathBuf),
+    /// The socketpair between leash and the sandbox's init.
+    CreateChannel,
+    /// `clone` with `CLONE_NEWUSER | CLONE_NEWPID`.
+    CreateUserNamespace,
+    /// Closing the file descriptors the init inherited from leash.
+    CloseInheritedFds,
+    /// Making the init non-dumpable.
+    HardenInit,
+    /// `/proc/self/setgroups`, `uid_map`, `gid_map` of the sandbox's user namespace.
+    MapIds(&'static str),
+    /// `unshare(CLONE_NEWNS)` and making every mount private.
+    CreateMountNamespace,
+    /// `unshare(CLONE_NEWNET)`.
+    CreateNetworkNamespace,
+    /// Mounting the pid namespace's own /proc.
+    MountProc,
+    /// Setting `lo` up.
+    LoopbackUp,
+    /// `net.ipv6.conf.*.disable_ipv6` in the sandbox's network namespace.
+    DisableIpv6,
+    /// Bind-mounting the resolv.conf contents over /etc/resolv.conf.
+    MountResolvConf,
+    /// Bind-mounting /dev/null over a host Unix socket.
+    MaskUnixSocket(PathBuf),
+    /// Binding a TCP listener inside the sandbox.
+    BindTcp(SocketAddrV4),
+    /// Binding a UDP socket inside the sandbox.
+    BindUdp(SocketAddrV4),
+    /// Handing the sockets to leash over SCM_RIGHTS.
+    HandOverSockets,
+    /// Blocking signals and creating the init's signalfd.
+    InitSignals,
+    /// Forking the command off the sandbox's init.
+    ForkCommand,
+    /// The command's own user and mount namespace (which locks the sandbox's mounts).
+    CreateCommandNamespace,
+    /// `uid_map` and friends of the command's user namespace.
+    MapCommandIds(&'static str),
+    /// Putting the given stdin/stdout/stderr in place.
+    RedirectStdio,
+    /// `chdir` into the requested working directory.
+    ChangeDir(PathBuf),
+    /// `execve` of the command.
+    Exec(PathBuf),
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::WriteResolvConf(p) => write!(f, "write the sandbox's resolv.conf to `{}`", p.display()),
+            Step::CreateChannel => f.write_str("create the socketpair to the sandbox"),
+            Step::CreateUserNamespace => f.write_str("create a user namespace (with its pid namespace)"),
+            Step::CloseInheritedFds => f.write_str("close the file descriptors inherited from leash"),
+            Step::HardenInit => f.write_str("make the sandbox's init non-dumpable"),
+            Step::MapIds(file) => write!(f, "write the sandbox's /proc/self/{file}"),
+            Step::CreateMountNamespace => f.write_str("create a private mount namespace"),
+            Step::CreateNetworkNamespace => f.write_str("create a network namespace"),
+            Step::MountProc => f.write_str("mount the sandbox's own /proc"),
+            Step::LoopbackUp => f.write_str("set the sandbox's loopback interface up"),
+            Step::DisableIpv6 => f.write_str("disable IPv6 in the sandbox's network namespace"),
+            Step::MountResolvConf => f.write_str("bind-mount the sandbox's /etc/resolv.conf"),
+            Step::MaskUnixSocket(p) => write!(f, "mask the host Unix socket `{}`", p.display()),
+            Step::BindTcp(a) => write!(f, "bind TCP `{a}` inside the sandbox"),
+            Step::BindUdp(a) => write!(f, "bind UDP `{a}` inside the sandbox"),
+            Step::HandOverSockets => f.write_str("hand the sandbox's sockets to leash"),
+            Step::InitSignals => f.write_str("set up signal handling in the sandbox's init"),
+            Step::ForkCommand => f.write_str("fork the command inside the sandbox"),
+            Step::CreateCommandNamespace => f.write_str("create the command's user and mount namespace"),
+            Step::MapCommandIds(file) => write!(f, "write the command's /proc/self/{file}"),
+            Step::RedirectStdio => f.write_str("set up the command's stdin, stdout and stderr"),
+            Step::ChangeDir(p) => write!(f, "change to the working directory `{}`", p.display()),
+            Step::Exec(p) => write!(f, "run `{}`", p.display()),
+        }
+    }
+}
+
+/// What to tell the user beyond the OS error, starting with "; " when there is something to say.
+fn hint(step: &Step, source: &io::Error) -> &'static str {
+    let denied = matches!(source.raw_os_error(), Some(libc::EPERM | libc::EACCES));
+    match step {
+        Step::CreateUserNamespace => match source.raw_os_error() {
+            Some(libc::ENOSPC) => "; the user namespace limit is reached: raise `user.max_user_namespaces`",
+            Some(libc::EINVAL | libc::ENOSYS) => {
+                "; this kernel lacks user or pid namespaces (CONFIG_USER_NS, CONFIG_PID_NS)"
+            }
+            _ => {
+                "; enable unprivileged user namespaces (`sysctl kernel.unprivileged_userns_clone=1`, \
+                 `user.max_user_namespaces` > 0, on Ubuntu `kernel.apparmor_restrict_unprivileged_userns=0`) \
+                 or run as root; in a container, allow namespace creation in its seccomp profile"
+            }
+        },
+        Step::MountProc if denied => {
+            "; the host's /proc is partly hidden (as in a default container): run the container with \
+             `--security-opt systempaths=unconfined` or give leash an unmasked /proc"
+        }
+        Step::CreateMountNamespace | Step::CreateNetworkNamespace | Step::CreateCommandNamespace if denied => {
+            "; namespaces are restricted here (seccomp, AppArmor or a container runtime): allow them or run on the host"
+        }
+        Step::MapIds(_) | Step::MapCommandIds(_) if denied => {
+            "; the kernel refused the uid/gid mapping: check AppArmor or LSM user namespace restrictions"
+        }
+        Step::BindTcp(_) | Step::BindUdp(_) => "; pass a loopback address (127.0.0.0/8) that no other socket uses",
+        _ => "",
+    }
+}
+
+impl SandboxError {
+    /// True when the error means the kernel or platform refuses namespaces at all (tests skip on this).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            SandboxError::Unsupported { .. } => true,
+            SandboxError::Setup { step, source } => {
+                let refused = matches!(
+                    source.raw_os_error(),
+                    Some(libc::EPERM | libc::EACCES | libc::ENOSPC | libc::EINVAL | libc::ENOSYS)
+                );
+                refused
+                    && matches!(
+                        step,
+                        Step::CreateUserNamespace
+                            | Step::MapIds(_)
+                            | Step::CreateMountNamespace
+                            | Step::CreateNetworkNamespace
+                            | Step::MountProc
+                            | Step::CreateCommandNamespace
+                            | Step::MapCommandIds(_)
+                    )
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The child side: code that runs in the cloned process, which is PID 1 of the sandbox's pid namespace. It builds
+//! the namespaces, hands the sockets over, forks the command into its own nested user namespace, then reaps and
+//! forwards signals until the command exits. Between `clone` and `execve` it only calls `sys` (no allocation, no
+//! locks) and reads the parent-built `Plan`; it leaves by `_exit`, never by returning or unwinding.
+
+use std::ffi::CStr;
+
+use libc::{c_int, pid_t};
+
+use super::plan::{IdMaps, Plan};
+use super::proto::{ChildStep, Msg, RECORD_LEN};
+use super::sys::{self, Errno};
+
+/// Backlog of each TCP listener inside: generous for bursts of connects; the kernel caps it at `somaxconn`.
+const LISTEN_BACKLOG: c_int = 1024;
+/// What init exits with when leash is gone (the command is then killed along with the namespace): 128 + SIGKILL.
+const LEASH_GONE: c_int = 128 + libc::SIGKILL;
+/// What a child exits with after reporting a failed step.
+const FAILED: c_int = 127;
+/// The IPv6 switches of the sandbox's network namespace; `all` missing means the kernel has no IPv6.
+const DISABLE_IPV6: [&CStr; 3] = [
+    c"/proc/sys/net/ipv6/conf/all/disable_ipv6",
+    c"/proc/sys/net/ipv6/conf/default/disable_ipv6",
+    c"/proc/sys/net/ipv6/conf/lo/disable_ipv6",
+];
+
+/// A failed step, small enough to live on the stack and travel as a record.
+#[derive(Clone, Copy)]
+struct Fail {
+    step: ChildStep,
+    index: u32,
+    errno: Errno,
+}
+
+impl Fail {
+    fn record(self) -> [u8; RECORD_LEN] {
+        Msg::Failed { step: self.step, index: self.index, errno: self.errno }.encode()
+    }
+}
+
+/// Maps an errno to a failure of `step` (at `index`).
+fn at(step: ChildStep, index: usize) -> impl FnOnce(Errno) -> Fail {
+    move |errno| Fail { step, index: index as u32, errno }
+}
+
+/// The init's whole life. Never returns.
+pub(super) fn run(plan: &Plan) -> ! {
+    let code = match setup(plan).and_then(|()| start_command(plan)) {
+        Ok((command, signals)) => supervise(plan.channel, command, signals),
+        Err(fail) => {
+            // Nothing more can be done if leash is not listening.
+            let _ = sys::send_with_fds(plan.channel, &fail.record(), &[]);
+            FAILED
+        }
+    };
+    sys::exit(code)
+}
+
+/// Namespaces, mounts, network and sockets, in the order the crate docs give.
+fn setup(plan: &Plan) -> Result<(), Fail> {
+    let (keep, len) = plan.init_keeps();
+    sys::close_all_except(keep.get(..len).unwrap_or_default()).map_err(at(ChildStep::CloseFds, 0))?;
+    sys::set_non_dumpable().map_err(at(ChildStep::Harden, 0))?;
+    sys::set_signal_mask(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
+    map_ids(&plan.outer_ids, [ChildStep::Setgroups, ChildStep::UidMap, ChildStep::GidMap])?;
+    sys::unshare(libc::CLONE_NEWNS).map_err(at(ChildStep::MountNs, 0))?;
+    sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE).map_err(at(ChildStep::MountNs, 0))?;
+    sys::unshare(libc::CLONE_NEWNET).map_err(at(ChildStep::NetNs, 0))?;
+    let proc_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    sys::mount(Some(c"proc"), c"/proc", Some(c"proc"), proc_flags).map_err(at(ChildStep::MountProc, 0))?;
+    sys::loopback_up().map_err(at(ChildStep::LoopbackUp, 0))?;
+    disable_ipv6()?;
+    if let Some(source) = &plan.resolv_source {
+        sys::mount(Some(source), c"/etc/resolv.conf", None, libc::MS_BIND).map_err(at(ChildStep::ResolvConf, 0))?;
+    }
+    mask_sockets(plan)?;
+    hand_over_sockets(plan)
+}
+
+/// Writes `setgroups` (deny), `uid_map`, `gid_map` of the calling process's user namespace.
+fn map_ids(maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail> {
+    let [setgroups, uid_map, gid_map] = steps;
+    sys::write_file(c"/proc/self/setgroups", b"deny").map_err(at(setgroups, 0))?;
+    sys::write_file(c"/proc/self/uid_map", maps.uid_map.as_bytes()).map_err(at(uid_map, 0))?;
+    sys::write_file(c"/proc/self/gid_map", maps.gid_map.as_bytes()).map_err(at(gid_map, 0))
+}
+
+fn disable_ipv6() -> Result<(), Fail> {
+    for (i, file) in DISABLE_IPV6.iter().enumerate() {
+        match sys::write_file(file, b"1") {
+            Ok(()) => {}
+            Err(libc::ENOENT) if i == 0 => return Ok(()),
+            Err(errno) => return Err(at(ChildStep::DisableIpv6, i)(errno)),
+        }
+    }
+    Ok(())
+}
+
+/// Bind-mounts /dev/null over each host socket. A socket gone since the scan, or one this user cannot even look up
+/// (so cannot connect to either), is skipped.
+fn mask_sockets(plan: &Plan) -> Result<(), Fail> {
+    for (i, path) in plan.masks.iter().enumerate() {
+        match sys::mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
+            Ok(()) | Err(libc::ENOENT | libc::EACCES) => {}
+            Err(errno) => return Err(at(ChildStep::MaskSocket, i)(errno)),
+        }
+    }
+    Ok(())
+}
+
+/// Binds every socket, sends them all to leash in one record, and closes init's copies.
+fn hand_over_sockets(plan: &Plan) -> Result<(), Fail> {
+    let mut fds = [-1; crate::MAX_SOCKETS];
+    let mut len = 0;
+    let result = bind_all(plan, &mut fds, &mut len).and_then(|()| {
+        let sent = fds.get(..len).unwrap_or_default();
+        sys::send_with_fds(plan.channel, &Msg::Sockets.encode(), sent).map_err(at(ChildStep::HandOver, 0))
+    });
+    for &fd in fds.get(..len).unwrap_or_default() {
+        sys::close(fd);
+    }
+    result
+}
+
+fn bind_all(plan: &Plan, fds: &mut [c_int], len: &mut usize) -> Result<(), Fail> {
+    let tcp = plan.tcp.iter().map(|a| (a, libc::SOCK_STREAM, ChildStep::BindTcp));
+    let udp = plan.udp.iter().map(|a| (a, libc::SOCK_DGRAM, ChildStep::BindUdp));
+    let indexed = tcp.enumerate().chain(udp.enumerate());
+    for (i, (addr, kind, step)) in indexed {
+        let fd = sys::socket(libc::AF_INET, kind).map_err(at(step, i))?;
+        let slot = fds.get_mut(*len).ok_or(Fail { step: ChildStep::HandOver, index: 0, errno: libc::EINVAL })?;
+        *slot = fd;
+        *len += 1;
+        sys::bind(fd, addr).map_err(at(step, i))?;
+        if kind == libc::SOCK_STREAM {
+            sys::listen(fd, LISTEN_BACKLOG).map_err(at(step, i))?;
+        }
+    }
+    Ok(())
+}
+
+/// Forks the command and waits for its `execve`: the close-on-exec pipe reads empty on success, or carries the
+/// failure record. Returns the command's pid and init's signalfd.
+fn start_command(plan: &Plan) -> Result<(pid_t, c_int), Fail> {
+    let signals = sys::signalfd(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
+    let (read_end, write_end) = sys::pipe().map_err(at(ChildStep::ForkCommand, 0))?;
+    let pid = sys::raw_fork(0).map_err(at(ChildStep::ForkCommand, 0))?;
+    if pid == 0 {
+        let fail = command(plan);
+        let _ = sys::write_all(write_end, &fail.record());
+        sys::exit(FAILED);
+    }
+    sys::close(write_end);
+    for fd in (0..3).map(|i| plan.stdio_fd(i)).filter(|&fd| fd >= 0) {
+        sys::close(fd);
+    }
+    let mut record = [0u8; RECORD_LEN];
+    let read = sys::read(read_end, &mut record);
+    sys::close(read_end);
+    match read {
+        Ok(0) => sys::send_with_fds(plan.channel, &Msg::ExecOk.encode(), &[])
+            .map(|()| (pid, signals))
+            .map_err(at(ChildStep::HandOver, 0)),
+        _ => {
+            let _ = sys::waitpid(pid, 0);
+            match Msg::decode(&record) {
+                Some(Msg::Failed { step, index, errno }) => Err(Fail { step, index, errno }),
+                _ => Err(Fail { step: ChildStep::Exec, index: 0, errno: libc::EIO }),
+            }
+        }
+    }
+}
+
+/// In the forked command: nested namespaces, stdio, signals, cwd, descriptors, then `execve`. Returns only the
+/// failure.
+fn command(plan: &Plan) -> Fail {
+    match command_setup(plan) {
+        Ok(()) => Fail {
+            step: ChildStep::Exec,
+            index: 0,
+            errno: sys::execve(&plan.program, plan.argv.as_ptrs(), plan.envp.as_ptrs()),
+        },
+        Err(fail) => fail,
+    }
+}
+
+fn command_setup(plan: &Plan) -> Result<(), Fail> {
+    // INVARIANT: a second user namespace locks every mount made above and leaves the command no capability
+    // over the sandbox's network namespace.
+    sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS).map_err(at(ChildStep::CommandNs, 0))?;
+    map_ids(&plan.inner_ids, [ChildStep::CommandSetgroups, ChildStep::CommandUidMap, ChildStep::CommandGidMap])?;
+    for target in 0..3 {
+        let fd = plan.stdio_fd(target as usize);
+        if fd >= 0 {
+            sys::dup2(fd, target).map_err(at(ChildStep::RedirectStdio, target as usize))?;
+        }
+    }
+    sys::reset_signal_dispositions();
+    sys::set_signal_mask(&sys::sigset(false)).map_err(at(ChildStep::InitSignals, 0))?;
+    if let Some(cwd) = &plan.cwd {
+        sys::chdir(cwd).map_err(at(ChildStep::ChangeDir, 0))?;
+    }
+    sys::cloexec_from_3().map_err(at(ChildStep::CloseFds, 0))
+}
+
+/// Init's loop: reap every child, forward signals a process sent, end when the command ends or leash goes.
+fn supervise(channel: c_int, command: pid_t, signals: c_int) -> c_int {
+    let mut fds = [
+        libc::pollfd { fd: channel, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: signals, events: libc::POLLIN, revents: 0 },
+    ];
+    loop {
+        fds.iter_mut().for_each(|p| p.revents = 0);
+        if sys::poll(&mut fds).is_err() || fds[0].revents != 0 {
+            // Leash never writes after the hand-over: readable or hung up means it is gone.
+            return LEASH_GONE;
+        }
+        let Ok(info) = sys::read_signal(signals) else { continue };
+        let signal = info.ssi_signo as c_int;
+        if signal == libc::SIGCHLD {
+            if let Some(status) = reap(command) {
+                let _ = sys::send_with_fds(channel, &Msg::Exit { status }.encode(), &[]);
+                return shell_code(status);
+            }
+        } else if info.ssi_code <= 0 {
+            // Sent by a process (SI_USER, SI_QUEUE, SI_TKILL): forward. A terminal's signal (SI_KERNEL) reached
+            // the command's process group already.
+            let _ = sys::kill(command, signal);
+        }
+    }
+}
+
+/// Reaps every exited child; returns the command's raw status if it was among them.
+fn reap(command: pid_t) -> Option<c_int> {
+    let mut found = None;
+    while let Ok((pid, status)) = sys::waitpid(-1, libc::WNOHANG) {
+        if pid == 0 {
+            break;
+        }
+        if pid == command {
+            found = Some(status);
+        }
+    }
+    found
+}
+
+/// A raw wait status as a shell exit code (128 + signal for a signal death).
+fn shell_code(status: c_int) -> c_int {
+    if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        libc::WEXITSTATUS(status)
+    }
+}

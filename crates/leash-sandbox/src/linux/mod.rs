@@ -1,0 +1,309 @@
+//! The Linux backend, parent side: prepares the plan, clones the init into new user and pid namespaces, receives
+//! the sockets and the `execve` result over a SOCK_SEQPACKET pair, and later waits for, signals or kills the init.
+//! The child side lives in `init`; the crate docs describe the namespaces.
+
+mod init;
+mod masks;
+mod plan;
+mod proto;
+mod signals;
+mod sys;
+
+use std::fs;
+use std::io::{self, Write};
+use std::net::{TcpListener, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use libc::pid_t;
+
+use self::plan::Plan;
+use self::proto::{Msg, SpecFacts, RECORD_LEN};
+use crate::error::Step;
+use crate::{ExitStatus, SandboxError, SandboxSpec, MAX_SOCKETS};
+
+pub(crate) use self::signals::Forwarding;
+
+/// The sandbox's init, seen from leash.
+#[derive(Debug)]
+pub(crate) struct Child {
+    pid: pid_t,
+    channel: OwnedFd,
+    /// Set once the init is reaped; the lock also keeps `signal` from racing the reap.
+    exit: Mutex<Option<ExitStatus>>,
+}
+
+/// Starts a sandbox; see `Sandbox::spawn`.
+pub(crate) fn spawn(spec: SandboxSpec) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
+    if spec.tcp_listeners.len() + spec.udp_sockets.len() > MAX_SOCKETS {
+        return Err(SandboxError::InvalidSpec(format!("at most {MAX_SOCKETS} sockets can be handed out")));
+    }
+    let program = plan::resolve_program(&spec)?;
+    let masks = masks::sockets_to_mask(&spec.allow_unix_sockets);
+    if !masks.is_empty() && !fs::metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device()) {
+        return Err(setup(Step::MaskUnixSocket(PathBuf::from("/dev/null")), io::ErrorKind::NotFound.into()));
+    }
+    let mut resolv = spec.resolv_conf.as_deref().map(TempFile::create).transpose()?.flatten();
+    let (ours, theirs) = seqpacket_pair()?;
+    let plan = Plan::build(&spec, &program, &masks, resolv.as_ref().map(TempFile::path), theirs.as_raw_fd())?;
+    let facts = SpecFacts::new(&spec, program, masks);
+    let pid = match sys::raw_fork((libc::CLONE_NEWUSER | libc::CLONE_NEWPID) as u64) {
+        Ok(0) => init::run(&plan),
+        Ok(pid) => pid,
+        Err(errno) => return Err(setup(Step::CreateUserNamespace, io::Error::from_raw_os_error(errno))),
+    };
+    drop(theirs);
+    drop(plan);
+    let child = Child { pid, channel: ours, exit: Mutex::new(None) };
+    let (tcp, udp) = child.handshake(&spec, &facts, &mut resolv)?;
+    Ok((child, tcp, udp))
+}
+
+/// Arms signal forwarding to `child`.
+pub(crate) fn forward_signals(child: &Child) -> Result<Forwarding, SandboxError> {
+    signals::arm(child.pid)
+}
+
+/// Makes leash non-dumpable.
+pub(crate) fn harden_self() -> Result<(), SandboxError> {
+    sys::set_non_dumpable().map_err(|errno| setup(Step::HardenInit, io::Error::from_raw_os_error(errno)))
+}
+
+fn setup(step: Step, source: io::Error) -> SandboxError {
+    SandboxError::Setup { step, source }
+}
+
+impl Child {
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Reads records until `execve` succeeded; takes the sockets on the way and removes the resolv.conf file once
+    /// it is mounted. Any failure leaves `self` to be killed and reaped by `Drop`.
+    fn handshake(
+        &self,
+        spec: &SandboxSpec,
+        facts: &SpecFacts,
+        resolv: &mut Option<TempFile>,
+    ) -> Result<(Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
+        let mut sockets = None;
+        loop {
+            let (msg, fds) = recv_record(self.channel.as_raw_fd(), false)?;
+            match msg {
+                Some(Msg::Sockets) if sockets.is_none() => {
+                    *resolv = None;
+                    sockets = Some(split_sockets(fds, spec.tcp_listeners.len(), spec.udp_sockets.len())?);
+                }
+                Some(Msg::ExecOk) => {
+                    return sockets.ok_or_else(|| SandboxError::InitDied("no sockets were handed over".into()));
+                }
+                Some(Msg::Failed { step, index, errno }) => {
+                    return Err(setup(step.describe(index, facts), io::Error::from_raw_os_error(errno)));
+                }
+                None => return Err(SandboxError::InitDied(self.reap_now())),
+                Some(other) => return Err(SandboxError::InitDied(format!("unexpected record {other:?}"))),
+            }
+        }
+    }
+
+    /// After an early end: reap the init and describe how it ended.
+    fn reap_now(&self) -> String {
+        match sys::waitpid(self.pid, 0) {
+            Ok((_, status)) => {
+                let status = exit_status(status);
+                *self.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
+                format!("exit status {}", status.code())
+            }
+            Err(errno) => io::Error::from_raw_os_error(errno).to_string(),
+        }
+    }
+
+    pub(crate) fn signal(&self, signal: i32) -> Result<(), SandboxError> {
+        let exit = self.exit.lock().unwrap_or_else(|e| e.into_inner());
+        if exit.is_some() {
+            return Ok(());
+        }
+        sys::kill(self.pid, signal)
+            .map_err(|errno| SandboxError::Control { what: "signal", source: io::Error::from_raw_os_error(errno) })
+    }
+
+    /// Waits without reaping (so `signal` stays safe meanwhile), then reaps under the lock.
+    pub(crate) fn wait(&self) -> Result<ExitStatus, SandboxError> {
+        wait_exited(self.pid)?;
+        let mut exit = self.exit.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(status) = *exit {
+            return Ok(status);
+        }
+        signals::disarm(self.pid);
+        let (_, raw) = sys::waitpid(self.pid, 0)
+            .map_err(|errno| SandboxError::Control { what: "wait for", source: io::Error::from_raw_os_error(errno) })?;
+        let status = match recv_record(self.channel.as_raw_fd(), true) {
+            Ok((Some(Msg::Exit { status }), _)) => exit_status(status),
+            _ => exit_status(raw),
+        };
+        *exit = Some(status);
+        Ok(status)
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let exit = self.exit.get_mut().unwrap_or_else(|e| e.into_inner());
+        if exit.is_none() {
+            signals::disarm(self.pid);
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+            let _ = sys::waitpid(self.pid, 0);
+        }
+    }
+}
+
+/// Blocks until `pid` has exited, leaving it a zombie (`WNOWAIT`).
+fn wait_exited(pid: pid_t) -> Result<(), SandboxError> {
+    loop {
+        // SAFETY: siginfo_t is plain data, written by waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is valid for writes; P_PID with our own child.
+        let ret = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        match (ret, sys::errno()) {
+            (0, _) => return Ok(()),
+            (_, libc::EINTR) => {}
+            // Already reaped by an earlier `wait`: the status is recorded.
+            (_, libc::ECHILD) => return Ok(()),
+            (_, errno) => {
+                return Err(SandboxError::Control { what: "wait for", source: io::Error::from_raw_os_error(errno) })
+            }
+        }
+    }
+}
+
+fn exit_status(raw: i32) -> ExitStatus {
+    if libc::WIFSIGNALED(raw) {
+        ExitStatus::Signaled(libc::WTERMSIG(raw))
+    } else {
+        ExitStatus::Exited(libc::WEXITSTATUS(raw))
+    }
+}
+
+/// Turns the handed-over descriptors into the std socket types, TCP first.
+fn split_sockets(
+    fds: Vec<OwnedFd>,
+    tcp: usize,
+    udp: usize,
+) -> Result<(Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
+    if fds.len() != tcp + udp {
+        let got = fds.len();
+        return Err(SandboxError::InitDied(format!("{got} sockets were handed over, {} expected", tcp + udp)));
+    }
+    let mut fds = fds.into_iter();
+    let listeners = fds.by_ref().take(tcp).map(TcpListener::from).collect();
+    Ok((listeners, fds.map(UdpSocket::from).collect()))
+}
+
+/// A close-on-exec SOCK_SEQPACKET pair: record boundaries, and end-of-file when the other side is gone.
+fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    let mut fds: [RawFd; 2] = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    let ret =
+        unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+    if ret != 0 {
+        return Err(setup(Step::CreateChannel, io::Error::last_os_error()));
+    }
+    // SAFETY: socketpair succeeded, so both descriptors are open and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Receives one record with any descriptors attached (close-on-exec); `Ok((None, _))` at end of file.
+fn recv_record(fd: RawFd, dont_wait: bool) -> Result<(Option<Msg>, Vec<OwnedFd>), SandboxError> {
+    /// Room for a cmsghdr and `MAX_SOCKETS` descriptors, 8-byte aligned.
+    const CONTROL_WORDS: usize = (std::mem::size_of::<libc::cmsghdr>() + 4 * MAX_SOCKETS) / 8 + 2;
+    let mut data = [0u8; RECORD_LEN + 1];
+    let mut control = [0u64; CONTROL_WORDS];
+    let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    let flags = libc::MSG_CMSG_CLOEXEC | if dont_wait { libc::MSG_DONTWAIT } else { 0 };
+    let n = loop {
+        // SAFETY: `msg` points at live buffers of the sizes it states.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+        if n >= 0 || sys::errno() != libc::EINTR {
+            break n;
+        }
+    };
+    if n < 0 {
+        let source = io::Error::last_os_error();
+        return Err(SandboxError::Control { what: "read from", source });
+    }
+    let fds = take_fds(&msg);
+    if n == 0 {
+        return Ok((None, fds));
+    }
+    match Msg::decode(data.get(..n as usize).unwrap_or_default()) {
+        Some(record) => Ok((Some(record), fds)),
+        None => Err(SandboxError::InitDied("a malformed record arrived from the sandbox".into())),
+    }
+}
+
+/// The SCM_RIGHTS descriptors of a received message, now owned.
+fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
+    let mut fds = Vec::new();
+    // SAFETY: CMSG_FIRSTHDR/CMSG_NXTHDR walk the control buffer the kernel filled, within msg_controllen; each
+    // SCM_RIGHTS payload holds (cmsg_len - CMSG_LEN(0)) / 4 descriptors that the kernel installed for us.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+        }
+    }
+    fds
+}
+
+/// A file holding resolv.conf contents for the init to bind-mount; removed on drop (once mounted, the mount keeps
+/// the contents). `None` when the host has no /etc/resolv.conf to mount over.
+struct TempFile {
+    path: PathBuf,
+}
+
+impl TempFile {
+    fn create(contents: &str) -> Result<Option<TempFile>, SandboxError> {
+        /// Tells apart the files of several sandboxes started by one process.
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        if fs::metadata("/etc/resolv.conf").is_err() {
+            return Ok(None);
+        }
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("leash-resolv-{}-{n}.conf", std::process::id()));
+        let _ = fs::remove_file(&path);
+        let write = || -> io::Result<()> {
+            let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&path)?;
+            file.write_all(contents.as_bytes())
+        };
+        match write() {
+            Ok(()) => Ok(Some(TempFile { path })),
+            Err(e) => Err(setup(Step::WriteResolvConf(path), e)),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}

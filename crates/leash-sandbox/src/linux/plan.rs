@@ -1,0 +1,183 @@
+//! Everything the cloned child needs, computed and allocated in the parent before the clone: C strings for the
+//! program, argv, envp and paths, the id-map lines, the socket addresses and descriptor numbers. The child only
+//! reads this copy of leash's memory, so it never allocates.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::net::SocketAddrV4;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use libc::{c_char, c_int};
+
+use crate::{SandboxError, SandboxSpec};
+
+/// The `PATH` searched when the command's environment has none (the usual login default).
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A null-terminated array of C strings, with the strings it points into.
+pub(super) struct CStrings {
+    _owned: Vec<CString>,
+    ptrs: Vec<*const c_char>,
+}
+
+impl CStrings {
+    fn new(owned: Vec<CString>) -> CStrings {
+        let mut ptrs: Vec<*const c_char> = owned.iter().map(|s| s.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        CStrings { _owned: owned, ptrs }
+    }
+
+    /// The array to hand to `execve`.
+    pub(super) fn as_ptrs(&self) -> &[*const c_char] {
+        &self.ptrs
+    }
+}
+
+/// The `setgroups`, `uid_map` and `gid_map` lines for one user namespace.
+pub(super) struct IdMaps {
+    pub(super) uid_map: CString,
+    pub(super) gid_map: CString,
+}
+
+/// The child's whole programme.
+pub(super) struct Plan {
+    pub(super) program: CString,
+    pub(super) argv: CStrings,
+    pub(super) envp: CStrings,
+    pub(super) cwd: Option<CString>,
+    /// The sandbox's namespace: inner 0 is leash's uid and gid.
+    pub(super) outer_ids: IdMaps,
+    /// The command's namespace: the caller's uid and gid again, mapped onto the sandbox's 0.
+    pub(super) inner_ids: IdMaps,
+    pub(super) resolv_source: Option<CString>,
+    pub(super) masks: Vec<CString>,
+    pub(super) tcp: Vec<libc::sockaddr_in>,
+    pub(super) udp: Vec<libc::sockaddr_in>,
+    /// The command's stdin, stdout, stderr: duplicates numbered >= 3, or `None` to inherit.
+    stdio: [Option<OwnedFd>; 3],
+    pub(super) channel: c_int,
+}
+
+impl Plan {
+    /// Builds the plan; `channel` is the child's end of the socketpair.
+    pub(super) fn build(
+        spec: &SandboxSpec,
+        program: &Path,
+        masks: &[PathBuf],
+        resolv_source: Option<&Path>,
+        channel: c_int,
+    ) -> Result<Plan, SandboxError> {
+        let mut argv = vec![cstring(spec.program.as_bytes(), "the program")?];
+        for arg in &spec.args {
+            argv.push(cstring(arg.as_bytes(), "an argument")?);
+        }
+        let envp = spec
+            .env
+            .iter()
+            .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat(), "an environment variable"))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Plan {
+            program: cstring(program.as_os_str().as_bytes(), "the program")?,
+            argv: CStrings::new(argv),
+            envp: CStrings::new(envp),
+            cwd: spec.cwd.as_deref().map(|p| cstring(p.as_os_str().as_bytes(), "the working directory")).transpose()?,
+            outer_ids: id_maps(0, current_uid(), 0, current_gid()),
+            inner_ids: id_maps(current_uid(), 0, current_gid(), 0),
+            resolv_source: resolv_source
+                .map(|p| cstring(p.as_os_str().as_bytes(), "the resolv.conf path"))
+                .transpose()?,
+            masks: masks
+                .iter()
+                .map(|p| cstring(p.as_os_str().as_bytes(), "a socket path"))
+                .collect::<Result<_, _>>()?,
+            tcp: spec.tcp_listeners.iter().map(sockaddr).collect(),
+            udp: spec.udp_sockets.iter().map(sockaddr).collect(),
+            stdio: [dup(&spec.stdin)?, dup(&spec.stdout)?, dup(&spec.stderr)?],
+            channel,
+        })
+    }
+
+    /// The descriptor to put at 0, 1, 2, or -1 to inherit.
+    pub(super) fn stdio_fd(&self, index: usize) -> c_int {
+        self.stdio.get(index).and_then(Option::as_ref).map_or(-1, AsRawFd::as_raw_fd)
+    }
+
+    /// The descriptors the init must keep open, sorted (the channel and the stdio duplicates).
+    pub(super) fn init_keeps(&self) -> ([c_int; 4], usize) {
+        let mut keep = [self.channel, -1, -1, -1];
+        let mut len = 1;
+        for fd in (0..3).map(|i| self.stdio_fd(i)).filter(|&fd| fd >= 0) {
+            keep[len] = fd;
+            len += 1;
+        }
+        keep[..len].sort_unstable();
+        (keep, len)
+    }
+}
+
+/// Finds `program` the way `execvp` would, on the command's own `PATH`.
+pub(super) fn resolve_program(spec: &SandboxSpec) -> Result<PathBuf, SandboxError> {
+    let program = Path::new(&spec.program);
+    if spec.program.is_empty() {
+        return Err(SandboxError::InvalidSpec("the program is empty".into()));
+    }
+    if spec.program.as_bytes().contains(&b'/') {
+        return Ok(program.to_path_buf());
+    }
+    let path = spec
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map_or_else(|| OsString::from(DEFAULT_PATH), |(_, v)| v.clone());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+        .ok_or(SandboxError::ProgramNotFound { program: spec.program.clone(), path })
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn cstring(bytes: &[u8], what: &str) -> Result<CString, SandboxError> {
+    CString::new(bytes).map_err(|_| {
+        let shown = OsStr::from_bytes(bytes).to_string_lossy();
+        SandboxError::InvalidSpec(format!("{what} `{shown}` contains a NUL byte"))
+    })
+}
+
+fn id_maps(inner_uid: u32, outer_uid: u32, inner_gid: u32, outer_gid: u32) -> IdMaps {
+    // Cannot fail: formatted numbers contain no NUL byte.
+    let line = |inner: u32, outer: u32| CString::new(format!("{inner} {outer} 1\n")).unwrap_or_default();
+    IdMaps { uid_map: line(inner_uid, outer_uid), gid_map: line(inner_gid, outer_gid) }
+}
+
+fn sockaddr(addr: &SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*addr.ip()).to_be() },
+        sin_zero: [0; 8],
+    }
+}
+
+/// A close-on-exec duplicate numbered >= 3, so putting it at 0, 1 or 2 never clobbers another one.
+fn dup(fd: &Option<OwnedFd>) -> Result<Option<OwnedFd>, SandboxError> {
+    fd.as_ref()
+        .map(OwnedFd::try_clone)
+        .transpose()
+        .map_err(|e| SandboxError::InvalidSpec(format!("cannot duplicate a stdio descriptor: {e}")))
+}
+
+fn current_uid() -> u32 {
+    // SAFETY: geteuid cannot fail and takes no arguments.
+    unsafe { libc::geteuid() }
+}
+
+fn current_gid() -> u32 {
+    // SAFETY: getegid cannot fail and takes no arguments.
+    unsafe { libc::getegid() }
+}

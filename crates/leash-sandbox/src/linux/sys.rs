@@ -1,0 +1,384 @@
+//! Thin wrappers over the system calls the sandbox's child side makes, each around one small `unsafe` block. All of
+//! them are async-signal-safe (no allocation, no locks, nothing from glibc beyond the system call itself), so the
+//! cloned child may call them between `clone` and `execve` even when leash has many threads.
+
+use std::ffi::CStr;
+use std::mem::{size_of, zeroed};
+use std::ptr;
+
+use libc::{c_char, c_int, c_uint, c_ulong, c_void, pid_t};
+
+/// An `errno` value.
+pub(super) type Errno = i32;
+/// The result of one system call.
+pub(super) type SysResult<T> = Result<T, Errno>;
+
+/// The calling thread's `errno` (reading it allocates nothing).
+pub(super) fn errno() -> Errno {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn check(ret: c_int) -> SysResult<c_int> {
+    if ret < 0 {
+        Err(errno())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_long(ret: libc::c_long) -> SysResult<libc::c_long> {
+    if ret < 0 {
+        Err(errno())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `struct clone_args` of clone3(2), first version.
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+}
+
+/// Forks with `flags` (namespace flags) by the raw clone3 (else clone) system call, so none of glibc's fork
+/// handlers run: they take locks that another thread may have held at the moment of the copy. Returns 0 in the
+/// child, which continues on a copy of this stack like after `fork`.
+pub(super) fn raw_fork(flags: u64) -> SysResult<pid_t> {
+    let mut args = CloneArgs { flags, exit_signal: libc::SIGCHLD as u64, ..CloneArgs::default() };
+    // SAFETY: clone3 without a stack has fork semantics; `args` is valid and its size is passed.
+    let ret = unsafe { libc::syscall(libc::SYS_clone3, &mut args as *mut CloneArgs, size_of::<CloneArgs>()) };
+    match check_long(ret) {
+        Ok(pid) => Ok(pid as pid_t),
+        Err(libc::ENOSYS) => raw_clone(flags | libc::SIGCHLD as u64),
+        Err(e) => Err(e),
+    }
+}
+
+/// The older clone(2) for kernels (or seccomp profiles) without clone3; a null stack means fork semantics.
+fn raw_clone(flags: u64) -> SysResult<pid_t> {
+    #[cfg(target_arch = "s390x")]
+    // SAFETY: s390x takes (stack, flags, ...); null stack and null tid pointers give fork semantics.
+    let ret = unsafe { libc::syscall(libc::SYS_clone, 0usize, flags as c_ulong, 0usize, 0usize, 0usize) };
+    #[cfg(not(target_arch = "s390x"))]
+    // SAFETY: other arches take (flags, stack, ...); null stack and null tid pointers give fork semantics.
+    let ret = unsafe { libc::syscall(libc::SYS_clone, flags as c_ulong, 0usize, 0usize, 0usize, 0usize) };
+    check_long(ret).map(|pid| pid as pid_t)
+}
+
+/// unshare(2).
+pub(super) fn unshare(flags: c_int) -> SysResult<()> {
+    // SAFETY: unshare takes no pointers.
+    check(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+/// mount(2) without filesystem data.
+pub(super) fn mount(src: Option<&CStr>, target: &CStr, fstype: Option<&CStr>, flags: c_ulong) -> SysResult<()> {
+    let src = src.map_or(ptr::null(), CStr::as_ptr);
+    let fstype = fstype.map_or(ptr::null(), CStr::as_ptr);
+    // SAFETY: every pointer is a NUL-terminated string or null, and data is null.
+    check(unsafe { libc::mount(src, target.as_ptr(), fstype, flags, ptr::null()) }).map(drop)
+}
+
+/// open(2), always with `O_CLOEXEC`.
+pub(super) fn open(path: &CStr, flags: c_int) -> SysResult<c_int> {
+    // SAFETY: `path` is NUL-terminated; no mode is needed without O_CREAT.
+    check(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) })
+}
+
+/// close(2); errors are of no use to the caller.
+pub(super) fn close(fd: c_int) {
+    // SAFETY: closing a descriptor this side owns.
+    unsafe { libc::close(fd) };
+}
+
+/// write(2) until all of `data` is written.
+pub(super) fn write_all(fd: c_int, mut data: &[u8]) -> SysResult<()> {
+    while !data.is_empty() {
+        // SAFETY: `data` is valid for its length.
+        match check_long(unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) } as libc::c_long) {
+            Ok(n) => data = data.get(n as usize..).unwrap_or_default(),
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes `data` to an existing file (procfs and sysctl files).
+pub(super) fn write_file(path: &CStr, data: &[u8]) -> SysResult<()> {
+    let fd = open(path, libc::O_WRONLY)?;
+    let result = write_all(fd, data);
+    close(fd);
+    result
+}
+
+/// read(2), retried on EINTR.
+pub(super) fn read(fd: c_int, buf: &mut [u8]) -> SysResult<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of its length.
+        match check_long(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } as libc::c_long) {
+            Ok(n) => return Ok(n as usize),
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// close_range(2) over `first..=last` with `flags`, falling back to a loop where the kernel lacks it.
+fn close_range(first: c_uint, last: c_uint, flags: c_uint) -> SysResult<()> {
+    if first > last {
+        return Ok(());
+    }
+    // SAFETY: close_range takes no pointers.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) };
+    match check_long(ret) {
+        Ok(_) => Ok(()),
+        Err(libc::ENOSYS | libc::EINVAL) => {
+            for fd in first..=last.min(open_max()) {
+                if flags & libc::CLOSE_RANGE_CLOEXEC != 0 {
+                    // SAFETY: F_SETFD on a descriptor that may not be open only fails with EBADF.
+                    unsafe { libc::fcntl(fd as c_int, libc::F_SETFD, libc::FD_CLOEXEC) };
+                } else {
+                    close(fd as c_int);
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The highest descriptor number the fallback loop visits (the soft RLIMIT_NOFILE, capped).
+fn open_max() -> c_uint {
+    /// Upper bound for the fallback loop when the limit is huge or unlimited.
+    const CAP: c_uint = 1 << 20;
+    // SAFETY: getrlimit writes one struct we own.
+    let mut lim: libc::rlimit = unsafe { zeroed() };
+    // SAFETY: `lim` is a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return CAP;
+    }
+    (lim.rlim_cur.min(CAP as libc::rlim_t)) as c_uint
+}
+
+/// Closes every descriptor from 3 up except those in `keep` (which must be sorted and all >= 3).
+pub(super) fn close_all_except(keep: &[c_int]) -> SysResult<()> {
+    let mut first: c_uint = 3;
+    for &fd in keep {
+        let fd = fd as c_uint;
+        if fd > first {
+            close_range(first, fd - 1, 0)?;
+        }
+        first = first.max(fd + 1);
+    }
+    close_range(first, c_uint::MAX, 0)
+}
+
+/// Marks every descriptor from 3 up close-on-exec.
+pub(super) fn cloexec_from_3() -> SysResult<()> {
+    close_range(3, c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC)
+}
+
+/// prctl(PR_SET_DUMPABLE, 0).
+pub(super) fn set_non_dumpable() -> SysResult<()> {
+    // SAFETY: PR_SET_DUMPABLE takes integers only.
+    check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) })
+        .map(drop)
+}
+
+/// A full or empty signal set.
+pub(super) fn sigset(full: bool) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigfillset/sigemptyset initialise it fully.
+    unsafe {
+        let mut set: libc::sigset_t = zeroed();
+        if full {
+            libc::sigfillset(&mut set);
+        } else {
+            libc::sigemptyset(&mut set);
+        }
+        set
+    }
+}
+
+/// sigprocmask(SIG_SETMASK).
+pub(super) fn set_signal_mask(set: &libc::sigset_t) -> SysResult<()> {
+    // SAFETY: `set` is an initialised sigset_t; the old mask is not wanted.
+    check(unsafe { libc::sigprocmask(libc::SIG_SETMASK, set, ptr::null_mut()) }).map(drop)
+}
+
+/// signalfd(2) for `set`, close-on-exec.
+pub(super) fn signalfd(set: &libc::sigset_t) -> SysResult<c_int> {
+    // SAFETY: `set` is an initialised sigset_t.
+    check(unsafe { libc::signalfd(-1, set, libc::SFD_CLOEXEC) })
+}
+
+/// Reads one signal from a signalfd.
+pub(super) fn read_signal(fd: c_int) -> SysResult<libc::signalfd_siginfo> {
+    // SAFETY: signalfd_siginfo is plain data, fully written by a successful read.
+    let mut info: libc::signalfd_siginfo = unsafe { zeroed() };
+    // SAFETY: the buffer is the struct itself, valid for its size.
+    let buf = unsafe {
+        std::slice::from_raw_parts_mut(
+            (&mut info as *mut libc::signalfd_siginfo).cast::<u8>(),
+            size_of::<libc::signalfd_siginfo>(),
+        )
+    };
+    match read(fd, buf)? {
+        n if n == size_of::<libc::signalfd_siginfo>() => Ok(info),
+        _ => Err(libc::EIO),
+    }
+}
+
+/// Sets every catchable signal's disposition back to the default (leash ignores SIGPIPE, for one).
+pub(super) fn reset_signal_dispositions() {
+    for signal in 1..libc::SIGRTMAX() {
+        if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+            // SAFETY: SIG_DFL is always a valid disposition; errors (reserved signals) are ignored.
+            unsafe { libc::signal(signal, libc::SIG_DFL) };
+        }
+    }
+}
+
+/// poll(2) with no time-out, retried on EINTR.
+pub(super) fn poll(fds: &mut [libc::pollfd]) -> SysResult<()> {
+    loop {
+        // SAFETY: `fds` is valid for its length.
+        match check(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) }) {
+            Ok(_) => return Ok(()),
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// waitpid(2), retried on EINTR; returns (pid, raw status), pid 0 when WNOHANG found nothing.
+pub(super) fn waitpid(pid: pid_t, flags: c_int) -> SysResult<(pid_t, c_int)> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer.
+        match check(unsafe { libc::waitpid(pid, &mut status, flags) }) {
+            Ok(found) => return Ok((found, status)),
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// kill(2).
+pub(super) fn kill(pid: pid_t, signal: c_int) -> SysResult<()> {
+    // SAFETY: kill takes integers only.
+    check(unsafe { libc::kill(pid, signal) }).map(drop)
+}
+
+/// dup2(2).
+pub(super) fn dup2(old: c_int, new: c_int) -> SysResult<()> {
+    // SAFETY: dup2 takes integers only.
+    check(unsafe { libc::dup2(old, new) }).map(drop)
+}
+
+/// chdir(2).
+pub(super) fn chdir(path: &CStr) -> SysResult<()> {
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::chdir(path.as_ptr()) }).map(drop)
+}
+
+/// execve(2); returns only on failure.
+pub(super) fn execve(path: &CStr, argv: &[*const c_char], envp: &[*const c_char]) -> Errno {
+    // SAFETY: `argv` and `envp` are null-terminated arrays of NUL-terminated strings that outlive the call.
+    unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    errno()
+}
+
+/// pipe2(O_CLOEXEC): (read end, write end).
+pub(super) fn pipe() -> SysResult<(c_int, c_int)> {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    Ok((fds[0], fds[1]))
+}
+
+/// A close-on-exec socket.
+pub(super) fn socket(domain: c_int, kind: c_int) -> SysResult<c_int> {
+    // SAFETY: socket takes integers only.
+    check(unsafe { libc::socket(domain, kind | libc::SOCK_CLOEXEC, 0) })
+}
+
+/// bind(2) to an IPv4 address.
+pub(super) fn bind(fd: c_int, addr: &libc::sockaddr_in) -> SysResult<()> {
+    let len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: `addr` is a valid sockaddr_in of `len` bytes.
+    check(unsafe { libc::bind(fd, (addr as *const libc::sockaddr_in).cast(), len) }).map(drop)
+}
+
+/// listen(2).
+pub(super) fn listen(fd: c_int, backlog: c_int) -> SysResult<()> {
+    // SAFETY: listen takes integers only.
+    check(unsafe { libc::listen(fd, backlog) }).map(drop)
+}
+
+/// Sets `lo` up with SIOCSIFFLAGS (the kernel then gives it 127.0.0.1/8).
+pub(super) fn loopback_up() -> SysResult<()> {
+    let fd = socket(libc::AF_INET, libc::SOCK_DGRAM)?;
+    // SAFETY: ifreq is plain data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { zeroed() };
+    req.ifr_name[0] = b'l' as c_char;
+    req.ifr_name[1] = b'o' as c_char;
+    // SAFETY: SIOCGIFFLAGS fills the flags member of a valid ifreq naming `lo`.
+    let result = check(unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) }).and_then(|_| {
+        // SAFETY: the union's flags member was just written by SIOCGIFFLAGS.
+        unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+        // SAFETY: SIOCSIFFLAGS reads a valid ifreq naming `lo`.
+        check(unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req) })
+    });
+    close(fd);
+    result.map(drop)
+}
+
+/// Sends `data` with `fds` attached (SCM_RIGHTS), without SIGPIPE.
+pub(super) fn send_with_fds(fd: c_int, data: &[u8], fds: &[c_int]) -> SysResult<()> {
+    /// Room for the control message: a cmsghdr plus `MAX_SOCKETS` descriptors, 8-byte aligned.
+    const CMSG_WORDS: usize = (size_of::<libc::cmsghdr>() + 4 * crate::MAX_SOCKETS) / 8 + 2;
+    let mut control = [0u64; CMSG_WORDS];
+    let fds_len = size_of::<c_int>() * fds.len().min(crate::MAX_SOCKETS);
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut c_void, iov_len: data.len() };
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if fds_len > 0 {
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE is arithmetic on its argument.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(fds_len as c_uint) } as _;
+        // SAFETY: the control buffer is aligned and holds CMSG_SPACE(fds_len) bytes (checked by CMSG_WORDS), so
+        // the first header and its data lie inside it; `fds` holds at least `fds_len` bytes.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fds_len as c_uint) as _;
+            ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), fds_len);
+        }
+    }
+    loop {
+        // SAFETY: `msg` points at live buffers set up above.
+        match check_long(unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) } as libc::c_long) {
+            Ok(_) => return Ok(()),
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Ends the process at once, running no destructor and no atexit handler.
+pub(super) fn exit(code: c_int) -> ! {
+    // SAFETY: _exit never returns and touches no Rust state.
+    unsafe { libc::_exit(code) }
+}

@@ -1,0 +1,41 @@
+//! The backend for platforms without one yet (macOS and others): `spawn` refuses with `Unsupported`, so `leash run`
+//! never starts a command unprotected. A real backend (for example macOS's sandbox profiles) replaces this module
+//! behind the same four functions and `Child` methods.
+
+use std::net::{TcpListener, UdpSocket};
+
+use crate::{ExitStatus, SandboxError, SandboxSpec};
+
+/// No sandbox can exist here, so no value of this type can either.
+#[derive(Debug)]
+pub(crate) enum Child {}
+
+/// Nothing to disarm.
+#[derive(Debug)]
+pub(crate) struct Forwarding;
+
+pub(crate) fn spawn(_spec: SandboxSpec) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
+    Err(SandboxError::Unsupported { os: std::env::consts::OS })
+}
+
+pub(crate) fn forward_signals(child: &Child) -> Result<Forwarding, SandboxError> {
+    match *child {}
+}
+
+pub(crate) fn harden_self() -> Result<(), SandboxError> {
+    Err(SandboxError::Unsupported { os: std::env::consts::OS })
+}
+
+impl Child {
+    pub(crate) fn pid(&self) -> u32 {
+        match *self {}
+    }
+
+    pub(crate) fn signal(&self, _signal: i32) -> Result<(), SandboxError> {
+        match *self {}
+    }
+
+    pub(crate) fn wait(&self) -> Result<ExitStatus, SandboxError> {
+        match *self {}
+    }
+}
