@@ -1,18 +1,1659 @@
-//! leash's proxy over real sockets.
+//! leash's egress proxy over real sockets: real origins (plain and HTTPS with a per-run test CA), real clients (curl,
+//! reqwest, rustls, raw TCP for the shapes no library sends), the audit log read back as JSON. Each bypass spelling
+//! is its own test, and each shows the request never reached an origin and a refused name never reached the
+//! resolver. The groups follow issue 2: decisions, CONNECT, refusals, HTTP correctness, limits, audit log, reload.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::client::{exchange, request};
+use support::origin::{dead_port, pattern_body};
+use support::tls::{connect, https_get, Writes};
 use support::*;
 
+/// The arXiv-style rule most path tests refuse.
+const RULE: &str = "bl.test/abs/2401.01234";
+
+async fn allowing(hosts: &[&str]) -> World {
+    let hosts: Vec<String> = hosts.iter().map(|h| (*h).to_owned()).collect();
+    World::new(move |p| allowlist(&hosts.iter().map(String::as_str).collect::<Vec<_>>(), &[p], &[443])).await
+}
+
+async fn blocking(urls: &[&str]) -> World {
+    let urls: Vec<String> = urls.iter().map(|h| (*h).to_owned()).collect();
+    World::new(move |p| blocklist(&urls.iter().map(String::as_str).collect::<Vec<_>>(), &[p], &[443])).await
+}
+
+/// `request` as sent, `Host` as given (not derived from the target).
+fn raw_get(target: &str, host: &str) -> String {
+    format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n")
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Allowlist: exact entries and `.subdomain` entries
+// ---------------------------------------------------------------------------------------------------------------
+
 #[tokio::test]
-async fn allowlist_exact_host_is_forwarded() {
-    let up = Upstream::start().await;
-    let leash = Leash::start(&allowlist(&["allowed.test"], &[up.port()], &[443])).await;
-    let r = support::client::exchange(
-        leash.addr,
-        get(&format!("http://allowed.test:{}/x", up.port())),
-    )
-    .await;
+async fn allowlist_exact_host_is_forwarded_by_curl() {
+    let w = allowing(&["allowed.test"]).await;
+    let out = curl(w.leash.addr, &[&w.url("allowed.test", "/hello")]).await;
+    assert_eq!(out.status, 200, "{}", out.stderr);
+    assert_eq!(out.text(), "hello from upstream");
+    let r = w.up.only_request();
+    assert_eq!((r.method.as_str(), r.target.as_str()), ("GET", "/hello"));
+    assert_eq!(w.leash.resolver.asked(), ["allowed.test"], "resolved once, no second lookup");
+}
+
+#[tokio::test]
+async fn allowlist_exact_entry_does_not_cover_subdomains() {
+    let w = allowing(&["allowed.test"]).await;
+    assert_refused(&w.get("sub.allowed.test", "/").await, 403, "not-allowed");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn allowlist_unlisted_host_is_refused_and_never_resolved() {
+    let w = allowing(&["allowed.test"]).await;
+    assert_refused(&w.get("evil.test", "/").await, 403, "not-allowed");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn allowlist_subdomain_entry_covers_apex_and_deep_subdomains() {
+    let w = allowing(&[".allowed.test"]).await;
+    assert_eq!(w.get("allowed.test", "/").await.status, 200);
+    assert_eq!(w.get("a.b.c.allowed.test", "/").await.status, 200);
+    let hosts: Vec<String> = w.up.requests().iter().map(|r| r.header("host").unwrap().to_owned()).collect();
+    assert_eq!(hosts, [format!("allowed.test:{}", w.port()), format!("a.b.c.allowed.test:{}", w.port())]);
+}
+
+#[tokio::test]
+async fn allowlist_subdomain_entry_does_not_cover_lookalikes() {
+    let w = allowing(&[".allowed.test"]).await;
+    assert_refused(&w.get("notallowed.test", "/").await, 403, "not-allowed");
+    assert_refused(&w.get("allowed.test.evil.test", "/").await, 403, "not-allowed");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn hosts_compare_lowercased_without_one_trailing_dot() {
+    let w = allowing(&["allowed.test"]).await;
+    let url = format!("http://ALLOWED.Test.:{}/", w.port());
+    assert_eq!(w.send(raw_get(&url, &format!("allowed.test:{}", w.port()))).await.status, 200);
+    assert_eq!(w.up.only_request().header("host"), Some(format!("allowed.test:{}", w.port()).as_str()));
+}
+
+#[tokio::test]
+async fn most_specific_allow_entry_is_logged_whatever_the_order() {
+    for hosts in [[".allowed.test", "allowed.test"], ["allowed.test", ".allowed.test"]] {
+        let w = allowing(&hosts).await;
+        assert_eq!(w.get("allowed.test", "/apex").await.status, 200);
+        assert_eq!(w.get("sub.allowed.test", "/sub").await.status, 200);
+        assert_eq!(w.leash.decision("/apex").await["rule"], "allowed.test", "exact beats subdomain ({hosts:?})");
+        assert_eq!(w.leash.decision("/sub").await["rule"], ".allowed.test");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Blocklist: host rules and path rules
+// ---------------------------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn blocklist_host_rule_blocks_host_and_subdomains() {
+    let w = blocking(&["bad.test"]).await;
+    assert_refused(&w.get("bad.test", "/").await, 403, "rule");
+    assert_refused(&w.get("www.bad.test", "/x").await, 403, "rule");
+    w.assert_nothing_reached().await;
+    assert_eq!(w.get("good.test", "/").await.status, 200, "everything else is allowed");
+}
+
+#[tokio::test]
+async fn blocklist_path_rule_blocks_the_path_on_host_and_subdomains() {
+    let w = blocking(&[RULE]).await;
+    assert_refused(&w.get("bl.test", "/abs/2401.01234").await, 403, "rule");
+    assert_refused(&w.get("www.bl.test", "/abs/2401.01234").await, 403, "rule");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn blocklist_path_rule_is_a_prefix_so_later_versions_are_blocked() {
+    let w = blocking(&[RULE]).await;
+    assert_refused(&w.get("bl.test", "/abs/2401.01234v2").await, 403, "rule");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn blocklist_sibling_path_is_forwarded_with_its_body_intact() {
+    let w = blocking(&[RULE]).await;
+    let body = "a body that must arrive byte for byte\r\n\0\u{7f}";
+    let r = w.send(request("POST", &w.url("bl.test", "/abs/2401.09999?x=1"), &[], body)).await;
     assert_eq!(r.status, 200);
+    let got = w.up.only_request();
+    assert_eq!((got.method.as_str(), got.target.as_str()), ("POST", "/abs/2401.09999?x=1"));
+    assert_eq!(got.body, Body::of(body.as_bytes()));
+}
+
+#[tokio::test]
+async fn blocklist_most_specific_rule_is_logged_whatever_the_order() {
+    for urls in [["bl.test", "bl.test/abs"], ["bl.test/abs", "bl.test"]] {
+        let w = blocking(&urls).await;
+        assert_refused(&w.get("bl.test", "/abs/1").await, 403, "rule");
+        assert_refused(&w.get("bl.test", "/other").await, 403, "rule");
+        assert_eq!(w.leash.decision("/abs/1").await["rule"], "bl.test/abs", "path rule beats host rule ({urls:?})");
+        assert_eq!(w.leash.decision("/other").await["rule"], "bl.test");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Path re-spellings: every one refused by the path rule without reaching the origin or the resolver
+// ---------------------------------------------------------------------------------------------------------------
+
+async fn assert_path_rule_refuses(path: &str) {
+    let w = blocking(&[RULE]).await;
+    let url = w.url("bl.test", path);
+    let r = w.send(raw_get(&url, &format!("bl.test:{}", w.port()))).await;
+    assert_refused(&r, 403, "rule");
+    w.assert_nothing_reached().await;
+    let d = w.leash.decision(path).await;
+    assert_eq!((d["decision"].as_str(), d["rule"].as_str()), (Some("block"), Some(RULE)));
+}
+
+macro_rules! path_rule_refuses {
+    ($($name:ident: $path:expr;)*) => {$(
+        #[tokio::test]
+        async fn $name() {
+            assert_path_rule_refuses($path).await;
+        }
+    )*};
+}
+
+path_rule_refuses! {
+    path_as_written: "/abs/2401.01234";
+    path_with_query: "/abs/2401.01234?download=1";
+    path_uppercase: "/ABS/2401.01234";
+    path_mixed_case_longer: "/Abs/2401.01234V2";
+    path_dot_segment: "/abs/./2401.01234";
+    path_dot_dot_segment: "/abs/x/../2401.01234";
+    path_dot_dot_above_root: "/../abs/2401.01234";
+    path_encoded_dot_dot: "/abs/x/%2e%2e/2401.01234";
+    path_encoded_dot_dot_uppercase: "/abs/x/%2E%2E/2401.01234";
+    path_encoded_single_dot: "/abs/%2e/2401.01234";
+    path_encoded_slash: "/abs%2F2401.01234";
+    path_encoded_slash_lowercase: "/abs%2f2401.01234";
+    path_encoded_slash_and_dot_dot: "/abs/x%2F..%2F2401.01234";
+    path_double_slash_leading: "//abs/2401.01234";
+    path_double_slash_inside: "/abs//2401.01234";
+    path_encoded_letter: "/%61bs/2401.01234";
+    path_param_on_segment: "/abs;x=1/2401.01234";
+    path_param_on_last_segment: "/abs/2401.01234;v=2";
+    path_encoded_semicolon_param: "/abs%3Bx/2401.01234";
+    path_backslash: "/abs\\2401.01234";
+    path_encoded_backslash: "/abs%5C2401.01234";
+    path_double_encoded_slash: "/abs%252F2401.01234";
+    path_triple_encoded_slash: "/abs%25252F2401.01234";
+    path_double_encoded_dot_dot: "/abs/x/%252e%252e/2401.01234";
+    path_encoded_question_mark_is_a_path_character: "/abs/2401.01234%3Fx";
+}
+
+#[tokio::test]
+async fn path_rule_host_spelled_in_uppercase_with_trailing_dot() {
+    let w = blocking(&[RULE]).await;
+    let url = format!("http://BL.TEST.:{}/abs/2401.01234", w.port());
+    assert_refused(&w.send(raw_get(&url, &format!("bl.test:{}", w.port()))).await, 403, "rule");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn path_rule_does_not_touch_a_path_that_only_decodes_near_it() {
+    // `/abs%3F/2401.01234` decodes to `/abs?/2401.01234`: not under the rule, so forwarded as sent.
+    let w = blocking(&[RULE]).await;
+    assert_eq!(w.get("bl.test", "/abs%3F/2401.01234").await.status, 200);
+    assert_eq!(w.up.only_request().target, "/abs%3F/2401.01234");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Targets that get 400: control characters, raw `#`, malformed escapes, decoded control characters
+// ---------------------------------------------------------------------------------------------------------------
+
+async fn assert_target_400(path: &str) {
+    // Everything is allowed here but `bl.test/abs`: the 400 is about the target, not the policy.
+    let w = blocking(&["bl.test/abs"]).await;
+    let url = w.url("allowed.test", path);
+    let r = w.send(raw_get(&url, &format!("allowed.test:{}", w.port()))).await;
+    assert_refused(&r, 400, "bad-request");
+    w.assert_nothing_reached().await;
+    let lines = w.leash.log_until("the 400 logged", |v| v["reason"] == "bad-request").await;
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert_eq!(lines[0]["decision"], "block");
+}
+
+macro_rules! target_400 {
+    ($($name:ident: $path:expr;)*) => {$(
+        #[tokio::test]
+        async fn $name() {
+            assert_target_400($path).await;
+        }
+    )*};
+}
+
+target_400! {
+    target_raw_control_character: "/a\u{1}b";
+    target_raw_delete_character: "/a\u{7f}b";
+    target_raw_fragment: "/abs/page#section";
+    target_malformed_escape_non_hex: "/a%zzb";
+    target_malformed_escape_truncated: "/a%4";
+    target_malformed_escape_bare_percent: "/a%";
+    target_encoded_nul: "/a%00b";
+    target_encoded_unit_separator: "/a%1Fb";
+    target_encoded_delete: "/a%7fb";
+    target_double_encoded_nul: "/a%2500b";
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// IP literals: refused in every spelling, never resolved (the policy lists 127.0.0.1 literally: only that spelling
+// is allowed)
+// ---------------------------------------------------------------------------------------------------------------
+
+async fn assert_ip_literal_refused(host: &str) {
+    let up = Upstream::start().await;
+    let leash = Leash::start(&allowlist(&["allowed.test", "127.0.0.1"], &[80, up.port()], &[443])).await;
+    for authority in [format!("{host}:{}", up.port()), host.to_owned()] {
+        let url = format!("http://{authority}/");
+        let r = exchange(leash.addr, raw_get(&url, &authority)).await;
+        assert_refused(&r, 403, "ip-literal");
+    }
+    up.assert_untouched().await;
+    leash.resolver.assert_never_asked();
+}
+
+macro_rules! ip_literal_refused {
+    ($($name:ident: $host:expr;)*) => {$(
+        #[tokio::test]
+        async fn $name() {
+            assert_ip_literal_refused($host).await;
+        }
+    )*};
+}
+
+ip_literal_refused! {
+    ip_decimal: "2130706433";
+    ip_hex: "0x7f000001";
+    ip_hex_uppercase: "0X7F000001";
+    ip_octal_first_part: "0177.0.0.1";
+    ip_octal_whole: "017700000001";
+    ip_short_form: "127.1";
+    ip_hex_first_part: "0x7f.0.0.1";
+    ip_hex_last_label: "127.0.0.0x1";
+    ip_leading_zeros: "127.000.000.001";
+    ip_dotted_with_trailing_dot: "127.0.0.1.";
+    ip_name_with_numeric_last_label: "allowed.test.1";
+    ip_name_with_hex_last_label: "allowed.test.0x10";
+    ip_v6_loopback: "[::1]";
+    ip_v6_mapped: "[::ffff:127.0.0.1]";
+    ip_v6_mapped_hex: "[::ffff:7f00:1]";
+}
+
+#[tokio::test]
+async fn ip_dotted_quad_not_listed_is_refused() {
+    let w = allowing(&["allowed.test"]).await;
+    assert_refused(&w.get("127.0.0.1", "/").await, 403, "ip-literal");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn ip_dotted_quad_in_blocklist_mode_is_refused() {
+    let w = blocking(&[RULE]).await;
+    assert_refused(&w.get("127.0.0.1", "/").await, 403, "ip-literal");
+    assert_refused(&w.get("2130706433", "/").await, 403, "ip-literal");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn name_ending_in_letters_after_hex_like_label_is_a_name() {
+    // `example.cafe` stays a name: `cafe` is hex digits but lacks `0x`.
+    let w = allowing(&["allowed.cafe"]).await;
+    w.leash.resolver.insert("allowed.cafe", &["127.0.0.1"]);
+    assert_eq!(w.get("allowed.cafe", "/").await.status, 200);
+    assert_eq!(w.leash.resolver.asked(), ["allowed.cafe"]);
+}
+
+#[tokio::test]
+async fn ip_listed_dotted_quad_is_allowed_in_exactly_that_spelling() {
+    let w = World::new(|p| allowlist(&["127.0.0.1"], &[p], &[443])).await;
+    assert_eq!(w.get("127.0.0.1", "/lit").await.status, 200);
+    let r = w.up.only_request();
+    assert_eq!((r.target.as_str(), r.header("host")), ("/lit", Some(format!("127.0.0.1:{}", w.port()).as_str())));
+    w.leash.resolver.assert_never_asked();
+}
+
+#[tokio::test]
+async fn ip_listed_dotted_quad_still_gets_the_destination_check() {
+    let up = Upstream::start().await;
+    let yaml = format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: [\"127.0.0.1\"]\n  ports: [{}]\n  tunnel_ports: [443]\n",
+        up.port()
+    );
+    let w = World::with(up, |_| yaml).await;
+    assert_refused(&w.get("127.0.0.1", "/").await, 403, "internal-destination");
+    w.assert_nothing_reached().await;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Internal destinations: an allowed name resolving inside is refused and not dialed
+// ---------------------------------------------------------------------------------------------------------------
+
+/// No `allow_destinations`: loopback is internal too.
+fn strict(hosts: &[&str], port: u16) -> String {
+    format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: {}\n  ports: [{port}]\n  tunnel_ports: [443]\n",
+        support::leash::quoted(hosts)
+    )
+}
+
+async fn assert_internal(name: &str, exempt_loopback: bool) {
+    let w = if exempt_loopback {
+        World::new(|p| allowlist(&[name], &[p], &[443])).await
+    } else {
+        World::new(|p| strict(&[name], p)).await
+    };
+    let r = w.get(name, "/latest/meta-data/").await;
+    assert_refused(&r, 403, "internal-destination");
+    w.up.assert_untouched().await;
+    assert_eq!(w.leash.resolver.asked(), [name], "an allowed name is resolved once, then checked");
+    let d = w.leash.decision("/latest/meta-data/").await;
+    assert_eq!((d["decision"].as_str(), d["host"].as_str()), (Some("block"), Some(name)));
+}
+
+#[tokio::test]
+async fn internal_private_network_answer_is_refused() {
+    assert_internal("rebind.test", true).await;
+}
+
+#[tokio::test]
+async fn internal_cloud_metadata_answer_is_refused() {
+    assert_internal("metadata.test", true).await;
+}
+
+#[tokio::test]
+async fn internal_v6_loopback_answer_is_refused() {
+    assert_internal("v6.test", false).await;
+}
+
+#[tokio::test]
+async fn internal_v4_mapped_v6_answer_is_refused() {
+    assert_internal("mapped.test", false).await;
+}
+
+#[tokio::test]
+async fn internal_unspecified_answer_is_refused() {
+    assert_internal("zero.test", false).await;
+}
+
+#[tokio::test]
+async fn internal_loopback_answer_is_refused_without_allow_destinations() {
+    assert_internal("allowed.test", false).await;
+}
+
+#[tokio::test]
+async fn internal_any_bad_address_among_several_refuses_the_name() {
+    // 127.0.0.1 is exempt here, 169.254.169.254 is not: the name is refused as a whole.
+    assert_internal("mixed.test", true).await;
+}
+
+#[tokio::test]
+async fn internal_answer_refuses_a_tunnel_before_dialing() {
+    let leash = Leash::start(&allowlist(&["rebind.test"], &[80], &[443])).await;
+    let (mut c, status) = connect(leash.addr, "rebind.test:443").await;
+    assert_eq!(status, 200, "the tunnel is decided on its ClientHello");
+    c.send(client_hello("rebind.test")).await;
+    c.until_closed().await.expect("an orderly close");
+    assert_eq!(leash.resolver.asked(), ["rebind.test"]);
+    let d = leash.decision("rebind.test").await;
+    assert_eq!((d["decision"].as_str(), d["reason"].as_str()), (Some("block"), Some("internal-destination")));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Ports
+// ---------------------------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn port_not_in_ports_is_refused() {
+    let w = allowing(&["allowed.test"]).await;
+    let other = dead_port().await;
+    let url = format!("http://allowed.test:{other}/");
+    assert_refused(&w.send(get(&url)).await, 403, "port");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn port_empty_list_allows_no_plain_request() {
+    let w = World::new(|_| allowlist(&["allowed.test"], &[], &[443])).await;
+    assert_refused(&w.get("allowed.test", "/").await, 403, "port");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn port_of_a_tunnel_is_not_a_plain_http_port() {
+    let w = World::new(|p| allowlist(&["allowed.test"], &[80], &[p])).await;
+    assert_refused(&w.get("allowed.test", "/").await, 403, "port");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn port_connect_not_in_tunnel_ports_is_refused() {
+    let w = World::new(|p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let (_c, status) = connect(w.leash.addr, &format!("allowed.test:{}", w.port())).await;
+    assert_eq!(status, 403);
+    w.assert_nothing_reached().await;
+    assert_eq!(w.leash.decision("allowed.test").await["reason"], "port");
+}
+
+#[tokio::test]
+async fn port_empty_tunnel_ports_allows_no_connect() {
+    let leash = Leash::start(&allowlist(&["allowed.test"], &[80], &[])).await;
+    let (_c, status) = connect(leash.addr, "allowed.test:443").await;
+    assert_eq!(status, 403);
+    leash.resolver.assert_never_asked();
+    assert_eq!(leash.decision("allowed.test").await["reason"], "port");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Request forms, schemes and hosts
+// ---------------------------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn scheme_https_to_the_plain_proxy_is_refused() {
+    let w = allowing(&["allowed.test"]).await;
+    let r = w.send(raw_get("https://allowed.test/", "allowed.test")).await;
+    assert_refused(&r, 403, "scheme");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn origin_form_request_gets_400() {
+    let w = allowing(&["allowed.test"]).await;
+    assert_refused(&w.send(raw_get("/", &format!("allowed.test:{}", w.port()))).await, 400, "bad-request");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn asterisk_form_request_gets_400() {
+    let w = allowing(&["allowed.test"]).await;
+    let r = w.send(format!("OPTIONS * HTTP/1.1\r\nHost: allowed.test:{}\r\n\r\n", w.port())).await;
+    assert_refused(&r, 400, "bad-request");
+    w.assert_nothing_reached().await;
+}
+
+async fn assert_bad_host(authority: &str) {
+    let w = allowing(&["allowed.test"]).await;
+    let url = format!("http://{authority}/");
+    let r = w.send(raw_get(&url, &format!("allowed.test:{}", w.port()))).await;
+    assert_refused(&r, 403, "bad-host");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn bad_host_userinfo() {
+    assert_bad_host("user@allowed.test").await;
+}
+
+#[tokio::test]
+async fn bad_host_userinfo_with_password() {
+    assert_bad_host("user:secret@allowed.test").await;
+}
+
+#[tokio::test]
+async fn bad_host_userinfo_naming_the_allowed_host() {
+    assert_bad_host("allowed.test@evil.test").await;
+}
+
+#[tokio::test]
+async fn bad_host_percent_encoded() {
+    assert_bad_host("allowed%2etest").await;
+}
+
+#[tokio::test]
+async fn bad_host_non_ascii_percent_encoded() {
+    assert_bad_host("all%C3%B3wed.test").await;
+}
+
+#[tokio::test]
+async fn bad_host_raw_non_ascii_in_the_request_line_gets_400() {
+    // The request line must be visible ASCII (RFC 9112 §3.2): raw UTF-8 never gets as far as the host parser.
+    let w = allowing(&["allowed.test"]).await;
+    let url = format!("http://allówed.test:{}/", w.port());
+    assert_refused(&w.send(raw_get(&url, "allowed.test")).await, 400, "bad-request");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn bad_host_raw_non_ascii_in_the_host_header_is_refused() {
+    let w = allowing(&["allowed.test"]).await;
+    let r = w.send(raw_get(&w.url("allowed.test", "/"), &format!("allówed.test:{}", w.port()))).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(["bad-host", "host-mismatch"].contains(&r.reason()), "{}", r.reason());
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn bad_host_underscore() {
+    assert_bad_host("allowed_test").await;
+}
+
+#[tokio::test]
+async fn bad_host_empty_label() {
+    assert_bad_host("allowed..test").await;
+}
+
+#[tokio::test]
+async fn host_header_several_get_400() {
+    let w = allowing(&["allowed.test"]).await;
+    let host = format!("allowed.test:{}", w.port());
+    let raw = format!("GET {} HTTP/1.1\r\nHost: {host}\r\nHost: {host}\r\n\r\n", w.url("allowed.test", "/"));
+    assert_refused(&w.send(raw).await, 400, "bad-request");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn host_header_missing_is_a_mismatch() {
+    let w = allowing(&["allowed.test"]).await;
+    let raw = format!("GET {} HTTP/1.1\r\nAccept: */*\r\n\r\n", w.url("allowed.test", "/"));
+    assert_refused(&w.send(raw).await, 403, "host-mismatch");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn host_header_missing_in_http_1_0_is_a_mismatch() {
+    let w = allowing(&["allowed.test"]).await;
+    let raw = format!("GET {} HTTP/1.0\r\n\r\n", w.url("allowed.test", "/"));
+    assert_refused(&w.send(raw).await, 403, "host-mismatch");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn host_header_naming_another_host_is_a_mismatch() {
+    let w = allowing(&["allowed.test", "other.test"]).await;
+    let r = w.send(raw_get(&w.url("allowed.test", "/"), &format!("other.test:{}", w.port()))).await;
+    assert_refused(&r, 403, "host-mismatch");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn host_header_naming_another_port_is_a_mismatch() {
+    let w = allowing(&["allowed.test"]).await;
+    let r = w.send(raw_get(&w.url("allowed.test", "/"), "allowed.test:1")).await;
+    assert_refused(&r, 403, "host-mismatch");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn forwarded_request_has_one_host_equal_to_the_decided_authority_and_the_original_target() {
+    let w = allowing(&["allowed.test"]).await;
+    let url = w.url("Allowed.Test", "/api/repos/a%2Fb/x%20y?q=a%2Fb&r=1");
+    let raw = format!("GET {url} HTTP/1.1\r\nX-Before: 1\r\nHost: ALLOWED.TEST.:{}\r\nX-After: 2\r\n\r\n", w.port());
+    assert_eq!(w.send(raw).await.status, 200);
+    let r = w.up.only_request();
+    assert_eq!(r.target, "/api/repos/a%2Fb/x%20y?q=a%2Fb&r=1", "the original target, `%2F` kept");
+    assert_eq!(r.all("host"), [format!("allowed.test:{}", w.port())]);
+    assert_eq!(r.version, "HTTP/1.1");
+    let names: Vec<&str> = r.head.headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["Host", "X-Before", "X-After"]);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// CONNECT: decided on the ClientHello's server name, spliced to that name
+// ---------------------------------------------------------------------------------------------------------------
+
+struct Tunnels {
+    ca: TestCa,
+    tls: TlsUpstream,
+    leash: Leash,
+}
+
+impl Tunnels {
+    async fn new(hosts: &[&str]) -> Tunnels {
+        let ca = TestCa::new();
+        let tls = TlsUpstream::start(&ca).await;
+        let leash = Leash::start(&allowlist(hosts, &[80], &[tls.port()])).await;
+        Tunnels { ca, tls, leash }
+    }
+
+    fn target(&self, host: &str) -> String {
+        format!("{host}:{}", self.tls.port())
+    }
+
+    /// CONNECT to `host`, send `hello`, expect an orderly close with nothing sent back and nothing reaching the
+    /// origin or the resolver; return the decision line.
+    async fn refused_hello(&self, host: &str, hello: &[u8]) -> Value {
+        let (mut c, status) = connect(self.leash.addr, &self.target(host)).await;
+        assert_eq!(status, 200, "a tunnel is decided on its ClientHello, after the 200");
+        c.send(hello).await;
+        let after = c.until_closed().await.expect("an orderly close (FIN), not a reset");
+        assert!(after.is_empty(), "leash answered a refused ClientHello with {} bytes", after.len());
+        self.tls.assert_untouched().await;
+        self.leash.resolver.assert_never_asked();
+        let lines = self.leash.log_until("the tunnel's decision", |v| v["method"] == "CONNECT").await;
+        let d = lines.into_iter().find(|v| v["method"] == "CONNECT").unwrap();
+        assert_eq!((d["decision"].as_str(), d["path"].clone()), (Some("block"), Value::Null));
+        d
+    }
+}
+
+#[tokio::test]
+async fn connect_allowed_sni_is_spliced_and_curl_verifies_the_origin() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = t.ca.pem_file(dir.path());
+    let url = format!("https://{}/", t.target("allowed.test"));
+    let out = curl(t.leash.addr, &["--cacert", ca.to_str().unwrap(), &url]).await;
+    assert_eq!((out.connect_status, out.status), (200, 200), "{}", out.stderr);
+    assert_eq!(out.text(), "hello over tls to allowed.test");
+    assert_eq!(t.tls.handshakes(), [Some("allowed.test".to_owned())]);
+    assert_eq!(t.leash.resolver.asked(), ["allowed.test"]);
+    let d = t.leash.decision("allowed.test").await;
+    assert_eq!(d["decision"], "allow");
+    assert_eq!(d["port"], t.tls.port());
+}
+
+#[tokio::test]
+async fn connect_subdomain_entry_with_reqwest() {
+    let t = Tunnels::new(&[".allowed.test"]).await;
+    let client = t.ca.reqwest(t.leash.addr);
+    let url = format!("https://{}/deep", t.target("a.b.c.allowed.test"));
+    let resp = within("reqwest through leash", client.get(&url).send()).await.expect("request");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "hello over tls to a.b.c.allowed.test");
+    assert_eq!(t.tls.origin.requests()[0].target, "/deep");
+}
+
+#[tokio::test]
+async fn connect_refused_target_gets_403_naming_host_and_port() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let mut c = Raw::connect(t.leash.addr).await;
+    c.send(format!("CONNECT evil.test:{0} HTTP/1.1\r\nHost: evil.test:{0}\r\n\r\n", t.tls.port())).await;
+    let r = c.response().await;
+    assert_refused(&r, 403, "not-allowed");
+    assert_eq!(r.first_line(), format!("leash: evil.test:{} refused by the egress policy (not-allowed)", t.tls.port()));
+    t.tls.assert_untouched().await;
+    t.leash.resolver.assert_never_asked();
+}
+
+#[tokio::test]
+async fn connect_to_ip_literal_target_is_refused() {
+    let t = Tunnels::new(&["allowed.test", "127.0.0.1"]).await;
+    for target in ["2130706433", "[::1]", "0x7f.1", "[::ffff:127.0.0.1]"] {
+        let (_c, status) = connect(t.leash.addr, &t.target(target)).await;
+        assert_eq!(status, 403, "{target}");
+    }
+    t.tls.assert_untouched().await;
+    t.leash.resolver.assert_never_asked();
+    let lines = t.leash.log_until("four refusals", |_| true).await;
+    assert!(lines.iter().all(|v| v["reason"] == "ip-literal"), "{lines:#?}");
+}
+
+#[tokio::test]
+async fn connect_without_port_gets_400() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let mut c = Raw::connect(t.leash.addr).await;
+    c.send("CONNECT allowed.test HTTP/1.1\r\nHost: allowed.test\r\n\r\n").await;
+    assert_refused(&c.response().await, 400, "bad-request");
+    t.tls.assert_untouched().await;
+}
+
+#[tokio::test]
+async fn connect_sni_other_than_the_target_is_a_mismatch() {
+    let t = Tunnels::new(&[".allowed.test"]).await;
+    let d = t.refused_hello("allowed.test", &client_hello("other.allowed.test")).await;
+    assert_eq!((d["reason"].as_str(), d["host"].as_str()), (Some("host-mismatch"), Some("other.allowed.test")));
+}
+
+#[tokio::test]
+async fn connect_sni_mismatch_from_a_real_client() {
+    let t = Tunnels::new(&[".allowed.test"]).await;
+    let r =
+        https_get(t.leash.addr, &t.target("allowed.test"), "other.allowed.test", t.ca.client_config(), Writes::Whole)
+            .await;
+    assert!(r.is_err(), "the handshake must not complete: {r:?}");
+    t.tls.assert_untouched().await;
+    t.leash.resolver.assert_never_asked();
+    assert_eq!(t.leash.decision("other.allowed.test").await["reason"], "host-mismatch");
+}
+
+#[tokio::test]
+async fn connect_without_sni_is_refused() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let d = t.refused_hello("allowed.test", &HelloSpec::no_sni().bytes()).await;
+    assert_eq!(d["reason"], "no-sni");
+}
+
+#[tokio::test]
+async fn connect_two_server_names_are_refused() {
+    let t = Tunnels::new(&[".allowed.test"]).await;
+    let hello = HelloSpec::sni(&["allowed.test", "other.allowed.test"]).bytes();
+    assert_eq!(t.refused_hello("allowed.test", &hello).await["reason"], "bad-sni");
+}
+
+#[tokio::test]
+async fn connect_empty_server_name_is_refused() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let hello = HelloSpec::raw_names(vec![Vec::new()]).bytes();
+    assert_eq!(t.refused_hello("allowed.test", &hello).await["reason"], "bad-sni");
+}
+
+#[tokio::test]
+async fn connect_non_ascii_server_name_is_refused() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let hello = HelloSpec::raw_names(vec!["allówed.test".as_bytes().to_vec()]).bytes();
+    assert_eq!(t.refused_hello("allowed.test", &hello).await["reason"], "bad-sni");
+}
+
+#[tokio::test]
+async fn connect_server_name_that_is_not_a_host_is_refused() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let hello = HelloSpec::raw_names(vec![b"allowed.test/x y".to_vec()]).bytes();
+    assert_eq!(t.refused_hello("allowed.test", &hello).await["reason"], "bad-sni");
+}
+
+#[tokio::test]
+async fn connect_non_tls_bytes_are_refused() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let d = t.refused_hello("allowed.test", b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n").await;
+    assert_eq!(d["reason"], "not-tls");
+}
+
+#[tokio::test]
+async fn connect_encrypted_client_hello_is_refused() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let hello = HelloSpec::sni(&["allowed.test"]).with_ech().bytes();
+    assert_eq!(t.refused_hello("allowed.test", &hello).await["reason"], "ech");
+}
+
+#[tokio::test]
+async fn connect_refusal_is_read_across_many_tiny_records() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let hello = HelloSpec::sni(&["allowed.test"]).with_ech().in_records_of(7).bytes();
+    assert_eq!(t.refused_hello("allowed.test", &hello).await["reason"], "ech");
+}
+
+#[tokio::test]
+async fn connect_client_hello_split_across_tcp_segments_with_pauses() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let writes = Writes::Sliced { piece: 13, pause: Duration::from_millis(5), budget: 2048 };
+    let r = https_get(t.leash.addr, &t.target("allowed.test"), "allowed.test", t.ca.client_config(), writes).await;
+    assert_eq!(r.expect("a tunnel through a sliced ClientHello").text(), "hello over tls to allowed.test");
+}
+
+#[tokio::test]
+async fn connect_client_hello_split_across_tls_records() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let mut config = t.ca.client_config();
+    config.max_fragment_size = Some(48);
+    let r = https_get(t.leash.addr, &t.target("allowed.test"), "allowed.test", config, Writes::Whole).await;
+    assert_eq!(r.expect("a tunnel through a fragmented ClientHello").text(), "hello over tls to allowed.test");
+}
+
+#[tokio::test]
+async fn connect_client_hello_split_across_records_and_segments() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let mut config = t.ca.client_config();
+    config.max_fragment_size = Some(40);
+    let writes = Writes::Sliced { piece: 11, pause: Duration::from_millis(3), budget: 4096 };
+    let r = https_get(t.leash.addr, &t.target("allowed.test"), "allowed.test", config, writes).await;
+    assert_eq!(r.expect("a tunnel").text(), "hello over tls to allowed.test");
+}
+
+#[tokio::test]
+async fn connect_listed_dotted_quad_without_sni_is_allowed() {
+    let t = Tunnels::new(&["127.0.0.1"]).await;
+    // A rustls client connecting to an IP address sends no server name.
+    let r = https_get(t.leash.addr, &t.target("127.0.0.1"), "127.0.0.1", t.ca.client_config(), Writes::Whole).await;
+    assert_eq!(r.expect("a tunnel to the listed literal").text(), "hello over tls to -");
+    assert_eq!(t.tls.handshakes(), [None]);
+    t.leash.resolver.assert_never_asked();
+}
+
+#[tokio::test]
+async fn connect_listed_dotted_quad_with_sni_is_a_mismatch() {
+    let t = Tunnels::new(&["127.0.0.1", "allowed.test"]).await;
+    let d = t.refused_hello("127.0.0.1", &client_hello("allowed.test")).await;
+    assert_eq!(d["reason"], "host-mismatch");
+}
+
+#[tokio::test]
+async fn connect_to_a_host_with_path_rules_needs_inspection() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let leash = Leash::start(&blocklist(&[RULE], &[80], &[tls.port()])).await;
+    let mut c = Raw::connect(leash.addr).await;
+    c.send(format!("CONNECT bl.test:{0} HTTP/1.1\r\nHost: bl.test:{0}\r\n\r\n", tls.port())).await;
+    let r = c.response().await;
+    assert_refused(&r, 403, "needs-inspection");
+    assert_eq!(
+        r.first_line(),
+        format!("leash: bl.test:{} refused by the egress policy (needs-inspection)", tls.port())
+    );
+    tls.assert_untouched().await;
+    leash.resolver.assert_never_asked();
+}
+
+#[tokio::test]
+async fn connect_in_blocklist_mode_to_a_host_without_rules_is_spliced() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let leash = Leash::start(&blocklist(&[RULE], &[80], &[tls.port()])).await;
+    let target = format!("allowed.test:{}", tls.port());
+    let r = https_get(leash.addr, &target, "allowed.test", ca.client_config(), Writes::Whole).await;
+    assert_eq!(r.expect("a tunnel").text(), "hello over tls to allowed.test");
+    assert_eq!(leash.decision("allowed.test").await["reason"], "default");
+}
+
+#[tokio::test]
+async fn connect_tunnel_outcome_is_logged_with_bytes_each_way() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let r =
+        https_get(t.leash.addr, &t.target("allowed.test"), "allowed.test", t.ca.client_config(), Writes::Whole).await;
+    assert_eq!(r.expect("a tunnel").status, 200);
+    let d = t.leash.decision("allowed.test").await;
+    let o = t.leash.outcome(&d["id"]).await;
+    assert_eq!(o["status"], 200);
+    assert!(o["bytes_up"].as_u64().unwrap() > 100 && o["bytes_down"].as_u64().unwrap() > 100, "{o}");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Refusal responses
+// ---------------------------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn refusal_first_line_names_host_and_raw_path_without_query_and_no_rules() {
+    let w = allowing(&["allowed.test", "secret-mirror.test"]).await;
+    let r = w.send(get(&w.url("evil.test", "/a%2Fb/c?token=s3cret"))).await;
+    assert_refused(&r, 403, "not-allowed");
+    assert_eq!(r.first_line(), "leash: evil.test/a%2Fb/c refused by the egress policy (not-allowed)");
+    let text = r.text();
+    assert!(!text.contains("secret-mirror") && !text.contains("s3cret"), "the body lists no rule: {text}");
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+}
+
+#[tokio::test]
+async fn refusal_by_path_rule_names_the_decided_host() {
+    let w = blocking(&[RULE]).await;
+    let r = w.send(raw_get(&w.url("BL.test", "/abs/2401.01234?v=1"), &format!("bl.test:{}", w.port()))).await;
+    assert_refused(&r, 403, "rule");
+    assert_eq!(r.first_line(), "leash: bl.test/abs/2401.01234 refused by the egress policy (rule)");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Upstream failures: 502 and 504, logged with their status
+// ---------------------------------------------------------------------------------------------------------------
+
+async fn assert_upstream_failure(w: &World, host: &str, url: &str, status: u16) {
+    let r = w.send(get(url)).await;
+    assert_eq!(r.status, status, "{}", r.text());
+    let lines = w.leash.log_until("the failure's outcome", |v| v["status"] == status).await;
+    let decision = lines.iter().find(|v| v["decision"] == "allow").expect("the allow decision");
+    assert_eq!(decision["host"], host);
+    let outcome = lines.iter().find(|v| v["status"] == status).unwrap();
+    assert_eq!(outcome["id"], decision["id"]);
+}
+
+#[tokio::test]
+async fn upstream_refusing_connections_gets_502() {
+    let port = dead_port().await;
+    let w = World::new(|_| allowlist(&["allowed.test"], &[port], &[443])).await;
+    assert_upstream_failure(&w, "allowed.test", &format!("http://allowed.test:{port}/"), 502).await;
+}
+
+#[tokio::test]
+async fn upstream_resetting_the_connection_gets_502() {
+    let w = World::with(Upstream::with(|_| Reply::Reset).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502).await;
+}
+
+#[tokio::test]
+async fn upstream_answering_garbage_gets_502() {
+    let garbage = || Reply::Raw(b"SSH-2.0-OpenSSH_9.2\r\n\r\n".to_vec());
+    let w = World::with(Upstream::with(move |_| garbage()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502).await;
+}
+
+#[tokio::test]
+async fn upstream_name_that_does_not_resolve_gets_502() {
+    let w = allowing(&["nxdomain.test"]).await;
+    assert_upstream_failure(&w, "nxdomain.test", &w.url("nxdomain.test", "/"), 502).await;
+}
+
+#[tokio::test]
+async fn upstream_too_slow_gets_504() {
+    let up = Upstream::with(|_| Reply::Silent).await;
+    let leash = Leash::builder(&allowlist(&["allowed.test"], &[up.port()], &[443]))
+        .limits(|l| l.response_timeout = Duration::from_millis(300))
+        .start()
+        .await;
+    let w = World { up, leash };
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/slow"), 504).await;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Headers: hop-by-hop removed both ways, repeated headers kept in order both ways
+// ---------------------------------------------------------------------------------------------------------------
+
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+    "x-named-by-connection",
+    "proxy-authenticate",
+];
+
+#[tokio::test]
+async fn hop_by_hop_request_headers_are_removed() {
+    let w = allowing(&["allowed.test"]).await;
+    let headers = [
+        "Connection: keep-alive, X-Named-By-Connection",
+        "X-Named-By-Connection: secret",
+        "Keep-Alive: timeout=5",
+        "Proxy-Connection: keep-alive",
+        "Proxy-Authorization: Basic dXNlcjpwYXNz",
+        "TE: trailers",
+        "Trailer: X-Checksum",
+        "Upgrade: h2c",
+        "X-Kept: 1",
+    ];
+    assert_eq!(w.send(request("GET", &w.url("allowed.test", "/"), &headers, "")).await.status, 200);
+    let r = w.up.only_request();
+    for name in HOP_BY_HOP {
+        assert!(r.header(name).is_none(), "`{name}` reached the upstream:\n{}", r.head.raw);
+    }
+    assert_eq!(r.header("x-kept"), Some("1"));
+}
+
+#[tokio::test]
+async fn hop_by_hop_response_headers_are_removed() {
+    let reply = || {
+        Reply::with_headers(
+            &[
+                ("Connection", "X-Named-By-Connection"),
+                ("X-Named-By-Connection", "secret"),
+                ("Keep-Alive", "timeout=5"),
+                ("Proxy-Authenticate", "Basic"),
+                ("Proxy-Connection", "keep-alive"),
+                ("Upgrade", "h2c"),
+                ("X-Kept", "1"),
+            ],
+            "ok",
+        )
+    };
+    let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let r = w.get("allowed.test", "/").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+    for name in HOP_BY_HOP.iter().filter(|n| **n != "connection") {
+        assert!(r.header(name).is_none(), "`{name}` reached the client:\n{}", r.head.raw);
+    }
+    assert!(!r.head.has_token("connection", "x-named-by-connection"));
+    assert_eq!(r.header("x-kept"), Some("1"));
+}
+
+#[tokio::test]
+async fn repeated_set_cookie_headers_reach_the_client_in_order() {
+    let reply = || {
+        Reply::with_headers(
+            &[("Set-Cookie", "a=1; Path=/"), ("X-Between", "x"), ("Set-Cookie", "b=2"), ("Set-Cookie", "c=3; Secure")],
+            "",
+        )
+    };
+    let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let r = w.get("allowed.test", "/").await;
+    assert_eq!(r.all("set-cookie"), ["a=1; Path=/", "b=2", "c=3; Secure"]);
+    let names: Vec<&str> =
+        r.head.headers.iter().map(|(n, _)| n.as_str()).filter(|n| n.starts_with(['S', 'X'])).collect();
+    assert_eq!(names, ["Set-Cookie", "X-Between", "Set-Cookie", "Set-Cookie"]);
+}
+
+#[tokio::test]
+async fn repeated_request_headers_reach_the_upstream_in_order() {
+    let w = allowing(&["allowed.test"]).await;
+    let headers = ["Cookie: a=1", "X-Rep: first", "Cookie: b=2", "X-Rep: second"];
+    assert_eq!(w.send(request("GET", &w.url("allowed.test", "/"), &headers, "")).await.status, 200);
+    let r = w.up.only_request();
+    assert_eq!(r.all("cookie"), ["a=1", "b=2"]);
+    assert_eq!(r.all("x-rep"), ["first", "second"]);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Bodies: chunked, large and streamed, close-delimited, 100-continue, HEAD
+// ---------------------------------------------------------------------------------------------------------------
+
+/// 64 MiB: far more than any buffer leash keeps, so it has to stream.
+const LARGE: u64 = 64 * 1024 * 1024;
+
+#[tokio::test]
+async fn chunked_request_body_is_forwarded() {
+    let w = allowing(&["allowed.test"]).await;
+    let url = w.url("allowed.test", "/upload");
+    let raw = format!(
+        "POST {url} HTTP/1.1\r\nHost: allowed.test:{}\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n",
+        w.port()
+    );
+    assert_eq!(w.send(raw).await.status, 200);
+    let r = w.up.only_request();
+    assert!(r.chunked);
+    assert_eq!(r.body.text(), "hello world");
+    assert_eq!(r.trailers, ["X-Trailer: t"]);
+}
+
+#[tokio::test]
+async fn chunked_response_body_is_relayed() {
+    let reply = || Reply::Chunked {
+        headers: vec![("X-Kind".into(), "chunked".into())],
+        chunks: vec![b"hello".to_vec(), b" ".to_vec(), b"world".to_vec()],
+        trailers: vec![("X-Checksum".into(), "abc".into())],
+    };
+    let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(get(&w.url("allowed.test", "/"))).await;
+    let r = c.response().await;
+    assert_eq!((r.status, r.text().as_str()), (200, "hello world"));
+    assert!(r.head.has_token("transfer-encoding", "chunked"));
+    c.send(get(&w.url("allowed.test", "/again"))).await;
+    assert_eq!(c.response().await.status, 200, "the connection goes on after the chunked body's end");
+}
+
+#[tokio::test]
+async fn large_request_body_is_streamed_to_the_upstream() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    let head = format!(
+        "PUT {} HTTP/1.1\r\nHost: allowed.test:{}\r\nContent-Length: {LARGE}\r\n\r\n",
+        w.url("allowed.test", "/big"),
+        w.port()
+    );
+    c.send(head).await;
+    let mut at = 0u64;
+    let piece = 1024 * 1024;
+    while at < LARGE {
+        c.send(pattern(at, piece)).await;
+        at += piece as u64;
+        if at == 4 * piece as u64 {
+            // The origin has bytes before the client has sent most of them: leash streams, it does not buffer.
+            w.up.origin.body_bytes_at_least(at / 2).await;
+        }
+    }
+    assert_eq!(c.response().await.status, 200);
+    assert_eq!(w.up.only_request().body, pattern_body(LARGE));
+}
+
+#[tokio::test]
+async fn large_response_body_is_streamed_to_the_client() {
+    let up = Upstream::with(|_| Reply::Pattern { len: LARGE, chunked: false }).await;
+    let w = World::with(up, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let r = w.get("allowed.test", "/big").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, pattern_body(LARGE));
+}
+
+#[tokio::test]
+async fn response_body_is_relayed_before_the_upstream_finishes_it() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let up = Upstream::with(move |_| Reply::Gated {
+        first: pattern(0, 300_000),
+        gate: g.clone(),
+        rest: pattern(300_000, 1000),
+    })
+    .await;
+    let w = World::with(up, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(get(&w.url("allowed.test", "/"))).await;
+    let head = within("head", c.wire.head()).await.unwrap().unwrap();
+    assert!(head.start.contains(" 200 "));
+    let mut got = Body::new();
+    within("the first part, while the upstream waits", c.wire.exact(300_000, &mut |d| got.push(d))).await.unwrap();
+    gate.notify_one();
+    within("the rest", c.wire.exact(1000, &mut |d| got.push(d))).await.unwrap();
+    assert_eq!(got, pattern_body(301_000));
+}
+
+#[tokio::test]
+async fn large_chunked_bodies_both_ways() {
+    const LEN: u64 = 8 * 1024 * 1024;
+    let up = Upstream::with(|_| Reply::Pattern { len: LEN, chunked: true }).await;
+    let w = World::with(up, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    let head = format!(
+        "POST {} HTTP/1.1\r\nHost: allowed.test:{}\r\nTransfer-Encoding: chunked\r\n\r\n",
+        w.url("allowed.test", "/"),
+        w.port()
+    );
+    c.send(head).await;
+    let piece = 100_000usize;
+    let mut at = 0u64;
+    while at < LEN {
+        let n = piece.min((LEN - at) as usize);
+        c.send(format!("{n:x}\r\n")).await;
+        c.send(pattern(at, n)).await;
+        c.send("\r\n").await;
+        at += n as u64;
+    }
+    c.send("0\r\n\r\n").await;
+    let r = c.response().await;
+    assert_eq!(r.body, pattern_body(LEN));
+    assert_eq!(w.up.only_request().body, pattern_body(LEN));
+}
+
+#[tokio::test]
+async fn close_delimited_response_is_relayed_and_the_client_connection_closed() {
+    let reply =
+        || Reply::RawThenClose(b"HTTP/1.1 200 OK\r\nX-Framing: close\r\n\r\nthe body runs until close".to_vec());
+    let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(get(&w.url("allowed.test", "/"))).await;
+    let r = c.response().await;
+    assert_eq!((r.status, r.text().as_str()), (200, "the body runs until close"));
+    assert!(c.closed_within(Duration::from_secs(5)).await);
+}
+
+#[tokio::test]
+async fn expect_100_continue_is_passed_on_before_the_body() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    let url = w.url("allowed.test", "/upload");
+    c.send(format!(
+        "POST {url} HTTP/1.1\r\nHost: allowed.test:{}\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+        w.port()
+    ))
+    .await;
+    assert_eq!(c.response().await.status, 100, "the upstream's 100 Continue arrives before the body is sent");
+    c.send("hello").await;
+    assert_eq!(c.response().await.status, 200);
+    assert_eq!(w.up.only_request().body.text(), "hello");
+}
+
+#[tokio::test]
+async fn head_response_has_no_body_and_the_connection_goes_on() {
+    let up = Upstream::with(|r| {
+        if r.method == "HEAD" {
+            Reply::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n".to_vec())
+        } else {
+            Reply::ok("after head")
+        }
+    })
+    .await;
+    let w = World::with(up, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(request("HEAD", &w.url("allowed.test", "/"), &[], "")).await;
+    let r = c.response_to("HEAD").await;
+    assert_eq!((r.status, r.header("content-length")), (200, Some("1234")));
+    c.send(get(&w.url("allowed.test", "/next"))).await;
+    assert_eq!(c.response().await.text(), "after head");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Keep-alive and pipelining: each request decided on its own
+// ---------------------------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn keep_alive_requests_are_each_decided_on_their_own() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(get(&w.url("allowed.test", "/one"))).await;
+    assert_eq!(c.response().await.status, 200);
+    c.send(get(&w.url("evil.test", "/two"))).await;
+    assert_refused(&c.response().await, 403, "not-allowed");
+    c.send(get(&w.url("allowed.test", "/three"))).await;
+    assert_eq!(c.response().await.status, 200);
+    let targets: Vec<String> = w.up.requests().into_iter().map(|r| r.target).collect();
+    assert_eq!(targets, ["/one", "/three"]);
+    assert_eq!(w.leash.resolver.asked(), ["allowed.test"], "evil.test is never resolved");
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_each_decided_on_their_own() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    let all =
+        [get(&w.url("allowed.test", "/one")), get(&w.url("evil.test", "/two")), get(&w.url("allowed.test", "/three"))];
+    c.send(all.concat()).await;
+    assert_eq!(c.response().await.status, 200);
+    assert_refused(&c.response().await, 403, "not-allowed");
+    assert_eq!(c.response().await.status, 200);
+    let targets: Vec<String> = w.up.requests().into_iter().map(|r| r.target).collect();
+    assert_eq!(targets, ["/one", "/three"]);
+}
+
+#[tokio::test]
+async fn pipelined_request_after_a_malformed_one_is_never_forwarded() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    let host = format!("allowed.test:{}", w.port());
+    let bad = format!("GET {} HTTP/1.1\r\nHost: {host}\r\nHost: {host}\r\n\r\n", w.url("allowed.test", "/"));
+    c.send(bad + &get(&w.url("allowed.test", "/after"))).await;
+    assert_refused(&c.response().await, 400, "bad-request");
+    let _ = c.until_closed().await;
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn upstream_connections_are_reused_across_requests() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    for i in 0..5 {
+        c.send(get(&w.url("allowed.test", &format!("/{i}")))).await;
+        assert_eq!(c.response().await.status, 200);
+    }
+    for i in 5..8 {
+        assert_eq!(w.get("allowed.test", &format!("/{i}")).await.status, 200);
+    }
+    assert_eq!(w.up.requests().len(), 8);
+    assert_eq!(w.up.connections().await, 1, "every request reused one upstream connection");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Smuggling shapes: 400, the connection closed, nothing forwarded
+// ---------------------------------------------------------------------------------------------------------------
+
+async fn assert_smuggling_refused(head_lines: &str, rest: &str) {
+    let w = allowing(&["allowed.test"]).await;
+    let url = w.url("allowed.test", "/");
+    let smuggled = get(&w.url("allowed.test", "/smuggled"));
+    let raw = format!("POST {url} HTTP/1.1\r\nHost: allowed.test:{}\r\n{head_lines}\r\n{rest}{smuggled}", w.port());
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(raw).await;
+    assert_refused(&c.response().await, 400, "bad-request");
+    let _ = c.until_closed().await;
+    w.assert_nothing_reached().await;
+    w.leash.log_until("the 400 logged", |v| v["reason"] == "bad-request").await;
+}
+
+#[tokio::test]
+async fn smuggling_content_length_with_transfer_encoding() {
+    assert_smuggling_refused("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n").await;
+}
+
+#[tokio::test]
+async fn smuggling_transfer_encoding_with_content_length() {
+    assert_smuggling_refused("Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "0\r\n\r\n").await;
+}
+
+#[tokio::test]
+async fn smuggling_transfer_encoding_gzip() {
+    assert_smuggling_refused("Transfer-Encoding: gzip\r\n", "").await;
+}
+
+#[tokio::test]
+async fn smuggling_transfer_encoding_gzip_then_chunked() {
+    assert_smuggling_refused("Transfer-Encoding: gzip, chunked\r\n", "0\r\n\r\n").await;
+}
+
+#[tokio::test]
+async fn smuggling_transfer_encoding_chunked_twice() {
+    assert_smuggling_refused("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n").await;
+}
+
+#[tokio::test]
+async fn smuggling_transfer_encoding_identity() {
+    assert_smuggling_refused("Transfer-Encoding: identity\r\n", "").await;
+}
+
+#[tokio::test]
+async fn smuggling_differing_content_lengths() {
+    assert_smuggling_refused("Content-Length: 5\r\nContent-Length: 6\r\n", "hello!").await;
+}
+
+#[tokio::test]
+async fn smuggling_differing_content_lengths_in_one_field() {
+    assert_smuggling_refused("Content-Length: 5, 6\r\n", "hello!").await;
+}
+
+#[tokio::test]
+async fn smuggling_signed_content_length() {
+    assert_smuggling_refused("Content-Length: +5\r\n", "hello").await;
+}
+
+#[tokio::test]
+async fn smuggling_obs_fold() {
+    assert_smuggling_refused("X-Folded: a\r\n b\r\nContent-Length: 0\r\n", "").await;
+}
+
+#[tokio::test]
+async fn smuggling_whitespace_before_colon() {
+    assert_smuggling_refused("Content-Length : 5\r\n", "hello").await;
+}
+
+#[tokio::test]
+async fn smuggling_bare_lf_in_a_header_line() {
+    assert_smuggling_refused("X-A: 1\nContent-Length: 0\r\n", "").await;
+}
+
+#[tokio::test]
+async fn smuggling_bare_lf_line_ends_throughout() {
+    let w = allowing(&["allowed.test"]).await;
+    let raw = format!("GET {} HTTP/1.1\nHost: allowed.test:{}\n\n", w.url("allowed.test", "/"), w.port());
+    assert_refused(&w.send(raw).await, 400, "bad-request");
+    w.assert_nothing_reached().await;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Limits: head size, head timeout (slowloris), concurrent connections
+// ---------------------------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn oversized_head_gets_431() {
+    let w = allowing(&["allowed.test"]).await;
+    let big = format!("X-Big: {}", "a".repeat(70 * 1024));
+    let mut c = Raw::connect(w.leash.addr).await;
+    let _ = c.try_send(request("GET", &w.url("allowed.test", "/"), &[&big], "")).await;
+    assert_refused(&c.response().await, 431, "bad-request");
+    w.assert_nothing_reached().await;
+    assert_eq!(w.leash.log_until("the 431 logged", |v| v["reason"] == "bad-request").await.len(), 1);
+}
+
+#[tokio::test]
+async fn oversized_head_bound_follows_the_limit() {
+    let up = Upstream::start().await;
+    let leash = Leash::builder(&allowlist(&["allowed.test"], &[up.port()], &[443]))
+        .limits(|l| l.max_head_bytes = 2048)
+        .start()
+        .await;
+    let url = format!("http://allowed.test:{}/", up.port());
+    let fits = format!("X-Pad: {}", "a".repeat(1000));
+    assert_eq!(exchange(leash.addr, request("GET", &url, &[&fits], "")).await.status, 200);
+    let too_big = format!("X-Pad: {}", "a".repeat(3000));
+    assert_eq!(exchange(leash.addr, request("GET", &url, &[&too_big], "")).await.status, 431);
+    assert_eq!(up.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn slowloris_heads_time_out_without_starving_other_clients() {
+    let up = Upstream::start().await;
+    let leash = Leash::builder(&allowlist(&["allowed.test"], &[up.port()], &[443]))
+        .limits(|l| l.head_timeout = Duration::from_millis(500))
+        .start()
+        .await;
+    let url = format!("http://allowed.test:{}/", up.port());
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        let mut c = Raw::connect(leash.addr).await;
+        c.send(format!("GET {url} HTTP/1.1\r\nHost: allo")).await;
+        slow.push(c);
+    }
+    let fast = before(Duration::from_secs(2), exchange(leash.addr, get(&url))).await;
+    assert_eq!(fast.expect("a normal client is served while 20 heads dribble").status, 200);
+    for c in &mut slow {
+        assert!(c.closed_within(Duration::from_secs(5)).await, "a stalled head is closed after the head timeout");
+    }
+    assert_eq!(up.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn connection_limit_holds_further_clients_until_one_leaves() {
+    let up = Upstream::start().await;
+    let leash = Leash::builder(&allowlist(&["allowed.test"], &[up.port()], &[443]))
+        .limits(|l| l.max_connections = 2)
+        .start()
+        .await;
+    let url = format!("http://allowed.test:{}/", up.port());
+    let mut first = Raw::connect(leash.addr).await;
+    first.send(get(&url)).await;
+    assert_eq!(first.response().await.status, 200, "the first connection is served and stays open");
+    let second = Raw::connect(leash.addr).await;
+    let mut third = Raw::connect(leash.addr).await;
+    third.send(get(&url)).await;
+    // Held connections are idle keep-alives: leash must not answer the third while both permits are taken.
+    let early = before(Duration::from_millis(500), third.response()).await;
+    assert!(early.is_none(), "a third connection was served beyond the limit of 2");
+    drop(first);
+    assert_eq!(third.response().await.status, 200, "served once a connection left");
+    drop(second);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Audit log
+// ---------------------------------------------------------------------------------------------------------------
+
+fn is_rfc3339_utc(t: &str) -> bool {
+    let b = t.as_bytes();
+    b.len() >= 20
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && t.ends_with('Z')
+        && t[..4].bytes().all(|c| c.is_ascii_digit())
+}
+
+#[tokio::test]
+async fn audit_decision_is_written_before_the_request_is_forwarded() {
+    let log: Arc<OnceLock<std::path::PathBuf>> = Arc::new(OnceLock::new());
+    let l = log.clone();
+    let up = Upstream::with(move |r| {
+        let lines = support::leash::read_log(l.get().unwrap());
+        let logged = lines.iter().any(|v| v["decision"] == "allow" && v["path"] == r.target);
+        Reply::ok(if logged { "decision was logged" } else { "NOT LOGGED" })
+    })
+    .await;
+    let w = World::with(up, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    log.set(w.leash.log_path.clone()).unwrap();
+    assert_eq!(w.get("allowed.test", "/checked").await.text(), "decision was logged");
+}
+
+#[tokio::test]
+async fn audit_allowed_request_fields_and_types() {
+    let w = allowing(&["allowed.test"]).await;
+    assert_eq!(w.get("allowed.test", "/x?secret=1").await.status, 200);
+    let port = w.port();
+    let lines = w.leash.stop().await;
+    assert_eq!(lines.len(), 2, "one decision and one outcome: {lines:#?}");
+    let (d, o) = (&lines[0], &lines[1]);
+    assert!(d["id"].is_u64());
+    assert!(is_rfc3339_utc(d["time"].as_str().unwrap()), "{}", d["time"]);
+    assert_eq!(d["method"], "GET");
+    assert_eq!(d["host"], "allowed.test");
+    assert_eq!(d["port"], port);
+    assert_eq!(d["path"], "/x", "the query is dropped for allowed requests");
+    assert_eq!(d["decision"], "allow");
+    assert_eq!(d["rule"], "allowed.test");
+    assert_eq!(d["reason"], "rule");
+    assert_eq!(o["id"], d["id"]);
+    assert!(is_rfc3339_utc(o["time"].as_str().unwrap()));
+    assert_eq!(o["status"], 200);
+    assert!(o["bytes_up"].as_u64().unwrap() > 0);
+    assert!(o["bytes_down"].as_u64().unwrap() >= "hello from upstream".len() as u64);
+    assert!(o["duration_ms"].as_f64().unwrap() >= 0.0);
+}
+
+#[tokio::test]
+async fn audit_refused_request_keeps_its_query() {
+    let w = allowing(&["allowed.test"]).await;
+    assert_eq!(w.get("evil.test", "/x?secret=1").await.status, 403);
+    let lines = w.leash.stop().await;
+    assert_eq!(lines.len(), 1, "a refusal has no outcome line: {lines:#?}");
+    let d = &lines[0];
+    assert_eq!(d["path"], "/x?secret=1", "the query is kept for refused requests");
+    assert_eq!((d["decision"].as_str(), d["reason"].as_str()), (Some("block"), Some("not-allowed")));
+    assert!(d["rule"].is_null());
+}
+
+#[tokio::test]
+async fn audit_blocklist_allow_is_by_default() {
+    let w = blocking(&[RULE]).await;
+    assert_eq!(w.get("allowed.test", "/").await.status, 200);
+    let d = w.leash.decision("/").await;
+    assert_eq!((d["reason"].as_str(), d["rule"].clone()), (Some("default"), Value::Null));
+}
+
+#[tokio::test]
+async fn audit_rule_refusal_names_the_rule() {
+    let w = blocking(&[RULE]).await;
+    assert_eq!(w.get("bl.test", "/abs/2401.01234").await.status, 403);
+    let d = w.leash.decision("/abs/2401.01234").await;
+    assert_eq!((d["reason"].as_str(), d["rule"].as_str()), (Some("rule"), Some(RULE)));
+}
+
+#[tokio::test]
+async fn audit_ids_are_unique_and_outcomes_join_them() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    for path in ["/a", "/b"] {
+        c.send(get(&w.url("allowed.test", path))).await;
+        c.response().await;
+    }
+    w.get("evil.test", "/c").await;
+    w.get("allowed.test", "/d").await;
+    drop(c);
+    let lines = w.leash.stop().await;
+    let decisions: Vec<&Value> = lines.iter().filter(|v| v.get("decision").is_some()).collect();
+    let mut ids: Vec<u64> = decisions.iter().map(|v| v["id"].as_u64().unwrap()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "{lines:#?}");
+    for o in lines.iter().filter(|v| v.get("status").is_some()) {
+        let d = decisions.iter().find(|d| d["id"] == o["id"]).expect("an outcome joins a decision");
+        assert_eq!(d["decision"], "allow");
+    }
+    assert_eq!(lines.iter().filter(|v| v.get("status").is_some()).count(), 3);
+}
+
+#[tokio::test]
+async fn audit_tunnel_lines() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let r =
+        https_get(t.leash.addr, &t.target("allowed.test"), "allowed.test", t.ca.client_config(), Writes::Whole).await;
+    assert_eq!(r.unwrap().status, 200);
+    let port = t.tls.port();
+    let lines = t.leash.stop().await;
+    let d = lines.iter().find(|v| v.get("decision").is_some()).unwrap();
+    assert_eq!(d["method"], "CONNECT");
+    assert_eq!(d["host"], "allowed.test");
+    assert_eq!(d["port"], port);
+    assert!(d["path"].is_null());
+    assert_eq!(d["decision"], "allow");
+    let o = lines.iter().find(|v| v["id"] == d["id"] && v.get("status").is_some()).expect("the tunnel's outcome");
+    assert_eq!(o["status"], 200);
+}
+
+#[tokio::test]
+async fn audit_malformed_requests_are_logged() {
+    let w = allowing(&["allowed.test"]).await;
+    w.send("GET http://allowed.test/ HTTP/1.1\r\nHost : allowed.test\r\n\r\n").await;
+    let lines = w.leash.stop().await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!((lines[0]["decision"].as_str(), lines[0]["reason"].as_str()), (Some("block"), Some("bad-request")));
+}
+
+#[tokio::test]
+async fn audit_log_file_is_created_with_mode_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let leash = Leash::start(&allowlist(&["allowed.test"], &[80], &[443])).await;
+    let mode = std::fs::metadata(&leash.log_path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[tokio::test]
+async fn audit_log_that_cannot_be_opened_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(leash_proxy::AuditLog::open(&dir.path().join("missing/audit.jsonl")).is_err());
+}
+
+async fn failing_log_world() -> World {
+    let up = Upstream::start().await;
+    let leash = Leash::builder(&allowlist(&["allowed.test"], &[up.port()], &[443]))
+        .audit_at(std::path::Path::new("/dev/full"))
+        .start()
+        .await;
+    World { up, leash }
+}
+
+#[tokio::test]
+async fn audit_write_failure_refuses_an_allowed_request() {
+    let w = failing_log_world().await;
+    let r = w.get("allowed.test", "/").await;
+    assert_refused(&r, 503, "audit-failed");
+    w.up.assert_untouched().await;
+}
+
+#[tokio::test]
+async fn audit_write_failure_refuses_a_refused_request_too() {
+    let w = failing_log_world().await;
+    assert_refused(&w.get("evil.test", "/").await, 503, "audit-failed");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn audit_write_failure_refuses_a_malformed_request() {
+    let w = failing_log_world().await;
+    let r = w.send(raw_get("/origin-form", "allowed.test")).await;
+    assert_refused(&r, 503, "audit-failed");
+}
+
+#[tokio::test]
+async fn audit_write_failure_refuses_a_tunnel() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let leash = Leash::builder(&allowlist(&["allowed.test"], &[80], &[tls.port()]))
+        .audit_at(std::path::Path::new("/dev/full"))
+        .start()
+        .await;
+    let target = format!("allowed.test:{}", tls.port());
+    let r = https_get(leash.addr, &target, "allowed.test", ca.client_config(), Writes::Whole).await;
+    assert!(r.is_err(), "no tunnel without a log line: {r:?}");
+    tls.assert_untouched().await;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Hot reload and shutdown
+// ---------------------------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn reload_changes_decisions_for_new_requests() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(get(&w.url("other.test", "/before"))).await;
+    assert_refused(&c.response().await, 403, "not-allowed");
+    w.leash.reload(&allowlist(&["other.test"], &[w.port()], &[443]));
+    c.send(get(&w.url("other.test", "/after"))).await;
+    assert_eq!(c.response().await.status, 200, "the same connection's next request sees the new policy");
+    assert_refused(&w.get("allowed.test", "/after").await, 403, "not-allowed");
+}
+
+#[tokio::test]
+async fn reload_never_reuses_an_upstream_connection_checked_under_the_old_policy() {
+    let w = allowing(&["allowed.test"]).await;
+    assert_eq!(w.get("allowed.test", "/1").await.status, 200);
+    w.leash.reload(&allowlist(&["allowed.test"], &[w.port()], &[443]));
+    assert_eq!(w.get("allowed.test", "/2").await.status, 200);
+    assert_eq!(w.up.connections().await, 2);
+    assert_eq!(w.leash.resolver.asked(), ["allowed.test", "allowed.test"], "checked again under the new policy");
+}
+
+#[tokio::test]
+async fn shutdown_lets_an_in_flight_response_finish() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let up =
+        Upstream::with(move |_| Reply::Gated { first: b"first ".to_vec(), gate: g.clone(), rest: b"last".to_vec() })
+            .await;
+    let w = World::with(up, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(get(&w.url("allowed.test", "/"))).await;
+    within("head", c.wire.head()).await.unwrap().unwrap();
+    let mut got = Body::new();
+    within("first part", c.wire.exact(6, &mut |d| got.push(d))).await.unwrap();
+    let addr = w.leash.addr;
+    let stopping = tokio::spawn(w.leash.stop());
+    gate.notify_one();
+    within("the rest after shutdown began", c.wire.exact(4, &mut |d| got.push(d))).await.unwrap();
+    assert_eq!(got.text(), "first last");
+    drop(c);
+    let lines = within("shutdown", stopping).await.unwrap();
+    assert!(lines.iter().any(|v| v["status"] == 200), "the outcome was logged before exit: {lines:#?}");
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener is closed");
 }

@@ -46,19 +46,13 @@ pub struct Raw {
 
 impl Raw {
     pub async fn connect(addr: SocketAddr) -> Raw {
-        let stream = within("connect to leash", TcpStream::connect(addr))
-            .await
-            .expect("connect");
+        let stream = within("connect to leash", TcpStream::connect(addr)).await.expect("connect");
         stream.set_nodelay(true).expect("nodelay");
-        Raw {
-            wire: Wire::new(stream),
-        }
+        Raw { wire: Wire::new(stream) }
     }
 
     pub async fn send(&mut self, bytes: impl AsRef<[u8]>) {
-        within("send", self.wire.io.write_all(bytes.as_ref()))
-            .await
-            .expect("send to leash");
+        within("send", self.wire.io.write_all(bytes.as_ref())).await.expect("send to leash");
     }
 
     /// Like [`Raw::send`], reporting failure instead of failing (the peer may have closed).
@@ -73,12 +67,7 @@ impl Raw {
 
     /// The next response to a request with `method` (a HEAD response has no body).
     pub async fn response_to(&mut self, method: &str) -> Resp {
-        within(
-            "a response from leash",
-            read_response(&mut self.wire, method),
-        )
-        .await
-        .expect("read a response")
+        within("a response from leash", read_response(&mut self.wire, method)).await.expect("read a response")
     }
 
     /// Read until leash closes the connection: `Ok(bytes)` on an orderly close (FIN), `Err` on a reset.
@@ -112,33 +101,19 @@ impl Raw {
 }
 
 /// Read one response off `wire` (to a request with `method`: a HEAD response has no body).
-pub async fn read_response<S: AsyncRead + Unpin>(
-    wire: &mut Wire<S>,
-    method: &str,
-) -> io::Result<Resp> {
+pub async fn read_response<S: AsyncRead + Unpin>(wire: &mut Wire<S>, method: &str) -> io::Result<Resp> {
     let head = wire.head().await?.ok_or(io::ErrorKind::UnexpectedEof)?;
-    let status = head
-        .start
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let status = head.start.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let mut body = Body::new();
     let mut sink = |d: &[u8]| body.push(d);
-    let bodiless =
-        (100..200).contains(&status) || status == 204 || status == 304 || method == "HEAD";
+    let bodiless = (100..200).contains(&status) || status == 204 || status == 304 || method == "HEAD";
     if bodiless {
     } else if head.has_token("transfer-encoding", "chunked") {
         wire.chunked(&mut sink).await?;
     } else if let Some(len) = head.header("content-length") {
-        wire.exact(
-            len.parse()
-                .map_err(|_| io::Error::other("bad content-length"))?,
-            &mut sink,
-        )
-        .await?;
+        wire.exact(len.parse().map_err(|_| io::Error::other("bad content-length"))?, &mut sink).await?;
     } else {
-        wire.to_end(&mut sink).await?;
+        wire.read_to_close(&mut sink).await?;
     }
     Ok(Resp { status, head, body })
 }
@@ -196,33 +171,21 @@ pub async fn curl(proxy: SocketAddr, args: &[&str]) -> CurlOut {
     let dir = tempfile::tempdir().expect("tempdir");
     let (heads, body) = (dir.path().join("heads"), dir.path().join("body"));
     let mut cmd = tokio::process::Command::new("curl");
-    cmd.args([
-        "-sS",
-        "--max-time",
-        "20",
-        "--noproxy",
-        "",
-        "--suppress-connect-headers",
-    ])
-    .args(["-x", &format!("http://{proxy}")])
-    .arg("-D")
-    .arg(&heads)
-    .arg("-o")
-    .arg(&body)
-    .args(["-w", "%{http_code} %{http_connect}"])
-    .args(args)
-    .kill_on_drop(true);
+    cmd.args(["-sS", "--max-time", "20", "--noproxy", "", "--suppress-connect-headers"])
+        .args(["-x", &format!("http://{proxy}")])
+        .arg("-D")
+        .arg(&heads)
+        .arg("-o")
+        .arg(&body)
+        .args(["-w", "%{http_code} %{http_connect}"])
+        .args(args)
+        .kill_on_drop(true);
     let out = within("curl", cmd.output()).await.expect("run curl");
     let codes = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut codes = codes.split_whitespace().map(|c| c.parse().unwrap_or(0));
     let heads_text = std::fs::read_to_string(&heads).unwrap_or_default();
     // With 1xx responses the file holds several heads; the last is the final response's.
-    let last = heads_text
-        .trim_end()
-        .rsplit("\r\n\r\n")
-        .next()
-        .unwrap_or_default()
-        .to_owned();
+    let last = heads_text.trim_end().rsplit("\r\n\r\n").next().unwrap_or_default().to_owned();
     let head = Head::parse(last.as_bytes());
     CurlOut {
         status: codes.next().unwrap_or(0),

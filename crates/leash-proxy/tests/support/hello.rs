@@ -19,17 +19,11 @@ pub fn client_hello(name: &str) -> Vec<u8> {
 
 impl HelloSpec {
     pub fn sni(names: &[&str]) -> HelloSpec {
-        HelloSpec {
-            names: Some(names.iter().map(|n| n.as_bytes().to_vec()).collect()),
-            ..HelloSpec::default()
-        }
+        HelloSpec { names: Some(names.iter().map(|n| n.as_bytes().to_vec()).collect()), ..HelloSpec::default() }
     }
 
     pub fn raw_names(names: Vec<Vec<u8>>) -> HelloSpec {
-        HelloSpec {
-            names: Some(names),
-            ..HelloSpec::default()
-        }
+        HelloSpec { names: Some(names), ..HelloSpec::default() }
     }
 
     pub fn no_sni() -> HelloSpec {
@@ -52,11 +46,7 @@ impl HelloSpec {
         let mut message = vec![1u8]; // client_hello
         message.extend_from_slice(&u24(body.len()));
         message.extend_from_slice(&body);
-        let size = if self.record_size == 0 {
-            message.len()
-        } else {
-            self.record_size
-        };
+        let size = if self.record_size == 0 { message.len() } else { self.record_size };
         let mut out = Vec::new();
         for fragment in message.chunks(size) {
             out.extend_from_slice(&[22, 3, 1]); // handshake, legacy record version TLS 1.0

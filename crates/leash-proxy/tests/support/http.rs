@@ -27,18 +27,11 @@ impl Head {
 
     /// Every value of `name`, in order.
     pub fn all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
+        self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).collect()
     }
 
     pub fn has_token(&self, name: &str, token: &str) -> bool {
-        self.all(name)
-            .iter()
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
+        self.all(name).iter().flat_map(|v| v.split(',')).any(|t| t.trim().eq_ignore_ascii_case(token))
     }
 
     pub fn parse(raw: &[u8]) -> Head {
@@ -52,11 +45,7 @@ impl Head {
                 None => (l.to_owned(), String::new()),
             })
             .collect();
-        Head {
-            start,
-            headers,
-            raw: text,
-        }
+        Head { start, headers, raw: text }
     }
 }
 
@@ -76,11 +65,7 @@ impl Body {
     }
 
     pub fn new() -> Body {
-        Body {
-            len: 0,
-            hash: FNV_OFFSET,
-            bytes: Vec::new(),
-        }
+        Body { len: 0, hash: FNV_OFFSET, bytes: Vec::new() }
     }
 
     pub fn push(&mut self, data: &[u8]) {
@@ -108,10 +93,7 @@ pub struct Wire<S> {
 
 impl<S: AsyncRead + Unpin> Wire<S> {
     pub fn new(io: S) -> Self {
-        Self {
-            io,
-            buf: Vec::new(),
-        }
+        Self { io, buf: Vec::new() }
     }
 
     /// Read more; 0 at end of stream.
@@ -142,11 +124,7 @@ impl<S: AsyncRead + Unpin> Wire<S> {
     }
 
     /// Exactly `n` body bytes, fed to `sink` as they arrive.
-    pub async fn exact(
-        &mut self,
-        mut n: u64,
-        sink: &mut (dyn FnMut(&[u8]) + Send),
-    ) -> io::Result<()> {
+    pub async fn exact(&mut self, mut n: u64, sink: &mut (dyn FnMut(&[u8]) + Send)) -> io::Result<()> {
         while n > 0 {
             if self.buf.is_empty() && self.fill().await? == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
@@ -160,15 +138,11 @@ impl<S: AsyncRead + Unpin> Wire<S> {
     }
 
     /// A chunked body, decoded into `sink`; returns the trailer lines.
-    pub async fn chunked(
-        &mut self,
-        sink: &mut (dyn FnMut(&[u8]) + Send),
-    ) -> io::Result<Vec<String>> {
+    pub async fn chunked(&mut self, sink: &mut (dyn FnMut(&[u8]) + Send)) -> io::Result<Vec<String>> {
         loop {
             let line = self.line().await?;
             let size = line.split(';').next().unwrap_or_default().trim();
-            let size = u64::from_str_radix(size, 16)
-                .map_err(|_| io::Error::other(format!("bad chunk `{line}`")))?;
+            let size = u64::from_str_radix(size, 16).map_err(|_| io::Error::other(format!("bad chunk `{line}`")))?;
             if size == 0 {
                 let mut trailers = Vec::new();
                 loop {
@@ -187,7 +161,7 @@ impl<S: AsyncRead + Unpin> Wire<S> {
     }
 
     /// Everything until the peer closes.
-    pub async fn to_end(&mut self, sink: &mut (dyn FnMut(&[u8]) + Send)) -> io::Result<()> {
+    pub async fn read_to_close(&mut self, sink: &mut (dyn FnMut(&[u8]) + Send)) -> io::Result<()> {
         loop {
             if !self.buf.is_empty() {
                 sink(&self.buf);

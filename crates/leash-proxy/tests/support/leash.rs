@@ -120,15 +120,7 @@ impl Builder {
         let task = tokio::spawn(leash_proxy::serve(listener, config, async move {
             let _ = stopped.await;
         }));
-        Leash {
-            addr,
-            resolver,
-            policy: handle,
-            log_path,
-            _dir: dir,
-            stop: Some(stop),
-            task: Some(task),
-        }
+        Leash { addr, resolver, policy: handle, log_path, _dir: dir, stop: Some(stop), task: Some(task) }
     }
 }
 
@@ -150,11 +142,7 @@ impl Leash {
     }
 
     pub fn builder(yaml: &str) -> Builder {
-        Builder {
-            yaml: yaml.to_owned(),
-            limits: test_limits(),
-            audit: Audit::TempFile,
-        }
+        Builder { yaml: yaml.to_owned(), limits: test_limits(), audit: Audit::TempFile }
     }
 
     /// `http://ADDR`, for clients' proxy settings.
@@ -188,13 +176,9 @@ impl Leash {
 
     /// The decision line of the request whose `path` (or, for tunnels, `host`) is `key` — waiting for it.
     pub async fn decision(&self, key: &str) -> Value {
-        let is = |v: &Value| {
-            v.get("decision").is_some()
-                && (v["path"] == key || (v["path"].is_null() && v["host"] == key))
-        };
-        let lines = self
-            .log_until(&format!("a decision line for `{key}`"), is)
-            .await;
+        let is =
+            |v: &Value| v.get("decision").is_some() && (v["path"] == key || (v["path"].is_null() && v["host"] == key));
+        let lines = self.log_until(&format!("a decision line for `{key}`"), is).await;
         lines.into_iter().find(is).unwrap()
     }
 
@@ -211,9 +195,7 @@ impl Leash {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
-            let served = within("leash to shut down", task)
-                .await
-                .expect("serve task");
+            let served = within("leash to shut down", task).await.expect("serve task");
             served.expect("serve returned an error");
         }
         self.log()
@@ -231,8 +213,6 @@ impl Drop for Leash {
 pub fn read_log(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
-        })
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}")))
         .collect()
 }

@@ -11,6 +11,7 @@ pub mod leash;
 pub mod origin;
 pub mod resolver;
 pub mod tls;
+pub mod world;
 
 use std::future::Future;
 use std::time::Duration;
@@ -27,6 +28,8 @@ pub use origin::{pattern, Body, Recorded, Reply, Upstream};
 pub use resolver::RecordingResolver;
 #[allow(unused_imports)]
 pub use tls::{TestCa, TlsUpstream};
+#[allow(unused_imports)]
+pub use world::{assert_refused, World};
 
 /// The longest any single step of a test may take before the test fails instead of hanging. Generous: the machine
 /// is shared with other builds, and debug builds move 64 MiB bodies slowly.

@@ -52,29 +52,17 @@ impl Recorded {
 #[derive(Clone)]
 pub enum Reply {
     /// A response with these headers and a Content-Length body.
-    Full {
-        status: u16,
-        headers: Vec<(String, String)>,
-        body: Vec<u8>,
-    },
+    Full { status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
     /// These bytes exactly; the connection stays open for the next request.
     Raw(Vec<u8>),
     /// These bytes, then close (a close-delimited body).
     RawThenClose(Vec<u8>),
     /// A chunked response: these chunks, then these trailers.
-    Chunked {
-        headers: Vec<(String, String)>,
-        chunks: Vec<Vec<u8>>,
-        trailers: Vec<(String, String)>,
-    },
+    Chunked { headers: Vec<(String, String)>, chunks: Vec<Vec<u8>>, trailers: Vec<(String, String)> },
     /// `len` bytes of [`pattern`], streamed, Content-Length or chunked.
     Pattern { len: u64, chunked: bool },
     /// `first`, then wait for `gate`, then `rest` (Content-Length of both): proves the proxy streams.
-    Gated {
-        first: Vec<u8>,
-        gate: Arc<Notify>,
-        rest: Vec<u8>,
-    },
+    Gated { first: Vec<u8>, gate: Arc<Notify>, rest: Vec<u8> },
     /// Never answer; hold the connection (for 504).
     Silent,
     /// Reset the connection (RST) without answering (for 502).
@@ -83,23 +71,12 @@ pub enum Reply {
 
 impl Reply {
     pub fn ok(body: impl Into<Vec<u8>>) -> Reply {
-        Reply::Full {
-            status: 200,
-            headers: Vec::new(),
-            body: body.into(),
-        }
+        Reply::Full { status: 200, headers: Vec::new(), body: body.into() }
     }
 
     pub fn with_headers(headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Reply {
-        let headers = headers
-            .iter()
-            .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-            .collect();
-        Reply::Full {
-            status: 200,
-            headers,
-            body: body.into(),
-        }
+        let headers = headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
+        Reply::Full { status: 200, headers, body: body.into() }
     }
 }
 
@@ -109,9 +86,7 @@ pub type Handler = Arc<dyn Fn(&Recorded) -> Reply + Send + Sync>;
 /// `len` bytes starting at `offset` of the test pattern: byte i is i mod 251 (a prime, so it never lines up
 /// with buffer sizes and a dropped or repeated piece changes the hash).
 pub fn pattern(offset: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| ((offset + i) % 251) as u8)
-        .collect()
+    (0..len as u64).map(|i| ((offset + i) % 251) as u8).collect()
 }
 
 /// What a receiver of `len` pattern bytes must end up with.
@@ -169,30 +144,19 @@ impl Origin {
 
     fn count_before(&self, index: usize) -> usize {
         let barriers = self.barriers.lock().unwrap();
-        self.peers
-            .borrow()
-            .iter()
-            .take(index - 1)
-            .filter(|p| !barriers.contains(p))
-            .count()
+        self.peers.borrow().iter().take(index - 1).filter(|p| !barriers.contains(p)).count()
     }
 
     /// Connections accepted so far, counted only after every connection made before this call was accepted:
     /// a connection from the harness itself goes through the same accept queue and is waited for.
     pub async fn connections(&self) -> usize {
         let socket = TcpSocket::new_v4().expect("socket");
-        socket
-            .bind("127.0.0.1:0".parse().unwrap())
-            .expect("bind barrier");
+        socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind barrier");
         let local = socket.local_addr().expect("barrier address");
         self.barriers.lock().unwrap().insert(local);
-        let _conn = within("origin barrier connect", socket.connect(self.addr))
-            .await
-            .expect("barrier connect");
+        let _conn = within("origin barrier connect", socket.connect(self.addr)).await.expect("barrier connect");
         let mut rx = self.peers.subscribe();
-        within("origin barrier accept", rx.wait_for(|p| p.contains(&local)))
-            .await
-            .expect("origin alive");
+        within("origin barrier accept", rx.wait_for(|p| p.contains(&local))).await.expect("origin alive");
         let barriers = self.barriers.lock().unwrap();
         let peers = self.peers.borrow();
         peers.iter().filter(|p| !barriers.contains(p)).count()
@@ -205,9 +169,7 @@ impl Origin {
     /// Wait until the origin has received at least `n` body bytes in all (streaming checks).
     pub async fn body_bytes_at_least(&self, n: u64) {
         let mut rx = self.body_bytes.subscribe();
-        within("origin to receive body bytes", rx.wait_for(|got| *got >= n))
-            .await
-            .expect("origin alive");
+        within("origin to receive body bytes", rx.wait_for(|got| *got >= n)).await.expect("origin alive");
     }
 
     /// Serve HTTP/1.1 requests on one connection until it closes or a reply ends it.
@@ -259,22 +221,10 @@ impl Origin {
         if chunked {
             trailers = wire.chunked(&mut sink).await?;
         } else if let Some(len) = head.header("content-length") {
-            let len = len
-                .parse()
-                .map_err(|_| io::Error::other("bad content-length"))?;
+            let len = len.parse().map_err(|_| io::Error::other("bad content-length"))?;
             wire.exact(len, &mut sink).await?;
         }
-        Ok(Recorded {
-            conn,
-            method,
-            target,
-            version,
-            head,
-            body,
-            chunked,
-            trailers,
-            sni,
-        })
+        Ok(Recorded { conn, method, target, version, head, body, chunked, trailers, sni })
     }
 }
 
@@ -296,11 +246,7 @@ where
 {
     let io = &mut wire.io;
     match reply {
-        Reply::Full {
-            status,
-            headers,
-            body,
-        } => {
+        Reply::Full { status, headers, body } => {
             let mut out = format!("HTTP/1.1 {status} Whatever\r\n");
             for (n, v) in &headers {
                 out.push_str(&format!("{n}: {v}\r\n"));
@@ -316,11 +262,7 @@ where
             io.shutdown().await?;
             return Ok(false);
         }
-        Reply::Chunked {
-            headers,
-            chunks,
-            trailers,
-        } => {
+        Reply::Chunked { headers, chunks, trailers } => {
             let mut out = String::from("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n");
             for (n, v) in &headers {
                 out.push_str(&format!("{n}: {v}\r\n"));
@@ -328,8 +270,7 @@ where
             out.push_str("\r\n");
             io.write_all(out.as_bytes()).await?;
             for chunk in chunks {
-                io.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
-                    .await?;
+                io.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).await?;
                 io.write_all(&chunk).await?;
                 io.write_all(b"\r\n").await?;
             }
@@ -342,10 +283,7 @@ where
         }
         Reply::Pattern { len, chunked } => stream_pattern(io, len, chunked).await?,
         Reply::Gated { first, gate, rest } => {
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
-                first.len() + rest.len()
-            );
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", first.len() + rest.len());
             io.write_all(head.as_bytes()).await?;
             io.write_all(&first).await?;
             io.flush().await?;
@@ -354,10 +292,8 @@ where
         }
         Reply::Silent => {
             // Hold until the proxy gives up (closes) or the hold ends.
-            let _ = tokio::time::timeout(SILENT_HOLD, async {
-                while matches!(wire.fill().await, Ok(n) if n > 0) {}
-            })
-            .await;
+            let _ =
+                tokio::time::timeout(SILENT_HOLD, async { while matches!(wire.fill().await, Ok(n) if n > 0) {} }).await;
             return Ok(false);
         }
         Reply::Reset => {
@@ -369,11 +305,7 @@ where
     Ok(true)
 }
 
-async fn stream_pattern<S: AsyncWrite + Unpin>(
-    io: &mut S,
-    len: u64,
-    chunked: bool,
-) -> io::Result<()> {
+async fn stream_pattern<S: AsyncWrite + Unpin>(io: &mut S, len: u64, chunked: bool) -> io::Result<()> {
     let head = if chunked {
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_owned()
     } else {
@@ -441,11 +373,7 @@ impl Upstream {
     /// The only request received (fails the test if there were others or none).
     pub fn only_request(&self) -> Recorded {
         let mut all = self.requests();
-        assert_eq!(
-            all.len(),
-            1,
-            "the upstream should have received exactly one request: {all:#?}"
-        );
+        assert_eq!(all.len(), 1, "the upstream should have received exactly one request: {all:#?}");
         all.remove(0)
     }
 
@@ -455,15 +383,8 @@ impl Upstream {
 
     /// Nothing reached this origin: no connection was even opened.
     pub async fn assert_untouched(&self) {
-        assert_eq!(
-            self.connections().await,
-            0,
-            "no connection should have reached the upstream"
-        );
-        assert!(
-            self.requests().is_empty(),
-            "no request should have reached the upstream"
-        );
+        assert_eq!(self.connections().await, 0, "no connection should have reached the upstream");
+        assert!(self.requests().is_empty(), "no request should have reached the upstream");
     }
 }
 

@@ -37,17 +37,9 @@ impl RecordingResolver {
     pub fn new() -> RecordingResolver {
         let table = SPECIAL
             .iter()
-            .map(|(name, addrs)| {
-                (
-                    (*name).to_owned(),
-                    addrs.iter().map(|a| a.parse().unwrap()).collect(),
-                )
-            })
+            .map(|(name, addrs)| ((*name).to_owned(), addrs.iter().map(|a| a.parse().unwrap()).collect()))
             .collect();
-        RecordingResolver {
-            table: Mutex::new(table),
-            asked: Mutex::new(Vec::new()),
-        }
+        RecordingResolver { table: Mutex::new(table), asked: Mutex::new(Vec::new()) }
     }
 
     /// Answer `name` with `addrs` from now on.
@@ -62,11 +54,7 @@ impl RecordingResolver {
     }
 
     pub fn assert_never_asked(&self) {
-        assert_eq!(
-            self.asked(),
-            Vec::<String>::new(),
-            "the resolver should not have been asked anything"
-        );
+        assert_eq!(self.asked(), Vec::<String>::new(), "the resolver should not have been asked anything");
     }
 
     fn answer(&self, name: &str) -> io::Result<Vec<IpAddr>> {
@@ -76,10 +64,7 @@ impl RecordingResolver {
         if name.ends_with(".test") && name != NXDOMAIN {
             return Ok(vec!["127.0.0.1".parse().unwrap()]);
         }
-        Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no such name `{name}`"),
-        ))
+        Err(io::Error::new(io::ErrorKind::NotFound, format!("no such name `{name}`")))
     }
 }
 

@@ -26,14 +26,8 @@ use super::origin::{Origin, Recorded, Reply, Resettable};
 use super::within;
 
 /// Names the HTTPS origin's certificate covers.
-pub const TLS_NAMES: &[&str] = &[
-    "allowed.test",
-    "a.b.c.allowed.test",
-    "other.allowed.test",
-    "sub.allowed.test",
-    "bl.test",
-    "127.0.0.1",
-];
+pub const TLS_NAMES: &[&str] =
+    &["allowed.test", "a.b.c.allowed.test", "other.allowed.test", "sub.allowed.test", "bl.test", "127.0.0.1"];
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -51,19 +45,10 @@ impl TestCa {
         let key = KeyPair::generate().expect("CA key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "leash test CA");
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        params.distinguished_name.push(rcgen::DnType::CommonName, "leash test CA");
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
         let cert = params.self_signed(&key).expect("CA certificate");
-        TestCa {
-            pem: cert.pem(),
-            der: cert.der().clone(),
-            issuer: Issuer::new(params, key),
-        }
+        TestCa { pem: cert.pem(), der: cert.der().clone(), issuer: Issuer::new(params, key) }
     }
 
     /// A leaf certificate chain and key for `names` (DNS names or IP addresses).
@@ -71,9 +56,7 @@ impl TestCa {
         let key = KeyPair::generate().expect("leaf key");
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let params = CertificateParams::new(names).expect("leaf params");
-        let cert = params
-            .signed_by(&key, &self.issuer)
-            .expect("leaf certificate");
+        let cert = params.signed_by(&key, &self.issuer).expect("leaf certificate");
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         (vec![cert.der().clone(), self.der.clone()], key)
     }
@@ -101,9 +84,7 @@ impl TestCa {
         reqwest::Client::builder()
             .use_rustls_tls()
             .tls_built_in_root_certs(false)
-            .add_root_certificate(
-                reqwest::Certificate::from_pem(self.pem.as_bytes()).expect("CA for reqwest"),
-            )
+            .add_root_certificate(reqwest::Certificate::from_pem(self.pem.as_bytes()).expect("CA for reqwest"))
             .proxy(reqwest::Proxy::all(format!("http://{proxy}")).expect("proxy"))
             .timeout(super::STEP)
             .build()
@@ -135,12 +116,7 @@ impl TlsUpstream {
             .expect("server certificate");
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let acceptor = TlsAcceptor::from(Arc::new(config));
-        let handler = |r: &Recorded| {
-            Reply::ok(format!(
-                "hello over tls to {}",
-                r.sni.as_deref().unwrap_or("-")
-            ))
-        };
+        let handler = |r: &Recorded| Reply::ok(format!("hello over tls to {}", r.sni.as_deref().unwrap_or("-")));
         let (listener, origin) = Origin::bind(Arc::new(handler)).await;
         let handshakes = Arc::new(Mutex::new(Vec::new()));
         let (o, h) = (origin.clone(), handshakes.clone());
@@ -151,9 +127,7 @@ impl TlsUpstream {
                 };
                 let (o, h, acceptor) = (o.clone(), h.clone(), acceptor.clone());
                 tokio::spawn(async move {
-                    let Ok(Ok(tls)) =
-                        tokio::time::timeout(super::STEP, acceptor.accept(stream)).await
-                    else {
+                    let Ok(Ok(tls)) = tokio::time::timeout(super::STEP, acceptor.accept(stream)).await else {
                         return;
                     };
                     let sni = tls.get_ref().1.server_name().map(str::to_owned);
@@ -162,11 +136,7 @@ impl TlsUpstream {
                 });
             }
         });
-        TlsUpstream {
-            origin,
-            handshakes,
-            task,
-        }
+        TlsUpstream { origin, handshakes, task }
     }
 
     pub fn port(&self) -> u16 {
@@ -183,11 +153,7 @@ impl TlsUpstream {
     }
 
     pub async fn assert_untouched(&self) {
-        assert_eq!(
-            self.connections().await,
-            0,
-            "no connection should have reached the TLS upstream"
-        );
+        assert_eq!(self.connections().await, 0, "no connection should have reached the TLS upstream");
         assert!(self.handshakes().is_empty());
     }
 }
@@ -201,20 +167,9 @@ impl Drop for TlsUpstream {
 /// Send `CONNECT target` on a fresh connection; returns the connection and leash's answer's status.
 pub async fn connect(proxy: SocketAddr, target: &str) -> (Raw, u16) {
     let mut c = Raw::connect(proxy).await;
-    c.send(format!(
-        "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
-    ))
-    .await;
-    let head = within("leash's answer to CONNECT", c.wire.head())
-        .await
-        .expect("read")
-        .expect("an answer");
-    let status = head
-        .start
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    c.send(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")).await;
+    let head = within("leash's answer to CONNECT", c.wire.head()).await.expect("read").expect("an answer");
+    let status = head.start.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     (c, status)
 }
 
@@ -243,21 +198,26 @@ pub async fn https_get(
         return Err(io::Error::other(format!("CONNECT answered {status}")));
     }
     assert!(c.wire.buf.is_empty(), "leash sent bytes after its 200");
-    let io = Slicer::new(c.wire.io, writes);
+    tls_get(c.wire.io, target, server_name, config, writes).await
+}
+
+/// Handshake on `stream` as `server_name`, then `GET /` with `Host: host`.
+pub async fn tls_get(
+    stream: TcpStream,
+    host: &str,
+    server_name: &str,
+    config: ClientConfig,
+    writes: Writes,
+) -> io::Result<Resp> {
+    let io = Slicer::new(stream, writes);
     let name = ServerName::try_from(server_name.to_owned()).expect("server name");
     let connector = TlsConnector::from(Arc::new(config));
     let mut tls = within("TLS handshake through leash", connector.connect(name, io)).await?;
-    let host = target.to_owned();
-    tls.write_all(
-        format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await?;
+    tls.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+    // rustls may still hold ciphertext the (sliced) socket did not take yet.
+    tls.flush().await?;
     let mut wire = Wire::new(tls);
-    within(
-        "response inside the tunnel",
-        read_response(&mut wire, "GET"),
-    )
-    .await
+    within("response inside the tunnel", read_response(&mut wire, "GET")).await
 }
 
 /// A stream whose first writes are cut into pieces with pauses between them.
@@ -269,36 +229,19 @@ pub struct Slicer<S> {
 
 impl<S> Slicer<S> {
     pub fn new(inner: S, writes: Writes) -> Self {
-        Self {
-            inner,
-            writes,
-            sleep: None,
-        }
+        Self { inner, writes, sleep: None }
     }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Slicer<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Slicer<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let Writes::Sliced {
-            piece,
-            pause,
-            budget,
-        } = self.writes
-        else {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let Writes::Sliced { piece, pause, budget } = self.writes else {
             return Pin::new(&mut self.inner).poll_write(cx, data);
         };
         if budget == 0 {
@@ -310,11 +253,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Slicer<S> {
         }
         let n = data.len().min(piece).min(budget);
         let written = ready!(Pin::new(&mut self.inner).poll_write(cx, &data[..n]))?;
-        self.writes = Writes::Sliced {
-            piece,
-            pause,
-            budget: budget - written,
-        };
+        self.writes = Writes::Sliced { piece, pause, budget: budget - written };
         self.sleep = Some(Box::pin(tokio::time::sleep(pause)));
         Poll::Ready(Ok(written))
     }
