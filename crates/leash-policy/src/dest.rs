@@ -18,8 +18,7 @@ impl Cidr {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                masked(u128::from(net.to_bits()), self.prefix, 32)
-                    == masked(u128::from(ip.to_bits()), self.prefix, 32)
+                masked(u128::from(net.to_bits()), self.prefix, 32) == masked(u128::from(ip.to_bits()), self.prefix, 32)
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
                 masked(net.to_bits(), self.prefix, 128) == masked(ip.to_bits(), self.prefix, 128)
@@ -50,9 +49,7 @@ impl std::str::FromStr for Cidr {
             Some((addr, prefix)) => (addr, Some(prefix)),
             None => (s, None),
         };
-        let addr: IpAddr = addr_text
-            .parse()
-            .map_err(|_| format!("`{addr_text}` is not an IP address"))?;
+        let addr: IpAddr = addr_text.parse().map_err(|_| format!("`{addr_text}` is not an IP address"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix_text {
             None => max,
@@ -64,9 +61,7 @@ impl std::str::FromStr for Cidr {
             IpAddr::V6(a) => a.to_bits(),
         };
         if masked(bits, prefix, u32::from(max)) != bits {
-            return Err(format!(
-                "`{s}` has bits set after the /{prefix} prefix; write the network address"
-            ));
+            return Err(format!("`{s}` has bits set after the /{prefix} prefix; write the network address"));
         }
         Ok(cidr)
     }
@@ -117,16 +112,14 @@ const INTERNAL_V6: [(u128, u8); 14] = [
 
 fn is_internal_v4(ip: Ipv4Addr) -> bool {
     let bits = u128::from(ip.to_bits());
-    INTERNAL_V4.iter().any(|(net, prefix)| {
-        masked(u128::from(u32::from_be_bytes(*net)), *prefix, 32) == masked(bits, *prefix, 32)
-    })
+    INTERNAL_V4
+        .iter()
+        .any(|(net, prefix)| masked(u128::from(u32::from_be_bytes(*net)), *prefix, 32) == masked(bits, *prefix, 32))
 }
 
 fn is_internal_v6(ip: Ipv6Addr) -> bool {
     let bits = ip.to_bits();
-    INTERNAL_V6
-        .iter()
-        .any(|(net, prefix)| masked(*net, *prefix, 128) == masked(bits, *prefix, 128))
+    INTERNAL_V6.iter().any(|(net, prefix)| masked(*net, *prefix, 128) == masked(bits, *prefix, 128))
 }
 
 /// `bits` (an address `width` bits wide) with everything after the first `prefix` bits cleared.
@@ -233,15 +226,7 @@ mod tests {
         let all: Cidr = "0.0.0.0/0".parse().unwrap();
         assert!(all.is_everything() && all.contains("1.2.3.4".parse().unwrap()));
         assert_eq!("::/0".parse::<Cidr>().unwrap().to_string(), "::/0");
-        for bad in [
-            "10.1.2.3/8",
-            "10.0.0.0/33",
-            "10.0.0.0/",
-            "10.0.0.0/+8",
-            "example.com/8",
-            "::1/129",
-            "fd00::1/8",
-        ] {
+        for bad in ["10.1.2.3/8", "10.0.0.0/33", "10.0.0.0/", "10.0.0.0/+8", "example.com/8", "::1/129", "fd00::1/8"] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }
     }

@@ -3,11 +3,11 @@
 //! Checks run cheapest and broadest first — scheme, port, IP literal, then the rules — so a refusal names the first
 //! thing wrong with a request. Names are matched by [`crate::matcher`], which picks the most specific rule.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use crate::dest::{is_internal, Cidr};
+use crate::fasthash::FastMap;
 use crate::host::{parse_host, Host, Name};
 use crate::matcher::{Kind, Matcher};
 use crate::path::CanonicalPath;
@@ -88,7 +88,7 @@ pub struct Policy {
     allow_destinations: Vec<Cidr>,
     inspect_all: bool,
     /// Dotted quads listed in an allowlist's `allowed_hosts`, with the entry that listed them.
-    allowed_ipv4: HashMap<Ipv4Addr, Arc<str>>,
+    allowed_ipv4: FastMap<Ipv4Addr, Arc<str>>,
     /// Allowlist: `allowed_hosts` and `allowed_urls`; blocklist: `blocked_urls`.
     rules: Matcher,
 }
@@ -132,9 +132,7 @@ impl Policy {
     /// Decide one HTTP request (plain proxy or inside an inspected tunnel).
     pub fn decide_request(&self, req: &Request<'_>) -> Decision {
         match (req.via, req.scheme) {
-            (Via::ForwardProxy, Scheme::Http) if !self.ports.contains(&req.port) => {
-                return block(Reason::Port)
-            }
+            (Via::ForwardProxy, Scheme::Http) if !self.ports.contains(&req.port) => return block(Reason::Port),
             (Via::ForwardProxy, Scheme::Http) | (Via::Tunnel, Scheme::Https) => {}
             _ => return block(Reason::Scheme),
         }
@@ -159,12 +157,7 @@ impl Policy {
     }
 
     /// Decide a tunnel on its ClientHello, after [`Policy::decide_connect`] allowed the target.
-    pub fn decide_client_hello(
-        &self,
-        target: &Host,
-        port: u16,
-        hello: ClientHelloFacts<'_>,
-    ) -> Decision {
+    pub fn decide_client_hello(&self, target: &Host, port: u16, hello: ClientHelloFacts<'_>) -> Decision {
         let on_target = self.decide_connect(target, port);
         if on_target.verdict == Verdict::Block {
             return on_target;
@@ -194,10 +187,7 @@ impl Policy {
             return Err(Reason::InternalDestination);
         }
         for addr in addrs {
-            let exempt = self
-                .allow_destinations
-                .iter()
-                .any(|cidr| cidr.contains(*addr));
+            let exempt = self.allow_destinations.iter().any(|cidr| cidr.contains(*addr));
             if (is_internal(*addr) || own.contains(addr)) && !exempt {
                 return Err(Reason::InternalDestination);
             }
@@ -212,15 +202,14 @@ impl Policy {
             Mode::Blocklist => Kind::Block,
         };
         let mut rules = Matcher::new(kind);
-        let mut allowed_ipv4 = HashMap::new();
+        let mut allowed_ipv4 = FastMap::default();
         for rule in &network.hosts {
             match &rule.pattern {
                 HostPattern::Exact(name) => rules.add_exact(name.as_str(), &rule.text),
                 HostPattern::Subtree(name) => rules.add_subtree(name.as_str(), &rule.text),
-                HostPattern::Ipv4(ip) => keep_smaller(
-                    allowed_ipv4.entry(*ip).or_insert_with(|| rule.text.clone()),
-                    &rule.text,
-                ),
+                HostPattern::Ipv4(ip) => {
+                    keep_smaller(allowed_ipv4.entry(*ip).or_insert_with(|| rule.text.clone()), &rule.text)
+                }
             }
         }
         for rule in &network.urls {
@@ -272,9 +261,7 @@ impl Policy {
                 None => block(Reason::NotAllowed),
             },
             (Mode::Blocklist, Some(rule)) => decision(Verdict::Block, Reason::Rule, Some(rule)),
-            (Mode::Blocklist, None)
-                if self.inspect_all || self.rules.first_path_rule(name.as_str()).is_some() =>
-            {
+            (Mode::Blocklist, None) if self.inspect_all || self.rules.first_path_rule(name.as_str()).is_some() => {
                 inspect(Reason::Default, None)
             }
             (Mode::Blocklist, None) => decision(Verdict::Allow, Reason::Default, None),
@@ -283,19 +270,11 @@ impl Policy {
 }
 
 fn decision(verdict: Verdict, reason: Reason, rule: Option<&Arc<str>>) -> Decision {
-    Decision {
-        verdict,
-        reason,
-        rule: rule.cloned(),
-    }
+    Decision { verdict, reason, rule: rule.cloned() }
 }
 
 fn block(reason: Reason) -> Decision {
-    Decision {
-        verdict: Verdict::Block,
-        reason,
-        rule: None,
-    }
+    Decision { verdict: Verdict::Block, reason, rule: None }
 }
 
 /// Two entries spelling one dotted quad name the smaller text, as ties do in the matcher.

@@ -113,15 +113,19 @@ pub fn parse_host(raw: &str) -> Result<Host, HostError> {
     if !raw.is_ascii() {
         return Err(HostError::NonAscii);
     }
-    let lower = raw.to_ascii_lowercase();
+    // Most hosts arrive lowercase already; only copy when there is something to lower.
+    let lower: Cow<'_, str> = match raw.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => Cow::Owned(raw.to_ascii_lowercase()),
+        false => Cow::Borrowed(raw),
+    };
     let (text, had_dot) = match lower.strip_suffix('.') {
         Some(stripped) => (stripped, true),
-        None => (lower.as_str(), false),
+        None => (lower.as_ref(), false),
     };
     if let Some(bad) = text.chars().find(|c| !is_host_char(*c)) {
         // INVARIANT: a bare IPv6 literal (`::1`) is still an IP literal, never a name handed to the resolver.
         if bad == ':' && text.parse::<Ipv6Addr>().is_ok() {
-            return Ok(Host::IpLiteral(lower.into()));
+            return Ok(Host::IpLiteral(lower.as_ref().into()));
         }
         return Err(HostError::BadChar(bad));
     }
@@ -144,29 +148,15 @@ pub fn parse_authority(raw: &str) -> Result<Authority, HostError> {
         let (host, rest) = raw.split_at(close + 1);
         let port = match rest {
             "" => None,
-            _ => Some(parse_port(
-                rest.strip_prefix(':').ok_or(HostError::BadPort)?,
-            )?),
+            _ => Some(parse_port(rest.strip_prefix(':').ok_or(HostError::BadPort)?)?),
         };
-        return Ok(Authority {
-            host: parse_bracketed(host)?,
-            port,
-        });
+        return Ok(Authority { host: parse_bracketed(host)?, port });
     }
     match raw.rsplit_once(':') {
         // Several colons: an unbracketed IPv6 literal (no port can be told apart), or garbage.
-        Some((host, _)) if host.contains(':') => Ok(Authority {
-            host: parse_host(raw)?,
-            port: None,
-        }),
-        Some((host, port)) => Ok(Authority {
-            host: parse_host(host)?,
-            port: Some(parse_port(port)?),
-        }),
-        None => Ok(Authority {
-            host: parse_host(raw)?,
-            port: None,
-        }),
+        Some((host, _)) if host.contains(':') => Ok(Authority { host: parse_host(raw)?, port: None }),
+        Some((host, port)) => Ok(Authority { host: parse_host(host)?, port: Some(parse_port(port)?) }),
+        None => Ok(Authority { host: parse_host(raw)?, port: None }),
     }
 }
 
@@ -194,10 +184,7 @@ pub(crate) fn looks_numeric(name: &str) -> bool {
 
 /// `[v6]` or `[v6%zone]`, lowercased. Anything bracketed that is not IPv6 (or IPvFuture) is a bad host.
 fn parse_bracketed(raw: &str) -> Result<Host, HostError> {
-    let inner = raw
-        .strip_prefix('[')
-        .and_then(|r| r.strip_suffix(']'))
-        .ok_or(HostError::BadChar('['))?;
+    let inner = raw.strip_prefix('[').and_then(|r| r.strip_suffix(']')).ok_or(HostError::BadChar('['))?;
     if !inner.is_ascii() {
         return Err(HostError::NonAscii);
     }
@@ -273,44 +260,18 @@ mod tests {
     #[test]
     fn names_are_lowercased_and_lose_one_trailing_dot() {
         assert_eq!(parse_host("Example.COM.").unwrap().as_str(), "example.com");
-        assert_eq!(
-            parse_host("example.com..").unwrap_err(),
-            HostError::EmptyLabel
-        );
+        assert_eq!(parse_host("example.com..").unwrap_err(), HostError::EmptyLabel);
         assert_eq!(parse_host("example.cafe").unwrap().as_str(), "example.cafe");
-        assert_eq!(
-            parse_host("xn--bcher-kva.de").unwrap().as_str(),
-            "xn--bcher-kva.de"
-        );
+        assert_eq!(parse_host("xn--bcher-kva.de").unwrap().as_str(), "xn--bcher-kva.de");
     }
 
     #[test]
     fn dotted_quad_is_ipv4_and_every_other_spelling_is_a_literal() {
-        assert_eq!(
-            parse_host("127.0.0.1").unwrap(),
-            Host::Ipv4(Ipv4Addr::LOCALHOST)
-        );
-        for raw in [
-            "127.0.0.01",
-            "0177.0.0.1",
-            "0x7f.0.0.1",
-            "2130706433",
-            "0x7f000001",
-            "127.1",
-            "1.2.3.0x4",
-        ] {
+        assert_eq!(parse_host("127.0.0.1").unwrap(), Host::Ipv4(Ipv4Addr::LOCALHOST));
+        for raw in ["127.0.0.01", "0177.0.0.1", "0x7f.0.0.1", "2130706433", "0x7f000001", "127.1", "1.2.3.0x4"] {
             assert!(lit(raw), "{raw}");
         }
-        for raw in [
-            "foo.123",
-            "256.1.1.1",
-            "1.2.3.4.5",
-            "1.2.3.4.",
-            "0x",
-            "[::1]",
-            "[::ffff:127.0.0.1]",
-            "::1",
-        ] {
+        for raw in ["foo.123", "256.1.1.1", "1.2.3.4.5", "1.2.3.4.", "0x", "[::1]", "[::ffff:127.0.0.1]", "::1"] {
             assert!(lit(raw), "{raw}");
         }
         assert!(lit("[fe80::1%25eth0]"));
@@ -322,56 +283,27 @@ mod tests {
         assert_eq!(parse_host("").unwrap_err(), HostError::Empty);
         assert_eq!(parse_host(".").unwrap_err(), HostError::Empty);
         assert_eq!(parse_host("a@b").unwrap_err(), HostError::Userinfo);
-        assert_eq!(
-            parse_host("ex%61mple.com").unwrap_err(),
-            HostError::PercentEncoded
-        );
+        assert_eq!(parse_host("ex%61mple.com").unwrap_err(), HostError::PercentEncoded);
         assert_eq!(parse_host("bücher.de").unwrap_err(), HostError::NonAscii);
         assert_eq!(parse_host("a_b.com").unwrap_err(), HostError::BadChar('_'));
         assert_eq!(parse_host("a..b").unwrap_err(), HostError::EmptyLabel);
         assert_eq!(parse_host(&"a".repeat(64)).unwrap_err(), HostError::TooLong);
-        assert_eq!(
-            parse_host(&"a.".repeat(128)).unwrap_err(),
-            HostError::TooLong
-        );
-        assert_eq!(
-            parse_host("[evil.com]").unwrap_err(),
-            HostError::BadChar('[')
-        );
+        assert_eq!(parse_host(&"a.".repeat(128)).unwrap_err(), HostError::TooLong);
+        assert_eq!(parse_host("[evil.com]").unwrap_err(), HostError::BadChar('['));
         assert_eq!(parse_host("a:b").unwrap_err(), HostError::BadChar(':'));
     }
 
     #[test]
     fn authorities_split_ports() {
         let a = parse_authority("Example.com:8080").unwrap();
-        assert_eq!(
-            (a.host.as_str().as_ref(), a.port),
-            ("example.com", Some(8080))
-        );
+        assert_eq!((a.host.as_str().as_ref(), a.port), ("example.com", Some(8080)));
         let a = parse_authority("[::1]:443").unwrap();
         assert_eq!((a.host.as_str().as_ref(), a.port), ("[::1]", Some(443)));
-        assert!(matches!(
-            parse_authority("::1").unwrap().host,
-            Host::IpLiteral(_)
-        ));
+        assert!(matches!(parse_authority("::1").unwrap().host, Host::IpLiteral(_)));
         assert_eq!(parse_authority("example.com").unwrap().port, None);
-        for bad in [
-            "example.com:",
-            "example.com:0",
-            "example.com:65536",
-            "example.com:+80",
-            "[::1]x",
-            "[::1]:",
-        ] {
-            assert_eq!(
-                parse_authority(bad).unwrap_err(),
-                HostError::BadPort,
-                "{bad}"
-            );
+        for bad in ["example.com:", "example.com:0", "example.com:65536", "example.com:+80", "[::1]x", "[::1]:"] {
+            assert_eq!(parse_authority(bad).unwrap_err(), HostError::BadPort, "{bad}");
         }
-        assert_eq!(
-            parse_authority("u@example.com").unwrap_err(),
-            HostError::Userinfo
-        );
+        assert_eq!(parse_authority("u@example.com").unwrap_err(), HostError::Userinfo);
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod dest;
 pub mod engine;
+mod fasthash;
 pub mod file;
 pub mod host;
 mod matcher;

@@ -10,8 +10,9 @@
 //! one; in an allowlist an exact `x` entry beats a `.x` entry. Rules that tie (the same canonical entry written twice)
 //! name the smaller original text.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use crate::fasthash::FastMap;
 
 /// What a matcher holds: allow rules (`allowed_hosts` + `allowed_urls`) or block rules (`blocked_urls`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub(crate) enum Kind {
 #[derive(Debug)]
 pub(crate) struct Matcher {
     kind: Kind,
-    hosts: HashMap<Box<str>, HostRules>,
+    hosts: FastMap<Box<str>, HostRules>,
 }
 
 #[derive(Debug, Default)]
@@ -43,18 +44,19 @@ struct PrefixSet(Vec<(Box<str>, Arc<str>)>);
 
 impl Matcher {
     pub(crate) fn new(kind: Kind) -> Matcher {
-        Matcher {
-            kind,
-            hosts: HashMap::new(),
-        }
+        Matcher { kind, hosts: FastMap::default() }
     }
 
     pub(crate) fn add_exact(&mut self, host: &str, rule: &Arc<str>) {
-        keep_smaller(&mut self.entry(host).exact, rule);
+        if let Some(rules) = self.entry(host) {
+            keep_smaller(&mut rules.exact, rule);
+        }
     }
 
     pub(crate) fn add_subtree(&mut self, host: &str, rule: &Arc<str>) {
-        keep_smaller(&mut self.entry(host).subtree, rule);
+        if let Some(rules) = self.entry(host) {
+            keep_smaller(&mut rules.subtree, rule);
+        }
     }
 
     /// `path` is canonical; block prefixes are lowercased here so matching can compare bytes.
@@ -63,16 +65,15 @@ impl Matcher {
             Kind::Allow => path.into(),
             Kind::Block => path.to_ascii_lowercase().into_boxed_str(),
         };
-        self.entry(host).paths.0.push((key, Arc::clone(rule)));
+        if let Some(rules) = self.entry(host) {
+            rules.paths.0.push((key, Arc::clone(rule)));
+        }
     }
 
     /// Sort every prefix set; call once after the last `add_*`.
     pub(crate) fn finish(&mut self) {
         for rules in self.hosts.values_mut() {
-            rules
-                .paths
-                .0
-                .sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+            rules.paths.0.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
             rules.paths.0.dedup_by(|later, first| later.0 == first.0);
         }
     }
@@ -108,11 +109,10 @@ impl Matcher {
 
     /// The most specific host-level rule (one that matches every path) for `host`.
     pub(crate) fn host_rule(&self, host: &str) -> Option<&Arc<str>> {
-        self.suffixes(host)
-            .find_map(|(full, rules)| match self.kind {
-                Kind::Allow if full => rules.exact.as_ref().or(rules.subtree.as_ref()),
-                _ => rules.subtree.as_ref(),
-            })
+        self.suffixes(host).find_map(|(full, rules)| match self.kind {
+            Kind::Allow if full => rules.exact.as_ref().or(rules.subtree.as_ref()),
+            _ => rules.subtree.as_ref(),
+        })
     }
 
     /// The first path rule that applies to `host` (for block rules any covering it, for allow rules those naming
@@ -133,8 +133,12 @@ impl Matcher {
         starts.filter_map(move |start| Some((start == 0, self.hosts.get(host.get(start..)?)?)))
     }
 
-    fn entry(&mut self, host: &str) -> &mut HostRules {
-        self.hosts.entry(host.into()).or_default()
+    fn entry(&mut self, host: &str) -> Option<&mut HostRules> {
+        // `entry()` would allocate the key on every call; most calls find the host already there.
+        if !self.hosts.contains_key(host) {
+            self.hosts.insert(host.into(), HostRules::default());
+        }
+        self.hosts.get_mut(host)
     }
 }
 
@@ -208,60 +212,28 @@ mod tests {
         m.add_path("example.com", "/abs/2401", &rule("example.com/abs/2401"));
         m.add_subtree("a.example.com", &rule("a.example.com"));
         m.finish();
-        assert_eq!(
-            named(&m, "example.com", "/ABS/2401.1").as_deref(),
-            Some("example.com/abs/2401")
-        );
-        assert_eq!(
-            named(&m, "x.example.com", "/abs/1").as_deref(),
-            Some("example.com/abs/")
-        );
-        assert_eq!(
-            named(&m, "example.com", "/other").as_deref(),
-            Some("example.com")
-        );
-        assert_eq!(
-            named(&m, "b.a.example.com", "/abs/2401").as_deref(),
-            Some("a.example.com")
-        );
+        assert_eq!(named(&m, "example.com", "/ABS/2401.1").as_deref(), Some("example.com/abs/2401"));
+        assert_eq!(named(&m, "x.example.com", "/abs/1").as_deref(), Some("example.com/abs/"));
+        assert_eq!(named(&m, "example.com", "/other").as_deref(), Some("example.com"));
+        assert_eq!(named(&m, "b.a.example.com", "/abs/2401").as_deref(), Some("a.example.com"));
         assert_eq!(named(&m, "example.org", "/"), None);
         assert_eq!(named(&m, "notexample.com", "/abs/2401"), None);
-        assert_eq!(
-            m.host_rule("x.example.com")
-                .map(|r| r.to_string())
-                .as_deref(),
-            Some("example.com")
-        );
+        assert_eq!(m.host_rule("x.example.com").map(|r| r.to_string()).as_deref(), Some("example.com"));
     }
 
     #[test]
     fn allow_prefixes_stop_at_slash_boundaries() {
         let mut m = Matcher::new(Kind::Allow);
         m.add_path("github.com", "/rust-lang", &rule("github.com/rust-lang"));
-        m.add_path(
-            "github.com",
-            "/rust-lang-nursery/",
-            &rule("github.com/rust-lang-nursery/"),
-        );
+        m.add_path("github.com", "/rust-lang-nursery/", &rule("github.com/rust-lang-nursery/"));
         m.finish();
-        assert_eq!(
-            named(&m, "github.com", "/rust-lang").as_deref(),
-            Some("github.com/rust-lang")
-        );
-        assert_eq!(
-            named(&m, "github.com", "/rust-lang/x").as_deref(),
-            Some("github.com/rust-lang")
-        );
+        assert_eq!(named(&m, "github.com", "/rust-lang").as_deref(), Some("github.com/rust-lang"));
+        assert_eq!(named(&m, "github.com", "/rust-lang/x").as_deref(), Some("github.com/rust-lang"));
         assert_eq!(named(&m, "github.com", "/rust-lang-evil/"), None);
         assert_eq!(named(&m, "github.com", "/rust-lang-nursery"), None);
         assert_eq!(named(&m, "github.com", "/Rust-lang/x"), None);
         assert_eq!(named(&m, "api.github.com", "/rust-lang/x"), None);
-        assert_eq!(
-            m.first_path_rule("github.com")
-                .map(|r| r.to_string())
-                .as_deref(),
-            Some("github.com/rust-lang")
-        );
+        assert_eq!(m.first_path_rule("github.com").map(|r| r.to_string()).as_deref(), Some("github.com/rust-lang"));
     }
 
     #[test]
@@ -270,14 +242,8 @@ mod tests {
         m.add_subtree("example.com", &rule(".example.com"));
         m.add_exact("example.com", &rule("example.com"));
         m.finish();
-        assert_eq!(
-            named(&m, "example.com", "/").as_deref(),
-            Some("example.com")
-        );
-        assert_eq!(
-            named(&m, "a.example.com", "/").as_deref(),
-            Some(".example.com")
-        );
+        assert_eq!(named(&m, "example.com", "/").as_deref(), Some("example.com"));
+        assert_eq!(named(&m, "a.example.com", "/").as_deref(), Some(".example.com"));
         let mut m = Matcher::new(Kind::Block);
         m.add_path("x.org", "/a", &rule("x.org/b/../a"));
         m.add_path("x.org", "/a", &rule("x.org/a"));

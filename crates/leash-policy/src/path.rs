@@ -58,10 +58,28 @@ pub fn canonicalize(raw: &str) -> Result<CanonicalPath, PathError> {
     if !path.starts_with('/') {
         return Err(PathError::NotAbsolute);
     }
+    if already_canonical(path.as_bytes()) {
+        return Ok(CanonicalPath(path.to_owned()));
+    }
     let decoded = decode_until_stable(path.as_bytes())?;
-    Ok(CanonicalPath(encode_special(&remove_dot_segments(
-        &decoded,
-    ))))
+    Ok(CanonicalPath(encode_special(&remove_dot_segments(&decoded))))
+}
+
+/// True if canonicalising `path` (checked, query cut) would change nothing: ASCII, nothing to decode or
+/// translate (`%`, `\\`, `;`), no empty segment but a trailing one, no dot segment. Most real paths are; this
+/// skips the copying passes for them.
+fn already_canonical(path: &[u8]) -> bool {
+    if path.iter().any(|&b| !b.is_ascii() || matches!(b, b'%' | b'\\' | b';')) {
+        return false;
+    }
+    let mut segments = path.split(|&b| b == b'/').skip(1).peekable();
+    while let Some(segment) = segments.next() {
+        let last = segments.peek().is_none();
+        if matches!(segment, b"." | b"..") || (segment.is_empty() && !last) {
+            return false;
+        }
+    }
+    true
 }
 
 /// Checks on the raw target, query included: control characters (and space), a raw `#`, malformed escapes.
@@ -97,11 +115,7 @@ fn hex_value(b: u8) -> Option<u8> {
 fn decode_until_stable(path: &[u8]) -> Result<Vec<u8>, PathError> {
     let mut current = path.to_vec();
     for _ in 0..MAX_DECODE_ROUNDS {
-        if !current
-            .iter()
-            .enumerate()
-            .any(|(i, &b)| b == b'%' && escape_at(&current, i).is_some())
-        {
+        if !current.iter().enumerate().any(|(i, &b)| b == b'%' && escape_at(&current, i).is_some()) {
             return Ok(current);
         }
         current = decode_once(&current);
@@ -109,10 +123,7 @@ fn decode_until_stable(path: &[u8]) -> Result<Vec<u8>, PathError> {
             return Err(PathError::DecodedControlChar);
         }
     }
-    let still_encoded = current
-        .iter()
-        .enumerate()
-        .any(|(i, &b)| b == b'%' && escape_at(&current, i).is_some());
+    let still_encoded = current.iter().enumerate().any(|(i, &b)| b == b'%' && escape_at(&current, i).is_some());
     if still_encoded {
         return Err(PathError::BadEscape);
     }
@@ -140,10 +151,7 @@ fn decode_once(bytes: &[u8]) -> Vec<u8> {
 /// `\` as `/`, `;params` dropped from each segment, empty segments collapsed, dot segments removed (never above the
 /// root). A path ending in `/`, `.` or `..` keeps a trailing slash, as RFC 3986 §5.2.4 does.
 fn remove_dot_segments(decoded: &[u8]) -> Vec<u8> {
-    let unified: Vec<u8> = decoded
-        .iter()
-        .map(|&b| if b == b'\\' { b'/' } else { b })
-        .collect();
+    let unified: Vec<u8> = decoded.iter().map(|&b| if b == b'\\' { b'/' } else { b }).collect();
     let mut segments: Vec<&[u8]> = Vec::new();
     let mut trailing_slash = false;
     for raw_segment in unified.split(|&b| b == b'/').skip(1) {
@@ -242,25 +250,13 @@ mod tests {
         assert_eq!(canonicalize("/a%zz").unwrap_err(), PathError::BadEscape);
         assert_eq!(canonicalize("/a%2").unwrap_err(), PathError::BadEscape);
         assert_eq!(canonicalize("/a?q=%").unwrap_err(), PathError::BadEscape);
-        assert_eq!(
-            canonicalize("/a%00").unwrap_err(),
-            PathError::DecodedControlChar
-        );
-        assert_eq!(
-            canonicalize("/a%7F").unwrap_err(),
-            PathError::DecodedControlChar
-        );
-        assert_eq!(
-            canonicalize("/a%250a").unwrap_err(),
-            PathError::DecodedControlChar
-        );
+        assert_eq!(canonicalize("/a%00").unwrap_err(), PathError::DecodedControlChar);
+        assert_eq!(canonicalize("/a%7F").unwrap_err(), PathError::DecodedControlChar);
+        assert_eq!(canonicalize("/a%250a").unwrap_err(), PathError::DecodedControlChar);
         assert_eq!(canonicalize("a/b").unwrap_err(), PathError::NotAbsolute);
         // `%` + `25`×k + `41` takes k+1 rounds to become `A`.
         let layered = |k: usize| format!("/%{}41", "25".repeat(k));
         assert_eq!(canon(&layered(MAX_DECODE_ROUNDS - 1)), "/A");
-        assert_eq!(
-            canonicalize(&layered(MAX_DECODE_ROUNDS)).unwrap_err(),
-            PathError::BadEscape
-        );
+        assert_eq!(canonicalize(&layered(MAX_DECODE_ROUNDS)).unwrap_err(), PathError::BadEscape);
     }
 }

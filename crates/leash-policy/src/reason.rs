@@ -104,9 +104,7 @@ impl Reason {
             Reason::IpLiteral => "IP addresses are refused; name hosts instead",
             Reason::InternalDestination => "the name resolves to an internal address",
             Reason::Port => "the port is not permitted by the policy",
-            Reason::Scheme => {
-                "this scheme is not forwarded by the plain proxy; use CONNECT for https"
-            }
+            Reason::Scheme => "this scheme is not forwarded by the plain proxy; use CONNECT for https",
             Reason::BadHost => "the host is not a plain DNS name",
             Reason::HostMismatch => "the request names two different hosts",
             Reason::NoSni => "the TLS ClientHello names no server",
@@ -117,12 +115,8 @@ impl Reason {
             Reason::BadRequest => "the request is malformed",
             Reason::AuditFailed => "the audit log could not be written",
             Reason::UpstreamTls => "the upstream's TLS certificate could not be verified",
-            Reason::ProviderTools => {
-                "the model API request asks for a provider-side tool the policy refuses"
-            }
-            Reason::ProviderToolsStripped => {
-                "provider-side tools were removed from the model API request"
-            }
+            Reason::ProviderTools => "the model API request asks for a provider-side tool the policy refuses",
+            Reason::ProviderToolsStripped => "provider-side tools were removed from the model API request",
         }
     }
 }
@@ -143,10 +137,7 @@ mod tests {
         let words: HashSet<_> = Reason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(words.len(), Reason::ALL.len());
         for w in words {
-            assert!(
-                w.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
-                "{w}"
-            );
+            assert!(w.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'), "{w}");
         }
     }
 }

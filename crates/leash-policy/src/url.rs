@@ -51,13 +51,7 @@ pub fn parse_absolute_target(raw: &str) -> Result<AbsoluteTarget<'_>, TargetErro
     let authority = parse_authority(authority_raw)?;
     let path = canonicalize(remainder)?;
     let path_and_query = if remainder.is_empty() { "/" } else { remainder };
-    Ok(AbsoluteTarget {
-        scheme,
-        authority,
-        authority_raw,
-        path_and_query,
-        path,
-    })
+    Ok(AbsoluteTarget { scheme, authority, authority_raw, path_and_query, path })
 }
 
 /// A scheme is a letter then letters, digits, `+`, `-`, `.` (RFC 3986 §3.1); anything else is not absolute form.
@@ -94,45 +88,21 @@ mod tests {
     #[test]
     fn defaults_and_empty_paths() {
         let t = parse_absolute_target("https://example.com").unwrap();
-        assert_eq!(
-            (t.scheme, t.port(), t.path_and_query, t.path.as_str()),
-            (Scheme::Https, 443, "/", "/")
-        );
+        assert_eq!((t.scheme, t.port(), t.path_and_query, t.path.as_str()), (Scheme::Https, 443, "/", "/"));
         let t = parse_absolute_target("http://example.com?x=1").unwrap();
-        assert_eq!(
-            (t.port(), t.path_and_query, t.path.as_str()),
-            (80, "?x=1", "/")
-        );
+        assert_eq!((t.port(), t.path_and_query, t.path.as_str()), (80, "?x=1", "/"));
         let t = parse_absolute_target("ftp://example.com/x").unwrap();
         assert_eq!((t.scheme, t.port()), (Scheme::Other, 0));
     }
 
     #[test]
     fn refusals() {
-        assert_eq!(
-            parse_absolute_target("/path").unwrap_err(),
-            TargetError::NotAbsolute
-        );
-        assert_eq!(
-            parse_absolute_target("example.com/x").unwrap_err(),
-            TargetError::NotAbsolute
-        );
-        assert_eq!(
-            parse_absolute_target("1http://x/").unwrap_err(),
-            TargetError::NotAbsolute
-        );
-        assert_eq!(
-            parse_absolute_target("http://u:p@example.com/").unwrap_err(),
-            HostError::Userinfo.into()
-        );
-        assert_eq!(
-            parse_absolute_target("http://example.com#x").unwrap_err(),
-            PathError::Fragment.into()
-        );
-        assert_eq!(
-            parse_absolute_target("http:///x").unwrap_err(),
-            HostError::Empty.into()
-        );
+        assert_eq!(parse_absolute_target("/path").unwrap_err(), TargetError::NotAbsolute);
+        assert_eq!(parse_absolute_target("example.com/x").unwrap_err(), TargetError::NotAbsolute);
+        assert_eq!(parse_absolute_target("1http://x/").unwrap_err(), TargetError::NotAbsolute);
+        assert_eq!(parse_absolute_target("http://u:p@example.com/").unwrap_err(), HostError::Userinfo.into());
+        assert_eq!(parse_absolute_target("http://example.com#x").unwrap_err(), PathError::Fragment.into());
+        assert_eq!(parse_absolute_target("http:///x").unwrap_err(), HostError::Empty.into());
         let t = parse_absolute_target("http://[::1]:80/").unwrap();
         assert!(matches!(t.authority.host, Host::IpLiteral(_)));
     }

@@ -40,9 +40,7 @@ pub(crate) fn host_entry(text: &str) -> Result<HostPattern, String> {
         (Host::Name(n), false) => Ok(HostPattern::Exact(n)),
         (Host::Name(n), true) => Ok(HostPattern::Subtree(n)),
         (Host::Ipv4(ip), false) => Ok(HostPattern::Ipv4(ip)),
-        _ => Err(format!(
-            "`{text}` puts a leading dot before an IP address; a leading dot is for names"
-        )),
+        _ => Err(format!("`{text}` puts a leading dot before an IP address; a leading dot is for names")),
     }
 }
 
@@ -62,27 +60,16 @@ pub(crate) fn url_entry(text: &str, list: List) -> Result<UrlEntry, String> {
     let host = match check_host(text, host_text, list)? {
         Host::Name(name) => name,
         _ if list == List::BlockedUrls => return Ok(UrlEntry::Ipv4),
-        _ => {
-            return Err(format!(
-                "`{text}` names an IP address; list the address in `allowed_hosts`"
-            ))
-        }
+        _ => return Err(format!("`{text}` names an IP address; list the address in `allowed_hosts`")),
     };
     let path = match (path_text, list) {
         (None, List::AllowedUrls) => {
-            return Err(format!(
-                "`{text}` has no path; list whole hosts in `allowed_hosts`"
-            ));
+            return Err(format!("`{text}` has no path; list whole hosts in `allowed_hosts`"));
         }
         (None, _) => None,
         (Some(p), _) => Some(check_path(text, p)?),
     };
-    Ok(UrlEntry::Rule(UrlRule {
-        host,
-        path,
-        text: Arc::from(text),
-        index: 0,
-    }))
+    Ok(UrlEntry::Rule(UrlRule { host, path, text: Arc::from(text), index: 0 }))
 }
 
 /// The host part of an entry (`host`, without a leading dot): a name, or a dotted quad.
@@ -98,39 +85,30 @@ fn check_host(entry: &str, host: &str, list: List) -> Result<Host, String> {
             List::AllowedHosts => "the host alone",
             _ => "`host/path`",
         };
-        return Err(format!(
-            "`{entry}` has a scheme; write {write} without `http://` or `https://`"
-        ));
+        return Err(format!("`{entry}` has a scheme; write {write} without `http://` or `https://`"));
     }
     if let Some(problem) = syntax_problem(host, list) {
         return Err(format!("`{entry}` {problem}"));
     }
     match parse_host(host) {
-        Ok(Host::IpLiteral(_)) => Err(format!(
-            "`{entry}` spells an IP address; only a dotted quad like `192.0.2.1` is accepted"
-        )),
-        Ok(host) => Ok(host),
-        Err(HostError::EmptyLabel | HostError::Empty) => {
-            Err(format!("`{entry}` has an empty label"))
+        Ok(Host::IpLiteral(_)) => {
+            Err(format!("`{entry}` spells an IP address; only a dotted quad like `192.0.2.1` is accepted"))
         }
-        Err(HostError::TooLong) => Err(format!(
-            "`{entry}` is too long; names are at most 253 characters, labels 63"
-        )),
+        Ok(host) => Ok(host),
+        Err(HostError::EmptyLabel | HostError::Empty) => Err(format!("`{entry}` has an empty label")),
+        Err(HostError::TooLong) => Err(format!("`{entry}` is too long; names are at most 253 characters, labels 63")),
         Err(e) => Err(format!("`{entry}` is not a hostname: {e}")),
     }
 }
 
 /// What is wrong with `host`'s characters, if anything, phrased to follow the entry's backticked text.
 fn syntax_problem(host: &str, list: List) -> Option<String> {
-    let bracketed =
-        host.starts_with('[') || (host.contains(':') && host.parse::<Ipv6Addr>().is_ok());
+    let bracketed = host.starts_with('[') || (host.contains(':') && host.parse::<Ipv6Addr>().is_ok());
     let problem = if bracketed {
         "is an IPv6 literal; only dotted-quad IPv4 literals are accepted"
     } else if host.contains('*') {
         match list {
-            List::AllowedHosts => {
-                "has a `*`; write `.example.com` for a host and all its subdomains"
-            }
+            List::AllowedHosts => "has a `*`; write `.example.com` for a host and all its subdomains",
             List::BlockedUrls => "has a `*`; blocked_urls entries already cover every subdomain",
             List::AllowedUrls => "has a `*`; an allowed_urls entry names exactly one host",
         }
@@ -148,13 +126,8 @@ fn syntax_problem(host: &str, list: List) -> Option<String> {
         "ends with a dot; write the name without it"
     } else if host.starts_with('.') {
         "has an empty label"
-    } else if let Some(c) = host
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '.'))
-    {
-        return Some(format!(
-            "has `{c}`; hostnames are letters, digits, hyphens and dots"
-        ));
+    } else if let Some(c) = host.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '.')) {
+        return Some(format!("has `{c}`; hostnames are letters, digits, hyphens and dots"));
     } else {
         return None;
     };
@@ -163,9 +136,7 @@ fn syntax_problem(host: &str, list: List) -> Option<String> {
 
 fn check_path(entry: &str, path: &str) -> Result<crate::path::CanonicalPath, String> {
     if path.contains('?') {
-        return Err(format!(
-            "`{entry}` has a query (`?`); rules match paths only"
-        ));
+        return Err(format!("`{entry}` has a query (`?`); rules match paths only"));
     }
     canonicalize(path).map_err(|e| match e {
         PathError::ControlChar => format!("`{entry}` has a space or control character in its path"),
@@ -189,26 +160,11 @@ mod tests {
 
     #[test]
     fn host_entries() {
-        assert!(matches!(
-            host_entry("api.example.com").unwrap(),
-            HostPattern::Exact(_)
-        ));
-        assert!(matches!(
-            host_entry(".pypi.org").unwrap(),
-            HostPattern::Subtree(_)
-        ));
-        assert!(matches!(
-            host_entry("192.0.2.7").unwrap(),
-            HostPattern::Ipv4(_)
-        ));
-        assert!(matches!(
-            host_entry("xn--bcher-kva.de").unwrap(),
-            HostPattern::Exact(_)
-        ));
-        assert_eq!(
-            host_err("Example.com"),
-            "`Example.com` has uppercase letters; hostnames are lowercase"
-        );
+        assert!(matches!(host_entry("api.example.com").unwrap(), HostPattern::Exact(_)));
+        assert!(matches!(host_entry(".pypi.org").unwrap(), HostPattern::Subtree(_)));
+        assert!(matches!(host_entry("192.0.2.7").unwrap(), HostPattern::Ipv4(_)));
+        assert!(matches!(host_entry("xn--bcher-kva.de").unwrap(), HostPattern::Exact(_)));
+        assert_eq!(host_err("Example.com"), "`Example.com` has uppercase letters; hostnames are lowercase");
         assert!(host_err("https://example.com").contains("has a scheme"));
         assert!(host_err("example.com:443").contains("has a port"));
         assert!(host_err("*.example.com").contains("has a `*`"));
@@ -227,22 +183,15 @@ mod tests {
 
     #[test]
     fn url_entries() {
-        let UrlEntry::Rule(r) = url_entry("arxiv.org/abs/./2401", List::BlockedUrls).unwrap()
-        else {
+        let UrlEntry::Rule(r) = url_entry("arxiv.org/abs/./2401", List::BlockedUrls).unwrap() else {
             return;
         };
         assert_eq!(
             (r.host.as_str(), r.path.unwrap().as_str(), &*r.text),
             ("arxiv.org", "/abs/2401", "arxiv.org/abs/./2401")
         );
-        assert!(matches!(
-            url_entry("api.semanticscholar.org", List::BlockedUrls).unwrap(),
-            UrlEntry::Rule(_)
-        ));
-        assert!(matches!(
-            url_entry("192.0.2.1/x", List::BlockedUrls).unwrap(),
-            UrlEntry::Ipv4
-        ));
+        assert!(matches!(url_entry("api.semanticscholar.org", List::BlockedUrls).unwrap(), UrlEntry::Rule(_)));
+        assert!(matches!(url_entry("192.0.2.1/x", List::BlockedUrls).unwrap(), UrlEntry::Ipv4));
         let err = |t, l| url_entry(t, l).unwrap_err();
         assert!(err("github.com", List::AllowedUrls).contains("has no path"));
         assert!(err(".github.com/x", List::AllowedUrls).contains("leading dot"));

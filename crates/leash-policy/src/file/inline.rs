@@ -16,26 +16,13 @@ impl Policy {
             let message = "`--allow` and `--block` cannot be mixed: an allowlist refuses everything not allowed, a \
                            blocklist allows everything not blocked; choose one"
                 .to_owned();
-            return Err(vec![PolicyError {
-                entry: "--block[0]".to_owned(),
-                line: None,
-                column: None,
-                message,
-            }]);
+            return Err(vec![PolicyError { entry: "--block[0]".to_owned(), line: None, column: None, message }]);
         }
         let mut errors = Vec::new();
-        let mut network = Network::empty(if block.is_empty() {
-            Mode::Allowlist
-        } else {
-            Mode::Blocklist
-        });
+        let mut network = Network::empty(if block.is_empty() { Mode::Allowlist } else { Mode::Blocklist });
         for (index, text) in allow.iter().enumerate() {
             match host_entry(text) {
-                Ok(pattern) => network.hosts.push(HostRule {
-                    pattern,
-                    text: Arc::from(text.as_str()),
-                    index,
-                }),
+                Ok(pattern) => network.hosts.push(HostRule { pattern, text: Arc::from(text.as_str()), index }),
                 Err(message) => errors.push(inline_error("--allow", index, message)),
             }
         }
@@ -55,10 +42,5 @@ impl Policy {
 }
 
 fn inline_error(flag: &str, index: usize, message: String) -> PolicyError {
-    PolicyError {
-        entry: format!("{flag}[{index}]"),
-        line: None,
-        column: None,
-        message,
-    }
+    PolicyError { entry: format!("{flag}[{index}]"), line: None, column: None, message }
 }

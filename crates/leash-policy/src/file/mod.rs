@@ -102,11 +102,12 @@ pub fn load(text: &str, format: Format, profile: Option<&str>) -> Result<Loaded,
             }
         },
     };
+    // Checks run section by section; report in file order. Stable, so one position keeps its checks' order.
+    errors.sort_by_key(|e| (e.line, e.column));
     match chosen {
-        Some(network) if errors.is_empty() => Ok(Loaded {
-            policy: Policy::compile(network),
-            warnings: checked.warnings,
-        }),
+        Some(network) if errors.is_empty() => {
+            Ok(Loaded { policy: Policy::compile(network), warnings: checked.warnings })
+        }
         // A section with errors has no network; its errors are in `errors`.
         _ => Err(errors),
     }
@@ -116,18 +117,9 @@ fn unknown_profile(name: &str, known: &[String], at: Option<raw::Pos>) -> Policy
     let message = match known {
         [] => format!("no profile `{name}`: the policy defines no profiles"),
         _ => {
-            let list = known
-                .iter()
-                .map(|k| format!("`{k}`"))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let list = known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
             format!("no profile `{name}`; the policy defines {list}")
         }
     };
-    PolicyError {
-        entry: "profiles".to_owned(),
-        line: at.map(|p| p.line),
-        column: at.map(|p| p.column),
-        message,
-    }
+    PolicyError { entry: "profiles".to_owned(), line: at.map(|p| p.line), column: at.map(|p| p.column), message }
 }

@@ -67,20 +67,14 @@ pub(crate) struct LineIndex<'a> {
 
 impl<'a> LineIndex<'a> {
     pub(crate) fn new(text: &'a str) -> LineIndex<'a> {
-        let starts = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
+        let starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
         LineIndex { text, starts }
     }
 
     pub(crate) fn pos(&self, offset: usize) -> Pos {
         let line = self.starts.partition_point(|&start| start <= offset).max(1);
         let start = self.starts.get(line - 1).copied().unwrap_or(0);
-        let column = self
-            .text
-            .get(start..offset.min(self.text.len()))
-            .map_or(0, |s| s.chars().count())
-            + 1;
+        let column = self.text.get(start..offset.min(self.text.len())).map_or(0, |s| s.chars().count()) + 1;
         Pos { line, column }
     }
 }

@@ -13,9 +13,7 @@ use super::PolicyError;
 pub(crate) fn parse(text: &str) -> Result<Node, PolicyError> {
     let lines = LineIndex::new(text);
     let doc = Document::parse(text).map_err(|e| {
-        let at = e
-            .span()
-            .map_or(Pos { line: 1, column: 1 }, |span| lines.pos(span.start));
+        let at = e.span().map_or(Pos { line: 1, column: 1 }, |span| lines.pos(span.start));
         error_at(at, &format!("not valid TOML: {}", e.message()))
     })?;
     let conv = Converter { lines: &lines };
@@ -42,62 +40,28 @@ impl Converter<'_> {
                 Item::Value(v) => self.value(v, key_pos, depth + 1)?,
                 Item::Table(t) => self.table(t, key_pos, depth + 1)?,
                 Item::ArrayOfTables(tables) => {
-                    let items = tables
-                        .iter()
-                        .map(|t| self.table(t, key_pos, depth + 2))
-                        .collect::<Result<_, _>>()?;
-                    Node {
-                        value: Value::Seq(items),
-                        pos: self.at(tables.span(), key_pos),
-                    }
+                    let items = tables.iter().map(|t| self.table(t, key_pos, depth + 2)).collect::<Result<_, _>>()?;
+                    Node { value: Value::Seq(items), pos: self.at(tables.span(), key_pos) }
                 }
             };
-            entries.push((
-                Key {
-                    name: name.to_owned(),
-                    pos: key_pos,
-                },
-                node,
-            ));
+            entries.push((Key { name: name.to_owned(), pos: key_pos }, node));
         }
-        Ok(Node {
-            value: Value::Map(entries),
-            pos: at,
-        })
+        Ok(Node { value: Value::Map(entries), pos: at })
     }
 
-    fn inline_table(
-        &self,
-        table: &InlineTable,
-        at: Pos,
-        depth: usize,
-    ) -> Result<Node, PolicyError> {
+    fn inline_table(&self, table: &InlineTable, at: Pos, depth: usize) -> Result<Node, PolicyError> {
         let mut entries = Vec::new();
         for (name, value) in table.iter() {
             let key_pos = self.at(table.key(name).and_then(|k| k.span()), at);
-            entries.push((
-                Key {
-                    name: name.to_owned(),
-                    pos: key_pos,
-                },
-                self.value(value, key_pos, depth + 1)?,
-            ));
+            entries.push((Key { name: name.to_owned(), pos: key_pos }, self.value(value, key_pos, depth + 1)?));
         }
-        Ok(Node {
-            value: Value::Map(entries),
-            pos: at,
-        })
+        Ok(Node { value: Value::Map(entries), pos: at })
     }
 
     fn value(&self, value: &TomlValue, fallback: Pos, depth: usize) -> Result<Node, PolicyError> {
         let at = self.at(value.span(), fallback);
         check_depth(depth, at)?;
-        let scalar = |kind, text: String| {
-            Ok(Node {
-                value: Value::Scalar(kind, text),
-                pos: at,
-            })
-        };
+        let scalar = |kind, text: String| Ok(Node { value: Value::Scalar(kind, text), pos: at });
         match value {
             TomlValue::String(s) => scalar(ScalarKind::Str, s.value().clone()),
             TomlValue::Integer(i) => scalar(ScalarKind::Int, i.value().to_string()),
@@ -105,14 +69,8 @@ impl Converter<'_> {
             TomlValue::Boolean(b) => scalar(ScalarKind::Bool, b.value().to_string()),
             TomlValue::Datetime(d) => scalar(ScalarKind::Datetime, d.value().to_string()),
             TomlValue::Array(items) => {
-                let items = items
-                    .iter()
-                    .map(|v| self.value(v, at, depth + 1))
-                    .collect::<Result<_, _>>()?;
-                Ok(Node {
-                    value: Value::Seq(items),
-                    pos: at,
-                })
+                let items = items.iter().map(|v| self.value(v, at, depth + 1)).collect::<Result<_, _>>()?;
+                Ok(Node { value: Value::Seq(items), pos: at })
             }
             TomlValue::InlineTable(t) => self.inline_table(t, at, depth),
         }
@@ -127,12 +85,7 @@ fn check_depth(depth: usize, at: Pos) -> Result<(), PolicyError> {
 }
 
 fn error_at(at: Pos, message: &str) -> PolicyError {
-    PolicyError {
-        entry: String::new(),
-        line: Some(at.line),
-        column: Some(at.column),
-        message: message.to_owned(),
-    }
+    PolicyError { entry: String::new(), line: Some(at.line), column: Some(at.column), message: message.to_owned() }
 }
 
 #[cfg(test)]
@@ -143,27 +96,12 @@ mod tests {
     #[test]
     fn keys_and_values_have_positions() {
         let root = parse("[network]\nmode = \"allowlist\"\nports = [80, 443]\n").unwrap();
-        let Value::Map(top) = root.value else {
-            panic!("not a map")
-        };
+        let Value::Map(top) = root.value else { panic!("not a map") };
         assert_eq!(top[0].0.name, "network");
-        let Value::Map(net) = &top[0].1.value else {
-            panic!("not a map")
-        };
-        assert_eq!(
-            (net[0].0.pos, net[0].1.pos),
-            (Pos { line: 2, column: 1 }, Pos { line: 2, column: 8 })
-        );
-        let Value::Seq(ports) = &net[1].1.value else {
-            panic!("not a list")
-        };
-        assert_eq!(
-            ports[1].pos,
-            Pos {
-                line: 3,
-                column: 14
-            }
-        );
+        let Value::Map(net) = &top[0].1.value else { panic!("not a map") };
+        assert_eq!((net[0].0.pos, net[0].1.pos), (Pos { line: 2, column: 1 }, Pos { line: 2, column: 8 }));
+        let Value::Seq(ports) = &net[1].1.value else { panic!("not a list") };
+        assert_eq!(ports[1].pos, Pos { line: 3, column: 14 });
         assert!(matches!(&ports[1].value, Value::Scalar(ScalarKind::Int, t) if t == "443"));
     }
 

@@ -12,7 +12,7 @@ use crate::spec::{HostRule, Network, UrlRule, DEFAULT_PORTS, DEFAULT_TUNNEL_PORT
 
 const TOP_KEYS: &[&str] = &["network", "profiles"];
 const PROFILE_KEYS: &[&str] = &["network"];
-const NETWORK_KEYS: &[&str] = &[
+pub(crate) const NETWORK_KEYS: &[&str] = &[
     "mode",
     "allowed_hosts",
     "allowed_urls",
@@ -37,31 +37,15 @@ pub(crate) struct Checked {
 
 /// Check a whole document.
 pub(crate) fn document(root: &Node) -> Checked {
-    let mut c = Checker {
-        errors: Vec::new(),
-        warnings: Vec::new(),
-    };
-    let mut checked = Checked {
-        top: None,
-        profiles: Vec::new(),
-        profiles_pos: None,
-        errors: Vec::new(),
-        warnings: Vec::new(),
-    };
+    let mut c = Checker { errors: Vec::new(), warnings: Vec::new() };
+    let mut checked =
+        Checked { top: None, profiles: Vec::new(), profiles_pos: None, errors: Vec::new(), warnings: Vec::new() };
     if matches!(root.value, Value::Scalar(ScalarKind::Null, _)) {
-        c.error(
-            "network",
-            root.pos,
-            "the policy is empty; it needs a `network` section".to_owned(),
-        );
+        c.error("network", root.pos, "the policy is empty; it needs a `network` section".to_owned());
     } else if let Some(fields) = c.map("", root, TOP_KEYS) {
         match find(&fields, "network") {
             Some((_, node)) => checked.top = c.network("network", node),
-            None => c.error(
-                "network",
-                root.pos,
-                "missing `network`; every policy has a top-level one".to_owned(),
-            ),
+            None => c.error("network", root.pos, "missing `network`; every policy has a top-level one".to_owned()),
         }
         if let Some((key, node)) = find(&fields, "profiles") {
             checked.profiles_pos = Some(key.pos);
@@ -102,52 +86,25 @@ impl Checker {
     }
 
     fn expected(&mut self, entry: &str, node: &Node, what: &str) {
-        self.error(
-            entry,
-            node.pos,
-            format!("expected {what}, found {}", node.kind_name()),
-        );
+        self.error(entry, node.pos, format!("expected {what}, found {}", node.kind_name()));
     }
 
     /// A mapping with only `allowed` keys, each once; unknown and repeated keys are reported and left out.
     fn map<'n>(&mut self, entry: &str, node: &'n Node, allowed: &[&str]) -> Option<Fields<'n>> {
         let Value::Map(pairs) = &node.value else {
-            self.expected(
-                if entry.is_empty() {
-                    "(top level)"
-                } else {
-                    entry
-                },
-                node,
-                "a mapping",
-            );
+            self.expected(if entry.is_empty() { "(top level)" } else { entry }, node, "a mapping");
             return None;
         };
         let mut fields: Fields<'n> = Vec::new();
         for (key, value) in pairs {
             let at = join(entry, &key.name);
             if let Some((first, _)) = find(&fields, &key.name) {
-                self.error(
-                    &at,
-                    key.pos,
-                    format!(
-                        "`{}` is given twice (first on line {})",
-                        key.name, first.pos.line
-                    ),
-                );
+                self.error(&at, key.pos, format!("`{}` is given twice (first on line {})", key.name, first.pos.line));
             } else if allowed.contains(&key.name.as_str()) || allowed.is_empty() {
                 fields.push((key, value));
             } else {
-                let expected = allowed
-                    .iter()
-                    .map(|k| format!("`{k}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                self.error(
-                    &at,
-                    key.pos,
-                    format!("unknown key `{}`; expected one of {expected}", key.name),
-                );
+                let expected = allowed.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+                self.error(&at, key.pos, format!("unknown key `{}`; expected one of {expected}", key.name));
             }
         }
         Some(fields)
@@ -160,29 +117,16 @@ impl Checker {
         let mut out = Vec::new();
         for (key, value) in fields {
             let entry = join("profiles", &key.name);
-            let name_ok = !key.name.is_empty()
-                && key
-                    .name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            let name_ok =
+                !key.name.is_empty() && key.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
             if !name_ok {
-                let message = format!(
-                    "`{}` is not a profile name; use letters, digits, `-` and `_`",
-                    key.name
-                );
+                let message = format!("`{}` is not a profile name; use letters, digits, `-` and `_`", key.name);
                 self.error(&entry, key.pos, message);
             }
-            let network = match self
-                .map(&entry, value, PROFILE_KEYS)
-                .map(|f| find(&f, "network"))
-            {
+            let network = match self.map(&entry, value, PROFILE_KEYS).map(|f| find(&f, "network")) {
                 Some(Some((_, net))) => self.network(&join(&entry, "network"), net),
                 Some(None) => {
-                    self.error(
-                        &join(&entry, "network"),
-                        value.pos,
-                        "missing `network` in the profile".to_owned(),
-                    );
+                    self.error(&join(&entry, "network"), value.pos, "missing `network` in the profile".to_owned());
                     None
                 }
                 None => None,
@@ -195,22 +139,17 @@ impl Checker {
     /// One `network` section: every field checked even after an error, so all of its problems are reported.
     fn network(&mut self, prefix: &str, node: &Node) -> Option<Network> {
         let before = self.errors.len();
+        let first_warning = self.warnings.len();
         let fields = self.map(prefix, node, NETWORK_KEYS)?;
         let mode = self.mode(prefix, node, find(&fields, "mode"));
-        let list = |c: &mut Self, name: &str| {
-            find(&fields, name).and_then(|(_, n)| c.list(&join(prefix, name), n))
-        };
+        let list = |c: &mut Self, name: &str| find(&fields, name).and_then(|(_, n)| c.list(&join(prefix, name), n));
         let hosts = list(self, "allowed_hosts").map(|items| self.allowed_hosts(prefix, items));
-        let allowed_urls =
-            list(self, "allowed_urls").map(|items| self.urls(prefix, "allowed_urls", items));
-        let blocked_urls =
-            list(self, "blocked_urls").map(|items| self.urls(prefix, "blocked_urls", items));
+        let allowed_urls = list(self, "allowed_urls").map(|items| self.urls(prefix, "allowed_urls", items));
+        let blocked_urls = list(self, "blocked_urls").map(|items| self.urls(prefix, "blocked_urls", items));
         let ports = list(self, "ports").map(|items| self.ports(&join(prefix, "ports"), items));
-        let tunnel_ports = list(self, "tunnel_ports")
-            .map(|items| self.ports(&join(prefix, "tunnel_ports"), items));
+        let tunnel_ports = list(self, "tunnel_ports").map(|items| self.ports(&join(prefix, "tunnel_ports"), items));
         let destinations = list(self, "allow_destinations").map(|items| self.cidrs(prefix, items));
-        let inspect_all = find(&fields, "inspect")
-            .is_some_and(|(_, n)| self.inspect(&join(prefix, "inspect"), n));
+        let inspect_all = find(&fields, "inspect").is_some_and(|(_, n)| self.inspect(&join(prefix, "inspect"), n));
         let mode = mode?;
         self.mode_mismatch(prefix, mode, &fields);
         if self.errors.len() > before {
@@ -230,17 +169,16 @@ impl Checker {
             inspect_all,
         };
         self.warnings.extend(warn::network(prefix, &network));
+        if let Some(section) = self.warnings.get_mut(first_warning..) {
+            section.sort_by_cached_key(|w| warn::order(&w.entry));
+        }
         Some(network)
     }
 
     fn mode(&mut self, prefix: &str, network: &Node, field: Option<(&Key, &Node)>) -> Option<Mode> {
         let entry = join(prefix, "mode");
         let Some((_, node)) = field else {
-            self.error(
-                &entry,
-                network.pos,
-                "missing `mode`; it is `allowlist` or `blocklist`".to_owned(),
-            );
+            self.error(&entry, network.pos, "missing `mode`; it is `allowlist` or `blocklist`".to_owned());
             return None;
         };
         match self.string(&entry, node)? {
@@ -258,11 +196,7 @@ impl Checker {
     fn mode_mismatch(&mut self, prefix: &str, mode: Mode, fields: &Fields<'_>) {
         let (wrong, this, other): (&[&str], _, _) = match mode {
             Mode::Allowlist => (&["blocked_urls"], "an allowlist", "blocklist"),
-            Mode::Blocklist => (
-                &["allowed_hosts", "allowed_urls"],
-                "a blocklist",
-                "allowlist",
-            ),
+            Mode::Blocklist => (&["allowed_hosts", "allowed_urls"], "a blocklist", "allowlist"),
         };
         for name in wrong {
             if let Some((key, _)) = find(fields, name) {
@@ -282,6 +216,16 @@ impl Checker {
         }
     }
 
+    fn item_string<'n>(&mut self, node: &'n Node, entry: impl FnOnce() -> String) -> Option<&'n str> {
+        match &node.value {
+            Value::Scalar(ScalarKind::Str, text) => Some(text),
+            _ => {
+                self.expected(&entry(), node, "a string");
+                None
+            }
+        }
+    }
+
     fn string<'n>(&mut self, entry: &str, node: &'n Node) -> Option<&'n str> {
         match &node.value {
             Value::Scalar(ScalarKind::Str, text) => Some(text),
@@ -295,41 +239,35 @@ impl Checker {
     fn allowed_hosts(&mut self, prefix: &str, items: &[Node]) -> Vec<HostRule> {
         let mut rules = Vec::with_capacity(items.len());
         for (index, node) in items.iter().enumerate() {
-            let entry = format!("{prefix}.allowed_hosts[{index}]");
-            let Some(text) = self.string(&entry, node) else {
+            // Entry names are built only for errors: a policy may have 100,000 entries.
+            let entry = || format!("{prefix}.allowed_hosts[{index}]");
+            let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
             match host_entry(text) {
-                Ok(pattern) => rules.push(HostRule {
-                    pattern,
-                    text: Arc::from(text),
-                    index,
-                }),
-                Err(message) => self.error(&entry, node.pos, message),
+                Ok(pattern) => rules.push(HostRule { pattern, text: Arc::from(text), index }),
+                Err(message) => self.error(&entry(), node.pos, message),
             }
         }
         rules
     }
 
     fn urls(&mut self, prefix: &str, name: &str, items: &[Node]) -> Vec<UrlRule> {
-        let list = if name == "allowed_urls" {
-            List::AllowedUrls
-        } else {
-            List::BlockedUrls
-        };
+        let list = if name == "allowed_urls" { List::AllowedUrls } else { List::BlockedUrls };
         let mut rules = Vec::with_capacity(items.len());
         for (index, node) in items.iter().enumerate() {
-            let entry = format!("{prefix}.{name}[{index}]");
-            let Some(text) = self.string(&entry, node) else {
+            let entry = || format!("{prefix}.{name}[{index}]");
+            let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
             match url_entry(text, list) {
                 Ok(UrlEntry::Rule(rule)) => rules.push(UrlRule { index, ..rule }),
                 Ok(UrlEntry::Ipv4) => {
-                    let message = format!("`{text}`: a blocklist refuses every IP literal already; this entry does nothing");
-                    self.warnings.push(Warning { entry, message });
+                    let message =
+                        format!("`{text}`: a blocklist refuses every IP literal already; this entry does nothing");
+                    self.warnings.push(Warning { entry: entry(), message });
                 }
-                Err(message) => self.error(&entry, node.pos, message),
+                Err(message) => self.error(&entry(), node.pos, message),
             }
         }
         rules
@@ -341,14 +279,8 @@ impl Checker {
             let at = format!("{entry}[{index}]");
             match &node.value {
                 Value::Scalar(ScalarKind::Int, text) => match text.parse::<u16>() {
-                    Ok(port) if port > 0 && text.bytes().all(|b| b.is_ascii_digit()) => {
-                        ports.push(port)
-                    }
-                    _ => self.error(
-                        &at,
-                        node.pos,
-                        format!("`{text}` is not a port; ports are 1-65535"),
-                    ),
+                    Ok(port) if port > 0 && text.bytes().all(|b| b.is_ascii_digit()) => ports.push(port),
+                    _ => self.error(&at, node.pos, format!("`{text}` is not a port; ports are 1-65535")),
                 },
                 _ => self.expected(&at, node, "a port number"),
             }
@@ -359,13 +291,13 @@ impl Checker {
     fn cidrs(&mut self, prefix: &str, items: &[Node]) -> Vec<Cidr> {
         let mut cidrs = Vec::with_capacity(items.len());
         for (index, node) in items.iter().enumerate() {
-            let entry = format!("{prefix}.allow_destinations[{index}]");
-            let Some(text) = self.string(&entry, node) else {
+            let entry = || format!("{prefix}.allow_destinations[{index}]");
+            let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
             match text.parse::<Cidr>() {
                 Ok(cidr) => cidrs.push(cidr),
-                Err(message) => self.error(&entry, node.pos, message),
+                Err(message) => self.error(&entry(), node.pos, message),
             }
         }
         cidrs
@@ -375,8 +307,7 @@ impl Checker {
         match self.string(entry, node) {
             Some("all") => true,
             Some(other) => {
-                let message =
-                    format!("`{other}` is not an inspect setting; the only value is `all`");
+                let message = format!("`{other}` is not an inspect setting; the only value is `all`");
                 self.error(entry, node.pos, message);
                 false
             }

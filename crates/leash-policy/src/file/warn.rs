@@ -4,7 +4,8 @@
 //! Each check is linear or close to it (hash lookups per label or per `/`, one sorted scan per host), so a policy of
 //! 100,000 entries is checked within its load-time budget.
 
-use std::collections::HashMap;
+use crate::fasthash::FastMap;
+use std::borrow::Cow;
 
 use super::Warning;
 use crate::engine::Mode;
@@ -13,10 +14,7 @@ use crate::spec::{HostPattern, Network, UrlRule};
 
 /// Every warning for one valid network section named `prefix` (`network`, `profiles.x.network`).
 pub(crate) fn network(prefix: &str, net: &Network) -> Vec<Warning> {
-    let mut out = Warnings {
-        prefix,
-        list: Vec::new(),
-    };
+    let mut out = Warnings { prefix, list: Vec::new() };
     out.lists(net);
     match net.mode {
         Mode::Allowlist => {
@@ -25,17 +23,19 @@ pub(crate) fn network(prefix: &str, net: &Network) -> Vec<Warning> {
         }
         Mode::Blocklist => out.blocked_urls(net),
     }
-    // Some checks walk hash maps; sort so `leash check` prints in file order within each list.
-    out.list.sort_by_cached_key(|w| entry_order(&w.entry));
     out.list
 }
 
-/// `network.blocked_urls[12]` → (`network.blocked_urls`, 12), so `[9]` sorts before `[10]`.
-fn entry_order(entry: &str) -> (String, usize) {
-    match entry.strip_suffix(']').and_then(|e| e.rsplit_once('[')) {
-        Some((list, index)) => (list.to_owned(), index.parse().unwrap_or(0)),
-        None => (entry.to_owned(), 0),
-    }
+/// Where a warning sorts: by setting, in the order the reference lists them, then by index, so `[9]` comes before
+/// `[10]`. Some checks walk hash maps; sorting makes `leash check` print in a stable, file-like order.
+pub(crate) fn order(entry: &str) -> (usize, usize) {
+    let (list, index) = match entry.strip_suffix(']').and_then(|e| e.rsplit_once('[')) {
+        Some((list, index)) => (list, index.parse().unwrap_or(0)),
+        None => (entry, 0),
+    };
+    let setting = list.rsplit('.').next().unwrap_or(list);
+    let rank = super::validate::NETWORK_KEYS.iter().position(|k| *k == setting).map_or(0, |i| i + 1);
+    (rank, index)
 }
 
 struct Warnings<'p> {
@@ -52,37 +52,23 @@ impl Warnings<'_> {
         let p = self.prefix;
         match net.mode {
             Mode::Allowlist if net.hosts.is_empty() && net.urls.is_empty() => {
-                self.push(
-                    p.to_owned(),
-                    "the allowlist is empty: nothing is allowed".to_owned(),
-                );
+                self.push(p.to_owned(), "the allowlist is empty: nothing is allowed".to_owned());
             }
             Mode::Blocklist if net.urls.is_empty() => {
-                self.push(
-                    p.to_owned(),
-                    "the blocklist is empty: everything is allowed".to_owned(),
-                );
+                self.push(p.to_owned(), "the blocklist is empty: everything is allowed".to_owned());
             }
             _ => {}
         }
         if net.ports.is_empty() {
-            self.push(
-                format!("{p}.ports"),
-                "no port is listed: every plain-HTTP request is refused".to_owned(),
-            );
+            self.push(format!("{p}.ports"), "no port is listed: every plain-HTTP request is refused".to_owned());
         }
         if net.tunnel_ports.is_empty() {
-            self.push(
-                format!("{p}.tunnel_ports"),
-                "no port is listed: every CONNECT is refused".to_owned(),
-            );
+            self.push(format!("{p}.tunnel_ports"), "no port is listed: every CONNECT is refused".to_owned());
         }
         for (i, cidr) in net.allow_destinations.iter().enumerate() {
             if cidr.is_everything() {
                 let family = if cidr.addr.is_ipv4() { "IPv4" } else { "IPv6" };
-                let message = format!(
-                    "`{cidr}` exempts every {family} address from the internal-destination check"
-                );
+                let message = format!("`{cidr}` exempts every {family} address from the internal-destination check");
                 self.push(format!("{p}.allow_destinations[{i}]"), message);
             }
         }
@@ -91,14 +77,11 @@ impl Warnings<'_> {
     fn allowed_hosts(&mut self, net: &Network) {
         let prefix = self.prefix;
         let entry = move |i: usize| format!("{prefix}.allowed_hosts[{i}]");
-        let mut first: HashMap<&HostPattern, usize> = HashMap::new();
-        let subtrees: HashMap<&str, &str> = subtree_texts(net);
+        let mut first: FastMap<&HostPattern, usize> = FastMap::default();
+        let subtrees: FastMap<&str, &str> = subtree_texts(net);
         for rule in &net.hosts {
             if let Some(&earlier) = first.get(&rule.pattern) {
-                self.push(
-                    entry(rule.index),
-                    format!("`{}` repeats {}", rule.text, entry(earlier)),
-                );
+                self.push(entry(rule.index), format!("`{}` repeats {}", rule.text, entry(earlier)));
                 continue;
             }
             first.insert(&rule.pattern, rule.index);
@@ -116,10 +99,7 @@ impl Warnings<'_> {
                 }
             };
             if let Some(broader) = covering {
-                self.push(
-                    entry(rule.index),
-                    format!("`{}` is already covered by `{broader}`", rule.text),
-                );
+                self.push(entry(rule.index), format!("`{}` is already covered by `{broader}`", rule.text));
             }
         }
     }
@@ -128,7 +108,7 @@ impl Warnings<'_> {
         let prefix = self.prefix;
         let entry = move |i: usize| format!("{prefix}.allowed_urls[{i}]");
         let subtrees = subtree_texts(net);
-        let exact: HashMap<&str, &str> = net
+        let exact: FastMap<&str, &str> = net
             .hosts
             .iter()
             .filter_map(|r| match &r.pattern {
@@ -136,18 +116,14 @@ impl Warnings<'_> {
                 _ => None,
             })
             .collect();
-        let mut paths: HashMap<(&str, &str), &UrlRule> = HashMap::new();
+        let mut paths: FastMap<(&str, &str), &UrlRule> = FastMap::default();
         let mut firsts = Vec::new();
         for rule in &net.urls {
-            let key = (
-                rule.host.as_str(),
-                rule.path.as_ref().map_or("/", |p| p.as_str()),
-            );
+            let key = (rule.host.as_str(), rule.path.as_ref().map_or("/", |p| p.as_str()));
             match paths.get(&key) {
-                Some(earlier) => self.push(
-                    entry(rule.index),
-                    format!("`{}` repeats {}", rule.text, entry(earlier.index)),
-                ),
+                Some(earlier) => {
+                    self.push(entry(rule.index), format!("`{}` repeats {}", rule.text, entry(earlier.index)))
+                }
                 None => {
                     paths.insert(key, rule);
                     firsts.push((key, rule));
@@ -155,20 +131,10 @@ impl Warnings<'_> {
             }
         }
         for ((host, path), rule) in firsts {
-            let by_host = exact
-                .get(host)
-                .copied()
-                .or_else(|| covering_subtree(&subtrees, host, true));
-            let by_path = || {
-                allow_cover(path)
-                    .find_map(|q| paths.get(&(host, q)))
-                    .map(|r| &*r.text)
-            };
+            let by_host = exact.get(host).copied().or_else(|| covering_subtree(&subtrees, host, true));
+            let by_path = || allow_cover(path).find_map(|q| paths.get(&(host, q))).map(|r| &*r.text);
             if let Some(broader) = by_host.or_else(by_path) {
-                self.push(
-                    entry(rule.index),
-                    format!("`{}` is already covered by `{broader}`", rule.text),
-                );
+                self.push(entry(rule.index), format!("`{}` is already covered by `{broader}`", rule.text));
             }
         }
     }
@@ -176,51 +142,48 @@ impl Warnings<'_> {
     fn blocked_urls(&mut self, net: &Network) {
         let prefix = self.prefix;
         let entry = move |i: usize| format!("{prefix}.blocked_urls[{i}]");
-        let mut host_rules: HashMap<&str, &str> = HashMap::new();
-        let mut by_host: HashMap<&str, Vec<(String, &UrlRule)>> = HashMap::new();
-        let mut seen: HashMap<(&str, Option<String>), usize> = HashMap::new();
-        for rule in &net.urls {
-            let lowered = rule.path.as_ref().map(|p| p.as_str().to_ascii_lowercase());
-            let key = (rule.host.as_str(), lowered.clone());
-            if let Some(&earlier) = seen.get(&key) {
-                self.push(
-                    entry(rule.index),
-                    format!("`{}` repeats {}", rule.text, entry(earlier)),
-                );
-                continue;
-            }
-            seen.insert(key, rule.index);
-            match lowered {
-                None => drop(host_rules.insert(rule.host.as_str(), &rule.text)),
-                Some(path) => by_host
-                    .entry(rule.host.as_str())
-                    .or_default()
-                    .push((path, rule)),
+        let lowered: Vec<Option<Cow<'_, str>>> =
+            net.urls.iter().map(|r| r.path.as_ref().map(|p| lower(p.as_str()))).collect();
+        let mut host_rules: FastMap<&str, &UrlRule> = FastMap::default();
+        let mut by_host: FastMap<&str, Vec<(&str, &UrlRule)>> = FastMap::default();
+        let mut host_only = Vec::new();
+        // Host entries repeat if their name is taken; path entries are checked for repeats in the sorted scan.
+        for (rule, path) in net.urls.iter().zip(&lowered) {
+            match path {
+                None => match host_rules.get(rule.host.as_str()) {
+                    Some(earlier) => {
+                        self.push(entry(rule.index), format!("`{}` repeats {}", rule.text, entry(earlier.index)));
+                    }
+                    None => {
+                        host_rules.insert(rule.host.as_str(), rule);
+                        host_only.push(rule);
+                    }
+                },
+                Some(path) => by_host.entry(rule.host.as_str()).or_default().push((path, rule)),
             }
         }
+        let host_rules: FastMap<&str, &str> = host_rules.into_iter().map(|(h, r)| (h, &*r.text)).collect();
         for list in by_host.values_mut() {
-            list.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            list.sort_unstable_by(|a, b| a.0.cmp(b.0).then(a.1.index.cmp(&b.1.index)));
+            for pair in list.windows(2) {
+                if let [(first, earlier), (again, rule)] = pair {
+                    if first == again {
+                        self.push(entry(rule.index), format!("`{}` repeats {}", rule.text, entry(earlier.index)));
+                    }
+                }
+            }
+            // Keep the first of each spelling: later checks name the entry written first.
+            list.dedup_by(|later, first| later.0 == first.0);
         }
-        let mut host_only: Vec<&UrlRule> = net.urls.iter().filter(|r| r.path.is_none()).collect();
-        host_only.retain(|r| seen.get(&(r.host.as_str(), None)) == Some(&r.index));
         for rule in host_only {
-            if let Some(broader) =
-                proper_suffixes(rule.host.as_str()).find_map(|s| host_rules.get(s))
-            {
-                self.push(
-                    entry(rule.index),
-                    format!("`{}` is already covered by `{broader}`", rule.text),
-                );
+            if let Some(broader) = proper_suffixes(rule.host.as_str()).find_map(|s| host_rules.get(s)) {
+                self.push(entry(rule.index), format!("`{}` is already covered by `{broader}`", rule.text));
             }
         }
         for (host, list) in &by_host {
             self.block_paths(host, list, &host_rules, &by_host);
         }
-        for rule in net
-            .urls
-            .iter()
-            .filter(|r| r.path.as_ref().is_some_and(|p| p.as_str() == "/"))
-        {
+        for rule in net.urls.iter().filter(|r| r.path.as_ref().is_some_and(|p| p.as_str() == "/")) {
             let message = format!(
                 "`{}` blocks every path; write `{}` to block the host without inspecting its tunnels",
                 rule.text, rule.host
@@ -234,40 +197,28 @@ impl Warnings<'_> {
     fn block_paths(
         &mut self,
         host: &str,
-        list: &[(String, &UrlRule)],
-        host_rules: &HashMap<&str, &str>,
-        by_host: &HashMap<&str, Vec<(String, &UrlRule)>>,
+        list: &[(&str, &UrlRule)],
+        host_rules: &FastMap<&str, &str>,
+        by_host: &FastMap<&str, Vec<(&str, &UrlRule)>>,
     ) {
-        let host_rule = std::iter::once(host)
-            .chain(proper_suffixes(host))
-            .find_map(|s| host_rules.get(s));
-        let mut open: Vec<&(String, &UrlRule)> = Vec::new();
+        let host_rule = std::iter::once(host).chain(proper_suffixes(host)).find_map(|s| host_rules.get(s));
+        let mut open: Vec<&(&str, &UrlRule)> = Vec::new();
         for item in list {
             let (path, rule) = item;
-            while open
-                .last()
-                .is_some_and(|(top, _)| !path.starts_with(top.as_str()))
-            {
+            while open.last().is_some_and(|(top, _)| !path.starts_with(*top)) {
                 open.pop();
             }
             let by_parent = || {
                 proper_suffixes(host).find_map(|s| {
                     let parent = by_host.get(s)?;
-                    longest_prefix(parent, |(p, _)| p.as_bytes(), path.as_bytes(), |_| true)
-                        .map(|(_, r)| &*r.text)
+                    longest_prefix(parent, |(p, _)| p.as_bytes(), path.as_bytes(), |_| true).map(|(_, r)| &*r.text)
                 })
             };
-            let broader = host_rule
-                .copied()
-                .or_else(|| open.last().map(|(_, r)| &*r.text))
-                .or_else(by_parent);
+            let broader = host_rule.copied().or_else(|| open.last().map(|(_, r)| &*r.text)).or_else(by_parent);
             match broader {
                 Some(broader) => {
                     let message = format!("`{}` is already covered by `{broader}`", rule.text);
-                    self.push(
-                        format!("{}.blocked_urls[{}]", self.prefix, rule.index),
-                        message,
-                    );
+                    self.push(format!("{}.blocked_urls[{}]", self.prefix, rule.index), message);
                 }
                 None => open.push(item),
             }
@@ -275,8 +226,16 @@ impl Warnings<'_> {
     }
 }
 
+/// Block paths compare case-insensitively; most are lowercase already, so copy only when needed.
+fn lower(path: &str) -> Cow<'_, str> {
+    match path.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => Cow::Owned(path.to_ascii_lowercase()),
+        false => Cow::Borrowed(path),
+    }
+}
+
 /// `.x` entries of `allowed_hosts`, by name, with their text.
-fn subtree_texts(net: &Network) -> HashMap<&str, &str> {
+fn subtree_texts(net: &Network) -> FastMap<&str, &str> {
     net.hosts
         .iter()
         .filter_map(|r| match &r.pattern {
@@ -287,30 +246,20 @@ fn subtree_texts(net: &Network) -> HashMap<&str, &str> {
 }
 
 /// The `.x` entry covering `name`: one on a parent, or (if `itself`) on the name itself.
-fn covering_subtree<'a>(
-    subtrees: &HashMap<&str, &'a str>,
-    name: &str,
-    itself: bool,
-) -> Option<&'a str> {
+fn covering_subtree<'a>(subtrees: &FastMap<&str, &'a str>, name: &str, itself: bool) -> Option<&'a str> {
     let own = itself.then_some(name);
-    own.into_iter()
-        .chain(proper_suffixes(name))
-        .find_map(|s| subtrees.get(s).copied())
+    own.into_iter().chain(proper_suffixes(name)).find_map(|s| subtrees.get(s).copied())
 }
 
 /// `b.c` and `c` for `a.b.c`.
 fn proper_suffixes(host: &str) -> impl Iterator<Item = &str> {
-    host.match_indices('.')
-        .filter_map(move |(i, _)| host.get(i + 1..))
+    host.match_indices('.').filter_map(move |(i, _)| host.get(i + 1..))
 }
 
 /// Every allow prefix other than `path` itself that would admit all of `path`: `/a` and `/a/` for `/a/b`.
 fn allow_cover(path: &str) -> impl Iterator<Item = &str> {
     let slashes = path.match_indices('/').map(|(i, _)| i);
-    slashes
-        .flat_map(move |i| [path.get(..i), path.get(..=i)])
-        .flatten()
-        .filter(move |q| !q.is_empty() && *q != path)
+    slashes.flat_map(move |i| [path.get(..i), path.get(..=i)]).flatten().filter(move |q| !q.is_empty() && *q != path)
 }
 
 #[cfg(test)]

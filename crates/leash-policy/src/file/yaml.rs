@@ -17,11 +17,7 @@ const MAX_EXPANDED_NODES: usize = 1_000_000;
 
 /// Parse a whole YAML stream into one tree (an empty stream is a null root).
 pub(crate) fn parse(text: &str) -> Result<Node, PolicyError> {
-    let mut reader = Reader {
-        parser: Parser::new_from_str(text),
-        anchors: HashMap::new(),
-        expanded: 0,
-    };
+    let mut reader = Reader { parser: Parser::new_from_str(text), anchors: HashMap::new(), expanded: 0 };
     let mut root = None;
     loop {
         let (event, span) = reader.next()?;
@@ -29,10 +25,7 @@ pub(crate) fn parse(text: &str) -> Result<Node, PolicyError> {
             Event::StreamStart | Event::DocumentEnd | Event::Nothing => {}
             Event::StreamEnd => break,
             Event::DocumentStart(_) if root.is_some() => {
-                return Err(error_at(
-                    pos(&span),
-                    "more than one YAML document; a policy file holds one",
-                ));
+                return Err(error_at(pos(&span), "more than one YAML document; a policy file holds one"));
             }
             Event::DocumentStart(_) => {
                 let (event, span) = reader.next()?;
@@ -41,10 +34,7 @@ pub(crate) fn parse(text: &str) -> Result<Node, PolicyError> {
             _ => return Err(error_at(pos(&span), "unexpected YAML event")),
         }
     }
-    Ok(root.unwrap_or(Node {
-        value: Value::Scalar(ScalarKind::Null, String::new()),
-        pos: Pos { line: 1, column: 1 },
-    }))
+    Ok(root.unwrap_or(Node { value: Value::Scalar(ScalarKind::Null, String::new()), pos: Pos { line: 1, column: 1 } }))
 }
 
 struct Reader<'a> {
@@ -58,16 +48,10 @@ impl<'a> Reader<'a> {
         match self.parser.next_event() {
             Some(Ok(event)) => Ok(event),
             Some(Err(e)) => {
-                let at = Pos {
-                    line: e.marker().line(),
-                    column: e.marker().col() + 1,
-                };
+                let at = Pos { line: e.marker().line(), column: e.marker().col() + 1 };
                 Err(error_at(at, &format!("not valid YAML: {}", e.info())))
             }
-            None => Err(error_at(
-                Pos::default(),
-                "unexpected end of the YAML stream",
-            )),
+            None => Err(error_at(Pos::default(), "unexpected end of the YAML stream")),
         }
     }
 
@@ -79,33 +63,15 @@ impl<'a> Reader<'a> {
         let (node, anchor) = match event {
             Event::Scalar(text, style, anchor, tag) => {
                 refuse_tag(tag.is_some(), at)?;
-                (
-                    Node {
-                        value: Value::Scalar(scalar_kind(&text, style), text.into_owned()),
-                        pos: at,
-                    },
-                    anchor,
-                )
+                (Node { value: Value::Scalar(scalar_kind(&text, style), text.into_owned()), pos: at }, anchor)
             }
             Event::SequenceStart(anchor, tag) => {
                 refuse_tag(tag.is_some(), at)?;
-                (
-                    Node {
-                        value: Value::Seq(self.sequence(depth)?),
-                        pos: at,
-                    },
-                    anchor,
-                )
+                (Node { value: Value::Seq(self.sequence(depth)?), pos: at }, anchor)
             }
             Event::MappingStart(anchor, tag) => {
                 refuse_tag(tag.is_some(), at)?;
-                (
-                    Node {
-                        value: Value::Map(self.mapping(depth)?),
-                        pos: at,
-                    },
-                    anchor,
-                )
+                (Node { value: Value::Map(self.mapping(depth)?), pos: at }, anchor)
             }
             Event::Alias(id) => return self.alias(id, at),
             _ => return Err(error_at(at, "unexpected YAML event")),
@@ -135,21 +101,14 @@ impl<'a> Reader<'a> {
                 Event::Scalar(text, _, _, None) => text.into_owned(),
                 _ => return Err(error_at(pos(&span), "a mapping key must be a plain string")),
             };
-            let key = Key {
-                name,
-                pos: pos(&span),
-            };
+            let key = Key { name, pos: pos(&span) };
             let (event, span) = self.next()?;
             entries.push((key, self.node(event, span, depth + 1)?));
         }
     }
 
     fn alias(&mut self, id: usize, at: Pos) -> Result<Node, PolicyError> {
-        let node = self
-            .anchors
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| error_at(at, "alias to an unknown anchor"))?;
+        let node = self.anchors.get(&id).cloned().ok_or_else(|| error_at(at, "alias to an unknown anchor"))?;
         self.expanded = self.expanded.saturating_add(count_nodes(&node));
         if self.expanded > MAX_EXPANDED_NODES {
             return Err(error_at(at, "aliases expand to too many nodes"));
@@ -168,10 +127,7 @@ fn count_nodes(node: &Node) -> usize {
 
 fn refuse_tag(tagged: bool, at: Pos) -> Result<(), PolicyError> {
     match tagged {
-        true => Err(error_at(
-            at,
-            "YAML tags (`!…`) are not supported in a policy",
-        )),
+        true => Err(error_at(at, "YAML tags (`!…`) are not supported in a policy")),
         false => Ok(()),
     }
 }
@@ -213,8 +169,7 @@ fn is_core_float(t: &str) -> bool {
     };
     let (whole, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    let mantissa_ok =
-        all_digits(whole) && all_digits(frac) && !(whole.is_empty() && frac.is_empty());
+    let mantissa_ok = all_digits(whole) && all_digits(frac) && !(whole.is_empty() && frac.is_empty());
     let exponent_ok = match exponent {
         None => true,
         Some(e) => !e.is_empty() && all_digits(e),
@@ -223,19 +178,11 @@ fn is_core_float(t: &str) -> bool {
 }
 
 fn pos(span: &Span) -> Pos {
-    Pos {
-        line: span.start.line(),
-        column: span.start.col() + 1,
-    }
+    Pos { line: span.start.line(), column: span.start.col() + 1 }
 }
 
 fn error_at(at: Pos, message: &str) -> PolicyError {
-    PolicyError {
-        entry: String::new(),
-        line: Some(at.line),
-        column: Some(at.column),
-        message: message.to_owned(),
-    }
+    PolicyError { entry: String::new(), line: Some(at.line), column: Some(at.column), message: message.to_owned() }
 }
 
 #[cfg(test)]
@@ -247,16 +194,7 @@ mod tests {
         let Value::Seq(items) = parse(text).unwrap().value else {
             return Vec::new();
         };
-        items
-            .iter()
-            .map(|n| {
-                if let Value::Scalar(k, _) = n.value {
-                    k
-                } else {
-                    ScalarKind::Datetime
-                }
-            })
-            .collect()
+        items.iter().map(|n| if let Value::Scalar(k, _) = n.value { k } else { ScalarKind::Datetime }).collect()
     }
 
     #[test]
@@ -271,30 +209,17 @@ mod tests {
     #[test]
     fn positions_are_one_based() {
         let root = parse("network:\n  mode: allowlist\n").unwrap();
-        let Value::Map(top) = root.value else {
-            panic!("not a map")
-        };
+        let Value::Map(top) = root.value else { panic!("not a map") };
         assert_eq!(top[0].0.pos, Pos { line: 1, column: 1 });
-        let Value::Map(net) = &top[0].1.value else {
-            panic!("not a map")
-        };
-        assert_eq!(
-            (net[0].0.pos, net[0].1.pos),
-            (Pos { line: 2, column: 3 }, Pos { line: 2, column: 9 })
-        );
+        let Value::Map(net) = &top[0].1.value else { panic!("not a map") };
+        assert_eq!((net[0].0.pos, net[0].1.pos), (Pos { line: 2, column: 3 }, Pos { line: 2, column: 9 }));
     }
 
     #[test]
     fn refusals() {
-        assert!(parse("a: 1\n---\nb: 2\n")
-            .unwrap_err()
-            .message
-            .contains("more than one"));
+        assert!(parse("a: 1\n---\nb: 2\n").unwrap_err().message.contains("more than one"));
         assert!(parse("a: !!str 1\n").unwrap_err().message.contains("tags"));
-        assert!(parse("a: [\n")
-            .unwrap_err()
-            .message
-            .starts_with("not valid YAML"));
+        assert!(parse("a: [\n").unwrap_err().message.starts_with("not valid YAML"));
         assert!(parse(&"[".repeat(100)).is_err());
         let bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n\
                     c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n\

@@ -1,0 +1,110 @@
+//! The policy engine's one integration-test binary: readable helpers here ("this policy, this request, expect this
+//! decision"), the cases in the modules below, grouped by what they cover.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use leash_policy::{
+    load, parse_absolute_target, parse_authority, ClientHelloFacts, Decision, Format, Policy, Request, Verdict, Via,
+};
+
+#[path = "engine/decisions.rs"]
+mod decisions;
+#[path = "engine/files.rs"]
+mod files;
+#[path = "engine/hosts.rs"]
+mod hosts;
+#[path = "engine/paths.rs"]
+mod paths;
+#[path = "engine/props.rs"]
+mod props;
+#[path = "engine/purity.rs"]
+mod purity;
+#[path = "engine/scale.rs"]
+mod scale;
+
+/// Load a YAML policy that must be valid.
+pub fn policy(yaml: &str) -> Policy {
+    load(yaml, Format::Yaml, None)
+        .unwrap_or_else(|errors| panic!("policy should load: {}", render_errors(&errors)))
+        .policy
+}
+
+/// Decide a plain-proxy request (`GET http://host/path`) and render it like `explain`'s first line:
+/// `allow rule api.example.com`, `block not-allowed`, or `error bad-host` when the target itself is refused.
+pub fn decide(yaml: &str, url: &str) -> String {
+    decide_on(&policy(yaml), Via::ForwardProxy, url)
+}
+
+/// Decide an inner request of an inspected tunnel.
+pub fn decide_inner(yaml: &str, url: &str) -> String {
+    decide_on(&policy(yaml), Via::Tunnel, url)
+}
+
+pub fn decide_on(policy: &Policy, via: Via, url: &str) -> String {
+    let target = match parse_absolute_target(url) {
+        Ok(t) => t,
+        Err(leash_policy::TargetError::Host(_)) => return "error bad-host".to_owned(),
+        Err(_) => return "error bad-request".to_owned(),
+    };
+    let req =
+        Request { via, scheme: target.scheme, host: &target.authority.host, port: target.port(), path: &target.path };
+    render(&policy.decide_request(&req))
+}
+
+/// Decide a CONNECT to `authority` (`host:port`).
+pub fn connect(yaml: &str, authority: &str) -> String {
+    let a = parse_authority(authority).unwrap();
+    render(&policy(yaml).decide_connect(&a.host, a.port.unwrap_or(443)))
+}
+
+/// Decide a tunnel to `authority` on what its ClientHello showed.
+pub fn hello(yaml: &str, authority: &str, facts: ClientHelloFacts<'_>) -> String {
+    let a = parse_authority(authority).unwrap();
+    render(&policy(yaml).decide_client_hello(&a.host, a.port.unwrap_or(443), facts))
+}
+
+pub fn render(d: &Decision) -> String {
+    let verdict = match d.verdict {
+        Verdict::Allow => "allow",
+        Verdict::Block => "block",
+        Verdict::Inspect => "inspect",
+    };
+    match &d.rule {
+        Some(rule) => format!("{verdict} {} {rule}", d.reason),
+        None => format!("{verdict} {}", d.reason),
+    }
+}
+
+/// The errors of a policy that must be invalid, each as `line:column entry: message`.
+pub fn errors(text: &str, format: Format) -> Vec<String> {
+    errors_for(text, format, None)
+}
+
+pub fn errors_for(text: &str, format: Format, profile: Option<&str>) -> Vec<String> {
+    match load(text, format, profile) {
+        Ok(_) => panic!("policy should be refused:\n{text}"),
+        Err(errors) => errors
+            .iter()
+            .map(|e| format!("{}:{} {}: {}", e.line.unwrap_or(0), e.column.unwrap_or(0), e.entry, e.message))
+            .collect(),
+    }
+}
+
+/// The warnings of a valid policy, each as `entry: message`.
+pub fn warnings(yaml: &str) -> Vec<String> {
+    let loaded = load(yaml, Format::Yaml, None).unwrap_or_else(|e| panic!("{}", render_errors(&e)));
+    loaded.warnings.iter().map(|w| w.to_string()).collect()
+}
+
+fn render_errors(errors: &[leash_policy::PolicyError]) -> String {
+    errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
+}
+
+/// An allowlist of these hosts.
+pub fn allowlist(hosts: &[&str]) -> String {
+    format!("network:\n  mode: allowlist\n  allowed_hosts: [{}]\n", hosts.join(", "))
+}
+
+/// A blocklist of these entries.
+pub fn blocklist(entries: &[&str]) -> String {
+    format!("network:\n  mode: blocklist\n  blocked_urls: [{}]\n", entries.join(", "))
+}

@@ -1,0 +1,203 @@
+//! Decisions beyond the host and path: schemes and ports, CONNECT and the ClientHello, inspection, the most
+//! specific rule's name, destination checks and inline policies.
+
+use std::net::IpAddr;
+
+use leash_policy::{ClientHelloFacts as Hello, Mode, Policy, Reason, Via};
+
+use crate::{allowlist, blocklist, connect, decide, decide_inner, decide_on, hello, policy, render};
+
+const ALLOW: &str = "network:\n  mode: allowlist\n  allowed_hosts: [api.example.com, .pypi.org, 192.0.2.7]\n  \
+                     allowed_urls: [github.com/rust-lang/]\n  ports: [80, 8080]\n  tunnel_ports: [443, 8443]\n";
+const BLOCK: &str = "network:\n  mode: blocklist\n  blocked_urls: [arxiv.org/abs/, api.semanticscholar.org]\n";
+
+#[test]
+fn plain_proxy_needs_http_and_a_listed_port() {
+    assert_eq!(decide(ALLOW, "http://api.example.com:8080/"), "allow rule api.example.com");
+    assert_eq!(decide(ALLOW, "http://api.example.com:443/"), "block port");
+    assert_eq!(decide(ALLOW, "https://api.example.com/"), "block scheme");
+    assert_eq!(decide(ALLOW, "ftp://api.example.com/"), "block scheme");
+    assert_eq!(decide(BLOCK, "HTTP://example.org/"), "allow default");
+    let no_ports = "network:\n  mode: blocklist\n  blocked_urls: [x.org]\n  ports: []\n";
+    assert_eq!(decide(no_ports, "http://example.org/"), "block port");
+}
+
+#[test]
+fn scheme_and_port_are_checked_before_the_host() {
+    assert_eq!(decide(ALLOW, "https://192.0.2.8/"), "block scheme");
+    assert_eq!(decide(ALLOW, "http://[::1]:9/"), "block port");
+}
+
+#[test]
+fn inner_requests_need_https_and_skip_the_port_check() {
+    assert_eq!(decide_inner(ALLOW, "https://api.example.com:9999/x"), "allow rule api.example.com");
+    assert_eq!(decide_inner(ALLOW, "http://api.example.com/x"), "block scheme");
+    assert_eq!(decide_inner(ALLOW, "https://github.com/rust-lang/x"), "allow rule github.com/rust-lang/");
+    assert_eq!(decide_inner(ALLOW, "https://github.com/evil"), "block not-allowed");
+}
+
+#[test]
+fn allowlist_entries() {
+    assert_eq!(decide(ALLOW, "http://pypi.org/"), "allow rule .pypi.org");
+    assert_eq!(decide(ALLOW, "http://files.pypi.org/x"), "allow rule .pypi.org");
+    assert_eq!(decide(ALLOW, "http://a.b.pypi.org/x"), "allow rule .pypi.org");
+    assert_eq!(decide(ALLOW, "http://notpypi.org/"), "block not-allowed");
+    assert_eq!(decide(ALLOW, "http://example.com/"), "block not-allowed");
+}
+
+#[test]
+fn most_specific_rule_is_named_whatever_the_file_order() {
+    let a = allowlist(&[".example.com", "example.com", ".a.example.com"]);
+    let b = allowlist(&[".a.example.com", "example.com", ".example.com"]);
+    for p in [a, b] {
+        assert_eq!(decide(&p, "http://example.com/"), "allow rule example.com");
+        assert_eq!(decide(&p, "http://x.example.com/"), "allow rule .example.com");
+        assert_eq!(decide(&p, "http://x.a.example.com/"), "allow rule .a.example.com");
+    }
+    let a = blocklist(&["example.com", "example.com/a", "example.com/a/b", "x.example.com"]);
+    let b = blocklist(&["x.example.com", "example.com/a/b", "example.com/a", "example.com"]);
+    for p in [a, b] {
+        assert_eq!(decide(&p, "http://example.com/a/b/c"), "block rule example.com/a/b");
+        assert_eq!(decide(&p, "http://example.com/a/c"), "block rule example.com/a");
+        assert_eq!(decide(&p, "http://example.com/c"), "block rule example.com");
+        assert_eq!(decide(&p, "http://y.example.com/a/b"), "block rule example.com/a/b");
+        // A longer host suffix beats any rule on a shorter one, path rules included.
+        assert_eq!(decide(&p, "http://x.example.com/a/b"), "block rule x.example.com");
+    }
+    // Two spellings of one rule: the smaller text is named, in either order.
+    let a = blocklist(&["x.org/a/../b", "x.org/b"]);
+    let b = blocklist(&["x.org/b", "x.org/a/../b"]);
+    assert_eq!(decide(&a, "http://x.org/b"), decide(&b, "http://x.org/b"));
+}
+
+#[test]
+fn connect_decisions() {
+    assert_eq!(connect(ALLOW, "api.example.com:443"), "allow rule api.example.com");
+    assert_eq!(connect(ALLOW, "api.example.com:8443"), "allow rule api.example.com");
+    assert_eq!(connect(ALLOW, "api.example.com:80"), "block port");
+    assert_eq!(connect(ALLOW, "example.com:443"), "block not-allowed");
+    assert_eq!(connect(ALLOW, "192.0.2.7:443"), "allow rule 192.0.2.7");
+    assert_eq!(connect(ALLOW, "192.0.2.07:443"), "block ip-literal");
+    assert_eq!(connect(ALLOW, "[::1]:443"), "block ip-literal");
+    assert_eq!(connect(ALLOW, "github.com:443"), "inspect rule github.com/rust-lang/");
+    assert_eq!(connect(BLOCK, "arxiv.org:443"), "inspect default");
+    assert_eq!(connect(BLOCK, "export.arxiv.org:443"), "inspect default");
+    assert_eq!(connect(BLOCK, "api.semanticscholar.org:443"), "block rule api.semanticscholar.org");
+    assert_eq!(connect(BLOCK, "example.org:443"), "allow default");
+    assert_eq!(connect(BLOCK, "192.0.2.7:443"), "block ip-literal");
+}
+
+#[test]
+fn a_host_wholly_allowed_is_not_inspected_for_its_url_rules() {
+    let p = "network:\n  mode: allowlist\n  allowed_hosts: [.github.com]\n  allowed_urls: [github.com/rust-lang/]\n";
+    assert_eq!(connect(p, "github.com:443"), "allow rule .github.com");
+    let policy = policy(p);
+    let host = leash_policy::parse_host("github.com").unwrap();
+    assert!(!policy.host_has_path_rules(&host));
+    assert!(leash_policy::load(ALLOW, leash_policy::Format::Yaml, None).unwrap().policy.host_has_path_rules(&host));
+}
+
+#[test]
+fn inspect_all_inspects_every_allowed_tunnel() {
+    let p = "network:\n  mode: allowlist\n  allowed_hosts: [api.example.com, 192.0.2.7]\n  inspect: all\n";
+    assert_eq!(connect(p, "api.example.com:443"), "inspect rule api.example.com");
+    assert_eq!(connect(p, "other.com:443"), "block not-allowed");
+    assert_eq!(connect(p, "192.0.2.7:443"), "allow rule 192.0.2.7");
+    let p = "network:\n  mode: blocklist\n  blocked_urls: [x.org]\n  inspect: all\n";
+    assert_eq!(connect(p, "example.org:443"), "inspect default");
+    assert_eq!(connect(p, "x.org:443"), "block rule x.org");
+    assert!(policy(p).inspect_all());
+}
+
+#[test]
+fn client_hello_on_a_name() {
+    let sni = |s| hello(ALLOW, "api.example.com:443", Hello::ServerName(s));
+    assert_eq!(sni("api.example.com"), "allow rule api.example.com");
+    assert_eq!(sni("API.example.com."), "allow rule api.example.com");
+    assert_eq!(sni("other.example.com"), "block host-mismatch");
+    assert_eq!(sni("192.0.2.7"), "block bad-sni");
+    assert_eq!(sni("bad_name"), "block bad-sni");
+    assert_eq!(sni(""), "block bad-sni");
+    assert_eq!(hello(ALLOW, "api.example.com:443", Hello::NoServerName), "block no-sni");
+    assert_eq!(hello(ALLOW, "api.example.com:443", Hello::BadServerName), "block bad-sni");
+    assert_eq!(hello(ALLOW, "api.example.com:443", Hello::Ech), "block ech");
+    assert_eq!(hello(ALLOW, "api.example.com:443", Hello::NotTls), "block not-tls");
+    assert_eq!(hello(ALLOW, "github.com:443", Hello::ServerName("github.com")), "inspect rule github.com/rust-lang/");
+    assert_eq!(hello(ALLOW, "example.com:443", Hello::ServerName("example.com")), "block not-allowed");
+    assert_eq!(hello(ALLOW, "api.example.com:80", Hello::ServerName("api.example.com")), "block port");
+}
+
+#[test]
+fn client_hello_on_a_listed_literal() {
+    let on = |facts| hello(ALLOW, "192.0.2.7:443", facts);
+    assert_eq!(on(Hello::NoServerName), "allow rule 192.0.2.7");
+    assert_eq!(on(Hello::ServerName("api.example.com")), "block host-mismatch");
+    assert_eq!(on(Hello::ServerName("192.0.2.7")), "block host-mismatch");
+    assert_eq!(on(Hello::Ech), "block ech");
+    assert_eq!(on(Hello::NotTls), "block not-tls");
+    assert_eq!(on(Hello::BadServerName), "block bad-sni");
+    assert_eq!(hello(ALLOW, "192.0.2.8:443", Hello::NoServerName), "block ip-literal");
+}
+
+fn ips(list: &[&str]) -> Vec<IpAddr> {
+    list.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+#[test]
+fn destination_checks() {
+    let p =
+        policy("network:\n  mode: blocklist\n  blocked_urls: [x.org]\n  allow_destinations: [10.1.0.0/16, fd00::/8]\n");
+    let own = ips(&["203.0.113.9"]);
+    assert_eq!(p.check_destination(&ips(&["93.184.216.34"]), &own), Ok(()));
+    assert_eq!(p.check_destination(&ips(&["93.184.216.34", "127.0.0.1"]), &own), Err(Reason::InternalDestination));
+    assert_eq!(p.check_destination(&ips(&["203.0.113.9"]), &own), Err(Reason::InternalDestination));
+    assert_eq!(p.check_destination(&ips(&["169.254.169.254"]), &own), Err(Reason::InternalDestination));
+    assert_eq!(p.check_destination(&ips(&["10.1.2.3"]), &own), Ok(()));
+    assert_eq!(p.check_destination(&ips(&["10.2.0.1"]), &own), Err(Reason::InternalDestination));
+    assert_eq!(p.check_destination(&ips(&["fd00::5"]), &own), Ok(()));
+    assert_eq!(p.check_destination(&ips(&["::ffff:10.1.2.3"]), &own), Err(Reason::InternalDestination));
+    assert_eq!(p.check_destination(&[], &own), Err(Reason::InternalDestination));
+    assert_eq!(p.allow_destinations().len(), 2);
+}
+
+#[test]
+fn accessors_and_defaults() {
+    let p = policy(BLOCK);
+    assert_eq!(
+        (p.mode(), p.ports(), p.tunnel_ports(), p.inspect_all()),
+        (Mode::Blocklist, &[80, 443][..], &[443][..], false)
+    );
+    let p = policy(ALLOW);
+    assert_eq!((p.mode(), p.ports(), p.tunnel_ports()), (Mode::Allowlist, &[80, 8080][..], &[443, 8443][..]));
+}
+
+#[test]
+fn inline_policies() {
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let p = Policy::from_inline(&s(&["api.example.com", ".pypi.org"]), &[]).unwrap();
+    assert_eq!(decide_on(&p, Via::ForwardProxy, "http://files.pypi.org/"), "allow rule .pypi.org");
+    assert_eq!(decide_on(&p, Via::ForwardProxy, "http://example.com/"), "block not-allowed");
+    let p = Policy::from_inline(&[], &s(&["arxiv.org/abs/"])).unwrap();
+    assert_eq!(decide_on(&p, Via::ForwardProxy, "http://arxiv.org/abs/1"), "block rule arxiv.org/abs/");
+    assert_eq!(p.ports(), &[80, 443]);
+    let p = Policy::from_inline(&[], &[]).unwrap();
+    assert_eq!(
+        (p.mode(), decide_on(&p, Via::ForwardProxy, "http://example.com/")),
+        (Mode::Allowlist, "block not-allowed".into())
+    );
+    let mixed = Policy::from_inline(&s(&["a.com"]), &s(&["b.com"])).unwrap_err();
+    assert!(mixed[0].message.contains("cannot be mixed"), "{}", mixed[0]);
+    let bad = Policy::from_inline(&s(&["ok.com", "Bad.com", "*.x.com"]), &[]).unwrap_err();
+    let entries: Vec<_> = bad.iter().map(|e| (e.entry.as_str(), e.line)).collect();
+    assert_eq!(entries, [("--allow[1]", None), ("--allow[2]", None)]);
+    let bad = Policy::from_inline(&[], &s(&["x.org", "https://y.org/"])).unwrap_err();
+    assert_eq!(bad[0].entry, "--block[1]");
+    assert_eq!(bad[0].to_string(), format!("--block[1]: {}", bad[0].message));
+}
+
+#[test]
+fn decisions_render_their_reason_words() {
+    let d = policy(BLOCK).decide_connect(&leash_policy::parse_host("x.org").unwrap(), 80);
+    assert_eq!(render(&d), "block port");
+    assert_eq!(d.reason.as_str(), "port");
+}
