@@ -110,7 +110,10 @@ impl Tunnel<'_> {
         let facts = facts_of(hello.as_ref());
         let decision = self.snap.decide_client_hello(self.target, self.port, facts);
         let shown = match facts {
-            ClientHelloFacts::ServerName(name) => name.to_ascii_lowercase(),
+            // The canonical host (lowercase, one trailing dot dropped), as plain-HTTP lines name theirs.
+            ClientHelloFacts::ServerName(name) => {
+                parse_host(name).map_or_else(|_| name.to_ascii_lowercase(), |h| h.as_str().into_owned())
+            }
             _ => self.target.as_str().into_owned(),
         };
         let attempt = Attempt { id: self.id, method: "CONNECT", host: &shown, port: self.port, path: None, peer: self.peer };
