@@ -604,6 +604,63 @@ async fn forwarded_request_has_one_host_equal_to_the_decided_authority_and_the_o
     assert_eq!(names, ["Host", "X-Before", "X-After"]);
 }
 
+#[tokio::test]
+async fn scheme_other_than_http_is_refused() {
+    let w = allowing(&["allowed.test"]).await;
+    let r =
+        w.send(raw_get(&format!("ftp://allowed.test:{}/file", w.port()), &format!("allowed.test:{}", w.port()))).await;
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.reason(), "scheme");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn host_header_several_in_mixed_case_get_400() {
+    let w = allowing(&["allowed.test"]).await;
+    let host = format!("allowed.test:{}", w.port());
+    let raw = format!("GET {} HTTP/1.1\r\nHost: {host}\r\nhOST: {host}\r\n\r\n", w.url("allowed.test", "/"));
+    assert_refused(&w.send(raw).await, 400, "bad-request");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn target_without_a_path_is_forwarded_as_slash() {
+    let w = allowing(&["allowed.test"]).await;
+    let r = w.send(raw_get(&format!("http://allowed.test:{}", w.port()), &format!("allowed.test:{}", w.port()))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(w.up.only_request().target, "/");
+}
+
+#[tokio::test]
+async fn target_with_a_query_but_no_path_is_forwarded_with_a_slash() {
+    // RFC 9112 §3.2.1: an empty path is sent as `/` in origin-form; `GET ?x=1` is not a request line.
+    let w = allowing(&["allowed.test"]).await;
+    let url = format!("http://allowed.test:{}?x=1", w.port());
+    let r = w.send(raw_get(&url, &format!("allowed.test:{}", w.port()))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(w.up.only_request().target, "/?x=1");
+}
+
+#[tokio::test]
+async fn http_1_0_request_is_forwarded_and_the_connection_closed() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    let raw = format!("GET {} HTTP/1.0\r\nHost: allowed.test:{}\r\n\r\n", w.url("allowed.test", "/old"), w.port());
+    c.send(raw).await;
+    assert_eq!(c.response().await.text(), "hello from upstream");
+    assert!(c.closed_within(Duration::from_secs(5)).await, "HTTP/1.0 without keep-alive ends after one response");
+    assert_eq!(w.up.only_request().target, "/old");
+}
+
+#[tokio::test]
+async fn client_connection_close_ends_the_connection_after_the_response() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(request("GET", &w.url("allowed.test", "/"), &["Connection: close"], "")).await;
+    assert_eq!(c.response().await.status, 200);
+    assert!(c.closed_within(Duration::from_secs(5)).await);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // CONNECT: decided on the ClientHello's server name, spliced to that name
 // ---------------------------------------------------------------------------------------------------------------
@@ -861,6 +918,52 @@ async fn connect_tunnel_outcome_is_logged_with_bytes_each_way() {
     let o = t.leash.outcome(&d["id"]).await;
     assert_eq!(o["status"], 200);
     assert!(o["bytes_up"].as_u64().unwrap() > 100 && o["bytes_down"].as_u64().unwrap() > 100, "{o}");
+}
+
+#[tokio::test]
+async fn connect_with_the_client_hello_in_the_same_write() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let mut c = Raw::connect(t.leash.addr).await;
+    let target = t.target("allowed.test");
+    let mut bytes = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").into_bytes();
+    bytes.extend_from_slice(&HelloSpec::no_sni().bytes());
+    c.send(bytes).await;
+    let head = within("the 200", c.wire.head()).await.unwrap().unwrap();
+    assert!(head.start.contains(" 200 "), "{}", head.start);
+    c.until_closed().await.expect("an orderly close");
+    t.tls.assert_untouched().await;
+    assert_eq!(t.leash.decision("allowed.test").await["reason"], "no-sni", "the early hello was read from the buffer");
+}
+
+#[tokio::test]
+async fn connect_sni_compares_lowercased_without_one_trailing_dot() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let (mut c, status) = connect(t.leash.addr, &t.target("allowed.test")).await;
+    assert_eq!(status, 200);
+    c.send(client_hello("Allowed.TEST.")).await;
+    // The hand-made hello cannot complete a handshake, but it must be allowed and spliced to the canonical name.
+    let lines = t.leash.log_until("the tunnel's decision", |v| v["method"] == "CONNECT").await;
+    let d = lines.iter().find(|v| v["method"] == "CONNECT").unwrap();
+    assert_eq!((d["decision"].as_str(), d["host"].as_str()), (Some("allow"), Some("allowed.test")), "{d}");
+    assert_eq!(t.tls.connections().await, 1, "spliced to the origin");
+    assert_eq!(t.leash.resolver.asked(), ["allowed.test"]);
+}
+
+#[tokio::test]
+async fn connect_without_a_client_hello_times_out_and_is_refused() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let leash = Leash::builder(&allowlist(&["allowed.test"], &[80], &[tls.port()]))
+        .limits(|l| l.client_hello_timeout = Duration::from_millis(300))
+        .start()
+        .await;
+    let (mut c, status) = connect(leash.addr, &format!("allowed.test:{}", tls.port())).await;
+    assert_eq!(status, 200);
+    c.until_closed().await.expect("closed after the ClientHello timeout");
+    tls.assert_untouched().await;
+    leash.resolver.assert_never_asked();
+    let d = leash.decision("allowed.test").await;
+    assert_eq!(d["decision"], "block");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1193,6 +1296,86 @@ async fn head_response_has_no_body_and_the_connection_goes_on() {
     assert_eq!((r.status, r.header("content-length")), (200, Some("1234")));
     c.send(get(&w.url("allowed.test", "/next"))).await;
     assert_eq!(c.response().await.text(), "after head");
+}
+
+#[tokio::test]
+async fn refused_request_with_a_large_body_still_gets_its_403() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    let url = w.url("evil.test", "/upload");
+    let len = 4 * 1024 * 1024;
+    c.send(format!("POST {url} HTTP/1.1\r\nHost: evil.test:{}\r\nContent-Length: {len}\r\n\r\n", w.port())).await;
+    // The client is still sending when leash answers: it must read the 403 rather than a reset.
+    let sending = async {
+        let mut at = 0u64;
+        while at < len {
+            if c.try_send(pattern(at, 64 * 1024)).await.is_err() {
+                break;
+            }
+            at += 64 * 1024;
+        }
+    };
+    let _ = before(Duration::from_secs(5), sending).await;
+    assert_refused(&c.response().await, 403, "not-allowed");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn pipelined_request_after_one_with_a_body_is_read_at_the_body_end() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    let first = request("POST", &w.url("allowed.test", "/first"), &[], "GET /not-a-request HTTP/1.1\r\n\r\n");
+    c.send(first + &get(&w.url("allowed.test", "/second"))).await;
+    assert_eq!(c.response().await.status, 200);
+    assert_eq!(c.response().await.status, 200);
+    let got: Vec<(String, String)> = w.up.requests().into_iter().map(|r| (r.target, r.body.text())).collect();
+    assert_eq!(
+        got,
+        [("/first".into(), "GET /not-a-request HTTP/1.1\r\n\r\n".into()), ("/second".into(), String::new())]
+    );
+}
+
+#[tokio::test]
+async fn bodiless_statuses_keep_the_connection_going() {
+    let up = Upstream::with(|r| match r.target.as_str() {
+        "/204" => Reply::Raw(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()),
+        "/304" => Reply::Raw(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n".to_vec()),
+        _ => Reply::ok("last"),
+    })
+    .await;
+    let w = World::with(up, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    for (path, status) in [("/204", 204), ("/304", 304), ("/last", 200)] {
+        c.send(get(&w.url("allowed.test", path))).await;
+        assert_eq!(c.response().await.status, status);
+    }
+    assert_eq!(w.up.connections().await, 1);
+}
+
+#[tokio::test]
+async fn upstream_closing_after_its_response_is_not_reused() {
+    let reply = || Reply::RawThenClose(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok".to_vec());
+    let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    for i in 0..3 {
+        c.send(get(&w.url("allowed.test", &format!("/{i}")))).await;
+        let r = c.response().await;
+        assert_eq!((r.status, r.text().as_str()), (200, "ok"), "request {i}");
+    }
+    assert_eq!(w.up.connections().await, 3);
+}
+
+#[tokio::test]
+async fn upstream_closing_an_idle_kept_alive_connection_is_not_an_error() {
+    // The origin answers keep-alive but closes right after: the next request must not fail on the dead connection.
+    let reply = || Reply::RawThenClose(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec());
+    let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    for i in 0..5 {
+        c.send(get(&w.url("allowed.test", &format!("/{i}")))).await;
+        assert_eq!(c.response().await.status, 200, "request {i}");
+    }
+    assert_eq!(w.up.requests().len(), 5);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
