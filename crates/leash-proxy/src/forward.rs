@@ -312,6 +312,10 @@ fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + head.target.len());
     out.extend_from_slice(head.method.as_bytes());
     out.push(b' ');
+    // RFC 9112 §3.2.1: an empty path is sent as `/` (`http://host?q` → `/?q`).
+    if plan.target.path_and_query.starts_with('?') {
+        out.push(b'/');
+    }
     out.extend_from_slice(plan.target.path_and_query.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
     out.extend_from_slice(plan.target.authority.host.as_str().as_bytes());
