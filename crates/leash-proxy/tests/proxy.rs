@@ -550,6 +550,20 @@ async fn bad_host_empty_label() {
 }
 
 #[tokio::test]
+async fn bad_host_backslash_before_userinfo() {
+    // WHATWG parsers read `\` as a path separator here; leash sees userinfo and refuses either way.
+    assert_bad_host("allowed.test\\@evil.test").await;
+}
+
+#[tokio::test]
+async fn scheme_in_uppercase_is_still_http() {
+    let w = allowing(&["allowed.test"]).await;
+    let url = format!("HTTP://allowed.test:{}/up", w.port());
+    assert_eq!(w.send(raw_get(&url, &format!("allowed.test:{}", w.port()))).await.status, 200);
+    assert_eq!(w.up.only_request().target, "/up");
+}
+
+#[tokio::test]
 async fn host_header_several_get_400() {
     let w = allowing(&["allowed.test"]).await;
     let host = format!("allowed.test:{}", w.port());
@@ -1027,6 +1041,32 @@ async fn upstream_answering_garbage_gets_502() {
 async fn upstream_name_that_does_not_resolve_gets_502() {
     let w = allowing(&["nxdomain.test"]).await;
     assert_upstream_failure(&w, "nxdomain.test", &w.url("nxdomain.test", "/"), 502).await;
+}
+
+#[tokio::test]
+async fn upstream_response_with_length_and_chunked_gets_502() {
+    let reply =
+        || Reply::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec());
+    let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502).await;
+}
+
+#[tokio::test]
+async fn upstream_response_with_differing_lengths_gets_502() {
+    let reply = || Reply::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc".to_vec());
+    let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502).await;
+}
+
+#[tokio::test]
+async fn upstream_response_head_too_large_gets_502() {
+    let reply = || {
+        let mut raw = b"HTTP/1.1 200 OK\r\n".to_vec();
+        raw.extend_from_slice(format!("X-Big: {}\r\nContent-Length: 0\r\n\r\n", "b".repeat(100 * 1024)).as_bytes());
+        Reply::Raw(raw)
+    };
+    let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502).await;
 }
 
 #[tokio::test]
@@ -1573,6 +1613,40 @@ async fn slowloris_heads_time_out_without_starving_other_clients() {
         assert!(c.closed_within(Duration::from_secs(5)).await, "a stalled head is closed after the head timeout");
     }
     assert_eq!(up.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn slowloris_trickle_is_cut_at_the_head_timeout_not_reset_by_each_byte() {
+    let up = Upstream::start().await;
+    let leash = Leash::builder(&allowlist(&["allowed.test"], &[up.port()], &[443]))
+        .limits(|l| l.head_timeout = Duration::from_millis(500))
+        .start()
+        .await;
+    let mut c = Raw::connect(leash.addr).await;
+    let head = format!("GET http://allowed.test:{}/ HTTP/1.1\r\nX-Slow: {}", up.port(), "a".repeat(100));
+    let started = std::time::Instant::now();
+    for byte in head.bytes() {
+        if c.try_send([byte]).await.is_err() || started.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(c.closed_within(Duration::from_secs(2)).await);
+    assert!(started.elapsed() < Duration::from_secs(4), "cut after {:?}", started.elapsed());
+    up.assert_untouched().await;
+}
+
+#[tokio::test]
+async fn many_concurrent_clients_are_all_served() {
+    let w = allowing(&["allowed.test"]).await;
+    let clients = (0..50).map(|i| {
+        let (addr, raw) = (w.leash.addr, get(&w.url("allowed.test", &format!("/{i}"))));
+        tokio::spawn(async move { exchange(addr, raw).await.status })
+    });
+    for c in clients {
+        assert_eq!(within("a concurrent client", c).await.unwrap(), 200);
+    }
+    assert_eq!(w.up.requests().len(), 50);
 }
 
 #[tokio::test]
