@@ -6,6 +6,8 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use leash_policy::Name;
 
@@ -17,16 +19,39 @@ pub trait Resolve: Send + Sync + 'static {
     fn resolve<'a>(&'a self, name: &'a Name, port: u16) -> ResolveFuture<'a>;
 }
 
-/// The system resolver (getaddrinfo on tokio's blocking pool), with `--resolve` pins consulted first.
-#[derive(Debug, Default, Clone)]
+/// How long a system answer is reused. getaddrinfo costs a thread hop and file reads (`/etc/hosts`, nsswitch) on
+/// every call — most of a tunnel's set-up time — while answers stay valid for far longer than this. Reuse is safe
+/// for the destination check: it runs on every request, on exactly the addresses that will be dialed.
+const CACHE_TTL: Duration = Duration::from_secs(5);
+
+/// Names kept in the cache at most; beyond it the cache is cleared (a burst of distinct names gains nothing).
+const CACHE_MAX: usize = 4096;
+
+/// The system resolver (getaddrinfo on tokio's blocking pool), with `--resolve` pins consulted first and answers
+/// reused for [`CACHE_TTL`].
+#[derive(Debug, Default)]
 pub struct SystemResolver {
     pins: HashMap<Box<str>, Vec<IpAddr>>,
+    cache: Mutex<HashMap<Box<str>, (Vec<IpAddr>, Instant)>>,
 }
 
 impl SystemResolver {
     /// `pins`: name → addresses, answered without any lookup (like curl's `--resolve`).
     pub fn new(pins: HashMap<Box<str>, Vec<IpAddr>>) -> Self {
-        Self { pins }
+        Self { pins, cache: Mutex::default() }
+    }
+
+    fn cached(&self, name: &str) -> Option<Vec<IpAddr>> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.get(name).filter(|(_, at)| at.elapsed() < CACHE_TTL).map(|(addrs, _)| addrs.clone())
+    }
+
+    fn remember(&self, name: &str, addrs: &[IpAddr]) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(name.into(), (addrs.to_vec(), Instant::now()));
     }
 }
 
@@ -36,10 +61,14 @@ impl Resolve for SystemResolver {
             if let Some(addrs) = self.pins.get(name.as_str()) {
                 return Ok(addrs.clone());
             }
+            if let Some(addrs) = self.cached(name.as_str()) {
+                return Ok(addrs);
+            }
             // INVARIANT: only a validated `Name` reaches getaddrinfo, never an IP-literal spelling.
             let addrs = tokio::net::lookup_host((name.as_str(), port)).await?;
             let mut ips: Vec<IpAddr> = addrs.map(|a| a.ip()).collect();
             ips.dedup();
+            self.remember(name.as_str(), &ips);
             Ok(ips)
         })
     }
