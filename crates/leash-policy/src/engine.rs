@@ -137,6 +137,7 @@ impl Policy {
             _ => return block(Reason::Scheme),
         }
         match req.host {
+            // INVARIANT: every IP-literal spelling but a listed dotted quad is refused here, before any resolution.
             Host::IpLiteral(_) => block(Reason::IpLiteral),
             Host::Ipv4(ip) => self.decide_ipv4(*ip),
             Host::Name(name) => self.decide_name(name, req.path),
@@ -186,6 +187,7 @@ impl Policy {
         if addrs.is_empty() {
             return Err(Reason::InternalDestination);
         }
+        // INVARIANT: one internal address refuses the whole answer, so no choice of address can reach inside.
         for addr in addrs {
             let exempt = self.allow_destinations.iter().any(|cidr| cidr.contains(*addr));
             if (is_internal(*addr) || own.contains(addr)) && !exempt {

@@ -10,6 +10,7 @@
 //! one; in an allowlist an exact `x` entry beats a `.x` entry. Rules that tie (the same canonical entry written twice)
 //! name the smaller original text.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::fasthash::FastMap;
@@ -40,7 +41,15 @@ struct HostRules {
 
 /// Path prefixes sorted by their bytes (lowercased for block rules), each with the entry that wrote it.
 #[derive(Debug, Default)]
-struct PrefixSet(Vec<(Box<str>, Arc<str>)>);
+struct PrefixSet {
+    entries: Vec<(Box<str>, Arc<str>)>,
+    /// The distinct key lengths, longest first, when there are few (see [`PrefixSet::longest`]).
+    lengths: Vec<usize>,
+}
+
+/// Up to this many distinct key lengths under one host, a lookup probes each length for an exact key (one binary
+/// search each) instead of the narrowing search: generated blocklists (`/abs/2401.01234`, ...) have one or two.
+const MAX_PROBED_LENGTHS: usize = 4;
 
 impl Matcher {
     pub(crate) fn new(kind: Kind) -> Matcher {
@@ -66,21 +75,27 @@ impl Matcher {
             Kind::Block => path.to_ascii_lowercase().into_boxed_str(),
         };
         if let Some(rules) = self.entry(host) {
-            rules.paths.0.push((key, Arc::clone(rule)));
+            rules.paths.entries.push((key, Arc::clone(rule)));
         }
     }
 
     /// Sort every prefix set; call once after the last `add_*`.
     pub(crate) fn finish(&mut self) {
         for rules in self.hosts.values_mut() {
-            rules.paths.0.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-            rules.paths.0.dedup_by(|later, first| later.0 == first.0);
+            rules.paths.entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+            rules.paths.entries.dedup_by(|later, first| later.0 == first.0);
+            let mut lengths: Vec<usize> = rules.paths.entries.iter().map(|(key, _)| key.len()).collect();
+            lengths.sort_unstable_by(|a, b| b.cmp(a));
+            lengths.dedup();
+            if lengths.len() <= MAX_PROBED_LENGTHS {
+                rules.paths.lengths = lengths;
+            }
         }
     }
 
     /// The most specific rule matching `host` (a validated name) and `path` (canonical), if any.
     pub(crate) fn best(&self, host: &str, path: &str) -> Option<&Arc<str>> {
-        let mut lowered: Option<String> = None;
+        let mut lowered: Option<Cow<'_, str>> = None;
         for (full, rules) in self.suffixes(host) {
             let found = match self.kind {
                 Kind::Allow if full => rules
@@ -90,10 +105,10 @@ impl Matcher {
                     .or(rules.subtree.as_ref()),
                 Kind::Allow => rules.subtree.as_ref(),
                 Kind::Block => {
-                    let by_path = match rules.paths.0.is_empty() {
+                    let by_path = match rules.paths.entries.is_empty() {
                         true => None,
                         false => {
-                            let query = lowered.get_or_insert_with(|| path.to_ascii_lowercase());
+                            let query = lowered.get_or_insert_with(|| lowercase(path));
                             rules.paths.longest(query.as_bytes(), |_| true)
                         }
                     };
@@ -120,7 +135,7 @@ impl Matcher {
     pub(crate) fn first_path_rule(&self, host: &str) -> Option<&Arc<str>> {
         self.suffixes(host)
             .filter(|(full, _)| self.kind == Kind::Block || *full)
-            .find_map(|(_, rules)| rules.paths.0.first().map(|(_, rule)| rule))
+            .find_map(|(_, rules)| rules.paths.entries.first().map(|(_, rule)| rule))
     }
 
     /// The rules named at each suffix of `host` at a label boundary, longest first, each marked whether it is the
@@ -145,7 +160,14 @@ impl Matcher {
 impl PrefixSet {
     /// The longest key that is a prefix of `query` and that `accept` takes.
     fn longest(&self, query: &[u8], accept: impl Fn(&[u8]) -> bool) -> Option<&Arc<str>> {
-        longest_prefix(&self.0, |(key, _)| key.as_bytes(), query, accept).map(|(_, rule)| rule)
+        if self.lengths.is_empty() {
+            return longest_prefix(&self.entries, |(key, _)| key.as_bytes(), query, accept).map(|(_, rule)| rule);
+        }
+        self.lengths.iter().filter_map(|&len| query.get(..len)).find_map(|candidate| {
+            let found = self.entries.binary_search_by(|(key, _)| key.as_bytes().cmp(candidate)).ok()?;
+            let (key, rule) = self.entries.get(found)?;
+            accept(key.as_bytes()).then_some(rule)
+        })
     }
 }
 
@@ -174,6 +196,14 @@ pub(crate) fn longest_prefix<'s, T>(
             let common = k.iter().zip(q).take_while(|(a, b)| a == b).count();
             q = q.get(..common)?;
         }
+    }
+}
+
+/// Block prefixes are stored lowercase; a request path is lowered to meet them, copied only if it has to be.
+fn lowercase(path: &str) -> Cow<'_, str> {
+    match path.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => Cow::Owned(path.to_ascii_lowercase()),
+        false => Cow::Borrowed(path),
     }
 }
 
@@ -259,6 +289,20 @@ mod tests {
         }
         m.finish();
         assert_eq!(named(&m, "h.org", "/abc").as_deref(), Some("/ab"));
+        assert_eq!(named(&m, "h.org", "/ac").as_deref(), Some("/a"));
+        assert_eq!(named(&m, "h.org", "/c"), None);
+    }
+
+    #[test]
+    fn many_key_lengths_use_the_narrowing_search() {
+        let mut m = Matcher::new(Kind::Block);
+        for p in ["/a", "/ab", "/abd", "/abde", "/abdef", "/b", "/abdxyz0"] {
+            m.add_path("h.org", p, &rule(p));
+        }
+        m.finish();
+        assert!(m.hosts.get("h.org").is_some_and(|r| r.paths.lengths.is_empty()));
+        assert_eq!(named(&m, "h.org", "/abc").as_deref(), Some("/ab"));
+        assert_eq!(named(&m, "h.org", "/abdeg").as_deref(), Some("/abde"));
         assert_eq!(named(&m, "h.org", "/ac").as_deref(), Some("/a"));
         assert_eq!(named(&m, "h.org", "/c"), None);
     }

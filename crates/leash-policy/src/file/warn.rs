@@ -165,11 +165,14 @@ impl Warnings<'_> {
         let host_rules: FastMap<&str, &str> = host_rules.into_iter().map(|(h, r)| (h, &*r.text)).collect();
         for list in by_host.values_mut() {
             list.sort_unstable_by(|a, b| a.0.cmp(b.0).then(a.1.index.cmp(&b.1.index)));
-            for pair in list.windows(2) {
-                if let [(first, earlier), (again, rule)] = pair {
-                    if first == again {
-                        self.push(entry(rule.index), format!("`{}` repeats {}", rule.text, entry(earlier.index)));
+            // Sorted by path then index, so each run of one path starts with the entry written first.
+            let mut run_start: Option<&(&str, &UrlRule)> = None;
+            for item in list.iter() {
+                match run_start {
+                    Some((path, first)) if *path == item.0 => {
+                        self.push(entry(item.1.index), format!("`{}` repeats {}", item.1.text, entry(first.index)));
                     }
+                    _ => run_start = Some(item),
                 }
             }
             // Keep the first of each spelling: later checks name the entry written first.

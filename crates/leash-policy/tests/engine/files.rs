@@ -289,7 +289,7 @@ fn warnings_for_surprising_allowlists() {
 fn warnings_for_surprising_blocklists() {
     let w = warnings(
         "network:\n  mode: blocklist\n  blocked_urls: [example.com, a.example.com, example.com/x, b.com/p, b.com/p/q, \
-         c.b.com/p/z, b.com/P, 192.0.2.1, d.com/, b.com/p/./q]\n",
+         c.b.com/p/z, b.com/P, 192.0.2.1, d.com/, b.com/p/./q, b.com/./p]\n",
     );
     assert_eq!(w, [
         "network.blocked_urls[1]: `a.example.com` is already covered by `example.com`",
@@ -301,6 +301,7 @@ fn warnings_for_surprising_blocklists() {
         "network.blocked_urls[8]: `d.com/` blocks every path; write `d.com` to block the host without inspecting its \
          tunnels",
         "network.blocked_urls[9]: `b.com/p/./q` repeats network.blocked_urls[4]",
+        "network.blocked_urls[10]: `b.com/./p` repeats network.blocked_urls[3]",
     ]);
     assert_eq!(warnings("network:\n  mode: blocklist\n"), ["network: the blocklist is empty: everything is allowed"]);
     assert!(warnings("network:\n  mode: blocklist\n  blocked_urls: [a.com, b.com/x]\n").is_empty());
