@@ -49,6 +49,20 @@ async fn allowlist_exact_host_is_forwarded_by_curl() {
 }
 
 #[tokio::test]
+async fn allowlist_plain_http_with_reqwest() {
+    let w = allowing(&["allowed.test"]).await;
+    let client = TestCa::new().reqwest(w.leash.addr);
+    let resp = within("reqwest", client.post(w.url("allowed.test", "/r?q=1")).body("payload").send()).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "hello from upstream");
+    let r = w.up.only_request();
+    assert_eq!((r.method.as_str(), r.target.as_str(), r.body.text().as_str()), ("POST", "/r?q=1", "payload"));
+    let refused = within("reqwest", client.get(w.url("evil.test", "/")).send()).await.unwrap();
+    assert_eq!(refused.status(), 403);
+    assert_eq!(refused.headers()["x-leash-reason"], "not-allowed");
+}
+
+#[tokio::test]
 async fn allowlist_exact_entry_does_not_cover_subdomains() {
     let w = allowing(&["allowed.test"]).await;
     assert_refused(&w.get("sub.allowed.test", "/").await, 403, "not-allowed");
@@ -739,6 +753,14 @@ async fn connect_subdomain_entry_with_reqwest() {
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.text().await.unwrap(), "hello over tls to a.b.c.allowed.test");
     assert_eq!(t.tls.origin.requests()[0].target, "/deep");
+}
+
+#[tokio::test]
+async fn connect_target_compares_lowercased_without_one_trailing_dot() {
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let r =
+        https_get(t.leash.addr, &t.target("ALLOWED.Test."), "allowed.test", t.ca.client_config(), Writes::Whole).await;
+    assert_eq!(r.expect("a tunnel").text(), "hello over tls to allowed.test");
 }
 
 #[tokio::test]
