@@ -22,6 +22,16 @@ pub struct BufConn<S> {
     pub buf: Vec<u8>,
 }
 
+/// When a head parser is worth calling again after more bytes arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reparse {
+    /// After every read (binary formats: a ClientHello can be refused on its fifth byte).
+    EveryRead,
+    /// Only once a read brings a line end, or the buffer passes `max` (HTTP heads). A head trickled in byte by byte
+    /// then costs one parse per line instead of one per byte, so a slowloris client cannot make parsing quadratic.
+    OnLineEnd { max: usize },
+}
+
 /// Why a head could not be read.
 #[derive(Debug)]
 pub enum ReadHeadError<E> {
@@ -47,12 +57,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> BufConn<S> {
         &mut self,
         idle: Duration,
         head_timeout: Duration,
+        reparse: Reparse,
         parse: impl FnMut(&[u8]) -> Parsed<T, E>,
     ) -> Result<T, ReadHeadError<E>> {
         if self.buf.is_empty() {
             self.release_spare();
         }
-        self.source().read_head(idle, head_timeout, parse).await
+        self.source().read_head(idle, head_timeout, reparse, parse).await
     }
 
     /// The buffer and the stream as one reader, for body copies.
@@ -86,6 +97,7 @@ impl<R: AsyncRead + Unpin> Source<'_, R> {
         &mut self,
         idle: Duration,
         head_timeout: Duration,
+        reparse: Reparse,
         mut parse: impl FnMut(&[u8]) -> Parsed<T, E>,
     ) -> Result<T, ReadHeadError<E>> {
         if self.buf.is_empty() {
@@ -97,21 +109,29 @@ impl<R: AsyncRead + Unpin> Source<'_, R> {
             }
         }
         let deadline = tokio::time::Instant::now() + head_timeout;
+        let mut worth_parsing = true;
         loop {
-            match parse(&self.buf) {
-                Parsed::Done(value, used) => {
-                    self.buf.drain(..used);
-                    return Ok(value);
+            if worth_parsing {
+                match parse(self.buf) {
+                    Parsed::Done(value, used) => {
+                        self.buf.drain(..used);
+                        return Ok(value);
+                    }
+                    Parsed::Refuse(e) => return Err(ReadHeadError::Malformed(e)),
+                    Parsed::NeedMore => {}
                 }
-                Parsed::Refuse(e) => return Err(ReadHeadError::Malformed(e)),
-                Parsed::NeedMore => {}
             }
+            let before = self.buf.len();
             match tokio::time::timeout_at(deadline, self.fill(HEAD_READ)).await {
                 Ok(Ok(0)) => return Err(ReadHeadError::Io(io::ErrorKind::UnexpectedEof.into())),
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => return Err(ReadHeadError::Io(e)),
                 Err(_) => return Err(ReadHeadError::Timeout),
             }
+            worth_parsing = match reparse {
+                Reparse::EveryRead => true,
+                Reparse::OnLineEnd { max } => self.buf.len() > max || self.buf[before..].contains(&b'\n'),
+            };
         }
     }
 

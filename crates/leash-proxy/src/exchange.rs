@@ -6,7 +6,7 @@ use std::io;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::conn::{BufConn, ReadHeadError, Source};
+use crate::conn::{BufConn, ReadHeadError, Reparse, Source};
 use crate::dial::DialError;
 use crate::forward::{upgrade_value, Plan};
 use crate::headers;
@@ -160,7 +160,7 @@ where
     let mut first = true;
     loop {
         let head = down
-            .read_head(limits.response_timeout, limits.response_timeout, |b| parse_response_head(b, max))
+            .read_head(limits.response_timeout, limits.response_timeout, Reparse::OnLineEnd { max }, |b| parse_response_head(b, max))
             .await
             .map_err(|e| head_error(e, first))?;
         first = false;

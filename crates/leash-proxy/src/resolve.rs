@@ -27,12 +27,15 @@ const CACHE_TTL: Duration = Duration::from_secs(5);
 /// Names kept in the cache at most; beyond it the cache is cleared (a burst of distinct names gains nothing).
 const CACHE_MAX: usize = 4096;
 
+/// A cached answer and when it was obtained.
+type Answer = (Vec<IpAddr>, Instant);
+
 /// The system resolver (getaddrinfo on tokio's blocking pool), with `--resolve` pins consulted first and answers
 /// reused for [`CACHE_TTL`].
 #[derive(Debug, Default)]
 pub struct SystemResolver {
     pins: HashMap<Box<str>, Vec<IpAddr>>,
-    cache: Mutex<HashMap<Box<str>, (Vec<IpAddr>, Instant)>>,
+    cache: Mutex<HashMap<Box<str>, Answer>>,
 }
 
 impl SystemResolver {

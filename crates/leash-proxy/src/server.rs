@@ -13,7 +13,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::audit::refusal;
 use crate::config::ProxyConfig;
-use crate::conn::{BufConn, ReadHeadError};
+use crate::conn::{BufConn, ReadHeadError, Reparse};
 use crate::forward::{self, reply, Next};
 use crate::refusal::Response;
 use crate::shared::{Attempt, Shared};
@@ -72,7 +72,7 @@ async fn connection(sh: &Shared, stream: TcpStream, peer: SocketAddr, mut stop: 
     let limits = &sh.cfg.limits;
     loop {
         let max = limits.max_head_bytes;
-        let read = client.read_head(limits.idle_timeout, limits.head_timeout, |b| parse_request_head(b, max));
+        let read = client.read_head(limits.idle_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| parse_request_head(b, max));
         let head = tokio::select! {
             r = read => r,
             _ = stop.changed() => return,

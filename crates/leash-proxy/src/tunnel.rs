@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::audit::refusal;
-use crate::conn::{BufConn, ReadHeadError};
+use crate::conn::{BufConn, ReadHeadError, Reparse};
 use crate::config::Snapshot;
 use crate::dial::{connect_checked, resolve_checked, DialError};
 use crate::forward::reply;
@@ -96,7 +96,7 @@ impl Tunnel<'_> {
         let limits = &self.sh.cfg.limits;
         // Keep the peeked bytes in the buffer (`Done(_, 0)`): they are replayed to the upstream.
         let peeked = client
-            .read_head(limits.client_hello_timeout, limits.client_hello_timeout, |b| match parse_client_hello(b) {
+            .read_head(limits.client_hello_timeout, limits.client_hello_timeout, Reparse::EveryRead, |b| match parse_client_hello(b) {
                 Parsed::Done(hello, _) => Parsed::Done(hello, 0),
                 Parsed::NeedMore => Parsed::NeedMore,
                 Parsed::Refuse(e) => Parsed::Refuse(e),
