@@ -28,6 +28,43 @@ pub enum Command {
     Check(CheckArgs),
     /// Show the decision the proxy would take for a request, before DNS
     Explain(ExplainArgs),
+    /// Run a command in a sandbox whose only way out is leash's proxy
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  leash run --allow pypi.org --allow .pythonhosted.org -- pip download requests\n  \
+    leash run --block arxiv.org/abs/2401.01234 --log audit.jsonl -- ./agent.sh\n  \
+    leash run --policy policy.yaml --profile verifier -- bash\n\n\
+    The command runs in new user, PID, mount and network namespaces: its network holds only `lo`, with no route \
+    and no IPv6, and leash's proxy listens inside on 127.0.0.1:3128 (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY are set). \
+    Host Unix sockets are masked unless named with --allow-unix-socket. leash exits with the command's status \
+    (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125.")]
+pub struct RunArgs {
+    /// The policy file (.yaml, .yml or .toml); or give --allow / --block instead
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
+    pub policy: Option<PathBuf>,
+    /// Use this profile's `network` instead of the top-level one
+    #[arg(long, value_name = "NAME", requires = "policy")]
+    pub profile: Option<String>,
+    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    #[arg(long, value_name = "HOST")]
+    pub allow: Vec<String>,
+    /// Block this host or host/path prefix; an inline blocklist (repeatable)
+    #[arg(long, value_name = "RULE")]
+    pub block: Vec<String>,
+    /// Append the JSONL audit log to FILE (mode 0600); default: standard error
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Answer NAME with ADDR instead of asking DNS (repeatable)
+    #[arg(long = "resolve", value_name = "NAME:ADDR")]
+    pub resolve: Vec<String>,
+    /// Let the command reach this filesystem Unix socket (repeatable; all others are masked)
+    #[arg(long = "allow-unix-socket", value_name = "PATH")]
+    pub allow_unix_socket: Vec<PathBuf>,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args)]

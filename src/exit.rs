@@ -11,6 +11,10 @@ pub enum Exit {
     Refused,
     /// Bad arguments, an unreadable policy file, a log that cannot be opened.
     Usage,
+    /// `run`: the command's own status (128+N for a signal).
+    Command(u8),
+    /// `run`: the sandbox could not be set up, so the command did not run (as `env` and container runners use 125).
+    SandboxFailed,
 }
 
 impl From<Exit> for ExitCode {
@@ -19,6 +23,8 @@ impl From<Exit> for ExitCode {
             Exit::Ok => ExitCode::SUCCESS,
             Exit::Refused => ExitCode::from(1),
             Exit::Usage => ExitCode::from(2),
+            Exit::Command(code) => ExitCode::from(code),
+            Exit::SandboxFailed => ExitCode::from(125),
         }
     }
 }

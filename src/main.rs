@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         cli::Command::Proxy(args) => cmd::proxy::run(args),
         cli::Command::Check(args) => cmd::check::run(&args),
         cli::Command::Explain(args) => cmd::explain::run(&args),
+        cli::Command::Run(args) => cmd::run::run(args),
     };
     code.into()
 }

@@ -3,3 +3,4 @@
 pub mod check;
 pub mod explain;
 pub mod proxy;
+pub mod run;

@@ -68,7 +68,7 @@ async fn serve(args: ProxyArgs) -> Exit {
 }
 
 /// The audit log: the file given (mode 0600, appended), else standard output. Failing to open it stops leash.
-fn open_log(path: Option<&PathBuf>) -> Result<Arc<AuditLog>, Exit> {
+pub(crate) fn open_log(path: Option<&PathBuf>) -> Result<Arc<AuditLog>, Exit> {
     match path {
         None => Ok(Arc::new(AuditLog::stdout())),
         Some(p) => AuditLog::open(p).map(Arc::new).map_err(|e| {
@@ -78,7 +78,7 @@ fn open_log(path: Option<&PathBuf>) -> Result<Arc<AuditLog>, Exit> {
     }
 }
 
-fn parse_pins(specs: &[String]) -> Result<HashMap<Box<str>, Vec<IpAddr>>, Exit> {
+pub(crate) fn parse_pins(specs: &[String]) -> Result<HashMap<Box<str>, Vec<IpAddr>>, Exit> {
     let mut pins: HashMap<Box<str>, Vec<IpAddr>> = HashMap::new();
     for spec in specs {
         let (name, ip) = leash_proxy::resolve::parse_pin(spec).map_err(|e| {

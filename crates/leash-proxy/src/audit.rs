@@ -17,6 +17,8 @@ use serde::Serialize;
 enum Sink {
     File { file: File, path: PathBuf },
     Stdout,
+    /// Standard error (`leash run`, whose standard output is the command's).
+    Stderr,
     /// Tests that do not read the log.
     Discard,
 }
@@ -78,6 +80,11 @@ impl AuditLog {
         Self::with_sink(Sink::Stdout)
     }
 
+    /// JSON lines on standard error.
+    pub fn stderr() -> Self {
+        Self::with_sink(Sink::Stderr)
+    }
+
     /// A log that keeps nothing (for tests that do not read it).
     pub fn discard() -> Self {
         Self::with_sink(Sink::Discard)
@@ -106,6 +113,7 @@ impl AuditLog {
         match &mut *sink {
             Sink::File { file, path } => file.sync_data().map_err(|e| err(path, e)),
             Sink::Stdout => io::stdout().flush().map_err(|e| err(Path::new("<stdout>"), e)),
+            Sink::Stderr => Ok(()),
             Sink::Discard => Ok(()),
         }
     }
@@ -122,6 +130,7 @@ impl AuditLog {
                 let mut out = io::stdout().lock();
                 out.write_all(&line).and_then(|()| out.flush()).map_err(|e| err(Path::new("<stdout>"), e))
             }
+            Sink::Stderr => io::stderr().lock().write_all(&line).map_err(|e| err(Path::new("<stderr>"), e)),
             Sink::Discard => Ok(()),
         }
     }

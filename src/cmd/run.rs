@@ -1,0 +1,145 @@
+//! `leash run -- CMD`: build the policy, start CMD in the sandbox with the proxy's listener bound inside it, serve
+//! that listener from here (outside, where upstreams are reachable), and exit with CMD's status once it and every
+//! process it left are gone and the audit log is complete.
+
+use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+
+use leash_policy::Policy;
+use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver};
+use leash_sandbox::{Sandbox, SandboxSpec};
+
+use crate::cli::RunArgs;
+use crate::cmd::proxy::parse_pins;
+use crate::exit::Exit;
+use crate::policy_file::{load_file, print_errors};
+
+/// Where the proxy listens inside the sandbox (the conventional proxy port, on the sandbox's own loopback).
+const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
+
+/// Variables that could point the command at another proxy or exempt hosts from ours; replaced or removed.
+const PROXY_VARS: [&str; 8] =
+    ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"];
+
+pub fn run(args: RunArgs) -> Exit {
+    if let Err(e) = leash_sandbox::harden_self() {
+        eprintln!("leash: {e}");
+        return Exit::SandboxFailed;
+    }
+    let policy = match policy_of(&args) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let (pins, audit) = match (parse_pins(&args.resolve), open_audit(&args)) {
+        (Ok(p), Ok(a)) => (p, a),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
+    let sandbox = match Sandbox::spawn(spec(&args)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("leash: the command was not run: {e}");
+            return Exit::SandboxFailed;
+        }
+    };
+    let config = ProxyConfig {
+        policy: PolicyHandle::new(policy),
+        audit,
+        resolver: Arc::new(SystemResolver::new(pins)),
+        own_addrs: leash_proxy::local_interface_addrs().into(),
+        limits: Limits::default(),
+    };
+    supervise(sandbox, config)
+}
+
+/// The policy: a file, or an inline allowlist/blocklist (with neither, nothing is allowed).
+fn policy_of(args: &RunArgs) -> Result<Policy, Exit> {
+    if let Some(path) = &args.policy {
+        return load_file(path, args.profile.as_deref()).map(|l| l.policy);
+    }
+    Policy::from_inline(&args.allow, &args.block).map_err(|errors| {
+        print_errors(std::path::Path::new("the command line"), &errors);
+        Exit::Usage
+    })
+}
+
+fn open_audit(args: &RunArgs) -> Result<Arc<AuditLog>, Exit> {
+    match &args.log {
+        None => Ok(Arc::new(AuditLog::stderr())),
+        Some(_) => crate::cmd::proxy::open_log(args.log.as_ref()),
+    }
+}
+
+/// The sandbox: CMD, its environment, the proxy's listener inside, a resolv.conf that points at the sandbox's own
+/// loopback (nothing answers there yet, so lookups fail at once instead of reaching any resolver).
+fn spec(args: &RunArgs) -> SandboxSpec {
+    let mut command = args.command.iter();
+    let mut spec = SandboxSpec::new(command.next().cloned().unwrap_or_default());
+    spec.args = command.cloned().collect();
+    spec.env = child_env(std::env::vars_os());
+    spec.tcp_listeners = vec![PROXY_INSIDE];
+    spec.resolv_conf = Some("nameserver 127.0.0.1\noptions attempts:1 timeout:1\n".to_owned());
+    spec.allow_unix_sockets = args.allow_unix_socket.clone();
+    spec
+}
+
+/// leash's environment with every proxy variable pointing at the proxy inside and `NO_PROXY` removed.
+fn child_env(inherited: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    let url = OsString::from(format!("http://{PROXY_INSIDE}"));
+    let mut env: Vec<(OsString, OsString)> =
+        inherited.filter(|(k, _)| !PROXY_VARS.iter().any(|v| k == v) && k != "NODE_USE_ENV_PROXY").collect();
+    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+        env.push((var.into(), url.clone()));
+    }
+    env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+    env
+}
+
+/// Serve the proxy on the sandbox's listener until the command has exited, then drain, flush and report.
+fn supervise(mut sandbox: Sandbox, config: ProxyConfig) -> Exit {
+    let listener = sandbox.tcp.pop();
+    let _forwarding = sandbox.forward_signals().map_err(|e| tracing::warn!("signals are not forwarded: {e}"));
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leash: cannot start the async runtime: {e}; stopping the command");
+            return finish(sandbox.signal(9).and_then(|()| sandbox.wait()));
+        }
+    };
+    let sandbox = Arc::new(sandbox);
+    let waiter = sandbox.clone();
+    let status = runtime.block_on(async move {
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(waiter.wait());
+        });
+        let Some(listener) = listener.and_then(|l| l.set_nonblocking(true).ok().map(|()| l)) else {
+            return Err(None);
+        };
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(|_| None)?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let proxy = tokio::spawn(leash_proxy::serve(listener, config, async move {
+            let _ = stop_rx.await;
+        }));
+        let status = done_rx.await.map_err(|_| None)?;
+        let _ = stop_tx.send(());
+        if let Ok(Err(e)) = proxy.await {
+            tracing::error!("proxy: {e}");
+        }
+        status.map_err(Some)
+    });
+    match status {
+        Ok(s) => Exit::Command(u8::try_from(s.code()).unwrap_or(255)),
+        Err(e) => finish(Err(e.unwrap_or(leash_sandbox::SandboxError::InitDied("no proxy listener".into())))),
+    }
+}
+
+fn finish(status: Result<leash_sandbox::ExitStatus, leash_sandbox::SandboxError>) -> Exit {
+    match status {
+        Ok(s) => Exit::Command(u8::try_from(s.code()).unwrap_or(255)),
+        Err(e) => {
+            eprintln!("leash: {e}");
+            Exit::SandboxFailed
+        }
+    }
+}
