@@ -33,13 +33,15 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  leash run --allow pypi.org --allow .pythonhosted.org -- pip download requests\n  \
+#[command(
+    after_help = "Examples:\n  leash run --allow pypi.org --allow .pythonhosted.org -- pip download requests\n  \
     leash run --block arxiv.org/abs/2401.01234 --log audit.jsonl -- ./agent.sh\n  \
     leash run --policy policy.yaml --profile verifier -- bash\n\n\
     The command runs in new user, PID, mount and network namespaces: its network holds only `lo`, with no route \
     and no IPv6, and leash's proxy listens inside on 127.0.0.1:3128 (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY are set). \
     Host Unix sockets are masked unless named with --allow-unix-socket. leash exits with the command's status \
-    (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125.")]
+    (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125."
+)]
 pub struct RunArgs {
     /// The policy file (.yaml, .yml or .toml); or give --allow / --block instead
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]

@@ -27,10 +27,7 @@ pub fn read(path: &Path) -> Result<String, Exit> {
 
 pub fn format_of(path: &Path) -> Result<Format, Exit> {
     Format::from_path(path).ok_or_else(|| {
-        eprintln!(
-            "leash: cannot tell the format of `{}`: policy files end in .yaml, .yml or .toml",
-            path.display()
-        );
+        eprintln!("leash: cannot tell the format of `{}`: policy files end in .yaml, .yml or .toml", path.display());
         Exit::Usage
     })
 }

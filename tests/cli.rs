@@ -28,7 +28,8 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-const BLOCKLIST: &str = "network:\n  mode: blocklist\n  blocked_urls:\n    - arxiv.org/abs/2401.01234\n    - api.semanticscholar.org\n";
+const BLOCKLIST: &str =
+    "network:\n  mode: blocklist\n  blocked_urls:\n    - arxiv.org/abs/2401.01234\n    - api.semanticscholar.org\n";
 
 // ---- check
 
@@ -273,7 +274,15 @@ fn proxy_does_not_start_without_its_audit_log() {
     let dir = tempfile::tempdir().unwrap();
     let policy = write(dir.path(), "p.yaml", BLOCKLIST);
     let o = Command::new(LEASH)
-        .args(["proxy", "--policy", policy.to_str().unwrap(), "--listen", "127.0.0.1:0", "--log", "/nonexistent-dir/audit.jsonl"])
+        .args([
+            "proxy",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--log",
+            "/nonexistent-dir/audit.jsonl",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
@@ -308,7 +317,10 @@ fn every_subcommand_help_teaches_with_an_example() {
 fn sandbox_available() -> bool {
     let ok = Command::new("unshare").args(["-rn", "true"]).status().map(|s| s.success()).unwrap_or(false);
     if !ok {
-        assert!(std::env::var_os("LEASH_REQUIRE_SANDBOX").is_none(), "namespaces unavailable but LEASH_REQUIRE_SANDBOX is set");
+        assert!(
+            std::env::var_os("LEASH_REQUIRE_SANDBOX").is_none(),
+            "namespaces unavailable but LEASH_REQUIRE_SANDBOX is set"
+        );
         eprintln!("SKIPPED: this kernel refuses user/network namespaces; `leash run` tests did not run");
     }
     ok

@@ -2,8 +2,7 @@
 //! same engine calls as the proxy, in the same order, so the answer here is the proxy's answer.
 
 use leash_policy::{
-    parse_absolute_target, parse_authority, Decision, Host, Policy, Reason, Request, Scheme, TargetError,
-    Verdict, Via,
+    parse_absolute_target, parse_authority, Decision, Host, Policy, Reason, Request, Scheme, TargetError, Verdict, Via,
 };
 
 use crate::cli::ExplainArgs;
@@ -20,11 +19,8 @@ pub fn run(args: &ExplainArgs) -> Exit {
         Ok(l) => l.policy,
         Err(code) => return code,
     };
-    let explained = if method.eq_ignore_ascii_case("CONNECT") {
-        explain_connect(&policy, url)
-    } else {
-        explain_url(&policy, url)
-    };
+    let explained =
+        if method.eq_ignore_ascii_case("CONNECT") { explain_connect(&policy, url) } else { explain_url(&policy, url) };
     match explained {
         Ok(e) => print(&e),
         Err(msg) => usage(&msg),

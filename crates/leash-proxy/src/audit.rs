@@ -15,7 +15,10 @@ use serde::Serialize;
 
 /// Where the lines go.
 enum Sink {
-    File { file: File, path: PathBuf },
+    File {
+        file: File,
+        path: PathBuf,
+    },
     Stdout,
     /// Standard error (`leash run`, whose standard output is the command's).
     Stderr,
@@ -67,11 +70,7 @@ pub struct AuditError {
 impl AuditLog {
     /// Create (mode 0600) or append to the log file. Failing here means leash does not start.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)?;
+        let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
         Ok(Self::with_sink(Sink::File { file, path: path.to_owned() }))
     }
 

@@ -155,9 +155,7 @@ impl<R: AsyncRead + Unpin> Source<'_, R> {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
             }
-            let used = scanner
-                .feed(self.buf)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let used = scanner.feed(self.buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
             to.write_all(&self.buf[..used]).await?;
             self.buf.drain(..used);
             total += used as u64;

@@ -45,10 +45,9 @@ pub async fn resolve_checked(
 ) -> Result<Vec<IpAddr>, DialError> {
     let addrs = match host {
         // INVARIANT: a name reaches the resolver only after the policy allowed it; literals never do.
-        Host::Name(name) => resolver
-            .resolve(name, port)
-            .await
-            .map_err(|e| DialError::Resolve(name.as_str().to_owned(), e))?,
+        Host::Name(name) => {
+            resolver.resolve(name, port).await.map_err(|e| DialError::Resolve(name.as_str().to_owned(), e))?
+        }
         Host::Ipv4(ip) => vec![IpAddr::V4(*ip)],
         Host::IpLiteral(_) => return Err(DialError::Refused(Reason::IpLiteral)),
     };

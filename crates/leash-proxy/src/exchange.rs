@@ -160,7 +160,9 @@ where
     let mut first = true;
     loop {
         let head = down
-            .read_head(limits.response_timeout, limits.response_timeout, Reparse::OnLineEnd { max }, |b| parse_response_head(b, max))
+            .read_head(limits.response_timeout, limits.response_timeout, Reparse::OnLineEnd { max }, |b| {
+                parse_response_head(b, max)
+            })
             .await
             .map_err(|e| head_error(e, first))?;
         first = false;

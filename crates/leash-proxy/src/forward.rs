@@ -5,17 +5,17 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use leash_policy::{
-    parse_absolute_target, parse_authority, AbsoluteTarget, Decision, Reason, Request, Scheme, TargetError,
-    Verdict, Via,
+    parse_absolute_target, parse_authority, AbsoluteTarget, Decision, Reason, Request, Scheme, TargetError, Verdict,
+    Via,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::audit::refusal;
-use crate::conn::BufConn;
 use crate::config::Snapshot;
+use crate::conn::BufConn;
 use crate::dial::{connect_checked, resolve_checked, DialError};
-use crate::exchange::{exchange, Exchanged, ExchangeError};
+use crate::exchange::{exchange, ExchangeError, Exchanged};
 use crate::headers;
 use crate::pool::PoolKey;
 use crate::refusal::Response;
@@ -56,8 +56,7 @@ where
     };
     let host = plan.target.authority.host.as_str();
     let (path_only, _) = split_query(plan.target.path_and_query);
-    let attempt =
-        |path| Attempt { id, method: &head.method, host: &host, port: plan.port, path: Some(path), peer };
+    let attempt = |path| Attempt { id, method: &head.method, host: &host, port: plan.port, path: Some(path), peer };
     let snap = sh.cfg.policy.current();
     let decision = snap.decide_request(&Request {
         via: Via::ForwardProxy,
@@ -115,12 +114,10 @@ async fn check_and_dial_logged(
         Err(e) => return Err(upstream_failed(sh, attempt, decision, &e, started)),
     };
     sh.log_decision(attempt, decision).map_err(|_| Response::audit_failed())?;
-    connect_checked(&addrs, plan.port, sh.cfg.limits.connect_timeout)
-        .await
-        .map_err(|e| {
-            sh.log_outcome(attempt.id, e.status(), 0, 0, started);
-            Response::upstream_failed(e.status(), &format!("{}:{}", attempt.host, attempt.port), &e.to_string())
-        })
+    connect_checked(&addrs, plan.port, sh.cfg.limits.connect_timeout).await.map_err(|e| {
+        sh.log_outcome(attempt.id, e.status(), 0, 0, started);
+        Response::upstream_failed(e.status(), &format!("{}:{}", attempt.host, attempt.port), &e.to_string())
+    })
 }
 
 /// A resolution failure of an allowed request: logged as allowed, then its 502 outcome.
@@ -218,8 +215,7 @@ fn plan(head: &RequestHead) -> Result<Plan<'_>, Early> {
     let framing = request_framing(head).map_err(|e| bad_request(&e.to_string()))?;
     let port = target.port();
     check_host_header(head, &target, port)?;
-    let client_keep_alive =
-        head.version == Version::Http11 && !headers::has_connection_option(&head.headers, "close");
+    let client_keep_alive = head.version == Version::Http11 && !headers::has_connection_option(&head.headers, "close");
     Ok(Plan { target, port, framing, client_keep_alive })
 }
 

@@ -53,10 +53,7 @@ pub fn write_end_to_end(out: &mut Vec<u8>, headers: &[Header], skip: &[&str]) {
 
 /// Every value of the fields named `name`, in order.
 pub fn values<'a>(headers: &'a [Header], name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-    headers
-        .iter()
-        .filter(move |h| h.name.eq_ignore_ascii_case(name))
-        .map(|h| h.value.as_slice())
+    headers.iter().filter(move |h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_slice())
 }
 
 #[cfg(test)]

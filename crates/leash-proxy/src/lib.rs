@@ -11,8 +11,8 @@ mod conn;
 mod dial;
 mod exchange;
 mod forward;
-mod netinfo;
 mod headers;
+mod netinfo;
 mod pool;
 pub mod refusal;
 mod relay;
@@ -24,9 +24,9 @@ pub mod wire;
 
 pub use audit::AuditLog;
 pub use config::{Limits, PolicyHandle, ProxyConfig};
+pub use netinfo::local_interface_addrs;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 pub use server::serve;
-pub use netinfo::local_interface_addrs;
 
 /// Whether this build terminates TLS for hosts with path rules. Until it does, such tunnels are refused with
 /// `needs-inspection`, and `leash explain` says so.

@@ -15,10 +15,7 @@ pub struct Response {
 impl Response {
     /// 403 for a request the policy refused; `target` is `<host><path>` (or `host:port` for a tunnel).
     pub fn forbidden(target: &str, reason: Reason) -> Self {
-        let body = format!(
-            "leash: {target} refused by the egress policy ({reason})\n{}\n",
-            reason.describe()
-        );
+        let body = format!("leash: {target} refused by the egress policy ({reason})\n{}\n", reason.describe());
         Self { status: 403, reason: Some(reason), body }
     }
 
@@ -83,10 +80,7 @@ mod tests {
         assert!(text.starts_with("HTTP/1.1 403 Forbidden\r\n"));
         assert!(text.contains("\r\nX-Leash-Reason: rule\r\n"));
         let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
-        assert_eq!(
-            body.lines().next(),
-            Some("leash: arxiv.org/abs/2401.01234 refused by the egress policy (rule)")
-        );
+        assert_eq!(body.lines().next(), Some("leash: arxiv.org/abs/2401.01234 refused by the egress policy (rule)"));
         assert!(!text.contains("Connection: close"));
     }
 }

@@ -79,16 +79,12 @@ impl Resolve for SystemResolver {
 
 /// Parse a `--resolve HOST:ADDR` pin (`ADDR` IPv4, or IPv6 in brackets or bare).
 pub fn parse_pin(spec: &str) -> Result<(Box<str>, IpAddr), String> {
-    let (host, addr) = spec
-        .split_once(':')
-        .ok_or_else(|| format!("`{spec}` is not HOST:ADDR"))?;
+    let (host, addr) = spec.split_once(':').ok_or_else(|| format!("`{spec}` is not HOST:ADDR"))?;
     let name = leash_policy::parse_host(host).map_err(|e| format!("`{host}`: {e}"))?;
     let leash_policy::Host::Name(name) = name else {
         return Err(format!("`{host}` is an IP literal; pin a name"));
     };
     let addr = addr.trim_start_matches('[').trim_end_matches(']');
-    let ip: IpAddr = addr
-        .parse()
-        .map_err(|_| format!("`{addr}` is not an IP address"))?;
+    let ip: IpAddr = addr.parse().map_err(|_| format!("`{addr}` is not an IP address"))?;
     Ok((name.as_str().into(), ip))
 }

@@ -72,7 +72,9 @@ async fn connection(sh: &Shared, stream: TcpStream, peer: SocketAddr, mut stop: 
     let limits = &sh.cfg.limits;
     loop {
         let max = limits.max_head_bytes;
-        let read = client.read_head(limits.idle_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| parse_request_head(b, max));
+        let read = client.read_head(limits.idle_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
+            parse_request_head(b, max)
+        });
         let head = tokio::select! {
             r = read => r,
             _ = stop.changed() => return,
@@ -91,7 +93,12 @@ async fn connection(sh: &Shared, stream: TcpStream, peer: SocketAddr, mut stop: 
 }
 
 /// A head that could not be read: malformed ones get 400 (431 when too large) and a log line; the rest just close.
-async fn refuse_unreadable(sh: &Shared, client: &mut BufConn<TcpStream>, e: ReadHeadError<HeadError>, peer: SocketAddr) {
+async fn refuse_unreadable(
+    sh: &Shared,
+    client: &mut BufConn<TcpStream>,
+    e: ReadHeadError<HeadError>,
+    peer: SocketAddr,
+) {
     let (status, why) = match e {
         ReadHeadError::Malformed(HeadError::TooLarge) => (431, HeadError::TooLarge.to_string()),
         ReadHeadError::Malformed(e) => (400, e.to_string()),
@@ -108,4 +115,3 @@ async fn refuse_unreadable(sh: &Shared, client: &mut BufConn<TcpStream>, e: Read
     }
     reply(client, &response, false).await;
 }
-

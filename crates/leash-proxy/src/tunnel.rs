@@ -10,8 +10,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::audit::refusal;
-use crate::conn::{BufConn, ReadHeadError, Reparse};
 use crate::config::Snapshot;
+use crate::conn::{BufConn, ReadHeadError, Reparse};
 use crate::dial::{connect_checked, resolve_checked, DialError};
 use crate::forward::reply;
 use crate::headers;
@@ -38,7 +38,8 @@ pub(crate) async fn handle(sh: &Shared, mut client: BufConn<TcpStream>, head: &R
         Ok(t) => t,
         Err((response, reason)) => {
             let attempt = Attempt { id, method: "CONNECT", host: &head.target, port: 0, path: None, peer };
-            let response = if sh.log_decision(&attempt, &refusal(reason)).is_ok() { response } else { Response::audit_failed() };
+            let response =
+                if sh.log_decision(&attempt, &refusal(reason)).is_ok() { response } else { Response::audit_failed() };
             reply(&mut client.io, &response, false).await;
             return;
         }
@@ -48,7 +49,9 @@ pub(crate) async fn handle(sh: &Shared, mut client: BufConn<TcpStream>, head: &R
     let attempt = Attempt { id, method: "CONNECT", host: &host_text, port, path: None, peer };
     let decision = match snap.decide_connect(&target, port) {
         // Until TLS inspection is available, a host with path rules cannot be decided per request: refuse it.
-        d if d.verdict == Verdict::Inspect => Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: d.rule },
+        d if d.verdict == Verdict::Inspect => {
+            Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: d.rule }
+        }
         d => d,
     };
     if decision.verdict != Verdict::Allow {
@@ -96,10 +99,12 @@ impl Tunnel<'_> {
         let limits = &self.sh.cfg.limits;
         // Keep the peeked bytes in the buffer (`Done(_, 0)`): they are replayed to the upstream.
         let peeked = client
-            .read_head(limits.client_hello_timeout, limits.client_hello_timeout, Reparse::EveryRead, |b| match parse_client_hello(b) {
-                Parsed::Done(hello, _) => Parsed::Done(hello, 0),
-                Parsed::NeedMore => Parsed::NeedMore,
-                Parsed::Refuse(e) => Parsed::Refuse(e),
+            .read_head(limits.client_hello_timeout, limits.client_hello_timeout, Reparse::EveryRead, |b| {
+                match parse_client_hello(b) {
+                    Parsed::Done(hello, _) => Parsed::Done(hello, 0),
+                    Parsed::NeedMore => Parsed::NeedMore,
+                    Parsed::Refuse(e) => Parsed::Refuse(e),
+                }
             })
             .await;
         let hello = match peeked {
@@ -116,7 +121,8 @@ impl Tunnel<'_> {
             }
             _ => self.target.as_str().into_owned(),
         };
-        let attempt = Attempt { id: self.id, method: "CONNECT", host: &shown, port: self.port, path: None, peer: self.peer };
+        let attempt =
+            Attempt { id: self.id, method: "CONNECT", host: &shown, port: self.port, path: None, peer: self.peer };
         if decision.verdict != Verdict::Allow {
             let _ = self.sh.log_decision(&attempt, &decision);
             return drain_and_close(client).await;
@@ -193,4 +199,3 @@ async fn drain_and_close(mut client: BufConn<TcpStream>) {
         }
     }
 }
-

@@ -21,30 +21,19 @@ pub(crate) fn is_value_byte(b: u8) -> bool {
 pub(crate) fn value_run(rest: &[u8]) -> usize {
     // A word with no control byte and no DEL is all value bytes. HTAB counts as a control here, so a word holding
     // one goes to the byte loop, which is exact.
-    words_then_bytes(
-        rest,
-        |w| !has_less(w, 0x20) && !has_zero(w ^ splat(0x7f)),
-        is_value_byte,
-    )
+    words_then_bytes(rest, |w| !has_less(w, 0x20) && !has_zero(w ^ splat(0x7f)), is_value_byte)
 }
 
 /// Length of the leading run of [`is_visible`] bytes.
 pub(crate) fn visible_run(rest: &[u8]) -> usize {
-    words_then_bytes(
-        rest,
-        |w| !has_less(w, 0x21) && !has_zero(w ^ splat(0x7f)) && w & splat(0x80) == 0,
-        is_visible,
-    )
+    words_then_bytes(rest, |w| !has_less(w, 0x21) && !has_zero(w ^ splat(0x7f)) && w & splat(0x80) == 0, is_visible)
 }
 
 /// Length of the leading run of `class` bytes, given `class` as an exact check on whole words (`all`: every byte
 /// of the word is in the class; false may also mean "don't know") and on single bytes.
 fn words_then_bytes(rest: &[u8], all: impl Fn(u64) -> bool, class: fn(u8) -> bool) -> usize {
     let mut n = 0;
-    while let Some(word) = rest
-        .get(n..n + WORD)
-        .and_then(|w| <[u8; WORD]>::try_from(w).ok())
-    {
+    while let Some(word) = rest.get(n..n + WORD).and_then(|w| <[u8; WORD]>::try_from(w).ok()) {
         if !all(u64::from_le_bytes(word)) {
             break;
         }
@@ -97,11 +86,7 @@ mod tests {
     fn tchar_table_matches_rfc_9110() {
         let specials = b"!#$%&'*+-.^_`|~";
         for b in 0..=255u8 {
-            assert_eq!(
-                is_tchar(b),
-                b.is_ascii_alphanumeric() || specials.contains(&b),
-                "{b:#x}"
-            );
+            assert_eq!(is_tchar(b), b.is_ascii_alphanumeric() || specials.contains(&b), "{b:#x}");
         }
     }
 

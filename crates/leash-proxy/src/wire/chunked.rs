@@ -46,10 +46,7 @@ impl ChunkedScanner {
             return Err(e.clone());
         }
         let mut used = 0;
-        while let Some(rest) = buf
-            .get(used..)
-            .filter(|rest| !rest.is_empty() && !self.is_done())
-        {
+        while let Some(rest) = buf.get(used..).filter(|rest| !rest.is_empty() && !self.is_done()) {
             match self.step(rest) {
                 Ok(n) => used += n,
                 Err(e) => {
@@ -75,11 +72,7 @@ impl ChunkedScanner {
         };
         self.line += used.max(1);
         if self.line > MAX_CHUNK_LINE {
-            return Err(if self.in_trailer() {
-                ChunkedError::BadTrailer
-            } else {
-                ChunkedError::BadSize
-            });
+            return Err(if self.in_trailer() { ChunkedError::BadTrailer } else { ChunkedError::BadSize });
         }
         match rest.first() {
             Some(&b) if used == 0 => self.byte(b).map(|()| 1),
@@ -91,11 +84,7 @@ impl ChunkedScanner {
     fn data(&mut self, rest: &[u8], left: u64) -> usize {
         let n = usize::try_from(left).map_or(rest.len(), |left| left.min(rest.len()));
         let left = left - n as u64;
-        self.state = if left == 0 {
-            State::DataCr
-        } else {
-            State::Data { left }
-        };
+        self.state = if left == 0 { State::DataCr } else { State::Data { left } };
         n
     }
 
@@ -109,19 +98,11 @@ impl ChunkedScanner {
             (State::TrailerLf, b'\n') => self.line_start(State::TrailerStart),
             (State::FinalLf, b'\n') => State::Done,
             (_, b'\n') => return Err(E::BareLf),
-            (State::SizeStart, _) => State::Size {
-                value: u64::from(hex(b).ok_or(E::BadSize)?),
-            },
-            (State::Size { value }, _) if hex(b).is_some() => State::Size {
-                value: push_hex(value, b)?,
-            },
-            (State::Size { value } | State::Extension { value }, b';') => {
-                State::Extension { value }
-            }
+            (State::SizeStart, _) => State::Size { value: u64::from(hex(b).ok_or(E::BadSize)?) },
+            (State::Size { value }, _) if hex(b).is_some() => State::Size { value: push_hex(value, b)? },
+            (State::Size { value } | State::Extension { value }, b';') => State::Extension { value },
             (State::Size { value } | State::Extension { value }, b'\r') => State::SizeLf { value },
-            (State::Size { .. } | State::Extension { .. } | State::SizeLf { .. }, _) => {
-                return Err(E::BadSize)
-            }
+            (State::Size { .. } | State::Extension { .. } | State::SizeLf { .. }, _) => return Err(E::BadSize),
             (State::DataCr, b'\r') => State::DataLf,
             (State::DataCr | State::DataLf, _) => return Err(E::MissingCrlf),
             (State::TrailerStart, b'\r') => State::FinalLf,
@@ -134,10 +115,7 @@ impl ChunkedScanner {
     }
 
     fn in_trailer(&self) -> bool {
-        matches!(
-            self.state,
-            State::TrailerStart | State::TrailerName | State::TrailerValue | State::TrailerLf
-        )
+        matches!(self.state, State::TrailerStart | State::TrailerName | State::TrailerValue | State::TrailerLf)
     }
 
     /// Enter `next`, the first state of a new line.
@@ -189,9 +167,7 @@ fn push_hex(value: u64, b: u8) -> Result<u64, ChunkedError> {
 }
 
 fn hex(b: u8) -> Option<u8> {
-    char::from(b)
-        .to_digit(16)
-        .and_then(|d| u8::try_from(d).ok())
+    char::from(b).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }
 
 /// The length of the run of `class` bytes at the start of `rest`.

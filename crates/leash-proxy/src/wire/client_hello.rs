@@ -107,10 +107,7 @@ struct HandshakeHeader {
 
 impl HandshakeHeader {
     fn push(&mut self, fragment: &[u8]) {
-        for &b in fragment
-            .iter()
-            .take(HANDSHAKE_HEADER.saturating_sub(self.have))
-        {
+        for &b in fragment.iter().take(HANDSHAKE_HEADER.saturating_sub(self.have)) {
             if let Some(slot) = self.bytes.get_mut(self.have) {
                 *slot = b;
                 self.have += 1;
@@ -154,16 +151,11 @@ fn locate(buf: &[u8]) -> Result<Option<Located>, NotClientHello> {
         if let Some(msg_len) = header.message_len()? {
             if carried + len > msg_len {
                 // A client sends nothing after its ClientHello until the server answers.
-                return Err(NotClientHello::Malformed(
-                    "data after the ClientHello in its record",
-                ));
+                return Err(NotClientHello::Malformed("data after the ClientHello in its record"));
             }
             if carried + len == msg_len {
                 let complete = fragment.len() == len;
-                return Ok(complete.then_some(Located {
-                    msg_len,
-                    wire_len: wire_end,
-                }));
+                return Ok(complete.then_some(Located { msg_len, wire_len: wire_end }));
             }
         }
         if fragment.len() < len {
@@ -177,10 +169,7 @@ fn locate(buf: &[u8]) -> Result<Option<Located>, NotClientHello> {
 /// Check a record header byte by byte as far as `rest` goes; its fragment length once all 5 bytes are there.
 fn record_header(rest: &[u8]) -> Result<Option<usize>, NotClientHello> {
     let bad = |at: usize, ok: fn(u8) -> bool| rest.get(at).is_some_and(|&b| !ok(b));
-    if bad(0, |t| t == CONTENT_HANDSHAKE)
-        || bad(1, |major| major == 3)
-        || bad(2, |minor| (1..=4).contains(&minor))
-    {
+    if bad(0, |t| t == CONTENT_HANDSHAKE) || bad(1, |major| major == 3) || bad(2, |minor| (1..=4).contains(&minor)) {
         return Err(NotClientHello::NotHandshake);
     }
     let (Some(&hi), Some(&lo)) = (rest.get(3), rest.get(4)) else {
@@ -199,9 +188,7 @@ fn record_header(rest: &[u8]) -> Result<Option<usize>, NotClientHello> {
 
 /// The handshake message as one slice: borrowed when one record carries it, else copied once.
 fn gather<'a>(buf: &'a [u8], located: &Located) -> Cow<'a, [u8]> {
-    let fragments = Fragments {
-        rest: buf.get(..located.wire_len).unwrap_or(buf),
-    };
+    let fragments = Fragments { rest: buf.get(..located.wire_len).unwrap_or(buf) };
     let mut fragments = fragments.peekable();
     let first = fragments.next().unwrap_or_default();
     if first.len() >= located.msg_len || fragments.peek().is_none() {
@@ -225,10 +212,7 @@ impl<'a> Iterator for Fragments<'a> {
         let mut c = Cursor::new(self.rest);
         c.take(RECORD_HEADER - 2)?;
         let fragment = c.vec_u16()?;
-        self.rest = self
-            .rest
-            .get(RECORD_HEADER + fragment.len()..)
-            .unwrap_or_default();
+        self.rest = self.rest.get(RECORD_HEADER + fragment.len()..).unwrap_or_default();
         Some(fragment)
     }
 }
@@ -247,19 +231,13 @@ fn parse_message(message: &[u8]) -> Result<ClientHello, NotClientHello> {
     if suites.is_empty() || suites.len() % 2 != 0 {
         return Err(malformed("cipher_suites length"));
     }
-    let compression = c
-        .vec_u8()
-        .ok_or(malformed("truncated legacy_compression_methods"))?;
+    let compression = c.vec_u8().ok_or(malformed("truncated legacy_compression_methods"))?;
     if compression.is_empty() {
         return Err(malformed("empty legacy_compression_methods"));
     }
     if c.is_empty() {
         // A TLS 1.2 hello may omit the extensions block altogether.
-        return Ok(ClientHello {
-            server_name: ServerName::Absent,
-            ech: false,
-            alpn: Vec::new(),
-        });
+        return Ok(ClientHello { server_name: ServerName::Absent, ech: false, alpn: Vec::new() });
     }
     let extensions = c.vec_u16().ok_or(malformed("truncated extensions"))?;
     if !c.is_empty() {
@@ -270,20 +248,12 @@ fn parse_message(message: &[u8]) -> Result<ClientHello, NotClientHello> {
 
 /// Walk the extensions, refusing any type that appears twice (RFC 8446 §4.2).
 fn parse_extensions(extensions: &[u8]) -> Result<ClientHello, NotClientHello> {
-    let mut hello = ClientHello {
-        server_name: ServerName::Absent,
-        ech: false,
-        alpn: Vec::new(),
-    };
+    let mut hello = ClientHello { server_name: ServerName::Absent, ech: false, alpn: Vec::new() };
     let mut seen = SeenTypes::default();
     let mut c = Cursor::new(extensions);
     while !c.is_empty() {
-        let kind = c
-            .u16()
-            .ok_or(NotClientHello::Malformed("truncated extension type"))?;
-        let data = c.vec_u16().ok_or(NotClientHello::Malformed(
-            "extension longer than its container",
-        ))?;
+        let kind = c.u16().ok_or(NotClientHello::Malformed("truncated extension type"))?;
+        let data = c.vec_u16().ok_or(NotClientHello::Malformed("extension longer than its container"))?;
         if !seen.insert(kind) {
             return Err(NotClientHello::Malformed("duplicate extension"));
         }
@@ -346,9 +316,7 @@ fn parse_server_name(data: &[u8]) -> ServerName {
 /// The ALPN extension (RFC 7301 §3.1): a non-empty list of non-empty protocol names.
 fn parse_alpn(data: &[u8]) -> Result<Vec<Vec<u8>>, NotClientHello> {
     let mut outer = Cursor::new(data);
-    let list = outer
-        .vec_u16()
-        .ok_or(NotClientHello::Malformed("truncated ALPN list"))?;
+    let list = outer.vec_u16().ok_or(NotClientHello::Malformed("truncated ALPN list"))?;
     if !outer.is_empty() || list.is_empty() {
         return Err(NotClientHello::Malformed("ALPN list length"));
     }

@@ -64,9 +64,6 @@ mod tests {
         assert!(c.is_empty());
         let mut v = Cursor::new(&[0x00, 0x03, 0xaa]);
         assert_eq!(v.vec_u16(), None);
-        assert_eq!(
-            Cursor::new(&[0x02, 0xaa, 0xbb]).vec_u8(),
-            Some(&[0xaa, 0xbb][..])
-        );
+        assert_eq!(Cursor::new(&[0x02, 0xaa, 0xbb]).vec_u8(), Some(&[0xaa, 0xbb][..]));
     }
 }

@@ -129,19 +129,13 @@ impl ResponseHead {
 
 /// Values of every field in `headers` named `name` (case-insensitive), in order.
 pub fn values<'a>(headers: &'a [Header], name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-    headers
-        .iter()
-        .filter(move |h| h.is(name))
-        .map(|h| h.value.as_slice())
+    headers.iter().filter(move |h| h.is(name)).map(|h| h.value.as_slice())
 }
 
 /// The options of every Connection field, in order, split on commas and trimmed, empty ones skipped (RFC 9110
 /// §7.6.1); compare them case-insensitively. Each names a hop-by-hop field (or is `close`, `keep-alive`, ...).
 pub fn connection_tokens(headers: &[Header]) -> impl Iterator<Item = &[u8]> + '_ {
-    values(headers, "connection")
-        .flat_map(|v| v.split(|&b| b == b','))
-        .map(trim_ows)
-        .filter(|t| !t.is_empty())
+    values(headers, "connection").flat_map(|v| v.split(|&b| b == b',')).map(trim_ows).filter(|t| !t.is_empty())
 }
 
 /// Whether the Connection fields list `token` (case-insensitive).
@@ -157,37 +151,31 @@ pub fn is_token(bytes: &[u8]) -> bool {
 /// Parse a request head from the start of `buf`. `Done`'s length includes the final CRLF CRLF. `max` bounds the
 /// whole head; leading empty lines (RFC 9112 §2.2 allows one CRLF) are skipped.
 pub fn parse_request_head(buf: &[u8], max: usize) -> Parsed<RequestHead, HeadError> {
-    complete_first(buf, max, request, |(method, target, version), headers| {
-        RequestHead {
-            method: ascii_string(method),
-            target: ascii_string(target),
-            version,
-            headers,
-        }
+    complete_first(buf, max, request, |(method, target, version), headers| RequestHead {
+        method: ascii_string(method),
+        target: ascii_string(target),
+        version,
+        headers,
     })
 }
 
 /// Parse a response head from the start of `buf`.
 pub fn parse_response_head(buf: &[u8], max: usize) -> Parsed<ResponseHead, HeadError> {
-    complete_first(buf, max, response, |(version, status, reason), headers| {
-        ResponseHead {
-            version,
-            status,
-            reason: reason.to_vec(),
-            headers,
-        }
+    complete_first(buf, max, response, |(version, status, reason), headers| ResponseHead {
+        version,
+        status,
+        reason: reason.to_vec(),
+        headers,
     })
 }
 
 /// A request's body framing (RFC 9112 §6.3).
 pub fn request_framing(head: &RequestHead) -> Result<BodyFraming, HeadError> {
-    Ok(
-        match declared(&head.headers, head.version, Repeats::Refuse)? {
-            Declared::Nothing => BodyFraming::None,
-            Declared::Chunked => BodyFraming::Chunked,
-            Declared::Length(n) => BodyFraming::ContentLength(n),
-        },
-    )
+    Ok(match declared(&head.headers, head.version, Repeats::Refuse)? {
+        Declared::Nothing => BodyFraming::None,
+        Declared::Chunked => BodyFraming::Chunked,
+        Declared::Length(n) => BodyFraming::ContentLength(n),
+    })
 }
 
 /// A response's body framing, given the request method (HEAD, CONNECT) and status (1xx, 204, 304).
@@ -195,23 +183,17 @@ pub fn request_framing(head: &RequestHead) -> Result<BodyFraming, HeadError> {
 /// A Transfer-Encoding other than `chunked` is refused rather than read until close (RFC 9112 §6.3 rule 4 would
 /// allow that): the proxy relays bodies in their original framing and would hand the client a coding it cannot
 /// check, and such responses are rare enough that refusing costs nothing.
-pub fn response_framing(
-    head: &ResponseHead,
-    request_method: &str,
-) -> Result<BodyFraming, HeadError> {
+pub fn response_framing(head: &ResponseHead, request_method: &str) -> Result<BodyFraming, HeadError> {
     let status = head.status;
-    let bodiless =
-        request_method == "HEAD" || (100..200).contains(&status) || status == 204 || status == 304;
+    let bodiless = request_method == "HEAD" || (100..200).contains(&status) || status == 204 || status == 304;
     if bodiless || (request_method == "CONNECT" && (200..300).contains(&status)) {
         return Ok(BodyFraming::None);
     }
-    Ok(
-        match declared(&head.headers, head.version, Repeats::AllowIdentical)? {
-            Declared::Nothing => BodyFraming::UntilClose,
-            Declared::Chunked => BodyFraming::Chunked,
-            Declared::Length(n) => BodyFraming::ContentLength(n),
-        },
-    )
+    Ok(match declared(&head.headers, head.version, Repeats::AllowIdentical)? {
+        Declared::Nothing => BodyFraming::UntilClose,
+        Declared::Chunked => BodyFraming::Chunked,
+        Declared::Length(n) => BodyFraming::ContentLength(n),
+    })
 }
 
 /// Why parsing stopped short of a value.
@@ -236,10 +218,7 @@ fn complete_first<'a, L, H>(
     parse: fn(&mut Scan<'a>, &mut Fields<'a>) -> Step<L>,
     build: impl FnOnce(L, Vec<Header>) -> H,
 ) -> Parsed<H, HeadError> {
-    let mut s = Scan {
-        buf: buf.get(..max).unwrap_or(buf),
-        pos: 0,
-    };
+    let mut s = Scan { buf: buf.get(..max).unwrap_or(buf), pos: 0 };
     let mut fields = Fields::new();
     match parse(&mut s, &mut fields) {
         Ok(line) => Parsed::Done(build(line, fields.into_headers()), s.pos),
@@ -261,11 +240,7 @@ struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     fn new() -> Self {
-        Self {
-            inline: [(&[], &[]); INLINE_FIELDS],
-            len: 0,
-            spill: Vec::new(),
-        }
+        Self { inline: [(&[], &[]); INLINE_FIELDS], len: 0, spill: Vec::new() }
     }
 
     fn push(&mut self, name: &'a [u8], value: &'a [u8]) {
@@ -280,10 +255,7 @@ impl<'a> Fields<'a> {
         let inline = self.inline.iter().take(self.len);
         inline
             .chain(self.spill.iter())
-            .map(|&(name, value)| Header {
-                name: ascii_string(name),
-                value: value.to_vec(),
-            })
+            .map(|&(name, value)| Header { name: ascii_string(name), value: value.to_vec() })
             .collect()
     }
 }
@@ -416,11 +388,7 @@ fn version(s: &mut Scan<'_>, line: HeadError) -> Step<Version> {
     }
     if s.pos == s.buf.len() {
         let could_be = |v: &[u8]| v.starts_with(field);
-        return Err(if could_be(HTTP10) || could_be(HTTP11) {
-            Stop::NeedMore
-        } else {
-            HeadError::BadVersion.into()
-        });
+        return Err(if could_be(HTTP10) || could_be(HTTP11) { Stop::NeedMore } else { HeadError::BadVersion.into() });
     }
     match field {
         HTTP10 => Ok(Version::Http10),
@@ -527,18 +495,13 @@ fn is_persistent(version: Version, headers: &[Header]) -> bool {
 fn trim_ows(bytes: &[u8]) -> &[u8] {
     let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
     let start = bytes.iter().position(|b| !is_ows(b)).unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !is_ows(b))
-        .map_or(start, |i| i + 1);
+    let end = bytes.iter().rposition(|b| !is_ows(b)).map_or(start, |i| i + 1);
     bytes.get(start..end).unwrap_or_default()
 }
 
 /// Bytes already checked to be ASCII, as a `String`.
 fn ascii_string(bytes: &[u8]) -> String {
-    std::str::from_utf8(bytes)
-        .map(str::to_owned)
-        .unwrap_or_default()
+    std::str::from_utf8(bytes).map(str::to_owned).unwrap_or_default()
 }
 
 #[cfg(test)]

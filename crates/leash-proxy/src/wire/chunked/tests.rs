@@ -32,10 +32,7 @@ fn scan_in_pieces(body: &[u8], cuts: &[usize]) -> Result<(usize, bool), ChunkedE
 fn error_of(body: &[u8]) -> ChunkedError {
     match ChunkedScanner::new().feed(body) {
         Err(e) => e,
-        Ok(n) => panic!(
-            "expected an error for {:?}, took {n}",
-            String::from_utf8_lossy(body)
-        ),
+        Ok(n) => panic!("expected an error for {:?}, took {n}", String::from_utf8_lossy(body)),
     }
 }
 
@@ -54,18 +51,9 @@ fn encode(chunks: &[Vec<u8>]) -> Vec<u8> {
 #[test]
 fn samples_scan_whole_at_every_split_and_byte_by_byte() {
     for body in SAMPLES {
-        assert_eq!(
-            scan_in_pieces(body, &[]),
-            Ok((body.len(), true)),
-            "{:?}",
-            String::from_utf8_lossy(body)
-        );
+        assert_eq!(scan_in_pieces(body, &[]), Ok((body.len(), true)), "{:?}", String::from_utf8_lossy(body));
         for cut in 0..=body.len() {
-            assert_eq!(
-                scan_in_pieces(body, &[cut]),
-                Ok((body.len(), true)),
-                "cut at {cut}"
-            );
+            assert_eq!(scan_in_pieces(body, &[cut]), Ok((body.len(), true)), "cut at {cut}");
         }
         let every: Vec<usize> = (1..body.len()).collect();
         assert_eq!(scan_in_pieces(body, &every), Ok((body.len(), true)));
@@ -110,12 +98,7 @@ fn malformed_sizes_are_refused() {
         b"5;a\x01b\r\n",
         b"5;a\rb",
     ] {
-        assert_eq!(
-            error_of(body),
-            ChunkedError::BadSize,
-            "{:?}",
-            String::from_utf8_lossy(body)
-        );
+        assert_eq!(error_of(body), ChunkedError::BadSize, "{:?}", String::from_utf8_lossy(body));
     }
 }
 
@@ -137,20 +120,10 @@ fn data_must_end_in_crlf() {
 
 #[test]
 fn bare_lf_is_refused_wherever_a_line_ends() {
-    for body in [
-        &b"5\nhello\r\n"[..],
-        b"5;ext\nhello",
-        b"5\r\nhello\n0\r\n\r\n",
-        b"0\r\n\n",
-        b"0\r\nX: y\n\r\n",
-        b"0\r\nX\n",
-    ] {
-        assert_eq!(
-            error_of(body),
-            ChunkedError::BareLf,
-            "{:?}",
-            String::from_utf8_lossy(body)
-        );
+    for body in
+        [&b"5\nhello\r\n"[..], b"5;ext\nhello", b"5\r\nhello\n0\r\n\r\n", b"0\r\n\n", b"0\r\nX: y\n\r\n", b"0\r\nX\n"]
+    {
+        assert_eq!(error_of(body), ChunkedError::BareLf, "{:?}", String::from_utf8_lossy(body));
     }
 }
 
@@ -166,12 +139,7 @@ fn malformed_trailers_are_refused() {
         b"0\r\nX: y\rZ",
         b"0\r\n\rX",
     ] {
-        assert_eq!(
-            error_of(body),
-            ChunkedError::BadTrailer,
-            "{:?}",
-            String::from_utf8_lossy(body)
-        );
+        assert_eq!(error_of(body), ChunkedError::BadTrailer, "{:?}", String::from_utf8_lossy(body));
     }
 }
 
@@ -183,12 +151,7 @@ fn lines_are_bounded() {
     assert_eq!(error_of(&long_size), ChunkedError::BadSize);
     let long_trailer = [&b"0\r\nX: "[..], &[b'v'; MAX_CHUNK_LINE], b"\r\n\r\n"].concat();
     assert_eq!(error_of(&long_trailer), ChunkedError::BadTrailer);
-    let fits = [
-        &b"1;"[..],
-        &[b'x'; MAX_CHUNK_LINE - 5],
-        b"\r\na\r\n0\r\n\r\n",
-    ]
-    .concat();
+    let fits = [&b"1;"[..], &[b'x'; MAX_CHUNK_LINE - 5], b"\r\na\r\n0\r\n\r\n"].concat();
     assert_eq!(scan_in_pieces(&fits, &[3, 700]), Ok((fits.len(), true)));
 }
 
@@ -203,16 +166,8 @@ fn an_error_is_final() {
 #[test]
 fn large_chunks_are_skipped_without_looking_at_their_bytes() {
     let data = vec![b'\n'; 1 << 20];
-    let body = [
-        format!("{:x}\r\n", data.len()).as_bytes(),
-        &data,
-        b"\r\n0\r\n\r\n",
-    ]
-    .concat();
-    assert_eq!(
-        scan_in_pieces(&body, &[10, 5000, 600_000]),
-        Ok((body.len(), true))
-    );
+    let body = [format!("{:x}\r\n", data.len()).as_bytes(), &data, b"\r\n0\r\n\r\n"].concat();
+    assert_eq!(scan_in_pieces(&body, &[10, 5000, 600_000]), Ok((body.len(), true)));
 }
 
 proptest! {

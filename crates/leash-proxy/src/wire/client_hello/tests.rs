@@ -8,14 +8,8 @@ use proptest::prelude::*;
 
 use super::*;
 
-const OPENSSL: &[u8] = include_bytes!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/client_hello_openssl.bin"
-));
-const CURL: &[u8] = include_bytes!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/client_hello_curl.bin"
-));
+const OPENSSL: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/client_hello_openssl.bin"));
+const CURL: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/client_hello_curl.bin"));
 
 fn u16be(n: usize) -> [u8; 2] {
     u16::try_from(n).unwrap_or(u16::MAX).to_be_bytes()
@@ -106,11 +100,7 @@ fn records_of(message: &[u8], sizes: &[usize]) -> Vec<u8> {
 fn done(buf: &[u8]) -> ClientHello {
     match parse_client_hello(buf) {
         Parsed::Done(hello, n) => {
-            assert_eq!(
-                n,
-                buf.len(),
-                "Done must cover exactly the records carrying the hello"
-            );
+            assert_eq!(n, buf.len(), "Done must cover exactly the records carrying the hello");
             hello
         }
         other => panic!("expected Done, got {other:?}"),
@@ -126,11 +116,7 @@ fn refused(buf: &[u8]) -> NotClientHello {
 
 fn assert_every_prefix_needs_more(buf: &[u8]) {
     for end in 0..buf.len() {
-        assert_eq!(
-            parse_client_hello(&buf[..end]),
-            Parsed::NeedMore,
-            "prefix of {end} bytes"
-        );
+        assert_eq!(parse_client_hello(&buf[..end]), Parsed::NeedMore, "prefix of {end} bytes");
     }
 }
 
@@ -160,16 +146,7 @@ fn every_prefix_of_the_samples_needs_more() {
 fn samples_refragmented_into_small_records_parse_the_same() {
     for sample in [OPENSSL, CURL] {
         let expected = done(sample);
-        for sizes in [
-            &[1][..],
-            &[2],
-            &[3],
-            &[7],
-            &[100],
-            &[1, 500],
-            &[16384],
-            &[5, 1, 64, 2],
-        ] {
+        for sizes in [&[1][..], &[2], &[3], &[7], &[100], &[1, 500], &[16384], &[5, 1, 64, 2]] {
             let wire = refragment(sample, sizes);
             assert_eq!(done(&wire), expected, "fragment sizes {sizes:?}");
         }
@@ -213,18 +190,12 @@ fn other_record_types_and_versions_are_refused_at_once() {
     assert_eq!(refused(&[22, 3, 5]), NotClientHello::NotHandshake);
     assert_eq!(refused(&[22, 2]), NotClientHello::NotHandshake);
     // An SSLv2-style hello: two-byte length with the high bit set, then message type 1.
-    assert_eq!(
-        refused(&[0x80, 0x2e, 0x01, 0x03, 0x01]),
-        NotClientHello::NotHandshake
-    );
+    assert_eq!(refused(&[0x80, 0x2e, 0x01, 0x03, 0x01]), NotClientHello::NotHandshake);
 }
 
 #[test]
 fn another_handshake_message_first_is_refused_on_its_type_byte() {
-    assert_eq!(
-        refused(&[22, 3, 1, 0, 50, 2]),
-        NotClientHello::NotClientHello
-    );
+    assert_eq!(refused(&[22, 3, 1, 0, 50, 2]), NotClientHello::NotClientHello);
 }
 
 #[test]
@@ -237,15 +208,9 @@ fn a_non_handshake_record_inside_the_hello_is_refused() {
 
 #[test]
 fn no_server_name_extension_is_absent() {
-    assert_eq!(
-        done(&hello(&[ext(0x000a, &[0, 2, 0, 0x1d])])).server_name,
-        ServerName::Absent
-    );
+    assert_eq!(done(&hello(&[ext(0x000a, &[0, 2, 0, 0x1d])])).server_name, ServerName::Absent);
     // TLS 1.2 allows the whole extensions block to be left out.
-    assert_eq!(
-        done(&record(&handshake(1, &body_with(None)))).server_name,
-        ServerName::Absent
-    );
+    assert_eq!(done(&record(&handshake(1, &body_with(None)))).server_name, ServerName::Absent);
 }
 
 #[test]
@@ -260,41 +225,21 @@ fn server_name_lists_other_than_one_visible_ascii_host_name_are_invalid() {
         &[(1, b"a.example")],
     ];
     for entries in cases {
-        assert_eq!(
-            done(&sni_hello(entries)).server_name,
-            ServerName::Invalid,
-            "{entries:?}"
-        );
+        assert_eq!(done(&sni_hello(entries)).server_name, ServerName::Invalid, "{entries:?}");
     }
-    assert_eq!(
-        done(&sni_hello(&[(0, b"api.example.com")])).server_name,
-        ServerName::One("api.example.com".into())
-    );
+    assert_eq!(done(&sni_hello(&[(0, b"api.example.com")])).server_name, ServerName::One("api.example.com".into()));
 }
 
 #[test]
 fn malformed_server_name_lists_are_invalid() {
-    for data in [
-        &[][..],
-        &[0],
-        &[0, 5, 0, 0, 1, b'a'],
-        &[0, 4, 0, 0, 1, b'a', 0],
-        &[0, 4, 0, 0, 2, b'a'],
-    ] {
-        assert_eq!(
-            done(&hello(&[ext(0, data)])).server_name,
-            ServerName::Invalid,
-            "{data:?}"
-        );
+    for data in [&[][..], &[0], &[0, 5, 0, 0, 1, b'a'], &[0, 4, 0, 0, 1, b'a', 0], &[0, 4, 0, 0, 2, b'a']] {
+        assert_eq!(done(&hello(&[ext(0, data)])).server_name, ServerName::Invalid, "{data:?}");
     }
 }
 
 #[test]
 fn encrypted_client_hello_is_reported() {
-    let wire = hello(&[
-        ext(0, &sni_data(&[(0, b"public.example")])),
-        ext(0xfe0d, &[0, 1, 2, 3]),
-    ]);
+    let wire = hello(&[ext(0, &sni_data(&[(0, b"public.example")])), ext(0xfe0d, &[0, 1, 2, 3])]);
     let parsed = done(&wire);
     assert!(parsed.ech);
     assert_eq!(parsed.server_name, ServerName::One("public.example".into()));
@@ -304,44 +249,22 @@ fn encrypted_client_hello_is_reported() {
 fn any_duplicated_extension_is_refused() {
     let sni = ext(0, &sni_data(&[(0, b"a.example")]));
     let groups = ext(0x000a, &[0, 2, 0, 0x1d]);
-    for exts in [
-        vec![sni.clone(), sni.clone()],
-        vec![sni, groups.clone(), groups],
-    ] {
-        assert_eq!(
-            refused(&hello(&exts)),
-            NotClientHello::Malformed("duplicate extension")
-        );
+    for exts in [vec![sni.clone(), sni.clone()], vec![sni, groups.clone(), groups]] {
+        assert_eq!(refused(&hello(&exts)), NotClientHello::Malformed("duplicate extension"));
     }
 }
 
 #[test]
 fn malformed_alpn_is_refused() {
-    for data in [
-        &[][..],
-        &[0, 0],
-        &[0, 4, 2, b'h', b'2'],
-        &[0, 1, 0],
-        &[0, 3, 2, b'h', b'2', 0],
-    ] {
-        assert!(
-            matches!(
-                refused(&hello(&[ext(0x10, data)])),
-                NotClientHello::Malformed(_)
-            ),
-            "{data:?}"
-        );
+    for data in [&[][..], &[0, 0], &[0, 4, 2, b'h', b'2'], &[0, 1, 0], &[0, 3, 2, b'h', b'2', 0]] {
+        assert!(matches!(refused(&hello(&[ext(0x10, data)])), NotClientHello::Malformed(_)), "{data:?}");
     }
 }
 
 #[test]
 fn truncated_and_overflowing_lengths_are_malformed() {
     let good = body_with(Some(&ext(0, &sni_data(&[(0, b"a.example")]))));
-    let mut cases: Vec<Vec<u8>> = vec![
-        good[..20].to_vec(),
-        good[..34].to_vec(),
-        good[..36].to_vec(),
-    ];
+    let mut cases: Vec<Vec<u8>> = vec![good[..20].to_vec(), good[..34].to_vec(), good[..36].to_vec()];
     let mut long_session = good.clone();
     long_session[34] = 33; // legacy_session_id longer than 32
     long_session.splice(35..35, [0u8; 33]);
@@ -353,54 +276,30 @@ fn truncated_and_overflowing_lengths_are_malformed() {
     ext_overflow[46] += 1;
     let mut trailing = good.clone();
     trailing.push(0);
-    cases.extend([
-        long_session,
-        odd_suites,
-        ext_block_overflow,
-        ext_overflow,
-        trailing,
-    ]);
+    cases.extend([long_session, odd_suites, ext_block_overflow, ext_overflow, trailing]);
     for body in cases {
-        assert!(
-            matches!(
-                refused(&record(&handshake(1, &body))),
-                NotClientHello::Malformed(_)
-            ),
-            "{body:?}"
-        );
+        assert!(matches!(refused(&record(&handshake(1, &body))), NotClientHello::Malformed(_)), "{body:?}");
     }
 }
 
 #[test]
 fn records_must_be_non_empty_and_at_most_2_14_bytes() {
-    assert!(matches!(
-        refused(&[22, 3, 1, 0, 0]),
-        NotClientHello::Malformed(_)
-    ));
-    assert!(matches!(
-        refused(&[22, 3, 1, 0x40, 0x01]),
-        NotClientHello::Malformed(_)
-    ));
+    assert!(matches!(refused(&[22, 3, 1, 0, 0]), NotClientHello::Malformed(_)));
+    assert!(matches!(refused(&[22, 3, 1, 0x40, 0x01]), NotClientHello::Malformed(_)));
 }
 
 #[test]
 fn handshake_bytes_after_the_hello_in_its_record_are_refused() {
     let mut message = handshake(1, &body_with(None));
     message.extend_from_slice(&[1, 0, 0, 0]);
-    assert!(matches!(
-        refused(&record(&message)),
-        NotClientHello::Malformed(_)
-    ));
+    assert!(matches!(refused(&record(&message)), NotClientHello::Malformed(_)));
 }
 
 #[test]
 fn an_oversized_hello_is_refused_from_its_length_alone() {
     let len = (MAX_CLIENT_HELLO + 1).to_be_bytes();
     let n = len.len();
-    assert_eq!(
-        refused(&[22, 3, 1, 0x40, 0, 1, len[n - 3], len[n - 2], len[n - 1]]),
-        NotClientHello::TooLarge
-    );
+    assert_eq!(refused(&[22, 3, 1, 0x40, 0, 1, len[n - 3], len[n - 2], len[n - 1]]), NotClientHello::TooLarge);
 }
 
 #[test]
