@@ -24,5 +24,17 @@ show http://127.0.0.1:8080/guide/
 show http://2130706433:8080/guide/
 echo; echo "\$ leash explain --policy examples/demo.yaml http://evil.example.test:8080/"
 "$LEASH" explain --policy examples/demo.yaml http://evil.example.test:8080/ || true
-echo; echo "audit log ($work/audit.jsonl):"
+echo; echo "audit log of the proxy ($work/audit.jsonl):"
 cat "$work/audit.jsonl"
+
+# The main job: a command whose only way out is leash. Inside, the network holds only `lo`; the proxy variables
+# point at leash's listener there; a direct connection and a DNS lookup get nowhere.
+echo; echo "\$ leash run --policy examples/demo.yaml -- sh -c '…'"
+"$LEASH" run --policy examples/demo.yaml --resolve docs.example.test:127.0.0.1 --log "$work/run-audit.jsonl" -- sh -c '
+  echo "inside: fetch through the proxy: $(curl -s http://docs.example.test:8080/guide/)"
+  echo "inside: a refused host: $(curl -s -o /dev/null -w "%{http_code}" http://evil.example.test:8080/)"
+  curl -s --noproxy "*" --max-time 3 http://127.0.0.1:8080/guide/ >/dev/null && echo "inside: direct: REACHED" || echo "inside: direct connection to the host: fails"
+  getent hosts docs.example.test >/dev/null && echo "inside: DNS: ANSWERED" || echo "inside: DNS lookup: fails"
+  exit 7' || status=$?
+echo "exit status: ${status:-0} (the command's)"
+echo "audit log of the run:"; cat "$work/run-audit.jsonl"
