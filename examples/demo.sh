@@ -21,7 +21,7 @@ show() { echo; echo "\$ curl -x $proxy $1"; curl -s -i -x "$proxy" "$1" | sed -n
 show http://docs.example.test:8080/guide/
 show http://evil.example.test:8080/exfiltrate
 show http://127.0.0.1:8080/guide/
-show http://2130706433:8080/guide/
+show "http://[::ffff:127.0.0.1]:8080/guide/"
 echo; echo "\$ leash explain --policy examples/demo.yaml http://evil.example.test:8080/"
 "$LEASH" explain --policy examples/demo.yaml http://evil.example.test:8080/ || true
 echo; echo "audit log of the proxy ($work/audit.jsonl):"
