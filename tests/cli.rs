@@ -334,13 +334,20 @@ fn run_policy(dir: &Path, port: u16) -> PathBuf {
     )
 }
 
-fn leash_run(policy: &Path, log: &Path, script: &str) -> Output {
-    Command::new(LEASH)
+/// Start an origin on the host's loopback, run `sh -c SCRIPT(port)` under `leash run` with an allowlist naming
+/// `docs.test` (pinned to that origin), and return what it printed and the audit log.
+fn leash_run(script: impl Fn(u16) -> String) -> (Output, Vec<serde_json::Value>) {
+    let port = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let policy = run_policy(dir.path(), port);
+    let o = Command::new(LEASH)
         .args(["run", "--policy", policy.to_str().unwrap(), "--resolve", "docs.test:127.0.0.1", "--log"])
-        .arg(log)
-        .args(["--", "sh", "-c", script])
+        .arg(&log)
+        .args(["--", "sh", "-c", &script(port)])
         .output()
-        .unwrap()
+        .unwrap();
+    (o, log_lines(&log))
 }
 
 #[test]
@@ -348,18 +355,15 @@ fn run_fetches_through_the_proxy_refuses_the_rest_and_propagates_the_exit_status
     if !sandbox_available() {
         return;
     }
-    let port = origin();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("audit.jsonl");
-    let script = format!(
-        "curl -s http://docs.test:{port}/ok; echo; \
-         curl -s -o /dev/null -w '%{{http_code}}\\n' http://evil.test:{port}/x; \
-         exit 7"
-    );
-    let o = leash_run(&run_policy(dir.path(), port), &log, &script);
+    let (o, lines) = leash_run(|port| {
+        format!(
+            "curl -s http://docs.test:{port}/ok; echo; \
+             curl -s -o /dev/null -w '%{{http_code}}\\n' http://evil.test:{port}/x; \
+             exit 7"
+        )
+    });
     assert_eq!(o.status.code(), Some(7), "stderr: {}", stderr(&o));
     assert_eq!(stdout(&o), "origin\n403\n");
-    let lines = log_lines(&log);
     let decisions: Vec<_> = lines.iter().filter(|l| l.get("decision").is_some()).collect();
     assert_eq!(decisions.len(), 2, "{lines:?}");
     assert_eq!(decisions[0]["decision"], "allow");
@@ -371,18 +375,16 @@ fn run_leaves_no_direct_way_out() {
     if !sandbox_available() {
         return;
     }
-    let port = origin();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("audit.jsonl");
     // The origin listens on the host's loopback; inside, 127.0.0.1 is the sandbox's own, where nothing but the
     // proxy listens. A direct fetch that ignores the proxy variables, and a name lookup, must both fail.
-    let script = format!(
-        "curl -s --noproxy '*' --max-time 5 http://127.0.0.1:{port}/ && echo DIRECT-REACHED; \
-         getent hosts docs.test && echo DNS-ANSWERED; \
-         ip -o addr 2>/dev/null | grep -v ' lo ' && echo OTHER-INTERFACE; \
-         exit 0"
-    );
-    let o = leash_run(&run_policy(dir.path(), port), &log, &script);
+    let (o, _) = leash_run(|port| {
+        format!(
+            "curl -s --noproxy '*' --max-time 5 http://127.0.0.1:{port}/ && echo DIRECT-REACHED; \
+             getent hosts docs.test && echo DNS-ANSWERED; \
+             ip -o addr 2>/dev/null | grep -v ' lo ' && echo OTHER-INTERFACE; \
+             exit 0"
+        )
+    });
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     let out = stdout(&o);
     assert!(!out.contains("DIRECT-REACHED") && !out.contains("origin"), "{out}");
