@@ -24,10 +24,12 @@
 //! # Unix sockets: what is masked and what is not
 //! Covered: every filesystem socket that is (a) listed in leash's network namespace's `/proc/net/unix` at spawn
 //! (every socket bound by a host process in leash's netns, whatever its directory: the Docker socket, nscd,
-//! systemd-resolved's varlink socket, D-Bus, ssh-agent, a local relay), or (b) found by a bounded walk
-//! (`MASK_WALK_DEPTH`, `MASK_WALK_BUDGET`) of /run, /var/run, /tmp, /var/tmp and /dev/shm, which catches sockets
-//! bound in other network namespaces (containers). Each is covered by a read-only bind mount of /dev/null, so a
-//! connect gets `ECONNREFUSED`; sockets named in `allow_unix_sockets` (compared by device and inode) are left alone.
+//! systemd-resolved's varlink socket, D-Bus, ssh-agent, a local relay), or (b) found by a walk of /run and /var/run
+//! six levels deep and of /tmp, /var/tmp and /dev/shm two levels deep (a socket in a directory of its own, like
+//! `/tmp/tmux-0/default`), at most `MASK_WALK_BUDGET` entries, which catches sockets bound in other network
+//! namespaces (containers). Each is covered by a bind mount of /dev/null, so a connect gets `ECONNREFUSED`; the
+//! command cannot unmount it (locked, see above). Sockets named in `allow_unix_sockets` (compared by device and
+//! inode) are left alone.
 //! Abstract sockets need nothing: they belong to a network namespace, and the sandbox has its own.
 //!
 //! Not covered: a socket created after spawn, or recreated by a restarting daemon (the kernel drops a mount whose
@@ -70,10 +72,9 @@ use std::path::PathBuf;
 
 /// Most TCP listeners plus UDP sockets one sandbox hands out (bounds the SCM_RIGHTS buffer in the child).
 pub const MAX_SOCKETS: usize = 16;
-/// How deep the walk for Unix sockets goes below each directory it starts from (`/run/user/1000/bus` is 3).
-pub const MASK_WALK_DEPTH: usize = 6;
-/// How many directory entries the walk for Unix sockets visits at most, so a huge /tmp cannot slow start-up.
-pub const MASK_WALK_BUDGET: usize = 20_000;
+/// How many directory entries the walk for Unix sockets visits at most, so a crowded /run cannot slow start-up
+/// (each directory costs a few microseconds; a typical /run has a few dozen).
+pub const MASK_WALK_BUDGET: usize = 4096;
 
 /// What to run and what to hand out. `Default` is an empty spec: no program, no environment, no sockets.
 #[derive(Debug, Default)]

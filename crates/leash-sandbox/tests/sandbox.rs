@@ -163,8 +163,8 @@ fn a_unix_socket_relay_on_the_host_is_masked_unless_allowed() {
 fn a_unix_socket_of_another_network_namespace_is_found_by_the_walk() {
     let Some(host) = TestHost::new() else { return };
     let dir = tempfile::Builder::new().prefix("leash-walk").tempdir_in("/tmp").unwrap();
-    let path = dir.path().join("deep").join("daemon.sock");
-    std::fs::create_dir(path.parent().unwrap()).unwrap();
+    // Two levels below /tmp, as deep as the walk goes there.
+    let path = dir.path().join("daemon.sock");
     // Bound in the test host's netns, so absent from leash's /proc/net/unix: only the walk of /tmp finds it.
     let bind = format!("import socket; s=socket.socket(socket.AF_UNIX); s.bind('{}'); s.listen(); print('ready', flush=True); s.accept()", path.display());
     let mut daemon =

@@ -7,10 +7,13 @@ use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::{MASK_WALK_BUDGET, MASK_WALK_DEPTH};
+use crate::MASK_WALK_BUDGET;
 
-/// Where daemons and containers put their sockets; /var/run is usually a link to /run and then adds nothing.
-const WALK_ROOTS: [&str; 5] = ["/run", "/var/run", "/tmp", "/var/tmp", "/dev/shm"];
+/// Where daemons and containers put their sockets, and how many levels deep to look. /run holds deep trees
+/// (`/run/containerd/.../*.sock`, `/run/user/1000/podman/podman.sock`) and is small; the temporary directories can
+/// be huge, and their sockets sit at most in a directory of their own (`/tmp/.X11-unix/X0`, `/tmp/tmux-0/default`,
+/// `/tmp/ssh-XXXX/agent.1`). A root that is a link (/var/run -> /run) is skipped.
+const WALK_ROOTS: [(&str, usize); 5] = [("/run", 6), ("/var/run", 6), ("/tmp", 2), ("/var/tmp", 2), ("/dev/shm", 2)];
 /// The kernel's list of the calling thread's network namespace's Unix sockets.
 const PROC_NET_UNIX: &str = "/proc/thread-self/net/unix";
 
@@ -20,7 +23,7 @@ pub(super) fn sockets_to_mask(allowed: &[PathBuf]) -> Vec<PathBuf> {
     let mut seen = HashSet::new();
     bound_paths()
         .into_iter()
-        .chain(walk(&WALK_ROOTS, MASK_WALK_DEPTH, MASK_WALK_BUDGET))
+        .chain(walk(&WALK_ROOTS, MASK_WALK_BUDGET))
         .filter(|path| socket_id(path).is_some_and(|id| !allowed.contains(&id) && seen.insert(id)))
         .collect()
 }
@@ -42,12 +45,16 @@ fn parse_proc_net_unix(text: &str) -> Vec<PathBuf> {
     text.lines().skip(1).filter_map(|line| line.find(" /").and_then(|i| line.get(i + 1..))).map(PathBuf::from).collect()
 }
 
-/// Breadth-first walk of `roots`, `depth` levels deep, visiting at most `budget` entries; never follows links.
-fn walk(roots: &[&str], depth: usize, budget: usize) -> Vec<PathBuf> {
-    let mut queue: VecDeque<(PathBuf, usize)> = roots.iter().map(|r| (PathBuf::from(r), 0)).collect();
+/// Breadth-first walk of each root to its depth, visiting at most `budget` entries in all; never follows links.
+fn walk(roots: &[(&str, usize)], budget: usize) -> Vec<PathBuf> {
+    let mut queue: VecDeque<(PathBuf, usize, usize)> = roots
+        .iter()
+        .filter(|(root, _)| fs::symlink_metadata(root).is_ok_and(|m| m.is_dir()))
+        .map(|&(root, depth)| (PathBuf::from(root), 0, depth))
+        .collect();
     let mut found = Vec::new();
     let mut visited = 0;
-    while let Some((dir, level)) = queue.pop_front() {
+    while let Some((dir, level, depth)) = queue.pop_front() {
         let Ok(entries) = fs::read_dir(&dir) else { continue };
         for entry in entries.flatten() {
             visited += 1;
@@ -58,7 +65,7 @@ fn walk(roots: &[&str], depth: usize, budget: usize) -> Vec<PathBuf> {
             if kind.is_socket() {
                 found.push(entry.path());
             } else if kind.is_dir() && level + 1 < depth {
-                queue.push_back((entry.path(), level + 1));
+                queue.push_back((entry.path(), level + 1, depth));
             }
         }
     }
