@@ -63,6 +63,8 @@ pub enum Step {
     CloseInheritedFds,
     /// Making the init non-dumpable.
     HardenInit,
+    /// Making leash itself non-dumpable (`harden_self`).
+    HardenLeash,
     /// `/proc/self/setgroups`, `uid_map`, `gid_map` of the sandbox's user namespace.
     MapIds(&'static str),
     /// `unshare(CLONE_NEWNS)` and making every mount private.
@@ -109,6 +111,7 @@ impl fmt::Display for Step {
             Step::CreateUserNamespace => f.write_str("create a user namespace (with its pid namespace)"),
             Step::CloseInheritedFds => f.write_str("close the file descriptors inherited from leash"),
             Step::HardenInit => f.write_str("make the sandbox's init non-dumpable"),
+            Step::HardenLeash => f.write_str("make leash non-dumpable"),
             Step::MapIds(file) => write!(f, "write the sandbox's /proc/self/{file}"),
             Step::CreateMountNamespace => f.write_str("create a private mount namespace"),
             Step::CreateNetworkNamespace => f.write_str("create a network namespace"),

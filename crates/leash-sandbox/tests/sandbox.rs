@@ -337,6 +337,48 @@ fn sandboxes_start_from_many_threads_at_once() {
     }
 }
 
+/// Runs as `nobody` in a child process of `an_ordinary_user_gets_the_same_sandbox`.
+#[test]
+#[ignore = "a helper process, run by an_ordinary_user_gets_the_same_sandbox"]
+fn helper_unprivileged_leash() {
+    if std::env::var_os("LEASH_TEST_UNPRIVILEGED").is_none() {
+        return;
+    }
+    let script = "echo uid=$(id -u); grep CapEff /proc/self/status; cat /proc/sys/net/ipv6/conf/all/disable_ipv6; \
+                  cat /etc/resolv.conf; n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done; echo $n";
+    let Some(out) = sh(script).resolv_conf("nameserver 127.0.0.1\n").output() else { return };
+    print!("{}", out.stdout);
+}
+
+#[test]
+fn an_ordinary_user_gets_the_same_sandbox() {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return; // every other test already runs without root here
+    }
+    // A copy anyone may run: the build directory may sit below a private home.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("sandbox-tests");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let args = ["--reuid=65534", "--regid=65534", "--clear-groups", "--"];
+    let helper = ["--exact", "helper_unprivileged_leash", "--ignored", "--nocapture", "--test-threads=1"];
+    let out = Command::new("setpriv").args(args).arg(&exe).args(helper).env("LEASH_TEST_UNPRIVILEGED", "1").output();
+    let Ok(out) = out else {
+        support::skip::<()>(&"setpriv (util-linux) is missing");
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !stdout.contains("uid=") {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        support::skip::<()>(&format!("an unprivileged sandbox did not start: {stderr}"));
+        return;
+    }
+    for expected in ["uid=65534\n", "CapEff:\t0000000000000000\n", "\n1\nnameserver 127.0.0.1\n2\n"] {
+        assert!(stdout.contains(expected), "{expected:?} missing from: {stdout}");
+    }
+}
+
 // ---- failing closed ----
 
 #[test]

@@ -60,9 +60,11 @@ pub(super) fn run(plan: &Plan) -> ! {
 fn setup(plan: &Plan) -> Result<(), Fail> {
     let (keep, len) = plan.init_keeps();
     sys::close_all_except(keep.get(..len).unwrap_or_default()).map_err(at(ChildStep::CloseFds, 0))?;
-    sys::set_non_dumpable().map_err(at(ChildStep::Harden, 0))?;
     sys::set_signal_mask(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
-    map_ids(&plan.outer_ids, [ChildStep::Setgroups, ChildStep::UidMap, ChildStep::GidMap])?;
+    map_ids(plan, &plan.outer_ids, [ChildStep::Setgroups, ChildStep::UidMap, ChildStep::GidMap])?;
+    // INVARIANT: init is non-dumpable before anything else runs in the sandbox, so the command can neither
+    // ptrace it nor read its memory (a copy of leash's).
+    sys::set_non_dumpable().map_err(at(ChildStep::Harden, 0))?;
     sys::unshare(libc::CLONE_NEWNS).map_err(at(ChildStep::MountNs, 0))?;
     sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE).map_err(at(ChildStep::MountNs, 0))?;
     sys::unshare(libc::CLONE_NEWNET).map_err(at(ChildStep::NetNs, 0))?;
@@ -77,9 +79,15 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     hand_over_sockets(plan)
 }
 
-/// Writes `setgroups` (deny), `uid_map`, `gid_map` of the calling process's user namespace.
-fn map_ids(maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail> {
+/// Writes `setgroups` (deny), `uid_map`, `gid_map` of the calling process's user namespace. A non-dumpable
+/// process's /proc files belong to root, so without root the process first becomes dumpable (it inherited
+/// leash's non-dumpable flag). No process of the sandbox exists yet at that moment; the caller makes init
+/// non-dumpable again right after, and the command's `execve` replaces its memory.
+fn map_ids(plan: &Plan, maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail> {
     let [setgroups, uid_map, gid_map] = steps;
+    if plan.dumpable_for_maps {
+        sys::set_dumpable(true).map_err(at(setgroups, 0))?;
+    }
     sys::write_file(c"/proc/self/setgroups", b"deny").map_err(at(setgroups, 0))?;
     sys::write_file(c"/proc/self/uid_map", maps.uid_map.as_bytes()).map_err(at(uid_map, 0))?;
     sys::write_file(c"/proc/self/gid_map", maps.gid_map.as_bytes()).map_err(at(gid_map, 0))
@@ -188,7 +196,7 @@ fn command_setup(plan: &Plan) -> Result<(), Fail> {
     // INVARIANT: a second user namespace locks every mount made above and leaves the command no capability
     // over the sandbox's network namespace.
     sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS).map_err(at(ChildStep::CommandNs, 0))?;
-    map_ids(&plan.inner_ids, [ChildStep::CommandSetgroups, ChildStep::CommandUidMap, ChildStep::CommandGidMap])?;
+    map_ids(plan, &plan.inner_ids, [ChildStep::CommandSetgroups, ChildStep::CommandUidMap, ChildStep::CommandGidMap])?;
     for target in 0..3 {
         let fd = plan.stdio_fd(target as usize);
         if fd >= 0 {

@@ -69,7 +69,7 @@ pub(crate) fn forward_signals(child: &Child) -> Result<Forwarding, SandboxError>
 
 /// Makes leash non-dumpable.
 pub(crate) fn harden_self() -> Result<(), SandboxError> {
-    sys::set_non_dumpable().map_err(|errno| setup(Step::HardenInit, io::Error::from_raw_os_error(errno)))
+    sys::set_non_dumpable().map_err(|errno| setup(Step::HardenLeash, io::Error::from_raw_os_error(errno)))
 }
 
 fn setup(step: Step, source: io::Error) -> SandboxError {

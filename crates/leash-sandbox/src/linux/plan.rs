@@ -58,6 +58,9 @@ pub(super) struct Plan {
     /// The command's stdin, stdout, stderr: duplicates numbered >= 3, or `None` to inherit.
     stdio: [Option<OwnedFd>; 3],
     pub(super) channel: c_int,
+    /// Whether the id maps need a dumpable moment (see `init::map_ids`): only without root, whose /proc files
+    /// stay writable while non-dumpable.
+    pub(super) dumpable_for_maps: bool,
 }
 
 impl Plan {
@@ -96,6 +99,7 @@ impl Plan {
             udp: spec.udp_sockets.iter().map(sockaddr).collect(),
             stdio: [dup(&spec.stdin)?, dup(&spec.stdout)?, dup(&spec.stderr)?],
             channel,
+            dumpable_for_maps: current_uid() != 0,
         })
     }
 

@@ -189,9 +189,14 @@ pub(super) fn cloexec_from_3() -> SysResult<()> {
 
 /// prctl(PR_SET_DUMPABLE, 0).
 pub(super) fn set_non_dumpable() -> SysResult<()> {
+    set_dumpable(false)
+}
+
+/// prctl(PR_SET_DUMPABLE).
+pub(super) fn set_dumpable(dumpable: bool) -> SysResult<()> {
+    let flag = c_ulong::from(dumpable);
     // SAFETY: PR_SET_DUMPABLE takes integers only.
-    check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) })
-        .map(drop)
+    check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, flag, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) }).map(drop)
 }
 
 /// A full or empty signal set.
