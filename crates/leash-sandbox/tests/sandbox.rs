@@ -318,6 +318,12 @@ fn harden_self_makes_leash_non_dumpable() {
 }
 
 #[test]
+fn a_sandbox_can_be_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Sandbox>();
+}
+
+#[test]
 fn the_environment_is_exactly_the_specs() {
     let mut run = sh("env | sort");
     run.spec.env = vec![("PATH".into(), support::PATH.into()), ("ONLY".into(), "this".into())];
@@ -344,6 +350,8 @@ fn helper_unprivileged_leash() {
     if std::env::var_os("LEASH_TEST_UNPRIVILEGED").is_none() {
         return;
     }
+    // As `leash run` does: a non-dumpable parent is what made the id maps fail without root.
+    harden_self().unwrap();
     let script = "echo uid=$(id -u); grep CapEff /proc/self/status; cat /proc/sys/net/ipv6/conf/all/disable_ipv6; \
                   cat /etc/resolv.conf; n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done; echo $n";
     let Some(out) = sh(script).resolv_conf("nameserver 127.0.0.1\n").output() else { return };
