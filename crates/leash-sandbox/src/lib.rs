@@ -7,7 +7,7 @@
 //! maps its ids (`0 <uid> 1`), makes itself non-dumpable, creates a private **mount namespace** and a **network
 //! namespace** holding only `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through
 //! `net.ipv6.conf.{all,default,lo}.disable_ipv6`, so no IPv6 at all, not even `::1`), mounts its own **/proc**,
-//! bind-mounts the given contents read-only over `/etc/resolv.conf`, masks host Unix sockets (below), binds the
+//! bind-mounts the given contents over `/etc/resolv.conf`, masks host Unix sockets (below), binds the
 //! requested TCP listeners and UDP sockets and sends them to leash with `SCM_RIGHTS`. It then forks the command,
 //! which first enters a **second user and mount namespace** (mapping back to the caller's uid and gid) and then
 //! `execve`s. That nesting is what makes the set-up stick: the sandbox's mounts become locked (the command cannot
@@ -16,7 +16,8 @@
 //! by creating further namespaces) hold only over namespaces it owns. Any 127.0.0.0/8 address can be bound inside
 //! since the whole /8 is routed to `lo`.
 //!
-//! Init stays PID 1: it reaps orphans, forwards SIGINT/SIGTERM/SIGHUP sent by a process (leash) to the command,
+//! Init stays PID 1: it reaps orphans, forwards every signal a process sends it (leash's `Sandbox::signal`, or the
+//! SIGINT/SIGTERM/SIGHUP `forward_signals` passes on) to the command, ignores those a terminal sends,
 //! and when the command exits reports its status and exits, whereupon the kernel kills every process left in the
 //! pid namespace before leash's `wait` returns. It also exits (ending the sandbox) if leash dies. File descriptors
 //! other than stdio are closed in init and marked close-on-exec for the command.
@@ -44,6 +45,9 @@
 //! glibc `fork` handlers: it forks the command with a raw `clone` too) until `execve`. The init is a copy of leash's
 //! memory at the time of the call; it is non-dumpable and its memory belongs to leash's user namespace, so nothing in
 //! the sandbox can ptrace it or read `/proc/1/mem` — still, call `spawn` before loading secrets where you can.
+//! Without root, init is dumpable for the few system calls that write its id maps (a non-dumpable process's /proc
+//! files belong to root); nothing runs in the sandbox yet, but a same-user host process allowed to ptrace could
+//! attach in that moment.
 //! `Sandbox::forward_signals` installs process-wide handlers: don't also register SIGINT/SIGTERM/SIGHUP elsewhere
 //! (for example with `tokio::signal`) while it is armed.
 //!
@@ -133,7 +137,8 @@ impl ExitStatus {
 /// A running sandbox. Dropping it without `wait` kills everything in it.
 #[derive(Debug)]
 pub struct Sandbox {
-    /// The TCP listeners bound inside, in `SandboxSpec::tcp_listeners` order (take them with `std::mem::take`).
+    /// The TCP listeners bound inside, in `SandboxSpec::tcp_listeners` order, in blocking mode (call
+    /// `set_nonblocking(true)` before handing one to tokio).
     pub tcp: Vec<TcpListener>,
     /// The UDP sockets bound inside, in `SandboxSpec::udp_sockets` order.
     pub udp: Vec<UdpSocket>,
