@@ -11,7 +11,7 @@ use crate::dial::DialError;
 use crate::forward::{upgrade_value, Plan};
 use crate::headers;
 use crate::shared::Shared;
-use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead, Version};
+use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead};
 
 /// A completed exchange.
 pub(crate) struct Exchanged {
@@ -212,7 +212,7 @@ where
         BodyFraming::None => Ok(0),
     }
     .map_err(ExchangeError::Midway)?;
-    let upstream_close = head.version == Version::Http10 || headers::has_connection_option(&head.headers, "close");
+    let upstream_close = !head.is_persistent();
     Ok(Relayed { status: head.status, down: head_bytes.len() as u64 + body, framing, upstream_close, upgraded })
 }
 
@@ -225,7 +225,7 @@ fn response_head_bytes(head: &ResponseHead, close: bool) -> Vec<u8> {
     headers::write_end_to_end(&mut out, &head.headers, &[]);
     if head.status == 101 {
         out.extend_from_slice(b"Connection: upgrade\r\n");
-        for value in headers::values(&head.headers, "upgrade") {
+        for value in head.values("upgrade") {
             out.extend_from_slice(b"Upgrade: ");
             out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");

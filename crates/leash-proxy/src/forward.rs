@@ -20,7 +20,7 @@ use crate::headers;
 use crate::pool::PoolKey;
 use crate::refusal::Response;
 use crate::shared::{Attempt, Shared};
-use crate::wire::http_head::{request_framing, BodyFraming, RequestHead, Version};
+use crate::wire::http_head::{has_connection_token, request_framing, BodyFraming, RequestHead};
 
 /// What the connection loop does after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,7 +163,7 @@ where
             Err(e) => result = Err(ExchangeError::Dial(e)),
         }
     }
-    finish(sh, client, conn, key, plan, result, started, id).await
+    finish(sh, client, conn, key, result, started, id).await
 }
 
 /// Log the outcome, return the upstream to the pool when it is clean, and say whether the client may go on.
@@ -173,7 +173,6 @@ async fn finish<S>(
     client: &mut BufConn<S>,
     conn: BufConn<TcpStream>,
     key: PoolKey,
-    plan: &Plan<'_>,
     result: Result<Exchanged, ExchangeError>,
     started: Instant,
     id: u64,
@@ -181,7 +180,6 @@ async fn finish<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let authority = format!("{}:{}", key.host, key.port);
     match result {
         Ok(done) => {
             sh.log_outcome(id, done.status, done.up, done.down, started);
@@ -200,7 +198,7 @@ where
             if e.response_started() {
                 return Next::Close;
             }
-            let _ = plan;
+            let authority = format!("{}:{}", key.host, key.port);
             reply(client, &Response::upstream_failed(status, &authority, &e.to_string()), false).await
         }
     }
@@ -215,14 +213,14 @@ fn plan(head: &RequestHead) -> Result<Plan<'_>, Early> {
     let framing = request_framing(head).map_err(|e| bad_request(&e.to_string()))?;
     let port = target.port();
     check_host_header(head, &target, port)?;
-    let client_keep_alive = head.version == Version::Http11 && !headers::has_connection_option(&head.headers, "close");
+    let client_keep_alive = head.is_persistent();
     Ok(Plan { target, port, framing, client_keep_alive })
 }
 
 /// Exactly one Host, naming the same host and port as the absolute-form target (RFC 9112 §3.2.2 lets a proxy
 /// ignore it; leash refuses the disagreement instead, so no upstream ever sees a Host it was not decided on).
 fn check_host_header(head: &RequestHead, target: &AbsoluteTarget<'_>, port: u16) -> Result<(), Early> {
-    let mut hosts = headers::values(&head.headers, "host");
+    let mut hosts = head.values("host");
     let (first, second) = (hosts.next(), hosts.next());
     if second.is_some() {
         return Err(bad_request("several Host headers"));
@@ -331,10 +329,10 @@ fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>) -> Vec<u8> {
 
 /// The Upgrade header of a request that asks to switch protocols (`Connection: upgrade` + `Upgrade: ...`).
 pub(crate) fn upgrade_value(head: &RequestHead) -> Option<&[u8]> {
-    if !headers::has_connection_option(&head.headers, "upgrade") {
+    if !has_connection_token(&head.headers, "upgrade") {
         return None;
     }
-    headers::values(&head.headers, "upgrade").next()
+    head.values("upgrade").next()
 }
 
 /// `(path, query)` split at the first raw `?`.

@@ -1,7 +1,7 @@
 //! Header rewriting for forwarded messages: hop-by-hop fields removed (RFC 9110 §7.6.1), including every field the
 //! Connection header names; everything else kept in order, repeated fields (several `Set-Cookie`) included.
 
-use crate::wire::http_head::Header;
+use crate::wire::http_head::{connection_tokens, Header};
 
 /// Fields that describe one connection, never forwarded. `Transfer-Encoding` is kept: bodies are relayed in their
 /// original framing. `Proxy-Authorization` is for leash, not the upstream.
@@ -16,44 +16,22 @@ const HOP_BY_HOP: [&str; 8] = [
     "trailer",
 ];
 
-/// The field names the Connection header(s) list, lowercased.
-pub fn connection_tokens(headers: &[Header]) -> Vec<String> {
-    headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-        .flat_map(|h| {
-            String::from_utf8_lossy(&h.value)
-                .split(',')
-                .map(|t| t.trim().to_ascii_lowercase())
-                .filter(|t| !t.is_empty())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// Whether `token` (e.g. `close`, `upgrade`) is among the Connection options.
-pub fn has_connection_option(headers: &[Header], token: &str) -> bool {
-    connection_tokens(headers).iter().any(|t| t == token)
-}
-
-/// Append every end-to-end header to `out` as `Name: value\r\n`, skipping hop-by-hop ones and those in `skip`.
+/// Append every end-to-end header to `out` as `Name: value\r\n`, skipping hop-by-hop ones, those the Connection
+/// header names, and those in `skip` (lowercase). Compares without allocating: this runs for every forwarded head.
 pub fn write_end_to_end(out: &mut Vec<u8>, headers: &[Header], skip: &[&str]) {
-    let named = connection_tokens(headers);
+    let named: Vec<&[u8]> = connection_tokens(headers).collect();
     for h in headers {
-        let lower = h.name.to_ascii_lowercase();
-        if HOP_BY_HOP.contains(&lower.as_str()) || skip.contains(&lower.as_str()) || named.contains(&lower) {
+        let name = h.name.as_bytes();
+        let dropped = HOP_BY_HOP.iter().chain(skip).any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+            || named.iter().any(|n| name.eq_ignore_ascii_case(n));
+        if dropped {
             continue;
         }
-        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(&h.value);
         out.extend_from_slice(b"\r\n");
     }
-}
-
-/// Every value of the fields named `name`, in order.
-pub fn values<'a>(headers: &'a [Header], name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-    headers.iter().filter(move |h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_slice())
 }
 
 #[cfg(test)]

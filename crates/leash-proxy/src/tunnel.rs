@@ -14,7 +14,6 @@ use crate::config::Snapshot;
 use crate::conn::{BufConn, ReadHeadError, Reparse};
 use crate::dial::{connect_checked, resolve_checked, DialError};
 use crate::forward::reply;
-use crate::headers;
 use crate::refusal::Response;
 use crate::relay;
 use crate::shared::{Attempt, Shared};
@@ -71,7 +70,7 @@ pub(crate) async fn handle(sh: &Shared, mut client: BufConn<TcpStream>, head: &R
 
 /// The CONNECT target: `host:port`, one Host header at most. Err is the response and its reason.
 fn connect_target(head: &RequestHead) -> Result<(Host, u16), (Response, Reason)> {
-    if headers::values(&head.headers, "host").nth(1).is_some() {
+    if head.values("host").nth(1).is_some() {
         return Err((Response::bad_request(400, "several Host headers"), Reason::BadRequest));
     }
     match parse_authority(&head.target) {
