@@ -59,7 +59,11 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
     let path = &target.path;
     let (decision, how) = match target.scheme {
         Scheme::Https => match tunnel_decision(policy, host, port) {
-            d if d.verdict == Verdict::Inspect => unreachable_inspect(d),
+            d if d.verdict == Verdict::Inspect => {
+                let req = Request { via: Via::Tunnel, scheme: Scheme::Https, host, port, path };
+                let how = format!("https: `{host}` is TLS-inspected; decided on canonical path `{}`", path.as_str());
+                (policy.decide_request(&req), how)
+            }
             d => (d, format!("https: the tunnel to `{host}:{port}` is decided on its TLS server name; paths inside it are not seen")),
         },
         scheme => {
@@ -80,10 +84,6 @@ fn tunnel_decision(policy: &Policy, host: &Host, port: u16) -> Decision {
         return Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: d.rule };
     }
     d
-}
-
-fn unreachable_inspect(d: Decision) -> (Decision, String) {
-    (d, "https: the host is TLS-inspected; every request inside is decided on its full URL".to_owned())
 }
 
 fn after_decision(d: &Decision, host: &Host) -> Vec<String> {
