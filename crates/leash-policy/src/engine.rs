@@ -269,6 +269,18 @@ impl Policy {
             (Mode::Blocklist, None) => decision(Verdict::Allow, Reason::Default, None),
         }
     }
+
+    /// True if some request to `host` would not be refused outright by name: a tunnel on one of `tunnel_ports` or a
+    /// plain-HTTP request on one of `ports` is allowed or inspected on some path. `leash run`'s DNS stub answers
+    /// such a name and NXDOMAINs every other. A host with path rules is reachable (each request is then decided on
+    /// its path); an IP literal, listed dotted quads included, is never reachable as a name.
+    pub fn name_is_reachable(&self, host: &Host) -> bool {
+        let Host::Name(name) = host else { return false };
+        // The tunnel decision on a name is the name-level decision of both kinds: it blocks exactly when no rule can
+        // allow any path on the name (allowlist) or a host rule blocks every path (blocklist).
+        let some_port = !self.tunnel_ports.is_empty() || !self.ports.is_empty();
+        some_port && self.decide_tunnel_name(name).verdict != Verdict::Block
+    }
 }
 
 fn decision(verdict: Verdict, reason: Reason, rule: Option<&Arc<str>>) -> Decision {

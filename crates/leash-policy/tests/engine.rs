@@ -18,6 +18,8 @@ mod paths;
 mod props;
 #[path = "engine/purity.rs"]
 mod purity;
+#[path = "engine/reachable.rs"]
+mod reachable;
 #[path = "engine/scale.rs"]
 mod scale;
 
