@@ -39,6 +39,15 @@ pub enum SandboxError {
     /// The sandbox's init ended before it reported the command started.
     #[error("the sandbox's init ended before the command started ({0})")]
     InitDied(String),
+    /// A network namespace to bind in (`bind_in_netns`) is not isolated: it is leash's own, or it holds an
+    /// interface other than `lo`, so serving a proxy there would not be its only way out.
+    #[error("the network namespace of process {pid} is not isolated: {why}")]
+    NotIsolated {
+        /// The process whose namespace it is.
+        pid: u32,
+        /// What was found.
+        why: String,
+    },
     /// Waiting for or signalling the sandbox failed.
     #[error("cannot {what} the sandbox: {source}")]
     Control {
@@ -101,6 +110,12 @@ pub enum Step {
     ChangeDir(PathBuf),
     /// `execve` of the command.
     Exec(PathBuf),
+    /// Opening `/proc/PID/ns/net` of another process (`bind_in_netns`).
+    OpenNetns(u32),
+    /// `setns` into another process's network namespace.
+    EnterNetns(u32),
+    /// Listing the interfaces of a network namespace.
+    ListInterfaces,
 }
 
 impl fmt::Display for Step {
@@ -130,6 +145,9 @@ impl fmt::Display for Step {
             Step::RedirectStdio => f.write_str("set up the command's stdin, stdout and stderr"),
             Step::ChangeDir(p) => write!(f, "change to the working directory `{}`", p.display()),
             Step::Exec(p) => write!(f, "run `{}`", p.display()),
+            Step::OpenNetns(pid) => write!(f, "open the network namespace of process {pid}"),
+            Step::EnterNetns(pid) => write!(f, "enter the network namespace of process {pid}"),
+            Step::ListInterfaces => f.write_str("list the network namespace's interfaces"),
         }
     }
 }
@@ -158,6 +176,10 @@ fn hint(step: &Step, source: &io::Error) -> &'static str {
         }
         Step::MapIds(_) | Step::MapCommandIds(_) if denied => {
             "; the kernel refused the uid/gid mapping: check AppArmor or LSM user namespace restrictions"
+        }
+        Step::OpenNetns(_) if source.kind() == io::ErrorKind::NotFound => "; the process has exited",
+        Step::OpenNetns(_) | Step::EnterNetns(_) if denied => {
+            "; entering another process's network namespace needs root (CAP_SYS_ADMIN and CAP_SYS_PTRACE)"
         }
         Step::BindTcp(_) | Step::BindUdp(_) => "; pass a loopback address (127.0.0.0/8) that no other socket uses",
         _ => "",

@@ -51,6 +51,11 @@
 //! `Sandbox::forward_signals` installs process-wide handlers: don't also register SIGINT/SIGTERM/SIGHUP elsewhere
 //! (for example with `tokio::signal`) while it is armed.
 //!
+//! # Another process's network namespace
+//! `bind_in_netns` binds sockets inside the network namespace of a process leash did not start (a `--network none`
+//! container's init, for `leash docker`): a dedicated thread `setns`es into it, refuses it unless it holds only `lo`
+//! and is not leash's own, binds, and ends; the sockets stay in that namespace and leash serves them from its own.
+//!
 //! # What this crate does not do
 //! It knows nothing of policies, HTTP or DNS: the caller serves the sockets (proxy, DNS stub, transparent
 //! listeners), builds the command's whole environment and writes any CA bundle where the command can read it. It does
@@ -181,6 +186,29 @@ impl Sandbox {
 #[derive(Debug)]
 pub struct SignalForwarding {
     _inner: imp::Forwarding,
+}
+
+/// Sockets bound inside another process's network namespace by [`bind_in_netns`], in the order asked, in blocking
+/// mode.
+#[derive(Debug)]
+pub struct NetnsSockets {
+    /// The TCP listeners.
+    pub tcp: Vec<TcpListener>,
+    /// The UDP sockets.
+    pub udp: Vec<UdpSocket>,
+}
+
+/// Binds TCP listeners and UDP sockets inside the network namespace of process `pid` (a `--network none`
+/// container's init, say), for leash to serve from its own namespace. A dedicated thread enters the namespace,
+/// refuses it unless it holds no interface but `lo` and is not leash's own ([`SandboxError::NotIsolated`]), binds,
+/// and ends. Needs root (`CAP_SYS_ADMIN` to enter the namespace).
+pub fn bind_in_netns(pid: u32, tcp: &[SocketAddrV4], udp: &[SocketAddrV4]) -> Result<NetnsSockets, SandboxError> {
+    imp::bind_in_netns(pid, tcp, udp).map(|(tcp, udp)| NetnsSockets { tcp, udp })
+}
+
+/// The interfaces of the network namespace of process `pid`, as listed from inside it.
+pub fn netns_interfaces(pid: u32) -> Result<Vec<String>, SandboxError> {
+    imp::netns_interfaces(pid)
 }
 
 /// Makes leash non-dumpable (`PR_SET_DUMPABLE` 0): no core dumps, and only a process with `CAP_SYS_PTRACE` over

@@ -1,8 +1,8 @@
 //! The backend for platforms without one yet (macOS and others): `spawn` refuses with `Unsupported`, so `leash run`
 //! never starts a command unprotected. A real backend (for example macOS's sandbox profiles) replaces this module
-//! behind the same four functions and `Child` methods.
+//! behind the same functions and `Child` methods.
 
-use std::net::{TcpListener, UdpSocket};
+use std::net::{SocketAddrV4, TcpListener, UdpSocket};
 
 use crate::{ExitStatus, SandboxError, SandboxSpec};
 
@@ -15,6 +15,18 @@ pub(crate) enum Child {}
 pub(crate) struct Forwarding;
 
 pub(crate) fn spawn(_spec: SandboxSpec) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
+    Err(SandboxError::Unsupported { os: std::env::consts::OS })
+}
+
+pub(crate) fn bind_in_netns(
+    _pid: u32,
+    _tcp: &[SocketAddrV4],
+    _udp: &[SocketAddrV4],
+) -> Result<(Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
+    Err(SandboxError::Unsupported { os: std::env::consts::OS })
+}
+
+pub(crate) fn netns_interfaces(_pid: u32) -> Result<Vec<String>, SandboxError> {
     Err(SandboxError::Unsupported { os: std::env::consts::OS })
 }
 

@@ -4,6 +4,7 @@
 
 mod init;
 mod masks;
+mod netns;
 mod plan;
 mod proto;
 mod signals;
@@ -25,6 +26,7 @@ use self::proto::{Msg, SpecFacts, RECORD_LEN};
 use crate::error::Step;
 use crate::{ExitStatus, SandboxError, SandboxSpec, MAX_SOCKETS};
 
+pub(crate) use self::netns::{bind_in_netns, netns_interfaces};
 pub(crate) use self::signals::Forwarding;
 
 /// The sandbox's init, seen from leash.
