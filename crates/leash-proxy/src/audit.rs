@@ -30,6 +30,8 @@ enum Sink {
 pub struct AuditLog {
     sink: Mutex<Sink>,
     next_id: AtomicU64,
+    /// The container the run serves (`leash docker`), added to every line as `container`.
+    container: Option<Box<str>>,
 }
 
 /// The decision record of one request or tunnel.
@@ -90,7 +92,13 @@ impl AuditLog {
     }
 
     fn with_sink(sink: Sink) -> Self {
-        Self { sink: Mutex::new(sink), next_id: AtomicU64::new(1) }
+        Self { sink: Mutex::new(sink), next_id: AtomicU64::new(1), container: None }
+    }
+
+    /// Every line written from now on carries `"container": id` (the Docker container this run serves).
+    pub fn with_container(mut self, id: &str) -> Self {
+        self.container = Some(id.into());
+        self
     }
 
     /// A fresh request id, unique in this run.
@@ -118,7 +126,11 @@ impl AuditLog {
     }
 
     fn write_line<T: Serialize>(&self, entry: &T) -> Result<(), AuditError> {
-        let mut line = serde_json::to_vec(entry).map_err(|e| err(Path::new("<json>"), e.into()))?;
+        let json = match &self.container {
+            None => serde_json::to_vec(entry),
+            Some(container) => serde_json::to_vec(&InContainer { entry, container }),
+        };
+        let mut line = json.map_err(|e| err(Path::new("<json>"), e.into()))?;
         line.push(b'\n');
         // A poisoned lock only means another writer panicked mid-call; the file itself is still fine to append to.
         let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
@@ -133,6 +145,14 @@ impl AuditLog {
             Sink::Discard => Ok(()),
         }
     }
+}
+
+/// An entry with the container it came from appended.
+#[derive(Serialize)]
+struct InContainer<'a, T> {
+    #[serde(flatten)]
+    entry: &'a T,
+    container: &'a str,
 }
 
 fn err(path: &Path, source: io::Error) -> AuditError {
@@ -198,5 +218,18 @@ mod tests {
         assert_eq!(rfc3339(t), "2026-12-02T16:42:13.123Z");
         let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn a_container_log_names_the_container_on_every_line() {
+        let path = std::env::temp_dir().join(format!("leash-audit-container-{}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let log = AuditLog::open(&path).map(|l| l.with_container("c0ffee")).unwrap();
+        let outcome =
+            OutcomeEntry { id: 1, time: now_rfc3339(), status: 200, bytes_up: 1, bytes_down: 2, duration_ms: 0.5 };
+        log.outcome(&outcome).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(text.starts_with("{\"id\":1,") && text.ends_with(",\"container\":\"c0ffee\"}\n"), "{text}");
     }
 }
