@@ -6,6 +6,7 @@ mod bytes;
 pub mod chunked;
 pub mod client_hello;
 mod cursor;
+pub mod dns;
 pub mod http_head;
 
 /// The three answers of a byte parser.
