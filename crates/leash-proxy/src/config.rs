@@ -10,6 +10,7 @@ use leash_policy::Policy;
 
 use crate::audit::AuditLog;
 use crate::resolve::Resolve;
+use crate::tls::Inspection;
 
 /// The policy in force. `store` replaces it atomically (SIGHUP reload); each request decides on one snapshot.
 #[derive(Clone)]
@@ -105,4 +106,7 @@ pub struct ProxyConfig {
     /// This host's interface addresses and the proxy's own listening addresses: never dialed, whatever DNS says.
     pub own_addrs: Arc<[IpAddr]>,
     pub limits: Limits,
+    /// TLS inspection (the run's CA, both TLS sides). `None`: a tunnel that needs inspection is refused
+    /// (`needs-inspection`), never let through unseen.
+    pub inspection: Option<Arc<Inspection>>,
 }

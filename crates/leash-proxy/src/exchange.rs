@@ -4,7 +4,6 @@
 use std::io;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::conn::{BufConn, ReadHeadError, Reparse, Source};
 use crate::dial::DialError;
@@ -64,19 +63,21 @@ struct Relayed {
     upgraded: bool,
 }
 
-/// Send `request` (and the client's body) up, relay the response down.
-pub(crate) async fn exchange<S>(
+/// Send `request` (and the client's body) up, relay the response down. The upstream is a plain TCP connection
+/// (forward proxy) or the TLS session of an inspected tunnel.
+pub(crate) async fn exchange<S, U>(
     sh: &Shared,
     client: &mut BufConn<S>,
-    upstream: &mut BufConn<TcpStream>,
+    upstream: &mut BufConn<U>,
     request: &[u8],
     head: &RequestHead,
     plan: &Plan<'_>,
 ) -> Result<Exchanged, ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
+    U: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    if let Err(e) = upstream.io.write_all(request).await {
+    if let Err(e) = upstream.io.write_all(request).await.and(upstream.io.flush().await) {
         return Err(stale_or(e));
     }
     let keep = plan.client_keep_alive;
@@ -101,19 +102,20 @@ fn done(status: u16, up: u64, down: u64, upstream_reusable: bool, client_keep_al
 }
 
 /// Stream the body up while the response streams down. `None` when the response ended before the body did.
-async fn with_body<S>(
+async fn with_body<S, U>(
     sh: &Shared,
     client: &mut BufConn<S>,
-    upstream: &mut BufConn<TcpStream>,
+    upstream: &mut BufConn<U>,
     head: &RequestHead,
     plan: &Plan<'_>,
 ) -> Result<(Relayed, Option<u64>), ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
+    U: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let BufConn { io: client_io, buf: client_buf } = client;
     let (mut client_rd, mut client_wr) = tokio::io::split(client_io);
-    let (mut up_rd, mut up_wr) = upstream.io.split();
+    let (mut up_rd, mut up_wr) = tokio::io::split(&mut upstream.io);
     let mut body_src = Source { buf: client_buf, io: &mut client_rd };
     let mut down = Source { buf: &mut upstream.buf, io: &mut up_rd };
     let send = send_body(&mut body_src, &mut up_wr, plan.framing);
@@ -136,11 +138,13 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    match framing {
-        BodyFraming::ContentLength(n) => src.copy_exact(to, n).await,
-        BodyFraming::Chunked => src.relay_chunked(to).await,
-        BodyFraming::None | BodyFraming::UntilClose => Ok(0),
-    }
+    let sent = match framing {
+        BodyFraming::ContentLength(n) => src.copy_exact(to, n).await?,
+        BodyFraming::Chunked => src.relay_chunked(to).await?,
+        BodyFraming::None | BodyFraming::UntilClose => 0,
+    };
+    to.flush().await?;
+    Ok(sent)
 }
 
 /// Read response heads (passing 1xx on), then the final head and its body.
@@ -168,6 +172,7 @@ where
         first = false;
         if (100..200).contains(&head.status) && head.status != 101 {
             client.write_all(&response_head_bytes(&head, false)).await.map_err(ExchangeError::Midway)?;
+            client.flush().await.map_err(ExchangeError::Midway)?;
             continue;
         }
         return relay_final(down, client, &head, method, client_keep_alive).await;
@@ -212,6 +217,8 @@ where
         BodyFraming::None => Ok(0),
     }
     .map_err(ExchangeError::Midway)?;
+    // A TLS writer may still hold the last records; a TCP flush is free.
+    client.flush().await.map_err(ExchangeError::Midway)?;
     let upstream_close = !head.is_persistent();
     Ok(Relayed { status: head.status, down: head_bytes.len() as u64 + body, framing, upstream_close, upgraded })
 }

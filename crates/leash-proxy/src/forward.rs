@@ -38,7 +38,7 @@ pub(crate) struct Plan<'h> {
 }
 
 /// A request refused before the policy is asked.
-struct Early {
+pub(crate) struct Early {
     response: Response,
     reason: Reason,
 }
@@ -50,9 +50,9 @@ where
 {
     let started = Instant::now();
     let id = sh.cfg.audit.next_id();
-    let plan = match plan(head) {
+    let plan = match plan(head, &head.target) {
         Ok(plan) => plan,
-        Err(early) => return refuse_early(sh, client, head, id, peer, early).await,
+        Err(early) => return refuse_early(sh, client, head, &head.target, id, peer, early).await,
     };
     let host = plan.target.authority.host.as_str();
     let (path_only, _) = split_query(plan.target.path_and_query);
@@ -204,10 +204,11 @@ where
     }
 }
 
-/// Target parsing, framing and Host checks: everything decidable without the policy.
-fn plan(head: &RequestHead) -> Result<Plan<'_>, Early> {
-    let target = parse_absolute_target(&head.target).map_err(|e| match e {
-        TargetError::Host(_) => Early { response: forbidden_raw(head, Reason::BadHost), reason: Reason::BadHost },
+/// Target parsing, framing and Host checks: everything decidable without the policy. `target` is the request's
+/// absolute-form target (for an inner request of an inspected tunnel, the one its origin-form target stands for).
+pub(crate) fn plan<'t>(head: &RequestHead, target: &'t str) -> Result<Plan<'t>, Early> {
+    let target = parse_absolute_target(target).map_err(|e| match e {
+        TargetError::Host(_) => Early { response: forbidden_raw(target, Reason::BadHost), reason: Reason::BadHost },
         TargetError::NotAbsolute | TargetError::Path(_) => bad_request(&e.to_string()),
     })?;
     let framing = request_framing(head).map_err(|e| bad_request(&e.to_string()))?;
@@ -235,7 +236,7 @@ fn check_host_header(head: &RequestHead, target: &AbsoluteTarget<'_>, port: u16)
     Ok(())
 }
 
-fn default_port(scheme: Scheme) -> u16 {
+pub(crate) fn default_port(scheme: Scheme) -> u16 {
     match scheme {
         Scheme::Https => 443,
         _ => 80,
@@ -248,21 +249,23 @@ fn forbidden_at(target: &AbsoluteTarget<'_>, reason: Reason) -> Response {
 }
 
 /// A 403 for a target whose host could not be parsed: name it as the client wrote it, minus the query.
-fn forbidden_raw(head: &RequestHead, reason: Reason) -> Response {
-    let after_scheme = head.target.split_once("://").map_or(head.target.as_str(), |(_, rest)| rest);
+fn forbidden_raw(target: &str, reason: Reason) -> Response {
+    let after_scheme = target.split_once("://").map_or(target, |(_, rest)| rest);
     let (shown, _) = split_query(after_scheme);
     Response::forbidden(shown, reason)
 }
 
-fn bad_request(why: &str) -> Early {
+pub(crate) fn bad_request(why: &str) -> Early {
     Early { response: Response::bad_request(400, why), reason: Reason::BadRequest }
 }
 
-/// Log and answer a request refused before the policy was asked (400s, bad hosts, Host mismatches).
-async fn refuse_early<S>(
+/// Log and answer a request refused before the policy was asked (400s, bad hosts, Host mismatches). `target` is
+/// the absolute-form target the request stands for.
+pub(crate) async fn refuse_early<S>(
     sh: &Shared,
     client: &mut BufConn<S>,
     head: &RequestHead,
+    target: &str,
     id: u64,
     peer: SocketAddr,
     early: Early,
@@ -270,7 +273,7 @@ async fn refuse_early<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let (host, port) = loose_authority(&head.target);
+    let (host, port) = loose_authority(target);
     let attempt = Attempt { id, method: &head.method, host: &host, port, path: Some(&head.target), peer };
     let response = match sh.log_decision(&attempt, &refusal(early.reason)) {
         Ok(()) => early.response,
@@ -294,7 +297,7 @@ fn loose_authority(target: &str) -> (String, u16) {
 
 /// Write one of leash's own responses.
 pub(crate) async fn reply<S: AsyncWrite + Unpin>(client: &mut S, response: &Response, keep_alive: bool) -> Next {
-    match client.write_all(&response.to_bytes(keep_alive)).await {
+    match client.write_all(&response.to_bytes(keep_alive)).await.and(client.flush().await) {
         Ok(()) if keep_alive => Next::KeepAlive,
         _ => Next::Close,
     }
@@ -302,7 +305,7 @@ pub(crate) async fn reply<S: AsyncWrite + Unpin>(client: &mut S, response: &Resp
 
 /// The head sent upstream: origin-form of the original target (so `%2F` and friends reach the API as sent), one
 /// Host equal to the decided authority, end-to-end headers in order.
-fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>) -> Vec<u8> {
+pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + head.target.len());
     out.extend_from_slice(head.method.as_bytes());
     out.push(b' ');

@@ -1,17 +1,21 @@
 //! leash's egress proxy: the async I/O around the policy engine.
 //!
-//! It owns the listeners, HTTP/1.1 forwarding and CONNECT tunnels, the ClientHello peek, upstream dialing with the
-//! destination check, the audit log and the refusal responses. It does not decide anything itself: every decision
+//! It owns the listeners, HTTP/1.1 forwarding and CONNECT tunnels, the ClientHello peek, TLS inspection (the per-run
+//! CA, leaf issuance, HTTP/1.1 and HTTP/2 inside inspected tunnels), upstream dialing with the destination check, the
+//! audit log and the refusal responses. It does not decide anything itself: every decision
 //! is `leash_policy`'s; and it does not build sandboxes (`leash-sandbox`) or parse command lines (the binary).
 #![forbid(unsafe_code)]
 
 pub mod audit;
+pub mod ca;
 pub mod config;
 mod conn;
 mod dial;
+pub mod dns;
 mod exchange;
 mod forward;
 mod headers;
+mod inspect;
 mod netinfo;
 mod pool;
 pub mod refusal;
@@ -19,15 +23,18 @@ mod relay;
 pub mod resolve;
 mod server;
 mod shared;
+pub mod tls;
 mod tunnel;
 pub mod wire;
 
 pub use audit::AuditLog;
 pub use config::{Limits, PolicyHandle, ProxyConfig};
+pub use dns::{serve_dns, TRANSPARENT_ADDR};
 pub use netinfo::local_interface_addrs;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 pub use server::serve;
+pub use tls::{Inspection, TlsSetupError, UpstreamTrust};
 
-/// Whether this build terminates TLS for hosts with path rules. Until it does, such tunnels are refused with
-/// `needs-inspection`, and `leash explain` says so.
-pub const TLS_INSPECTION: bool = false;
+/// Whether this build terminates TLS for hosts with path rules (else such tunnels are refused with
+/// `needs-inspection`, and `leash explain` says so).
+pub const TLS_INSPECTION: bool = true;

@@ -37,6 +37,12 @@ impl Response {
         Self { status, reason: None, body }
     }
 
+    /// 502 for an inspected tunnel whose upstream's certificate could not be verified (never downgraded).
+    pub fn upstream_tls(authority: &str, why: &str) -> Self {
+        let body = format!("leash: upstream `{authority}` failed TLS verification (upstream-tls): {why}\n");
+        Self { status: 502, reason: Some(Reason::UpstreamTls), body }
+    }
+
     /// The response bytes; `keep_alive` false adds `Connection: close`.
     pub fn to_bytes(&self, keep_alive: bool) -> Vec<u8> {
         let mut out = format!("HTTP/1.1 {} {}\r\n", self.status, status_text(self.status));

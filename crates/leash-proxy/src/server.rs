@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::AsyncWrite;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
@@ -66,7 +67,7 @@ pub async fn serve(listener: TcpListener, config: ProxyConfig, shutdown: impl Fu
 }
 
 /// One client connection: requests until it closes, goes idle, breaks a rule that ends it, or shutdown.
-async fn connection(sh: &Shared, stream: TcpStream, peer: SocketAddr, mut stop: watch::Receiver<bool>) {
+async fn connection(sh: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, mut stop: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
     let mut client = BufConn::new(stream);
     let limits = &sh.cfg.limits;
@@ -93,9 +94,9 @@ async fn connection(sh: &Shared, stream: TcpStream, peer: SocketAddr, mut stop: 
 }
 
 /// A head that could not be read: malformed ones get 400 (431 when too large) and a log line; the rest just close.
-async fn refuse_unreadable(
+pub(crate) async fn refuse_unreadable<S: AsyncWrite + Unpin>(
     sh: &Shared,
-    client: &mut BufConn<TcpStream>,
+    client: &mut BufConn<S>,
     e: ReadHeadError<HeadError>,
     peer: SocketAddr,
 ) {

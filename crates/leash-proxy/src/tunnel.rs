@@ -3,6 +3,7 @@
 //! peeked bytes replayed first. A tunnel refused on its ClientHello is closed without a byte reaching any upstream.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leash_policy::{parse_authority, parse_host, Authority, ClientHelloFacts, Decision, Host, Reason, Verdict};
@@ -14,6 +15,7 @@ use crate::config::Snapshot;
 use crate::conn::{BufConn, ReadHeadError, Reparse};
 use crate::dial::{connect_checked, resolve_checked, DialError};
 use crate::forward::reply;
+use crate::inspect::{self, answer_in_tls, Inspected};
 use crate::refusal::Response;
 use crate::relay;
 use crate::shared::{Attempt, Shared};
@@ -30,7 +32,7 @@ const DRAIN_TIME: Duration = Duration::from_millis(500);
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
 /// Handle a CONNECT request; the connection is the tunnel's from here on.
-pub(crate) async fn handle(sh: &Shared, mut client: BufConn<TcpStream>, head: &RequestHead, peer: SocketAddr) {
+pub(crate) async fn handle(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, head: &RequestHead, peer: SocketAddr) {
     let started = Instant::now();
     let id = sh.cfg.audit.next_id();
     let (target, port) = match connect_target(head) {
@@ -47,13 +49,13 @@ pub(crate) async fn handle(sh: &Shared, mut client: BufConn<TcpStream>, head: &R
     let host_text = target.as_str().into_owned();
     let attempt = Attempt { id, method: "CONNECT", host: &host_text, port, path: None, peer };
     let decision = match snap.decide_connect(&target, port) {
-        // Until TLS inspection is available, a host with path rules cannot be decided per request: refuse it.
-        d if d.verdict == Verdict::Inspect => {
+        // Without inspection a host with path rules cannot be decided per request: refuse it, never splice it.
+        d if d.verdict == Verdict::Inspect && sh.cfg.inspection.is_none() => {
             Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: d.rule }
         }
         d => d,
     };
-    if decision.verdict != Verdict::Allow {
+    if decision.verdict == Verdict::Block {
         let response = match sh.log_decision(&attempt, &decision) {
             Ok(()) => Response::forbidden(&format!("{host_text}:{port}"), decision.reason),
             Err(_) => Response::audit_failed(),
@@ -84,8 +86,8 @@ fn connect_target(head: &RequestHead) -> Result<(Host, u16), (Response, Reason)>
 
 /// A tunnel whose target was allowed and whose 200 was sent.
 struct Tunnel<'a> {
-    sh: &'a Shared,
-    snap: &'a Snapshot,
+    sh: &'a Arc<Shared>,
+    snap: &'a Arc<Snapshot>,
     target: &'a Host,
     port: u16,
     id: u64,
@@ -122,15 +124,52 @@ impl Tunnel<'_> {
         };
         let attempt =
             Attempt { id: self.id, method: "CONNECT", host: &shown, port: self.port, path: None, peer: self.peer };
-        if decision.verdict != Verdict::Allow {
-            let _ = self.sh.log_decision(&attempt, &decision);
-            return drain_and_close(client).await;
-        }
-        let upstream_host = match facts {
-            ClientHelloFacts::ServerName(name) => parse_host(name).unwrap_or_else(|_| self.target.clone()),
-            _ => self.target.clone(),
+        let named = match facts {
+            ClientHelloFacts::ServerName(name) => parse_host(name).ok().filter(|h| matches!(h, Host::Name(_))),
+            _ => None,
         };
-        self.splice(client, &upstream_host, &attempt, &decision).await;
+        match (decision.verdict, &self.sh.cfg.inspection, named) {
+            (Verdict::Block, Some(tls), Some(_)) => {
+                // Refused on a readable server name: say why inside TLS (a client trusting the run's CA reads it).
+                let logged = self.sh.log_decision(&attempt, &decision).is_ok();
+                answer_in_tls(self.sh, tls, client, |path| match logged {
+                    true => Response::forbidden(&format!("{shown}{path}"), decision.reason),
+                    false => Response::audit_failed(),
+                })
+                .await
+            }
+            (Verdict::Block, ..) => {
+                let _ = self.sh.log_decision(&attempt, &decision);
+                drain_and_close(client).await
+            }
+            (Verdict::Inspect, Some(tls), Some(host)) => {
+                let alpn = hello.as_ref().map(|h| h.alpn.clone()).unwrap_or_default();
+                let inspected = Inspected {
+                    sh: self.sh.clone(),
+                    snap: self.snap.clone(),
+                    tls: tls.clone(),
+                    host,
+                    port: self.port,
+                    id: self.id,
+                    peer: self.peer,
+                    started: self.started,
+                };
+                inspect::run(inspected, client, &alpn, &decision).await
+            }
+            (Verdict::Inspect, ..) => {
+                let refused =
+                    Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: decision.rule };
+                let _ = self.sh.log_decision(&attempt, &refused);
+                drain_and_close(client).await
+            }
+            (Verdict::Allow, ..) => {
+                let upstream_host = match facts {
+                    ClientHelloFacts::ServerName(name) => parse_host(name).unwrap_or_else(|_| self.target.clone()),
+                    _ => self.target.clone(),
+                };
+                self.splice(client, &upstream_host, &attempt, &decision).await
+            }
+        }
     }
 
     /// Resolve the decided name once, check it, log, dial exactly the checked addresses, replay, relay.

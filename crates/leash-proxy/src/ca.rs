@@ -1,0 +1,197 @@
+//! The per-run certificate authority of TLS inspection: an ECDSA P-256 CA generated at start, whose private key lives
+//! in this process's memory only (it is never serialised, written or logged), and the leaf certificates it issues on
+//! demand, one per server name, cached in a bounded LRU.
+//!
+//! Leaves are made for strict clients (Python 3.13's `VERIFY_X509_STRICT`, Go, Node, macOS): exactly the SNI name in
+//! the subjectAltName (no wildcard, so `a.b.c.example.com` works), a random 128-bit serial, subject and authority key
+//! identifiers, `CA:FALSE`, digitalSignature and serverAuth usages, and a validity that starts an hour in the past
+//! (clock skew) and lasts [`LEAF_VALIDITY`].
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use lru::LruCache;
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SerialNumber,
+};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::sign::CertifiedKey;
+use time::{Duration, OffsetDateTime};
+
+/// How many leaves are kept. A run talks to a few dozen hosts; 1,024 keeps all of them while bounding what a client
+/// sending endless distinct SNI names can make leash hold (a leaf and its key are about 1 kB).
+pub const LEAF_CACHE: usize = 1024;
+
+/// Leaf validity: well under the 90 days strict clients and browsers accept, longer than any run.
+pub const LEAF_VALIDITY: Duration = Duration::days(30);
+
+/// The CA's own validity: it exists for one run; a little longer than its leaves so none outlives it.
+const CA_VALIDITY: Duration = Duration::days(31);
+
+/// Backdating of every certificate, so a client whose clock is a little behind still accepts it.
+const BACKDATE: Duration = Duration::hours(1);
+
+/// Why the CA or a leaf could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    #[error("cannot generate the CA: {0}")]
+    Generate(rcgen::Error),
+    #[error("cannot issue a certificate for `{name}`: {why}")]
+    Issue { name: String, why: String },
+}
+
+/// A leaf, issued once per name; concurrent first users of a name wait for the one issuance.
+type Slot = Arc<OnceLock<Result<Arc<CertifiedKey>, String>>>;
+
+/// The run's CA.
+pub struct CertAuthority {
+    cert: CertificateDer<'static>,
+    pem: String,
+    // INVARIANT: the CA private key exists only here, in memory; nothing serialises it.
+    issuer: Issuer<'static, KeyPair>,
+    provider: Arc<CryptoProvider>,
+    leaves: Mutex<LruCache<Box<str>, Slot>>,
+}
+
+impl CertAuthority {
+    /// A fresh CA with a new P-256 key.
+    pub fn generate() -> Result<Self, CaError> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(CaError::Generate)?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name = ca_name();
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        params.serial_number = Some(random_serial());
+        let now = OffsetDateTime::now_utc();
+        (params.not_before, params.not_after) = (now - BACKDATE, now + CA_VALIDITY);
+        let cert = params.self_signed(&key).map_err(CaError::Generate)?;
+        let cap = NonZeroUsize::new(LEAF_CACHE).unwrap_or(NonZeroUsize::MIN);
+        Ok(Self {
+            pem: cert.pem(),
+            cert: cert.der().clone(),
+            issuer: Issuer::new(params, key),
+            provider: Arc::new(rustls::crypto::ring::default_provider()),
+            leaves: Mutex::new(LruCache::new(cap)),
+        })
+    }
+
+    /// The CA certificate, PEM: what clients add to their trust store.
+    pub fn cert_pem(&self) -> &str {
+        &self.pem
+    }
+
+    /// The CA certificate, DER.
+    pub fn cert_der(&self) -> &CertificateDer<'static> {
+        &self.cert
+    }
+
+    /// The leaf for `name` (a canonical host name: lowercase, no trailing dot), issued on first use and then reused.
+    pub fn leaf(&self, name: &str) -> Result<Arc<CertifiedKey>, CaError> {
+        let slot = {
+            let mut leaves = self.leaves.lock().unwrap_or_else(|p| p.into_inner());
+            match leaves.get(name) {
+                Some(slot) => slot.clone(),
+                None => {
+                    let slot = Slot::default();
+                    leaves.put(name.into(), slot.clone());
+                    slot
+                }
+            }
+        };
+        // Outside the lock: other names are served while this one is issued; callers of the same name wait here.
+        let issued = slot.get_or_init(|| self.issue(name).map(Arc::new));
+        issued.clone().map_err(|why| CaError::Issue { name: name.to_owned(), why })
+    }
+
+    /// How many leaves the cache holds.
+    pub fn cached_leaves(&self) -> usize {
+        self.leaves.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn issue(&self, name: &str) -> Result<CertifiedKey, String> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| e.to_string())?;
+        let mut params = CertificateParams::new(vec![name.to_owned()]).map_err(|e| e.to_string())?;
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
+        params.serial_number = Some(random_serial());
+        let now = OffsetDateTime::now_utc();
+        (params.not_before, params.not_after) = (now - BACKDATE, now + LEAF_VALIDITY);
+        let cert = params.signed_by(&key, &self.issuer).map_err(|e| e.to_string())?;
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let signing = self.provider.key_provider.load_private_key(der).map_err(|e| e.to_string())?;
+        Ok(CertifiedKey::new(vec![cert.der().clone(), self.cert.clone()], signing))
+    }
+}
+
+fn ca_name() -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, "leash");
+    dn.push(DnType::CommonName, "leash per-run inspection CA");
+    dn
+}
+
+/// 16 random bytes, top bit clear so the DER integer stays positive (RFC 5280 §4.1.2.2).
+fn random_serial() -> SerialNumber {
+    let mut bytes = [0u8; 16];
+    // ring's system RNG (getrandom); it does not fail on Linux, and a zero serial would still be a valid certificate.
+    let _ = ring_fill(&mut bytes);
+    bytes[0] &= 0x7f;
+    bytes[0] |= 0x01;
+    SerialNumber::from_slice(&bytes)
+}
+
+fn ring_fill(bytes: &mut [u8]) -> Result<(), rustls::Error> {
+    rustls::crypto::ring::default_provider()
+        .secure_random
+        .fill(bytes)
+        .map_err(|_| rustls::Error::FailedToGetRandomBytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_leaf_per_name_reused() {
+        let ca = CertAuthority::generate().unwrap();
+        let a = ca.leaf("a.b.c.example.com").unwrap();
+        let b = ca.leaf("a.b.c.example.com").unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let other = ca.leaf("example.org").unwrap();
+        assert!(!Arc::ptr_eq(&a, &other));
+        assert_eq!(a.cert.len(), 2, "leaf then CA");
+        assert_eq!(&a.cert[1], ca.cert_der());
+    }
+
+    #[test]
+    fn concurrent_first_requests_issue_one_certificate() {
+        let ca = Arc::new(CertAuthority::generate().unwrap());
+        let leaves: Vec<Arc<CertifiedKey>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8).map(|_| s.spawn(|| ca.leaf("race.example").unwrap())).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(leaves.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
+    }
+
+    #[test]
+    fn cache_is_bounded() {
+        let ca = CertAuthority::generate().unwrap();
+        for i in 0..LEAF_CACHE + 10 {
+            ca.leaf(&format!("h{i}.example")).unwrap();
+        }
+        assert_eq!(ca.cached_leaves(), LEAF_CACHE);
+    }
+
+    #[test]
+    fn pem_holds_no_private_key() {
+        let ca = CertAuthority::generate().unwrap();
+        assert!(ca.cert_pem().starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(!ca.cert_pem().contains("PRIVATE"));
+    }
+}

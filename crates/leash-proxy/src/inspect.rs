@@ -1,0 +1,236 @@
+//! Inspected tunnels: TLS terminated with a leaf from the run's CA, every inner request (every HTTP/2 stream)
+//! decided on its own, and leash's own answers given inside TLS so a client that trusts the CA can read them.
+//!
+//! Order for an allowed tunnel to an inspected host: resolve the SNI name once and check the addresses; dial exactly
+//! those; complete TLS with the upstream (verified, offering the client's ALPN protocols); log the tunnel (`inspect`,
+//! or `block upstream-tls`); complete TLS with the client, agreeing to the protocol the upstream chose; then serve
+//! HTTP/1.1 ([`h1`]) or HTTP/2 ([`h2`]). Nothing the client sends inside TLS reaches the upstream before its request
+//! was decided and logged.
+
+mod h1;
+mod h2;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use leash_policy::{Decision, Host, Reason, Verdict};
+use rustls::pki_types::ServerName;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
+
+use crate::audit::refusal;
+use crate::config::Snapshot;
+use crate::conn::{BufConn, Reparse};
+use crate::dial::{connect_checked, resolve_checked, DialError};
+use crate::forward::split_query;
+use crate::refusal::Response;
+use crate::shared::{Attempt, Shared};
+use crate::tls::{Inspection, ALPN_H2};
+use crate::wire::http_head::parse_request_head;
+
+/// The client side of an inspected tunnel: TLS over the client connection (whose buffer replays the ClientHello).
+pub(crate) type ClientTls = server::TlsStream<BufConn<TcpStream>>;
+/// The upstream side.
+pub(crate) type UpstreamTls = client::TlsStream<TcpStream>;
+
+/// One inspected tunnel: whose it is and what it was decided on.
+pub(crate) struct Inspected {
+    pub sh: Arc<Shared>,
+    pub snap: Arc<Snapshot>,
+    pub tls: Arc<Inspection>,
+    /// The SNI name the tunnel was decided on; every inner request must name it.
+    pub host: Host,
+    pub port: u16,
+    /// The tunnel's id in the audit log (the CONNECT line and the tunnel's outcome line).
+    pub id: u64,
+    pub peer: SocketAddr,
+    pub started: Instant,
+}
+
+/// Why no upstream TLS session was made.
+enum UpstreamError {
+    Dial(DialError),
+    /// The handshake failed: the certificate did not verify, or TLS itself failed. Never retried without TLS.
+    Tls(String),
+}
+
+impl Inspected {
+    fn host_str(&self) -> String {
+        self.host.as_str().into_owned()
+    }
+
+    /// `host` or `host:port` as a Host header or `:authority` names it.
+    fn authority(&self) -> String {
+        match self.port {
+            443 => self.host_str(),
+            port => format!("{}:{port}", self.host_str()),
+        }
+    }
+
+    fn tunnel_attempt<'a>(&self, host: &'a str) -> Attempt<'a> {
+        Attempt { id: self.id, method: "CONNECT", host, port: self.port, path: None, peer: self.peer }
+    }
+
+    /// Resolve (once), check, dial the checked addresses and complete a verified TLS handshake offering `alpn`.
+    async fn dial(&self, config: Arc<rustls::ClientConfig>) -> Result<UpstreamTls, UpstreamError> {
+        let addrs = self.checked_addrs().await.map_err(UpstreamError::Dial)?;
+        self.dial_addrs(&addrs, config).await
+    }
+
+    async fn checked_addrs(&self) -> Result<Vec<IpAddr>, DialError> {
+        let sh = &self.sh;
+        resolve_checked(&*sh.cfg.resolver, &self.snap, &sh.own, &self.host, self.port).await
+    }
+
+    async fn dial_addrs(
+        &self,
+        addrs: &[IpAddr],
+        config: Arc<rustls::ClientConfig>,
+    ) -> Result<UpstreamTls, UpstreamError> {
+        let limits = &self.sh.cfg.limits;
+        let tcp = connect_checked(addrs, self.port, limits.connect_timeout).await.map_err(UpstreamError::Dial)?;
+        let name = ServerName::try_from(self.host_str()).map_err(|e| UpstreamError::Tls(e.to_string()))?;
+        let handshake = TlsConnector::from(config).connect(name, tcp);
+        match tokio::time::timeout(limits.connect_timeout, handshake).await {
+            Ok(Ok(tls)) => Ok(tls),
+            Ok(Err(e)) if is_tls_error(&e) => Err(UpstreamError::Tls(e.to_string())),
+            Ok(Err(e)) => Err(UpstreamError::Dial(DialError::Connect(e))),
+            Err(_) => Err(UpstreamError::Dial(DialError::Timeout)),
+        }
+    }
+}
+
+/// Serve an allowed tunnel to an inspected host. `alpn` is what the client's ClientHello offered.
+pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8>], decision: &Decision) {
+    let sh = t.sh.clone();
+    let host = t.host_str();
+    let attempt = t.tunnel_attempt(&host);
+    let addrs = match t.checked_addrs().await {
+        Ok(addrs) => addrs,
+        Err(DialError::Refused(reason)) => {
+            let logged = sh.log_decision(&attempt, &refusal(reason));
+            return answer_refusal(&t, client, reason, logged.is_ok()).await;
+        }
+        Err(e) => return failed_before_tls(&t, client, &attempt, decision, &e).await,
+    };
+    let upstream = match t.dial_addrs(&addrs, t.tls.upstream_config(alpn)).await {
+        Ok(upstream) => upstream,
+        Err(UpstreamError::Tls(why)) => {
+            let refused =
+                Decision { verdict: Verdict::Block, reason: Reason::UpstreamTls, rule: decision.rule.clone() };
+            let response = match sh.log_decision(&attempt, &refused) {
+                Ok(()) => Response::upstream_tls(&t.authority(), &why),
+                Err(_) => Response::audit_failed(),
+            };
+            return answer(&t, client, |_| response).await;
+        }
+        Err(UpstreamError::Dial(e)) => return failed_before_tls(&t, client, &attempt, decision, &e).await,
+    };
+    // INVARIANT: the tunnel is logged before any byte of the client's reaches the upstream.
+    if sh.log_decision(&attempt, decision).is_err() {
+        return answer(&t, client, |_| Response::audit_failed()).await;
+    }
+    let chosen = upstream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    let Some(client) = accept(&t, client, t.tls.server_config(chosen.as_deref())).await else {
+        return sh.log_outcome(t.id, 0, 0, 0, t.started);
+    };
+    let (id, started) = (t.id, t.started);
+    let (up, down) = match chosen.as_deref() {
+        Some(ALPN_H2) => h2::serve(Arc::new(t), client, upstream).await,
+        _ => h1::serve(&t, client, upstream).await,
+    };
+    sh.log_outcome(id, 200, up, down, started);
+}
+
+/// A resolution or connection failure of an allowed tunnel: logged as allowed with its failure outcome, answered
+/// with 502/504 inside TLS.
+async fn failed_before_tls(
+    t: &Inspected,
+    client: BufConn<TcpStream>,
+    attempt: &Attempt<'_>,
+    decision: &Decision,
+    e: &DialError,
+) {
+    let sh = &t.sh;
+    let response = if sh.log_decision(attempt, decision).is_ok() {
+        sh.log_outcome(t.id, e.status(), 0, 0, t.started);
+        Response::upstream_failed(e.status(), &t.authority(), &e.to_string())
+    } else {
+        Response::audit_failed()
+    };
+    answer(t, client, |_| response).await;
+}
+
+/// Answer a refused tunnel inside TLS: a 403 naming the host and the path the client asked for.
+async fn answer_refusal(t: &Inspected, client: BufConn<TcpStream>, reason: Reason, logged: bool) {
+    let host = t.host_str();
+    answer(t, client, |path| match logged {
+        true => Response::forbidden(&format!("{host}{path}"), reason),
+        false => Response::audit_failed(),
+    })
+    .await;
+}
+
+/// Complete the client's handshake with the leaf for its SNI; `None` when it fails (the client does not trust the
+/// run's CA, or went away).
+async fn accept(
+    t: &Inspected,
+    client: BufConn<TcpStream>,
+    config: Arc<rustls::ServerConfig>,
+) -> Option<server::TlsStream<BufConn<TcpStream>>> {
+    accept_with(&t.sh, client, config).await
+}
+
+async fn accept_with(
+    sh: &Shared,
+    client: BufConn<TcpStream>,
+    config: Arc<rustls::ServerConfig>,
+) -> Option<server::TlsStream<BufConn<TcpStream>>> {
+    let handshake = TlsAcceptor::from(config).accept(client);
+    match tokio::time::timeout(sh.cfg.limits.client_hello_timeout, handshake).await {
+        Ok(Ok(tls)) => Some(tls),
+        Ok(Err(e)) => {
+            tracing::debug!("client TLS handshake failed (does it trust the run's CA?): {e}");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// leash's own answer inside TLS: complete the handshake (HTTP/1.1), read one request head, answer
+/// `respond(path)` with `Connection: close`. A client that does not trust the run's CA sees a failed handshake.
+async fn answer(t: &Inspected, client: BufConn<TcpStream>, respond: impl FnOnce(&str) -> Response) {
+    answer_in_tls(&t.sh, &t.tls, client, respond).await;
+}
+
+/// [`answer`] for any tunnel, inspected or not (a tunnel refused on its SNI).
+pub(crate) async fn answer_in_tls(
+    sh: &Shared,
+    tls: &Inspection,
+    client: BufConn<TcpStream>,
+    respond: impl FnOnce(&str) -> Response,
+) {
+    let Some(tls) = accept_with(sh, client, tls.server_for_answers()).await else { return };
+    let mut conn = BufConn::new(tls);
+    let limits = &sh.cfg.limits;
+    let max = limits.max_head_bytes;
+    let read = conn.read_head(limits.head_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
+        parse_request_head(b, max)
+    });
+    let path = match read.await {
+        Ok(head) if head.target.starts_with('/') => split_query(&head.target).0.to_owned(),
+        Ok(_) => String::new(),
+        Err(_) => return,
+    };
+    let response = respond(&path);
+    let _ = conn.io.write_all(&response.to_bytes(false)).await;
+    let _ = conn.io.shutdown().await;
+}
+
+/// A TLS failure (as opposed to the connection failing under it).
+fn is_tls_error(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) || e.kind() == io::ErrorKind::InvalidData
+}

@@ -1,0 +1,238 @@
+//! HTTP/2 inside an inspected tunnel (the client and the upstream both chose `h2`): hyper serves the client's
+//! connection, each stream is decided on its own (`:scheme` https, `:authority` and any Host naming the SNI host
+//! and the tunnel's port, canonical path), and allowed streams go to the upstream over one HTTP/2 connection with
+//! bodies and trailers streamed both ways — so gRPC works. Refused streams get leash's 403; the connection stays up.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HOST};
+use http::{HeaderMap, HeaderValue, Request, Response as HttpResponse, Version};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::client::conn::http2::SendRequest;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use leash_policy::{canonicalize, parse_authority, Decision, Reason, Scheme, Verdict, Via};
+
+use super::{ClientTls, Inspected, UpstreamTls};
+use crate::audit::refusal;
+use crate::forward::split_query;
+use crate::refusal::Response;
+use crate::shared::Attempt;
+
+type ResBody = BoxBody<Bytes, hyper::Error>;
+type Upstream = SendRequest<Counted<Incoming>>;
+
+/// Fields that describe one connection (RFC 9113 §8.2.2); never forwarded. `te` is kept only as `trailers`.
+const CONNECTION_SPECIFIC: [&str; 6] =
+    ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"];
+
+/// Bytes each way over the whole tunnel.
+#[derive(Default)]
+struct Totals {
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+/// Serve the client's HTTP/2 connection until it ends; returns the body bytes relayed up and down.
+pub(super) async fn serve(t: Arc<Inspected>, client: ClientTls, upstream: UpstreamTls) -> (u64, u64) {
+    let exec = TokioExecutor::new();
+    let (sender, conn) = match hyper::client::conn::http2::Builder::new(exec.clone())
+        .handshake::<_, Counted<Incoming>>(TokioIo::new(upstream))
+        .await
+    {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::warn!("upstream {}: HTTP/2 handshake failed: {e}", t.authority());
+            return (0, 0);
+        }
+    };
+    let upstream_task = tokio::spawn(conn);
+    let totals = Arc::new(Totals::default());
+    let service = {
+        let totals = totals.clone();
+        service_fn(move |req| {
+            let (t, sender, totals) = (t.clone(), sender.clone(), totals.clone());
+            async move { Ok::<_, Infallible>(stream(t, sender, req, totals).await) }
+        })
+    };
+    let served = hyper::server::conn::http2::Builder::new(exec).serve_connection(TokioIo::new(client), service);
+    if let Err(e) = served.await {
+        tracing::debug!("inspected HTTP/2 connection ended: {e}");
+    }
+    upstream_task.abort();
+    (totals.up.load(Ordering::Relaxed), totals.down.load(Ordering::Relaxed))
+}
+
+/// One stream: decide, log, forward or refuse.
+async fn stream(
+    t: Arc<Inspected>,
+    mut sender: Upstream,
+    req: Request<Incoming>,
+    totals: Arc<Totals>,
+) -> HttpResponse<ResBody> {
+    let (sh, id, started) = (&t.sh, t.sh.cfg.audit.next_id(), Instant::now());
+    let (parts, body) = req.into_parts();
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let (path_only, _) = split_query(&path_and_query);
+    let host = t.host_str();
+    let attempt =
+        |path| Attempt { id, method: parts.method.as_str(), host: &host, port: t.port, path: Some(path), peer: t.peer };
+    let decision = match decide(&t, &parts, path_only) {
+        Ok(d) => d,
+        Err(d) => d,
+    };
+    if decision.verdict != Verdict::Allow {
+        let response = match sh.log_decision(&attempt(&path_and_query), &decision) {
+            Ok(()) => Response::forbidden(&format!("{host}{path_only}"), decision.reason),
+            Err(_) => Response::audit_failed(),
+        };
+        return own_response(&response);
+    }
+    // INVARIANT: logged before the stream's head or body goes up.
+    if sh.log_decision(&attempt(path_only), &decision).is_err() {
+        return own_response(&Response::audit_failed());
+    }
+    let up = Arc::new(AtomicU64::new(0));
+    let mut request = Request::builder()
+        .method(parts.method.clone())
+        .uri(format!("https://{}{path_and_query}", t.authority()))
+        .version(Version::HTTP_2);
+    if let Some(headers) = request.headers_mut() {
+        copy_end_to_end(&parts.headers, headers);
+    }
+    let request = match request.body(Counted { inner: body, count: up.clone(), on_end: None }) {
+        Ok(r) => r,
+        Err(e) => return failed(&t, id, started, 502, &e.to_string()),
+    };
+    match sender.send_request(request).await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let log = OutcomeLog { t: t.clone(), id, status, up, started, totals };
+            response.map(|body| Counted { inner: body, count: Arc::new(AtomicU64::new(0)), on_end: Some(log) }.boxed())
+        }
+        Err(e) => failed(&t, id, started, 502, &e.to_string()),
+    }
+}
+
+/// The decision for a stream: scheme, authority and Host, path, then the policy. `Err` is a refusal made before
+/// the policy was asked.
+fn decide(t: &Inspected, parts: &http::request::Parts, path: &str) -> Result<Decision, Decision> {
+    if parts.uri.scheme_str() != Some("https") {
+        return Err(refusal(Reason::Scheme));
+    }
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    let host_header = parts.headers.get(HOST).map(|v| v.to_str().unwrap_or("\u{0}"));
+    for named in authority.into_iter().chain(host_header) {
+        if !names_tunnel_host(t, named) {
+            return Err(refusal(Reason::HostMismatch));
+        }
+    }
+    if authority.is_none() && host_header.is_none() {
+        return Err(refusal(Reason::HostMismatch));
+    }
+    let path = canonicalize(path).map_err(|_| refusal(Reason::BadRequest))?;
+    Ok(t.snap.decide_request(&leash_policy::Request {
+        via: Via::Tunnel,
+        scheme: Scheme::Https,
+        host: &t.host,
+        port: t.port,
+        path: &path,
+    }))
+}
+
+/// True if `authority` names the tunnel's host and port (443 when it names none).
+fn names_tunnel_host(t: &Inspected, authority: &str) -> bool {
+    match parse_authority(authority) {
+        Ok(a) => a.host == t.host && a.port.unwrap_or(443) == t.port,
+        Err(_) => false,
+    }
+}
+
+/// Every header but the connection-specific ones; `te` only as `trailers` (what gRPC sends).
+fn copy_end_to_end(from: &HeaderMap, to: &mut HeaderMap) {
+    for (name, value) in from {
+        let n = name.as_str();
+        if CONNECTION_SPECIFIC.contains(&n) || (n == "te" && value.as_bytes() != b"trailers") {
+            continue;
+        }
+        to.append(name.clone(), value.clone());
+    }
+}
+
+/// A failure after the decision: the outcome logged, 502 to the client.
+fn failed(t: &Inspected, id: u64, started: Instant, status: u16, why: &str) -> HttpResponse<ResBody> {
+    t.sh.log_outcome(id, status, 0, 0, started);
+    own_response(&Response::upstream_failed(status, &t.authority(), why))
+}
+
+/// One of leash's own responses as an HTTP/2 response.
+fn own_response(r: &Response) -> HttpResponse<ResBody> {
+    let mut response =
+        HttpResponse::new(Full::new(Bytes::from(r.body.clone())).map_err(|never| match never {}).boxed());
+    *response.status_mut() = http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::FORBIDDEN);
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    if let Some(reason) = r.reason {
+        headers.insert(HeaderName::from_static("x-leash-reason"), HeaderValue::from_static(reason.as_str()));
+    }
+    response
+}
+
+/// Writes a stream's outcome when its response body ends (or is dropped: a reset stream).
+struct OutcomeLog {
+    t: Arc<Inspected>,
+    id: u64,
+    status: u16,
+    up: Arc<AtomicU64>,
+    started: Instant,
+    totals: Arc<Totals>,
+}
+
+/// A body passed through frame by frame (data and trailers, no buffering), counting its data bytes.
+struct Counted<B> {
+    inner: B,
+    count: Arc<AtomicU64>,
+    on_end: Option<OutcomeLog>,
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for Counted<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                self.count.fetch_add(data.len() as u64, Ordering::Relaxed);
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B> Drop for Counted<B> {
+    fn drop(&mut self) {
+        if let Some(log) = self.on_end.take() {
+            let (up, down) = (log.up.load(Ordering::Relaxed), self.count.load(Ordering::Relaxed));
+            log.totals.up.fetch_add(up, Ordering::Relaxed);
+            log.totals.down.fetch_add(down, Ordering::Relaxed);
+            log.t.sh.log_outcome(log.id, log.status, up, down, log.started);
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! TLS set-up of inspection: the client-facing server configurations (leaves from the run's CA, chosen by SNI) and
+//! the upstream-facing client configurations (always verifying: system roots plus `--upstream-ca` files; never a
+//! downgrade, never a "skip verification" switch).
+//!
+//! ALPN is matched end to end: the upstream is offered what the client offered (of `h2` and `http/1.1`), and the
+//! client is then given exactly the protocol the upstream chose, so each inspected tunnel speaks one protocol on
+//! both sides and nothing is translated.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+use crate::ca::{CaError, CertAuthority};
+
+pub const ALPN_H2: &[u8] = b"h2";
+pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// Why inspection could not be set up. leash does not start without it: a policy with path rules cannot be
+/// enforced over HTTPS otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsSetupError {
+    #[error(transparent)]
+    Ca(#[from] CaError),
+    #[error("cannot read the upstream CA file `{0}`: {1}")]
+    ReadCa(PathBuf, std::io::Error),
+    #[error("the upstream CA file `{0}` holds no usable PEM certificate")]
+    NoCertificate(PathBuf),
+    #[error("the upstream CA file `{0}`: {1}")]
+    BadCertificate(PathBuf, String),
+    #[error("no trusted root at all: the system store is empty and no --upstream-ca was given")]
+    NoRoots,
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
+}
+
+/// Which roots upstream certificates are verified against.
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamTrust {
+    /// The system's trust store (`SSL_CERT_FILE`/`SSL_CERT_DIR`, else the distribution's bundle).
+    pub system_roots: bool,
+    /// PEM files of further CAs (private CAs, tests).
+    pub extra_ca_files: Vec<PathBuf>,
+}
+
+/// Everything inspection needs besides the policy: the CA, and the TLS configurations of both sides.
+pub struct Inspection {
+    ca: Arc<CertAuthority>,
+    /// Client-facing, by the protocol the upstream chose: `h2`, `http/1.1`, none.
+    server_h2: Arc<ServerConfig>,
+    server_http1: Arc<ServerConfig>,
+    server_plain: Arc<ServerConfig>,
+    /// Upstream-facing, by what the client offered: both, `h2` only, `http/1.1` only, neither.
+    upstream: [Arc<ClientConfig>; 4],
+    /// The system roots, PEM, for the CA bundle clients are given.
+    system_roots_pem: String,
+}
+
+impl Inspection {
+    /// A new CA and configurations trusting `trust` upstream.
+    pub fn new(trust: &UpstreamTrust) -> Result<Self, TlsSetupError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let ca = Arc::new(CertAuthority::generate()?);
+        let (roots, system_roots_pem) = roots(trust)?;
+        let resolver = Arc::new(LeafResolver(ca.clone()));
+        let server = |alpn: &[&[u8]]| -> Result<Arc<ServerConfig>, TlsSetupError> {
+            let mut cfg = ServerConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()?
+                .with_no_client_auth()
+                .with_cert_resolver(resolver.clone());
+            cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+            Ok(Arc::new(cfg))
+        };
+        let client = |alpn: &[&[u8]]| -> Result<Arc<ClientConfig>, TlsSetupError> {
+            let mut cfg = ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth();
+            cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+            Ok(Arc::new(cfg))
+        };
+        Ok(Self {
+            server_h2: server(&[ALPN_H2])?,
+            server_http1: server(&[ALPN_HTTP1])?,
+            server_plain: server(&[])?,
+            upstream: [client(&[ALPN_H2, ALPN_HTTP1])?, client(&[ALPN_H2])?, client(&[ALPN_HTTP1])?, client(&[])?],
+            ca,
+            system_roots_pem,
+        })
+    }
+
+    pub fn ca(&self) -> &CertAuthority {
+        &self.ca
+    }
+
+    /// The run's CA certificate, PEM (for `NODE_EXTRA_CA_CERTS`, `--ca-cert-out`).
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
+    /// System roots followed by the run's CA, PEM: one bundle for `SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`, ...
+    pub fn bundle_pem(&self) -> String {
+        let mut out = self.system_roots_pem.clone();
+        out.push_str(self.ca.cert_pem());
+        out
+    }
+
+    /// The upstream configuration offering what the client offered (of `h2`, `http/1.1`).
+    pub(crate) fn upstream_config(&self, client_offers: &[Vec<u8>]) -> Arc<ClientConfig> {
+        let h2 = client_offers.iter().any(|p| p == ALPN_H2);
+        let http1 = client_offers.iter().any(|p| p == ALPN_HTTP1);
+        let i = match (h2, http1) {
+            (true, true) => 0,
+            (true, false) => 1,
+            (false, true) => 2,
+            (false, false) => 3,
+        };
+        self.upstream[i].clone()
+    }
+
+    /// The upstream configuration for a re-dial of an HTTP/1.1 tunnel.
+    pub(crate) fn upstream_http1(&self) -> Arc<ClientConfig> {
+        self.upstream[2].clone()
+    }
+
+    /// The client-facing configuration that agrees to `alpn` (the upstream's choice), or to none.
+    pub(crate) fn server_config(&self, alpn: Option<&[u8]>) -> Arc<ServerConfig> {
+        match alpn {
+            Some(ALPN_H2) => self.server_h2.clone(),
+            Some(ALPN_HTTP1) => self.server_http1.clone(),
+            _ => self.server_plain.clone(),
+        }
+    }
+
+    /// The client-facing configuration for leash's own answers (refusals, upstream failures): HTTP/1.1 only.
+    pub(crate) fn server_for_answers(&self) -> Arc<ServerConfig> {
+        self.server_http1.clone()
+    }
+}
+
+/// The root store: system roots (when asked) and every extra CA file; the system part also as PEM.
+fn roots(trust: &UpstreamTrust) -> Result<(Arc<RootCertStore>, String), TlsSetupError> {
+    let mut store = RootCertStore::empty();
+    let mut system_pem = String::new();
+    if trust.system_roots {
+        let found = rustls_native_certs::load_native_certs();
+        for e in &found.errors {
+            tracing::warn!("system trust store: {e}");
+        }
+        for cert in found.certs {
+            system_pem.push_str(&pem::encode(&pem::Pem::new("CERTIFICATE", cert.to_vec())));
+            // Distribution bundles carry a few certificates webpki cannot parse; skipping them is what browsers do.
+            let _ = store.add(cert);
+        }
+    }
+    for path in &trust.extra_ca_files {
+        for cert in read_ca_file(path)? {
+            store.add(cert).map_err(|e| TlsSetupError::BadCertificate(path.clone(), e.to_string()))?;
+        }
+    }
+    if store.is_empty() {
+        return Err(TlsSetupError::NoRoots);
+    }
+    Ok((Arc::new(store), system_pem))
+}
+
+/// The certificates of a PEM file; other blocks (keys) are ignored, none at all is an error.
+fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
+    let text = std::fs::read(path).map_err(|e| TlsSetupError::ReadCa(path.to_owned(), e))?;
+    let blocks = pem::parse_many(&text).map_err(|e| TlsSetupError::BadCertificate(path.to_owned(), e.to_string()))?;
+    let certs: Vec<CertificateDer<'static>> = blocks
+        .into_iter()
+        .filter(|b| b.tag() == "CERTIFICATE")
+        .map(|b| CertificateDer::from(b.into_contents()))
+        .collect();
+    if certs.is_empty() {
+        return Err(TlsSetupError::NoCertificate(path.to_owned()));
+    }
+    Ok(certs)
+}
+
+/// Serves the leaf for the ClientHello's server name (canonical form), issuing it on first use.
+#[derive(Debug)]
+struct LeafResolver(Arc<CertAuthority>);
+
+impl ResolvesServerCert for LeafResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let name = hello.server_name()?.trim_end_matches('.').to_ascii_lowercase();
+        match self.0.leaf(&name) {
+            Ok(leaf) => Some(leaf),
+            Err(e) => {
+                tracing::error!("{e}");
+                None
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for CertAuthority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("CertAuthority").field("leaves", &self.cached_leaves()).finish_non_exhaustive()
+    }
+}
