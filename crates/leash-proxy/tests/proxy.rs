@@ -4,6 +4,7 @@
 //! resolver. The groups follow issue 2: decisions, CONNECT, refusals, HTTP correctness, limits, audit log, reload.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod inspect;
 mod support;
 
 use std::sync::{Arc, OnceLock};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash_policy::{Format, Policy};
-use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig};
+use leash_proxy::{AuditLog, Inspection, Limits, PolicyHandle, ProxyConfig, UpstreamTrust};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -85,11 +85,19 @@ pub struct Builder {
     yaml: String,
     limits: Limits,
     audit: Audit,
+    /// PEM text of the CA upstreams are verified against; `Some` turns TLS inspection on.
+    inspect_trusting: Option<String>,
 }
 
 impl Builder {
     pub fn limits(mut self, f: impl FnOnce(&mut Limits)) -> Self {
         f(&mut self.limits);
+        self
+    }
+
+    /// TLS inspection on, verifying upstreams against `ca_pem` only (never the system roots: tests stay offline).
+    pub fn inspecting(mut self, ca_pem: &str) -> Self {
+        self.inspect_trusting = Some(ca_pem.to_owned());
         self
     }
 
@@ -107,12 +115,24 @@ impl Builder {
         let audit = Arc::new(AuditLog::open(&log_path).expect("open audit log"));
         let resolver = Arc::new(RecordingResolver::new());
         let handle = PolicyHandle::new(policy(&self.yaml));
+        let inspection = self.inspect_trusting.map(|pem| {
+            let upstream_ca = dir.path().join("upstream-ca.pem");
+            std::fs::write(&upstream_ca, pem).expect("write upstream CA");
+            let trust = UpstreamTrust { system_roots: false, extra_ca_files: vec![upstream_ca] };
+            Arc::new(Inspection::new(&trust).expect("inspection"))
+        });
+        let ca_path = inspection.as_ref().map(|i| {
+            let path = dir.path().join("leash-ca.pem");
+            std::fs::write(&path, i.ca_pem()).expect("write leash CA");
+            path
+        });
         let config = ProxyConfig {
             policy: handle.clone(),
             audit,
             resolver: resolver.clone(),
             own_addrs: Arc::from(Vec::new()),
             limits: self.limits,
+            inspection: inspection.clone(),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
@@ -120,7 +140,17 @@ impl Builder {
         let task = tokio::spawn(leash_proxy::serve(listener, config, async move {
             let _ = stopped.await;
         }));
-        Leash { addr, resolver, policy: handle, log_path, _dir: dir, stop: Some(stop), task: Some(task) }
+        Leash {
+            addr,
+            resolver,
+            policy: handle,
+            log_path,
+            inspection,
+            ca_path,
+            _dir: dir,
+            stop: Some(stop),
+            task: Some(task),
+        }
     }
 }
 
@@ -130,6 +160,10 @@ pub struct Leash {
     pub resolver: Arc<RecordingResolver>,
     pub policy: PolicyHandle,
     pub log_path: PathBuf,
+    /// TLS inspection, when the builder turned it on.
+    pub inspection: Option<Arc<Inspection>>,
+    /// leash's CA certificate (PEM file), when inspecting: what clients trust.
+    pub ca_path: Option<PathBuf>,
     _dir: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
@@ -142,7 +176,7 @@ impl Leash {
     }
 
     pub fn builder(yaml: &str) -> Builder {
-        Builder { yaml: yaml.to_owned(), limits: test_limits(), audit: Audit::TempFile }
+        Builder { yaml: yaml.to_owned(), limits: test_limits(), audit: Audit::TempFile, inspect_trusting: None }
     }
 
     /// `http://ADDR`, for clients' proxy settings.

@@ -61,6 +61,19 @@ impl TestCa {
         (vec![cert.der().clone(), self.der.clone()], key)
     }
 
+    /// An HTTP/1.1 server configuration with a leaf for `names`.
+    pub fn server_config(&self, names: &[&str]) -> ServerConfig {
+        let (chain, key) = self.leaf(names);
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("server certificate");
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config
+    }
+
     /// A client configuration that trusts this CA only.
     pub fn client_config(&self) -> ClientConfig {
         let mut roots = RootCertStore::empty();
@@ -107,16 +120,20 @@ pub struct TlsUpstream {
 
 impl TlsUpstream {
     pub async fn start(ca: &TestCa) -> TlsUpstream {
-        let (chain, key) = ca.leaf(TLS_NAMES);
-        let mut config = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .expect("protocol versions")
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .expect("server certificate");
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let acceptor = TlsAcceptor::from(Arc::new(config));
         let handler = |r: &Recorded| Reply::ok(format!("hello over tls to {}", r.sni.as_deref().unwrap_or("-")));
+        TlsUpstream::with(ca, handler).await
+    }
+
+    /// An HTTPS origin answering with `handler`.
+    pub async fn with(ca: &TestCa, handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static) -> TlsUpstream {
+        TlsUpstream::serving(ca.server_config(TLS_NAMES), handler).await
+    }
+
+    async fn serving(
+        config: ServerConfig,
+        handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> TlsUpstream {
+        let acceptor = TlsAcceptor::from(Arc::new(config));
         let (listener, origin) = Origin::bind(Arc::new(handler)).await;
         let handshakes = Arc::new(Mutex::new(Vec::new()));
         let (o, h) = (origin.clone(), handshakes.clone());
