@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 secs="${1:-20}"
-for target in client_hello http_head chunked target_and_path host policy; do
+for target in client_hello http_head chunked target_and_path host policy dns; do
   mkdir -p "corpus/$target"
   seeds=()
   [ -d "seeds/$target" ] && seeds=("seeds/$target")
