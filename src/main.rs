@@ -20,6 +20,8 @@ fn main() -> ExitCode {
         cli::Command::Check(args) => cmd::check::run(&args),
         cli::Command::Explain(args) => cmd::explain::run(&args),
         cli::Command::Run(args) => cmd::run::run(args),
+        cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Run(args) }) => cmd::docker::run(args),
+        cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Attach(args) }) => cmd::docker::attach(args),
     };
     code.into()
 }

@@ -1,0 +1,487 @@
+//! `leash docker run` and `leash docker attach`: a Docker container whose only way out is leash. The container runs
+//! with `--network none` (only `lo`) and without NET_RAW/NET_ADMIN; leash binds its proxy's listener inside the
+//! container's network namespace (`leash_sandbox::bind_in_netns`) and serves it from outside, so no sidecar, bridge
+//! or internal network exists.
+//!
+//! The start-up race (the container's command starting before the listener exists) is closed by a gate: leash sets
+//! the entrypoint to `/bin/sh -c WAIT` with the real entrypoint and command as arguments; WAIT polls for a file in
+//! a directory leash mounts read-only at `/run/leash`, and `exec`s the real command once leash has bound the
+//! listener and created the file (or exits 125 after `GATE_STEPS` tries). The image therefore needs `/bin/sh` and
+//! `sleep`. leash talks to a local Docker daemon only (it enters the container's namespace through `/proc`), as
+//! root.
+
+mod engine;
+mod options;
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leash_policy::Policy;
+use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver};
+use tokio::signal::unix::{signal, SignalKind};
+
+use self::engine::{Engine, EngineError};
+use self::options::RunOptions;
+use crate::cli::{ContainerProxyArgs, DockerAttachArgs, DockerRunArgs};
+use crate::exit::Exit;
+use crate::policy_file::{load_file, print_errors};
+
+/// Where the proxy listens inside the container: its own loopback, the conventional proxy port (as `leash run`).
+const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
+/// Where the gate directory is mounted (read-only) inside the container.
+const GATE_MOUNT: &str = "/run/leash";
+/// The file whose existence opens the gate.
+const READY_FILE: &str = "ready";
+/// The gate's tries, `GATE_STEP` apart: leash binds within a second of the start on an idle machine; 30 s covers a
+/// loaded one. After that the container exits 125 without running its command.
+const GATE_STEPS: u32 = 300;
+const GATE_STEP: &str = "0.1";
+/// How long leash waits for a started container to get its init pid (`docker start` has returned by then on any
+/// sane daemon; the bound keeps a wedged one from hanging leash).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Between two looks at a starting container: short, since the command is held at the gate meanwhile.
+const START_POLL: Duration = Duration::from_millis(20);
+/// Label on every container leash creates (`docker ps -a --filter label=leash.run` finds leftovers).
+const LABEL: &str = "leash.run=1";
+/// The proxy variables set for the container, upper- and lowercase; `NO_PROXY` is set empty (cleared).
+const PROXY_VARS: [&str; 6] = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
+
+pub fn run(args: DockerRunArgs) -> Exit {
+    if let Err(e) = leash_sandbox::harden_self() {
+        eprintln!("leash: {e}");
+        return Exit::SandboxFailed;
+    }
+    let opts = match checked_options(&args) {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    let parts = match proxy_parts(&args.proxy) {
+        Ok(parts) => parts,
+        Err(code) => return code,
+    };
+    // Signals are taken over before anything is created, so a Ctrl-C at any moment still removes the container.
+    with_runtime(move |stop| run_container(opts, parts, stop))
+}
+
+async fn run_container(opts: RunOptions, (policy, pins, audit): ProxyParts, mut stop: StopSignals) -> Exit {
+    let engine = Engine::new();
+    let prepared = engine.check().and_then(|_| engine.image_argv(&opts.image));
+    let (image_entrypoint, image_cmd) = match prepared {
+        Ok(argv) => argv,
+        Err(e) => return refuse_engine(&e),
+    };
+    let argv = options::container_argv(opts.entrypoint.as_deref(), &opts.command, &image_entrypoint, &image_cmd);
+    if argv.is_empty() {
+        eprintln!("leash: the image `{}` has no command and none was given", opts.image);
+        return Exit::Usage;
+    }
+    let gate = match Gate::create() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("leash: cannot create the start-up gate directory: {e}; the container was not created");
+            return Exit::SandboxFailed;
+        }
+    };
+    let container = match engine.create(&create_args(&opts, &gate, &argv)) {
+        Ok(id) => Container { engine: engine.clone(), id },
+        Err(e) => return refuse_engine(&e),
+    };
+    let config = config(policy, pins, Arc::new(audit.with_container(&container.id)));
+    supervise(&container, &gate, opts.interactive, config, &mut stop).await
+}
+
+pub fn attach(args: DockerAttachArgs) -> Exit {
+    if let Err(e) = leash_sandbox::harden_self() {
+        eprintln!("leash: {e}");
+        return Exit::SandboxFailed;
+    }
+    let (policy, pins, audit) = match proxy_parts(&args.proxy) {
+        Ok(parts) => parts,
+        Err(code) => return code,
+    };
+    let engine = Engine::new();
+    let state = match engine.check().and_then(|_| engine.state(&args.container)) {
+        Ok(s) => s,
+        Err(e) => return refuse_engine(&e),
+    };
+    if !state.running || state.pid == 0 {
+        eprintln!("leash: container `{}` is not running", args.container);
+        return Exit::SandboxFailed;
+    }
+    let listener = match bind_inside(state.pid, &state.network_mode) {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
+    let config = config(policy, pins, Arc::new(audit.with_container(&state.id)));
+    println!("listening inside {} on {PROXY_INSIDE}", short(&state.id));
+    let id = state.id.clone();
+    with_runtime(move |mut stop| async move {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(engine.wait_forever(&id));
+        });
+        match serve_until(listener, config, rx, &mut stop, None::<fn()>).await {
+            Some(Ok(code)) => Exit::Command(u8::try_from(code).unwrap_or(255)),
+            Some(Err(e)) => refuse_engine(&e),
+            None => Exit::Ok,
+        }
+    })
+}
+
+/// Scans the docker options, adds what the host's filesystem shows about bind sources, and refuses the unsafe
+/// ones unless overridden.
+fn checked_options(args: &DockerRunArgs) -> Result<RunOptions, Exit> {
+    let mut opts = options::scan(&args.docker).map_err(|e| {
+        eprintln!("leash: {e}");
+        Exit::Usage
+    })?;
+    let host_unsafe: Vec<_> = opts.bind_sources.iter().filter_map(|s| unsafe_on_host(s)).collect();
+    opts.unsafe_options.extend(host_unsafe);
+    if opts.unsafe_options.is_empty() {
+        return Ok(opts);
+    }
+    if args.danger_allow_unsafe_docker_options {
+        for u in &opts.unsafe_options {
+            eprintln!("leash: warning: `{}` lets the container around the policy ({})", u.option, u.why);
+        }
+        return Ok(opts);
+    }
+    for u in &opts.unsafe_options {
+        eprintln!("leash: refusing `{}`: {}", u.option, u.why);
+    }
+    eprintln!("leash: the container was not created; --danger-allow-unsafe-docker-options runs it anyway, unprotected");
+    Err(Exit::Usage)
+}
+
+/// A bind source that resolves (symlinks, `..`, relative paths) to a runtime socket or a directory above one, or
+/// that is any Unix socket: a host daemon inside the container is a way around the proxy.
+fn unsafe_on_host(source: &str) -> Option<options::Unsafe> {
+    let path = std::fs::canonicalize(source).ok()?;
+    let why = if options::reaches_runtime_socket(&path.to_string_lossy()) {
+        "it resolves to the Docker socket (or a directory holding it)"
+    } else if std::fs::metadata(&path).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())) {
+        "it is a host Unix socket, a way around the proxy"
+    } else {
+        return None;
+    };
+    Some(options::Unsafe { option: format!("bind mount of `{source}`"), why: why.to_owned() })
+}
+
+/// The policy, the `--resolve` pins and the audit log (not yet shared: the container ID is added once known).
+type ProxyParts = (Policy, std::collections::HashMap<Box<str>, Vec<std::net::IpAddr>>, AuditLog);
+
+fn proxy_parts(args: &ContainerProxyArgs) -> Result<ProxyParts, Exit> {
+    let policy = match &args.policy {
+        Some(path) => load_file(path, args.profile.as_deref())?.policy,
+        None => Policy::from_inline(&args.allow, &args.block).map_err(|errors| {
+            print_errors(Path::new("the command line"), &errors);
+            Exit::Usage
+        })?,
+    };
+    let pins = crate::cmd::proxy::parse_pins(&args.resolve)?;
+    let audit = match &args.log {
+        None => AuditLog::stderr(),
+        Some(path) => AuditLog::open(path).map_err(|e| {
+            eprintln!("leash: cannot open the audit log `{}`: {e}; not starting without it", path.display());
+            Exit::Usage
+        })?,
+    };
+    Ok((policy, pins, audit))
+}
+
+fn config(
+    policy: Policy,
+    pins: std::collections::HashMap<Box<str>, Vec<std::net::IpAddr>>,
+    audit: Arc<AuditLog>,
+) -> ProxyConfig {
+    ProxyConfig {
+        policy: PolicyHandle::new(policy),
+        audit,
+        resolver: Arc::new(SystemResolver::new(pins)),
+        own_addrs: leash_proxy::local_interface_addrs().into(),
+        limits: Limits::default(),
+        inspection: None,
+    }
+}
+
+/// `docker create` arguments: the user's options, then leash's (later ones win): no network, no network
+/// capabilities, the proxy environment, the gate, and the gate's wrapper as entrypoint around the real argv.
+fn create_args(opts: &RunOptions, gate: &Gate, argv: &[String]) -> Vec<String> {
+    let url = format!("http://{PROXY_INSIDE}");
+    let mut args = opts.passthrough.clone();
+    args.extend(
+        ["--label", LABEL, "--network", "none", "--cap-drop", "NET_RAW", "--cap-drop", "NET_ADMIN"].map(String::from),
+    );
+    for var in PROXY_VARS {
+        args.extend(["--env".to_owned(), format!("{var}={url}")]);
+    }
+    args.extend(["--env", "NO_PROXY=", "--env", "no_proxy=", "--env", "NODE_USE_ENV_PROXY=1"].map(String::from));
+    args.extend(["--volume".to_owned(), format!("{}:{GATE_MOUNT}:ro", gate.dir.display())]);
+    args.extend(["--entrypoint", "/bin/sh", opts.image.as_str(), "-c"].map(String::from));
+    args.push(gate_script());
+    args.push("leash-gate".to_owned());
+    args.extend(argv.iter().cloned());
+    args
+}
+
+/// Waits for the ready file (bounded), then runs the real command in its place.
+fn gate_script() -> String {
+    format!(
+        "i=0; while [ ! -e {GATE_MOUNT}/{READY_FILE} ]; do i=$((i+1)); \
+         if [ $i -gt {GATE_STEPS} ]; then echo 'leash: the proxy did not come up; not running the command' >&2; \
+         exit 125; fi; sleep {GATE_STEP}; done; exec \"$@\""
+    )
+}
+
+/// Start the container, bind the listener inside once it runs, open the gate, serve until it ends; its status.
+async fn supervise(
+    container: &Container,
+    gate: &Gate,
+    interactive: bool,
+    config: ProxyConfig,
+    stop: &mut StopSignals,
+) -> Exit {
+    let engine = &container.engine;
+    let mut start = match engine.start_attached(&container.id, interactive) {
+        Ok(child) => child,
+        Err(e) => return refuse_engine(&e),
+    };
+    let listener = match init_pid(engine, &container.id, &mut start) {
+        Ok(pid) => bind_inside(pid, "none"),
+        Err(why) => {
+            eprintln!("leash: {why}");
+            Err(Exit::SandboxFailed)
+        }
+    };
+    let opened = listener.map(|l| (l, gate.open()));
+    let listener = match opened {
+        Ok((l, Ok(()))) => l,
+        Ok((_, Err(e))) => {
+            eprintln!("leash: cannot open the start-up gate: {e}; stopping the container");
+            return Exit::SandboxFailed;
+        }
+        Err(code) => return code,
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(start.wait());
+    });
+    let (stopper, id) = (engine.clone(), container.id.clone());
+    let stop_container = move || {
+        std::thread::spawn(move || stopper.stop(&id).map_err(|e| tracing::warn!("{e}")));
+    };
+    serve_until(listener, config, rx, stop, Some(stop_container)).await;
+    match engine.exit_code(&container.id) {
+        Ok(code) => Exit::Command(u8::try_from(code).unwrap_or(255)),
+        Err(e) => refuse_engine(&e),
+    }
+}
+
+/// The container's init pid once it runs; an error when it ends first or takes longer than `START_TIMEOUT`.
+fn init_pid(engine: &Engine, id: &str, start: &mut std::process::Child) -> Result<u32, String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = start.try_wait() {
+            return Err(format!(
+                "the container ended before leash's proxy was in place (`docker start` {status}); \
+                 does the image have /bin/sh? leash's start-up gate needs it"
+            ));
+        }
+        let state = engine.state(id).map_err(|e| e.to_string())?;
+        if state.running && state.pid != 0 {
+            return Ok(state.pid);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the container did not start within {}s", START_TIMEOUT.as_secs()));
+        }
+        std::thread::sleep(START_POLL);
+    }
+}
+
+/// The proxy's listener bound inside the network namespace of `pid`, which must hold only `lo`.
+fn bind_inside(pid: u32, network_mode: &str) -> Result<std::net::TcpListener, Exit> {
+    match leash_sandbox::bind_in_netns(pid, &[PROXY_INSIDE], &[]) {
+        Ok(mut sockets) => sockets.tcp.pop().ok_or(Exit::SandboxFailed),
+        Err(e @ leash_sandbox::SandboxError::NotIsolated { .. }) => {
+            eprintln!("leash: refusing the container: {e} (network `{network_mode}`; start it with `--network none`)");
+            Err(Exit::SandboxFailed)
+        }
+        Err(e) => {
+            eprintln!("leash: {e}");
+            Err(Exit::SandboxFailed)
+        }
+    }
+}
+
+/// Serves the proxy on `listener` until `ended` resolves (its value returned) or SIGINT/SIGTERM arrive. On a signal,
+/// `on_signal` runs (stopping the container) and serving goes on until `ended`; without `on_signal` serving stops
+/// at once and the result is `None`. Then drains in-flight requests and flushes the log.
+async fn serve_until<T>(
+    listener: std::net::TcpListener,
+    config: ProxyConfig,
+    mut ended: tokio::sync::oneshot::Receiver<T>,
+    stop: &mut StopSignals,
+    on_signal: Option<impl FnOnce()>,
+) -> Option<T> {
+    let audit = config.audit.clone();
+    let listener = listener.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(listener));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let proxy = match listener {
+        Ok(l) => Some(tokio::spawn(leash_proxy::serve(l, config, async move {
+            let _ = stop_rx.await;
+        }))),
+        Err(e) => {
+            tracing::error!("cannot serve the container's listener: {e}");
+            None
+        }
+    };
+    let result = tokio::select! {
+        r = &mut ended => r.ok(),
+        () = stop.recv() => match on_signal {
+            Some(f) => {
+                f();
+                (&mut ended).await.ok()
+            }
+            None => None,
+        }
+    };
+    let _ = stop_tx.send(());
+    if let Some(proxy) = proxy {
+        if let Ok(Err(e)) = proxy.await {
+            tracing::error!("proxy: {e}");
+        }
+    }
+    if let Err(e) = audit.flush() {
+        tracing::error!("{e}");
+    }
+    result
+}
+
+/// SIGINT and SIGTERM, taken over for the whole run: they stop the container (run) or the serving (attach)
+/// instead of killing leash, which then cleans up.
+struct StopSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<StopSignals> {
+        Ok(StopSignals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
+    }
+
+    /// The next SIGINT or SIGTERM (one that arrived before the call included).
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {},
+            _ = self.term.recv() => {},
+        }
+    }
+}
+
+/// Runs `work` on a new runtime with SIGINT and SIGTERM taken over.
+fn with_runtime<F: std::future::Future<Output = Exit>>(work: impl FnOnce(StopSignals) -> F) -> Exit {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leash: cannot start the async runtime: {e}");
+            return Exit::SandboxFailed;
+        }
+    };
+    runtime.block_on(async move {
+        match StopSignals::install() {
+            Ok(stop) => work(stop).await,
+            Err(e) => {
+                eprintln!("leash: cannot install the SIGINT/SIGTERM handlers: {e}");
+                Exit::SandboxFailed
+            }
+        }
+    })
+}
+
+/// Docker is absent, refuses this user or failed: nothing runs unprotected, exit 125 (as `leash run`).
+fn refuse_engine(e: &EngineError) -> Exit {
+    eprintln!("leash: {e}");
+    if let EngineError::Failed { message, .. } = e {
+        if message.contains("permission denied") {
+            eprintln!("leash: this user may not use the Docker daemon (and leash docker needs root to enter the container's network namespace)");
+        }
+    }
+    Exit::SandboxFailed
+}
+
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
+/// A container leash created: removed (`docker rm --force`) when dropped, whatever happened.
+struct Container {
+    engine: Engine,
+    id: String,
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if let Err(e) = self.engine.remove(&self.id) {
+            eprintln!("leash: could not remove container {}: {e}", short(&self.id));
+        }
+    }
+}
+
+/// The start-up gate: a private host directory mounted read-only in the container; `open` creates the ready file.
+/// Removed when dropped.
+struct Gate {
+    dir: PathBuf,
+}
+
+impl Gate {
+    fn create() -> std::io::Result<Gate> {
+        use std::os::unix::fs::DirBuilderExt;
+        /// Tells apart the gates of several runs of one process (tests).
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("leash-docker-{}-{n}", std::process::id()));
+        // 0755: the container's user, whoever it is, must be able to see the ready file; nothing in it is secret.
+        std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
+        Ok(Gate { dir })
+    }
+
+    fn open(&self) -> std::io::Result<()> {
+        std::fs::write(self.dir.join(READY_FILE), b"")
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn leash_options_come_after_the_users_so_they_win() {
+        let opts = options::scan(&["--env".into(), "HTTP_PROXY=x".into(), "img".into()]).unwrap();
+        let gate = Gate { dir: PathBuf::from("/tmp/gate") };
+        let args = create_args(&opts, &gate, &["/bin/app".into(), "--flag".into()]);
+        let joined = args.join(" ");
+        let user = joined.find("HTTP_PROXY=x").unwrap();
+        let ours = joined.find("HTTP_PROXY=http://127.0.0.1:3128").unwrap();
+        assert!(user < ours, "{joined}");
+        assert!(joined.contains("--network none --cap-drop NET_RAW --cap-drop NET_ADMIN"), "{joined}");
+        assert!(joined.contains("--volume /tmp/gate:/run/leash:ro --entrypoint /bin/sh img -c "), "{joined}");
+        assert!(joined.ends_with(" leash-gate /bin/app --flag"), "{joined}");
+        std::mem::forget(gate);
+    }
+
+    #[test]
+    fn the_gate_script_is_bounded_and_execs_the_command() {
+        let script = gate_script();
+        assert!(script.contains("-gt 300") && script.contains("exit 125") && script.ends_with("exec \"$@\""));
+    }
+}

@@ -1,0 +1,209 @@
+//! The Docker engine as `leash docker` drives it: each call a `docker` CLI child process with a time bound (a hung
+//! daemon never hangs leash), its failure a typed error carrying what Docker said. Only this file runs `docker`.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// `docker version`, `inspect`, `rm`: answered by a healthy daemon in well under a second; a minute covers a
+/// loaded machine.
+pub const QUICK: Duration = Duration::from_secs(60);
+/// `docker create` may unpack a large image first.
+pub const CREATE: Duration = Duration::from_secs(300);
+/// `docker stop`'s grace before it kills the container (Docker's own default).
+pub const STOP_GRACE_SECS: u32 = 10;
+
+/// The `docker` program: `LEASH_DOCKER` when set (tests point it at a wrapper), else `docker` on the PATH.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    program: OsString,
+}
+
+/// What a container is doing, from `docker inspect`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    /// The full container ID.
+    pub id: String,
+    /// The host pid of the container's init; 0 when it is not running.
+    pub pid: u32,
+    pub running: bool,
+    /// `HostConfig.NetworkMode`: `none` for a container without a network.
+    pub network_mode: String,
+}
+
+/// A `docker` call that did not do what was asked.
+#[derive(Debug)]
+pub enum EngineError {
+    /// No `docker` program could be started.
+    Missing(std::io::Error),
+    /// It ran and failed; `message` is its standard error.
+    Failed { call: String, message: String },
+    /// It did not finish in time and was killed.
+    TimedOut { call: String, after: Duration },
+    /// Its output was not what this Docker version should print.
+    Unexpected { call: String, output: String },
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::Missing(e) => write!(f, "cannot run `docker` ({e}): is Docker installed and on the PATH?"),
+            EngineError::Failed { call, message } => write!(f, "`docker {call}` failed: {message}"),
+            EngineError::TimedOut { call, after } => {
+                write!(f, "`docker {call}` did not finish in {}s", after.as_secs())
+            }
+            EngineError::Unexpected { call, output } => write!(f, "`docker {call}` printed `{output}`"),
+        }
+    }
+}
+
+impl Engine {
+    pub fn new() -> Self {
+        Engine { program: std::env::var_os("LEASH_DOCKER").unwrap_or_else(|| "docker".into()) }
+    }
+
+    /// The daemon answers and this user may use it.
+    pub fn check(&self) -> Result<String, EngineError> {
+        self.call(&["version", "--format", "{{.Server.Version}}"], QUICK)
+    }
+
+    /// The image's entrypoint and CMD (empty when unset); fails when the image is not available locally.
+    pub fn image_argv(&self, image: &str) -> Result<(Vec<String>, Vec<String>), EngineError> {
+        let format = "{{json .Config.Entrypoint}}\n{{json .Config.Cmd}}";
+        let out = self.call(&["image", "inspect", "--format", format, "--", image], QUICK)?;
+        let mut lines = out.lines().map(serde_json::from_str::<Option<Vec<String>>>);
+        match (lines.next(), lines.next()) {
+            (Some(Ok(entrypoint)), Some(Ok(cmd))) => Ok((entrypoint.unwrap_or_default(), cmd.unwrap_or_default())),
+            _ => Err(EngineError::Unexpected { call: "image inspect".into(), output: out }),
+        }
+    }
+
+    /// `docker create ARGS`; returns the new container's ID.
+    pub fn create(&self, args: &[String]) -> Result<String, EngineError> {
+        let mut all = vec!["create"];
+        all.extend(args.iter().map(String::as_str));
+        let id = self.call(&all, CREATE)?;
+        match id.lines().last() {
+            Some(id) if !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()) => Ok(id.to_owned()),
+            _ => Err(EngineError::Unexpected { call: "create".into(), output: id }),
+        }
+    }
+
+    /// `docker start --attach [--interactive] ID` with leash's standard streams: returns when the container ends.
+    pub fn start_attached(&self, id: &str, interactive: bool) -> Result<Child, EngineError> {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(["start", "--attach"]);
+        if interactive {
+            cmd.arg("--interactive");
+        } else {
+            cmd.stdin(Stdio::null());
+        }
+        cmd.arg(id).spawn().map_err(EngineError::Missing)
+    }
+
+    pub fn state(&self, container: &str) -> Result<State, EngineError> {
+        let format = "{{.Id}} {{.State.Pid}} {{.State.Running}} {{.HostConfig.NetworkMode}}";
+        let out = self.call(&["container", "inspect", "--format", format, "--", container], QUICK)?;
+        parse_state(&out).ok_or(EngineError::Unexpected { call: "inspect".into(), output: out })
+    }
+
+    /// The container's exit status once it has stopped (`docker wait`).
+    pub fn exit_code(&self, id: &str) -> Result<i32, EngineError> {
+        let out = self.call(&["wait", id], QUICK)?;
+        out.trim().parse().map_err(|_| EngineError::Unexpected { call: "wait".into(), output: out })
+    }
+
+    /// Waits (without bound) until the container stops: `leash docker attach` serves until then.
+    pub fn wait_forever(&self, id: &str) -> Result<i32, EngineError> {
+        let out = self.call(&["wait", id], Duration::MAX)?;
+        out.trim().parse().map_err(|_| EngineError::Unexpected { call: "wait".into(), output: out })
+    }
+
+    /// `docker stop`: the container's stop signal, then SIGKILL after the grace.
+    pub fn stop(&self, id: &str) -> Result<(), EngineError> {
+        let grace = STOP_GRACE_SECS.to_string();
+        self.call(&["stop", "--time", &grace, id], QUICK + Duration::from_secs(STOP_GRACE_SECS.into())).map(drop)
+    }
+
+    /// `docker rm --force`: stops and removes it, whatever its state.
+    pub fn remove(&self, id: &str) -> Result<(), EngineError> {
+        self.call(&["rm", "--force", id], QUICK).map(drop)
+    }
+
+    /// Runs `docker ARGS`, returns its trimmed standard output; killed after `limit`.
+    fn call(&self, args: &[&str], limit: Duration) -> Result<String, EngineError> {
+        let name = args.iter().take(2).copied().collect::<Vec<_>>().join(" ");
+        let child = Command::new(&self.program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(EngineError::Missing)?;
+        let output = bounded(child, limit).ok_or(EngineError::TimedOut { call: name.clone(), after: limit })?;
+        let output = output.map_err(EngineError::Missing)?;
+        if output.status.success() {
+            return Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned());
+        }
+        let message = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        Err(EngineError::Failed { call: name, message })
+    }
+}
+
+/// The child's output, or `None` (and the child killed) when it takes longer than `limit`.
+fn bounded(child: Child, limit: Duration) -> Option<std::io::Result<Output>> {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let received = if limit == Duration::MAX { rx.recv().ok() } else { rx.recv_timeout(limit).ok() };
+    if received.is_none() {
+        // The pid is our own unreaped child (the waiting thread holds it), so it cannot have been reused.
+        let pid = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw);
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+    received
+}
+
+fn parse_state(out: &str) -> Option<State> {
+    let mut fields = out.split_whitespace();
+    let id = fields.next()?.to_owned();
+    let pid = fields.next()?.parse().ok()?;
+    let running = fields.next()? == "true";
+    let network_mode = fields.next().unwrap_or_default().to_owned();
+    Some(State { id, pid, running, network_mode })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn inspect_output_is_parsed() {
+        let s = parse_state("abc123 4242 true none").unwrap();
+        assert_eq!(s, State { id: "abc123".into(), pid: 4242, running: true, network_mode: "none".into() });
+        assert!(parse_state("abc 0 false").is_some_and(|s| !s.running && s.network_mode.is_empty()));
+        assert!(parse_state("abc x true none").is_none());
+    }
+
+    #[test]
+    fn a_missing_docker_is_reported_as_missing() {
+        let engine = Engine { program: "/nonexistent/docker".into() };
+        assert!(matches!(engine.check(), Err(EngineError::Missing(_))));
+    }
+
+    #[test]
+    fn a_hung_call_is_killed_at_its_bound() {
+        let engine = Engine { program: "sleep".into() };
+        let started = std::time::Instant::now();
+        assert!(matches!(engine.call(&["30"], Duration::from_millis(200)), Err(EngineError::TimedOut { .. })));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}

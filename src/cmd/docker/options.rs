@@ -1,0 +1,444 @@
+//! The `docker run` options given to `leash docker run`: split into options, image and command the way Docker's
+//! own parser does (long and short forms, `=` or a separate value, bundled short flags), and checked for the
+//! options that would defeat the policy (another network, privileges, network capabilities, the host's process or
+//! user namespace, the Docker socket). Pure: no Docker, no filesystem; the host-side look at bind-mount sources
+//! (symlinks, sockets) is `docker.rs`'s.
+
+use std::fmt;
+use std::path::{Component, Path};
+
+/// Options that take no value (`--rm`, `-t`); `--opt=false` is accepted for them as Docker does.
+const FLAGS: &[&str] = &[
+    "detach",
+    "disable-content-trust",
+    "help",
+    "init",
+    "interactive",
+    "no-healthcheck",
+    "oom-kill-disable",
+    "privileged",
+    "publish-all",
+    "quiet",
+    "read-only",
+    "rm",
+    "sig-proxy",
+    "tty",
+    "use-api-socket",
+];
+
+/// Options that take a value (docker run's list, Docker 20.10 to 28).
+#[rustfmt::skip]
+const VALUED: &[&str] = &[
+    "add-host", "annotation", "attach", "blkio-weight", "blkio-weight-device", "cap-add", "cap-drop",
+    "cgroup-parent", "cgroupns", "cidfile", "cpu-count", "cpu-percent", "cpu-period", "cpu-quota",
+    "cpu-rt-period", "cpu-rt-runtime", "cpu-shares", "cpus", "cpuset-cpus", "cpuset-mems", "detach-keys", "device",
+    "device-cgroup-rule", "device-read-bps", "device-read-iops", "device-write-bps", "device-write-iops", "dns",
+    "dns-opt", "dns-option", "dns-search", "domainname", "entrypoint", "env", "env-file", "expose", "gpus",
+    "group-add", "health-cmd", "health-interval", "health-retries", "health-start-interval", "health-start-period",
+    "health-timeout", "hostname", "io-maxbandwidth", "io-maxiops", "ip", "ip6", "ipc", "isolation", "kernel-memory",
+    "label", "label-file", "link", "link-local-ip", "log-driver", "log-opt", "mac-address", "memory",
+    "memory-reservation", "memory-swap", "memory-swappiness", "mount", "name", "net", "net-alias", "network",
+    "network-alias", "oom-score-adj", "pid", "pids-limit", "platform", "publish", "pull", "restart", "runtime",
+    "security-opt", "shm-size", "stop-signal", "stop-timeout", "storage-opt", "sysctl", "tmpfs", "ulimit", "user",
+    "userns", "uts", "volume", "volume-driver", "volumes-from", "workdir",
+];
+
+/// Short forms: (letter, long name).
+const SHORT: &[(char, &str)] = &[
+    ('a', "attach"),
+    ('c', "cpu-shares"),
+    ('d', "detach"),
+    ('e', "env"),
+    ('h', "hostname"),
+    ('i', "interactive"),
+    ('l', "label"),
+    ('m', "memory"),
+    ('P', "publish-all"),
+    ('p', "publish"),
+    ('q', "quiet"),
+    ('t', "tty"),
+    ('u', "user"),
+    ('v', "volume"),
+    ('w', "workdir"),
+];
+
+/// Capabilities that reach past the container's empty network namespace or out of the container altogether.
+const REFUSED_CAPS: &[(&str, &str)] = &[
+    ("ALL", "every capability, NET_ADMIN and NET_RAW among them"),
+    ("NET_ADMIN", "it can reconfigure the container's network"),
+    ("NET_RAW", "raw sockets go beneath the proxy"),
+    ("SYS_ADMIN", "it can mount, and enter namespaces it can open"),
+    ("SYS_MODULE", "it can load kernel modules"),
+    ("DAC_READ_SEARCH", "open_by_handle_at reaches host files, sockets among them"),
+    ("BPF", "BPF programs can act on the host's networking"),
+];
+
+/// Host paths whose bind mount puts a container-runtime API (which can start an unfiltered container) inside.
+const RUNTIME_SOCKETS: &[&str] = &[
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/var/run/containerd/containerd.sock",
+    "/run/podman/podman.sock",
+];
+
+/// The docker run options, split and checked.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Options for `docker create`, normalised to `--name=value` / `--name`, minus the ones leash sets itself
+    /// (`--rm`, `--entrypoint`, `--network none`).
+    pub passthrough: Vec<String>,
+    /// `--entrypoint` as given (`Some("")` resets the image's).
+    pub entrypoint: Option<String>,
+    pub image: String,
+    pub command: Vec<String>,
+    /// `-i`: keep stdin attached.
+    pub interactive: bool,
+    /// Host paths bind-mounted (`-v /src:…`, `--mount type=bind,source=…`), for the host-side check.
+    pub bind_sources: Vec<String>,
+    /// Options that would defeat the policy; refused unless the user overrides.
+    pub unsafe_options: Vec<Unsafe>,
+}
+
+/// An option that would defeat the policy, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsafe {
+    /// The option as normalised (`--network=host`).
+    pub option: String,
+    pub why: String,
+}
+
+/// The options cannot be used at all (no override).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsageError {
+    Unknown(String),
+    MissingValue(String),
+    NoImage,
+    Unsupported { option: String, why: &'static str },
+}
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UsageError::Unknown(o) => {
+                write!(f, "unknown docker run option `{o}` (leash must know every option to find the image)")
+            }
+            UsageError::MissingValue(o) => write!(f, "docker run option `{o}` needs a value"),
+            UsageError::NoImage => f.write_str("no image given: `leash docker run [OPTIONS] IMAGE [CMD...]`"),
+            UsageError::Unsupported { option, why } => write!(f, "`{option}` cannot be used: {why}"),
+        }
+    }
+}
+
+/// Splits `args` (everything after leash's own options) into options, image and command, and checks them.
+pub fn scan(args: &[String]) -> Result<RunOptions, UsageError> {
+    let mut out = RunOptions::default();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--" {
+            out.image = rest.next().cloned().ok_or(UsageError::NoImage)?;
+            break;
+        }
+        let options = match (arg.strip_prefix("--"), arg.strip_prefix('-')) {
+            (Some(long), _) => vec![long_option(long, &mut rest)?],
+            (None, Some(short)) if !short.is_empty() => short_options(short, &mut rest)?,
+            _ => {
+                out.image = arg.clone();
+                break;
+            }
+        };
+        for (name, value) in options {
+            apply(&mut out, name, value)?;
+        }
+    }
+    if out.image.is_empty() {
+        return Err(UsageError::NoImage);
+    }
+    out.command = rest.cloned().collect();
+    Ok(out)
+}
+
+/// The container's argv as Docker would run it: `--entrypoint` (which also drops the image's CMD) or the image's
+/// entrypoint, then the command given or else the image's CMD.
+pub fn container_argv(
+    entrypoint: Option<&str>,
+    command: &[String],
+    image_entrypoint: &[String],
+    image_cmd: &[String],
+) -> Vec<String> {
+    match entrypoint {
+        Some(e) => (!e.is_empty()).then(|| e.to_owned()).into_iter().chain(command.iter().cloned()).collect(),
+        None => {
+            let cmd = if command.is_empty() { image_cmd } else { command };
+            image_entrypoint.iter().chain(cmd).cloned().collect()
+        }
+    }
+}
+
+/// True when bind-mounting `source` would put a container runtime's socket inside: the socket itself or a
+/// directory above it (`/`, `/run`, `/var/run`). A path with `..` counts (it is resolved on the host later too).
+pub fn reaches_runtime_socket(source: &str) -> bool {
+    let source = Path::new(source);
+    if source.components().any(|c| c == Component::ParentDir) {
+        return true;
+    }
+    RUNTIME_SOCKETS.iter().any(|socket| Path::new(socket).starts_with(source))
+}
+
+/// One `--name[=value]`; the value comes from the next argument when the option takes one and has no `=`.
+fn long_option<'a>(
+    long: &str,
+    rest: &mut impl Iterator<Item = &'a String>,
+) -> Result<(&'static str, Option<String>), UsageError> {
+    let (name, inline) = match long.split_once('=') {
+        Some((n, v)) => (n, Some(v.to_owned())),
+        None => (long, None),
+    };
+    if let Some(flag) = FLAGS.iter().find(|f| **f == name) {
+        return Ok((flag, inline));
+    }
+    let valued = VALUED.iter().find(|v| **v == name).ok_or_else(|| UsageError::Unknown(format!("--{name}")))?;
+    let value = inline.or_else(|| rest.next().cloned()).ok_or_else(|| UsageError::MissingValue(format!("--{name}")))?;
+    Ok((valued, Some(value)))
+}
+
+/// Bundled short options (`-it`, `-eFOO=1`, `-e FOO=1`, `-e=FOO=1`): flags until one that takes a value, which
+/// takes the rest of the bundle or else the next argument.
+fn short_options<'a>(
+    bundle: &str,
+    rest: &mut impl Iterator<Item = &'a String>,
+) -> Result<Vec<(&'static str, Option<String>)>, UsageError> {
+    let mut options = Vec::new();
+    for (at, letter) in bundle.char_indices() {
+        let (_, name) =
+            SHORT.iter().find(|(l, _)| *l == letter).ok_or_else(|| UsageError::Unknown(format!("-{letter}")))?;
+        if FLAGS.contains(name) {
+            options.push((*name, None));
+            continue;
+        }
+        let tail = &bundle[at + letter.len_utf8()..];
+        let tail = tail.strip_prefix('=').unwrap_or(tail);
+        let value = if tail.is_empty() { rest.next().cloned() } else { Some(tail.to_owned()) };
+        options.push((*name, Some(value.ok_or_else(|| UsageError::MissingValue(format!("-{letter}")))?)));
+        break;
+    }
+    Ok(options)
+}
+
+/// Records one option: kept, taken over by leash, refused, or unusable.
+fn apply(out: &mut RunOptions, name: &'static str, value: Option<String>) -> Result<(), UsageError> {
+    let normalised = match &value {
+        Some(v) => format!("--{name}={v}"),
+        None => format!("--{name}"),
+    };
+    let on = || value.as_deref().is_none_or(is_true);
+    let refuse =
+        |out: &mut RunOptions, why: String| out.unsafe_options.push(Unsafe { option: normalised.clone(), why });
+    let v = value.as_deref().unwrap_or_default();
+    match name {
+        "network" | "net" if v == "none" => return Ok(()),
+        "network" | "net" => refuse(out, "only `none` keeps leash's proxy the container's one way out".into()),
+        "privileged" if on() => refuse(out, "it gives every capability (NET_ADMIN, NET_RAW) and the host's devices".into()),
+        "cap-add" => cap_add(out, &normalised, v),
+        "pid" if v == "host" => refuse(out, "the host's processes, and through /proc their networks, come in".into()),
+        "pid" if v.starts_with("container:") => {
+            refuse(out, "another container's processes, and through /proc its network, come in".into())
+        }
+        "userns" if v == "host" => refuse(out, "root in the container becomes root on the host".into()),
+        "volumes-from" => refuse(out, "it brings another container's mounts, which leash cannot check".into()),
+        "use-api-socket" if on() => refuse(out, "it mounts the Docker socket, which can start an unfiltered container".into()),
+        "volume" => volume(out, &normalised, v),
+        "mount" => mount(out, &normalised, v),
+        "entrypoint" => {
+            out.entrypoint = value;
+            return Ok(());
+        }
+        "rm" => return Ok(()),
+        "interactive" => out.interactive = on(),
+        "detach" if on() => return Err(unsupported(normalised, "leash stays in the foreground to serve the proxy; `leash docker attach` serves a container run by a harness")),
+        "restart" if v != "no" => return Err(unsupported(normalised, "a restarted container gets a new network namespace, without the proxy")),
+        _ => {}
+    }
+    out.passthrough.push(normalised);
+    Ok(())
+}
+
+fn unsupported(option: String, why: &'static str) -> UsageError {
+    UsageError::Unsupported { option, why }
+}
+
+/// Docker's (Go's) spellings of true.
+fn is_true(v: &str) -> bool {
+    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+fn cap_add(out: &mut RunOptions, normalised: &str, value: &str) {
+    for cap in value.split(',') {
+        let upper = cap.trim().to_ascii_uppercase();
+        let bare = upper.strip_prefix("CAP_").unwrap_or(&upper);
+        if let Some((_, why)) = REFUSED_CAPS.iter().find(|(c, _)| *c == bare) {
+            out.unsafe_options.push(Unsafe { option: normalised.to_owned(), why: format!("{bare}: {why}") });
+        }
+    }
+}
+
+/// `-v SRC:DST[:OPTS]`: SRC is a host path when it starts with `/` or `.` (else a named volume).
+fn volume(out: &mut RunOptions, normalised: &str, value: &str) {
+    let source = value.split(':').next().unwrap_or_default();
+    if source.starts_with('/') || source.starts_with('.') {
+        bind_source(out, normalised, source);
+    }
+}
+
+/// `--mount type=bind,source=…,target=…` (`src=` too; `type` defaults to volume).
+fn mount(out: &mut RunOptions, normalised: &str, value: &str) {
+    let fields: Vec<(&str, &str)> = value.split(',').filter_map(|f| f.split_once('=')).collect();
+    let field = |key: &[&str]| fields.iter().find(|(k, _)| key.contains(&k.trim())).map(|(_, v)| v.trim());
+    if field(&["type"]) == Some("bind") {
+        if let Some(source) = field(&["source", "src"]) {
+            bind_source(out, normalised, source);
+        }
+    }
+}
+
+fn bind_source(out: &mut RunOptions, normalised: &str, source: &str) {
+    if reaches_runtime_socket(source) {
+        let why = "it mounts the Docker socket (or a directory holding it), which can start an unfiltered container";
+        out.unsafe_options.push(Unsafe { option: normalised.to_owned(), why: why.into() });
+    }
+    out.bind_sources.push(source.to_owned());
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    fn scan_words(line: &str) -> Result<RunOptions, UsageError> {
+        scan(&line.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+    }
+
+    fn refused(line: &str) -> Vec<String> {
+        scan_words(line).unwrap().unsafe_options.into_iter().map(|u| u.option).collect()
+    }
+
+    #[test]
+    fn image_and_command_are_found_after_every_option_spelling() {
+        let o =
+            scan_words("-it --name x -e A=1 -eB=2 -e=C=3 --env=D=4 -v /data:/data -w /w --rm img sh -c true").unwrap();
+        assert_eq!(o.image, "img");
+        assert_eq!(o.command, ["sh", "-c", "true"]);
+        assert!(o.interactive);
+        assert_eq!(
+            o.passthrough,
+            [
+                "--interactive",
+                "--tty",
+                "--name=x",
+                "--env=A=1",
+                "--env=B=2",
+                "--env=C=3",
+                "--env=D=4",
+                "--volume=/data:/data",
+                "--workdir=/w"
+            ]
+        );
+        assert_eq!(o.bind_sources, ["/data"]);
+        assert!(o.unsafe_options.is_empty());
+    }
+
+    #[test]
+    fn options_after_the_image_belong_to_the_command() {
+        let o = scan_words("img --privileged --network=host").unwrap();
+        assert_eq!(o.command, ["--privileged", "--network=host"]);
+        assert!(o.unsafe_options.is_empty());
+        let o = scan_words("--init -- img -x").unwrap();
+        assert_eq!((o.image.as_str(), o.command.as_slice()), ("img", ["-x".to_owned()].as_slice()));
+    }
+
+    #[test]
+    fn networks_other_than_none_are_refused_in_every_spelling() {
+        for line in ["--network=host i", "--network host i", "--net=host i", "--net host i", "--network bridge i"] {
+            assert_eq!(refused(line).len(), 1, "{line}");
+        }
+        assert_eq!(refused("--network container:abc i"), ["--network=container:abc"]);
+        let o = scan_words("--network none --net=none i").unwrap();
+        assert!(o.unsafe_options.is_empty() && o.passthrough.is_empty(), "{o:?}");
+    }
+
+    #[test]
+    fn privileged_is_refused_unless_false() {
+        assert_eq!(refused("--privileged i"), ["--privileged"]);
+        assert_eq!(refused("--privileged=true i"), ["--privileged=true"]);
+        assert!(refused("--privileged=false i").is_empty());
+    }
+
+    #[test]
+    fn network_and_escape_capabilities_are_refused_in_any_case_and_prefix() {
+        for cap in ["NET_ADMIN", "net_raw", "CAP_NET_RAW", "ALL", "all", "SYS_ADMIN", "cap_sys_module"] {
+            assert_eq!(refused(&format!("--cap-add {cap} i")).len(), 1, "{cap}");
+            assert_eq!(refused(&format!("--cap-add={cap} i")).len(), 1, "{cap}");
+        }
+        assert!(refused("--cap-add CHOWN --cap-drop ALL i").is_empty());
+    }
+
+    #[test]
+    fn host_and_shared_namespaces_are_refused_but_uts_host_is_fine() {
+        assert_eq!(refused("--pid host i"), ["--pid=host"]);
+        assert_eq!(refused("--pid=container:db i"), ["--pid=container:db"]);
+        assert_eq!(refused("--userns=host i"), ["--userns=host"]);
+        assert!(refused("--uts host --ipc private i").is_empty());
+    }
+
+    #[test]
+    fn the_docker_socket_is_refused_however_it_is_mounted() {
+        for line in [
+            "-v /var/run/docker.sock:/var/run/docker.sock i",
+            "-v=/run/docker.sock:/s i",
+            "--volume /var/run:/host-run:ro i",
+            "-v /:/host i",
+            "-v /run/:/r i",
+            "-v /tmp/../run/docker.sock:/s i",
+            "--mount type=bind,source=/var/run/docker.sock,target=/var/run/docker.sock i",
+            "--mount=type=bind,src=/run,dst=/r,readonly i",
+            "--mount target=/s,type=bind,source=/var/run/docker.sock i",
+            "--volumes-from other i",
+            "--use-api-socket i",
+        ] {
+            assert_eq!(refused(line).len(), 1, "{line}");
+        }
+        assert!(refused("-v /data:/data -v named:/x --mount type=volume,source=docker.sock,target=/x i").is_empty());
+    }
+
+    #[test]
+    fn leash_takes_over_rm_entrypoint_and_refuses_detach_and_restart() {
+        let o = scan_words("--rm --entrypoint /bin/app i").unwrap();
+        assert_eq!(o.entrypoint.as_deref(), Some("/bin/app"));
+        assert!(o.passthrough.is_empty());
+        assert!(matches!(scan_words("-d i"), Err(UsageError::Unsupported { .. })));
+        assert!(matches!(scan_words("-dit i"), Err(UsageError::Unsupported { .. })));
+        assert!(matches!(scan_words("--restart always i"), Err(UsageError::Unsupported { .. })));
+        assert!(scan_words("--restart=no --detach=false i").is_ok());
+    }
+
+    #[test]
+    fn unknown_options_missing_values_and_no_image_are_usage_errors() {
+        assert_eq!(scan_words("--frobnicate i"), Err(UsageError::Unknown("--frobnicate".into())));
+        assert_eq!(scan_words("-Z i"), Err(UsageError::Unknown("-Z".into())));
+        assert_eq!(scan_words("--name"), Err(UsageError::MissingValue("--name".into())));
+        assert_eq!(scan_words("-it"), Err(UsageError::NoImage));
+        assert_eq!(scan_words(""), Err(UsageError::NoImage));
+    }
+
+    #[test]
+    fn the_container_argv_follows_dockers_rules() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let (ep, cmd) = (s(&["/entry"]), s(&["serve"]));
+        assert_eq!(container_argv(None, &[], &ep, &cmd), s(&["/entry", "serve"]));
+        assert_eq!(container_argv(None, &s(&["x"]), &ep, &cmd), s(&["/entry", "x"]));
+        assert_eq!(container_argv(Some("/other"), &[], &ep, &cmd), s(&["/other"]));
+        assert_eq!(container_argv(Some(""), &s(&["sh"]), &ep, &cmd), s(&["sh"]));
+        assert_eq!(container_argv(None, &[], &[], &cmd), s(&["serve"]));
+    }
+}
