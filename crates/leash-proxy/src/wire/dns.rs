@@ -45,12 +45,14 @@ const FLAG_RA: u16 = 0x0080;
 const FLAG_CD: u16 = 0x0010;
 /// A compression pointer to offset 12, where the question's name starts.
 const POINTER_TO_QUESTION: [u8; 2] = [0xc0, 0x0c];
+/// A question's type and class, after its name.
+const TYPE_AND_CLASS_LEN: usize = 4;
 /// An A record answering the question: pointer, type, class, TTL, length, address.
 const ANSWER_LEN: usize = 2 + 2 + 2 + 4 + 2 + 4;
 /// Our OPT record: root owner, type, payload size, extended RCODE/version/flags, no options.
 const OPT_LEN: usize = 1 + 2 + 2 + 4 + 2;
 /// The longest response the stub builds: a header, the longest question, an answer and an OPT record.
-const MAX_RESPONSE: usize = HEADER_LEN + MAX_NAME + 4 + ANSWER_LEN + OPT_LEN;
+const MAX_RESPONSE: usize = HEADER_LEN + MAX_NAME + TYPE_AND_CLASS_LEN + ANSWER_LEN + OPT_LEN;
 /// The extended RCODE BADVERS (16) is carried as 1 in the OPT record's upper byte (RFC 6891 §6.1.3).
 const EXTENDED_BADVERS: u8 = 1;
 
@@ -141,7 +143,7 @@ pub fn parse_query(buf: &[u8]) -> Result<Query<'_>, DnsError> {
     check_header(flags, qdcount, ancount, nscount)?;
     let (name, name_len) = read_name(&mut c)?;
     let (qtype, qclass) = (c.u16().ok_or(DnsError::Truncated)?, c.u16().ok_or(DnsError::Truncated)?);
-    let question = buf.get(HEADER_LEN..HEADER_LEN + name_len + 4).ok_or(DnsError::Truncated)?;
+    let question = buf.get(HEADER_LEN..HEADER_LEN + name_len + TYPE_AND_CLASS_LEN).ok_or(DnsError::Truncated)?;
     let mut query = Query { id, flags, question, name, qtype, qclass, udp_size: PLAIN_UDP_SIZE, edns: None };
     for _ in 0..arcount {
         read_additional(&mut c, &mut query)?;
