@@ -402,11 +402,14 @@ fn with_runtime<F: std::future::Future<Output = Exit>>(work: impl FnOnce(StopSig
 
 /// Docker is absent, refuses this user or failed: nothing runs unprotected, exit 125 (as `leash run`).
 fn refuse_engine(e: &EngineError) -> Exit {
+    /// Docker's words when the socket refuses this user.
+    const DENIED: &str = "permission denied";
     eprintln!("leash: {e}");
-    if let EngineError::Failed { message, .. } = e {
-        if message.contains("permission denied") {
-            eprintln!("leash: this user may not use the Docker daemon (and leash docker needs root to enter the container's network namespace)");
-        }
+    if matches!(e, EngineError::Failed { message, .. } if message.contains(DENIED)) {
+        eprintln!(
+            "leash: this user may not use the Docker daemon; leash docker needs root (it enters the container's \
+             network namespace)"
+        );
     }
     Exit::SandboxFailed
 }

@@ -225,39 +225,63 @@ fn short_options<'a>(
     Ok(options)
 }
 
+/// Why each refused option defeats the policy (printed after the option).
+const WHY_NETWORK: &str = "only `none` keeps leash's proxy the container's one way out";
+const WHY_PRIVILEGED: &str = "it gives every capability (NET_ADMIN, NET_RAW) and the host's devices";
+const WHY_PID_HOST: &str = "the host's processes, and through /proc their networks, come in";
+const WHY_PID_CONTAINER: &str = "another container's processes, and through /proc its network, come in";
+const WHY_USERNS_HOST: &str = "root in the container becomes root on the host";
+const WHY_VOLUMES_FROM: &str = "it brings another container's mounts, which leash cannot check";
+const WHY_API_SOCKET: &str = "it mounts the Docker socket, which can start an unfiltered container";
+/// Why an option cannot be used with leash at all.
+const WHY_DETACH: &str =
+    "leash stays in the foreground to serve the proxy; `leash docker attach` serves a container run by a harness";
+const WHY_RESTART: &str = "a restarted container gets a new network namespace, without the proxy";
+
 /// Records one option: kept, taken over by leash, refused, or unusable.
 fn apply(out: &mut RunOptions, name: &'static str, value: Option<String>) -> Result<(), UsageError> {
     let normalised = match &value {
         Some(v) => format!("--{name}={v}"),
         None => format!("--{name}"),
     };
-    let on = || value.as_deref().is_none_or(is_true);
-    let refuse =
-        |out: &mut RunOptions, why: String| out.unsafe_options.push(Unsafe { option: normalised.clone(), why });
+    let on = value.as_deref().is_none_or(is_true);
     let v = value.as_deref().unwrap_or_default();
-    match name {
+    let why = match name {
         "network" | "net" if v == "none" => return Ok(()),
-        "network" | "net" => refuse(out, "only `none` keeps leash's proxy the container's one way out".into()),
-        "privileged" if on() => refuse(out, "it gives every capability (NET_ADMIN, NET_RAW) and the host's devices".into()),
-        "cap-add" => cap_add(out, &normalised, v),
-        "pid" if v == "host" => refuse(out, "the host's processes, and through /proc their networks, come in".into()),
-        "pid" if v.starts_with("container:") => {
-            refuse(out, "another container's processes, and through /proc its network, come in".into())
+        "network" | "net" => Some(WHY_NETWORK),
+        "privileged" if on => Some(WHY_PRIVILEGED),
+        "pid" if v == "host" => Some(WHY_PID_HOST),
+        "pid" if v.starts_with("container:") => Some(WHY_PID_CONTAINER),
+        "userns" if v == "host" => Some(WHY_USERNS_HOST),
+        "volumes-from" => Some(WHY_VOLUMES_FROM),
+        "use-api-socket" if on => Some(WHY_API_SOCKET),
+        "cap-add" => {
+            cap_add(out, &normalised, v);
+            None
         }
-        "userns" if v == "host" => refuse(out, "root in the container becomes root on the host".into()),
-        "volumes-from" => refuse(out, "it brings another container's mounts, which leash cannot check".into()),
-        "use-api-socket" if on() => refuse(out, "it mounts the Docker socket, which can start an unfiltered container".into()),
-        "volume" => volume(out, &normalised, v),
-        "mount" => mount(out, &normalised, v),
+        "volume" => {
+            volume(out, &normalised, v);
+            None
+        }
+        "mount" => {
+            mount(out, &normalised, v);
+            None
+        }
         "entrypoint" => {
             out.entrypoint = value;
             return Ok(());
         }
         "rm" => return Ok(()),
-        "interactive" => out.interactive = on(),
-        "detach" if on() => return Err(unsupported(normalised, "leash stays in the foreground to serve the proxy; `leash docker attach` serves a container run by a harness")),
-        "restart" if v != "no" => return Err(unsupported(normalised, "a restarted container gets a new network namespace, without the proxy")),
-        _ => {}
+        "interactive" => {
+            out.interactive = on;
+            None
+        }
+        "detach" if on => return Err(unsupported(normalised, WHY_DETACH)),
+        "restart" if v != "no" => return Err(unsupported(normalised, WHY_RESTART)),
+        _ => None,
+    };
+    if let Some(why) = why {
+        out.unsafe_options.push(Unsafe { option: normalised.clone(), why: why.to_owned() });
     }
     out.passthrough.push(normalised);
     Ok(())
