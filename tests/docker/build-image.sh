@@ -12,6 +12,9 @@ if [ -z "${LEASH_TEST_IMAGE_REBUILD:-}" ] && docker image inspect "$image" >/dev
   exit 0
 fi
 
+# A fresh machine may have no package lists yet.
+apt-cache show busybox-static >/dev/null 2>&1 || apt-get update -qq
+
 # Packages resolved with their dependencies, and packages taken alone (their dependencies are either already in the
 # list or not needed for what the tests do: Python's pure modules, a PEM bundle).
 with_deps=(busybox-static curl python3-minimal)
