@@ -287,26 +287,44 @@ fn docker_run_without_docker_refuses_with_125_and_runs_nothing() {
 }
 
 #[test]
-fn docker_run_stops_and_removes_the_container_on_sigterm() {
+fn docker_run_stops_and_removes_the_container_on_sigint_and_sigterm() {
     if !docker_ready() {
         return;
     }
-    let label = label("sigterm");
-    let mut child = Command::new(LEASH)
-        .args(["docker", "run", "--label", &label, "--init", IMAGE, "sh", "-c", "echo started; exec sleep 300"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert_eq!(line, "started\n", "the command runs once the proxy is in place");
-    let started = Instant::now();
-    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    let o = wait_bounded(child, Duration::from_secs(30));
-    assert_eq!(o.status.code(), Some(143), "SIGTERM reaches the command: {}", stderr(&o));
-    assert!(started.elapsed() < Duration::from_secs(9), "stopped at once, not after docker stop's grace");
+    for signal in ["INT", "TERM"] {
+        let label = label(&format!("sig{signal}"));
+        let mut child = Command::new(LEASH)
+            .args(["docker", "run", "--label", &label, "--init", IMAGE, "sh", "-c", "echo started; exec sleep 300"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line, "started\n", "the command runs once the proxy is in place");
+        let started = Instant::now();
+        Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap();
+        let o = wait_bounded(child, Duration::from_secs(30));
+        // leash stops the container (`docker stop`: SIGTERM to its init, which passes it on to `sleep`).
+        assert_eq!(o.status.code(), Some(143), "SIG{signal}: {}", stderr(&o));
+        assert!(started.elapsed() < Duration::from_secs(9), "SIG{signal}: stopped at once, not after the grace");
+        assert_eq!(leftovers(&label), "", "SIG{signal}");
+    }
+}
+
+#[test]
+fn docker_run_failures_leave_nothing_behind() {
+    if !docker_ready() {
+        return;
+    }
+    let label = label("failures");
+    // An image that is not there: refused before anything is created.
+    let o = bounded(Command::new(LEASH).args(["docker", "run", "--label", &label, "leash-test-missing:nope", "true"]));
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    // A command that is not in the image: the container's own failure status, and the container removed.
+    let o = bounded(Command::new(LEASH).args(["docker", "run", "--label", &label, IMAGE, "/nonexistent/cmd"]));
+    assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
     assert_eq!(leftovers(&label), "");
 }
 

@@ -70,6 +70,11 @@ async fn run_container(opts: RunOptions, (policy, pins, audit): ProxyParts, mut 
     let prepared = engine.check().and_then(|_| engine.image_argv(&opts.image));
     let (image_entrypoint, image_cmd) = match prepared {
         Ok(argv) => argv,
+        Err(e) if matches!(&e, EngineError::Failed { call, .. } if call == "image inspect") => {
+            eprintln!("leash: {e}");
+            eprintln!("leash: build or pull the image first (leash does not pull, to know its command beforehand)");
+            return Exit::SandboxFailed;
+        }
         Err(e) => return refuse_engine(&e),
     };
     let argv = options::container_argv(opts.entrypoint.as_deref(), &opts.command, &image_entrypoint, &image_cmd);
@@ -137,7 +142,7 @@ fn checked_options(args: &DockerRunArgs) -> Result<RunOptions, Exit> {
         eprintln!("leash: {e}");
         Exit::Usage
     })?;
-    let host_unsafe: Vec<_> = opts.bind_sources.iter().filter_map(|s| unsafe_on_host(s)).collect();
+    let host_unsafe: Vec<_> = opts.bind_sources.iter().filter_map(|(o, s)| unsafe_on_host(o, s)).collect();
     opts.unsafe_options.extend(host_unsafe);
     if opts.unsafe_options.is_empty() {
         return Ok(opts);
@@ -157,16 +162,16 @@ fn checked_options(args: &DockerRunArgs) -> Result<RunOptions, Exit> {
 
 /// A bind source that resolves (symlinks, `..`, relative paths) to a runtime socket or a directory above one, or
 /// that is any Unix socket: a host daemon inside the container is a way around the proxy.
-fn unsafe_on_host(source: &str) -> Option<options::Unsafe> {
+fn unsafe_on_host(option: &str, source: &str) -> Option<options::Unsafe> {
     let path = std::fs::canonicalize(source).ok()?;
     let why = if options::reaches_runtime_socket(&path.to_string_lossy()) {
-        "it resolves to the Docker socket (or a directory holding it)"
+        "its source resolves to the Docker socket (or a directory holding it)"
     } else if std::fs::metadata(&path).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())) {
-        "it is a host Unix socket, a way around the proxy"
+        "its source is a host Unix socket, a way around the proxy"
     } else {
         return None;
     };
-    Some(options::Unsafe { option: format!("bind mount of `{source}`"), why: why.to_owned() })
+    Some(options::Unsafe { option: option.to_owned(), why: why.to_owned() })
 }
 
 /// The policy, the `--resolve` pins and the audit log (not yet shared: the container ID is added once known).

@@ -94,8 +94,9 @@ pub struct RunOptions {
     pub command: Vec<String>,
     /// `-i`: keep stdin attached.
     pub interactive: bool,
-    /// Host paths bind-mounted (`-v /src:…`, `--mount type=bind,source=…`), for the host-side check.
-    pub bind_sources: Vec<String>,
+    /// Host paths bind-mounted (`-v /src:…`, `--mount type=bind,source=…`) and the option that names each, for
+    /// the host-side check; those already refused here are left out.
+    pub bind_sources: Vec<(String, String)>,
     /// Options that would defeat the policy; refused unless the user overrides.
     pub unsafe_options: Vec<Unsafe>,
 }
@@ -329,8 +330,9 @@ fn bind_source(out: &mut RunOptions, normalised: &str, source: &str) {
     if reaches_runtime_socket(source) {
         let why = "it mounts the Docker socket (or a directory holding it), which can start an unfiltered container";
         out.unsafe_options.push(Unsafe { option: normalised.to_owned(), why: why.into() });
+    } else {
+        out.bind_sources.push((normalised.to_owned(), source.to_owned()));
     }
-    out.bind_sources.push(source.to_owned());
 }
 
 #[cfg(test)]
@@ -368,7 +370,7 @@ mod tests {
                 "--workdir=/w"
             ]
         );
-        assert_eq!(o.bind_sources, ["/data"]);
+        assert_eq!(o.bind_sources, [("--volume=/data:/data".to_owned(), "/data".to_owned())]);
         assert!(o.unsafe_options.is_empty());
     }
 
