@@ -170,6 +170,104 @@ fn docker_run_fetches_through_the_proxy_refuses_the_rest_and_propagates_the_exit
     assert!(lines.iter().all(|l| l["container"] == container), "{lines:?}");
 }
 
+/// A test CA and a leaf for `docs.test`, made with openssl in `dir`; returns the CA's PEM path.
+fn https_material(dir: &Path) -> PathBuf {
+    let script = r#"set -e
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 \
+  -subj /CN=docker-test-ca -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout leaf.key -out leaf.csr -subj /CN=docs.test \
+  2>/dev/null
+printf 'subjectAltName=DNS:docs.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > ext.cnf
+openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out leaf.pem -days 2 -extfile ext.cnf \
+  2>/dev/null
+"#;
+    let ok = Command::new("sh").args(["-c", script]).current_dir(dir).status().unwrap();
+    assert!(ok.success(), "openssl could not make the test certificates");
+    dir.join("ca.pem")
+}
+
+/// An HTTPS origin on the host's loopback (Python's http.server with the leaf from [`https_material`]) answering
+/// `origin-tls PATH`; killed on drop.
+struct HttpsOrigin {
+    child: Child,
+    port: u16,
+}
+
+impl HttpsOrigin {
+    fn start(dir: &Path) -> HttpsOrigin {
+        let script = r#"
+import http.server, ssl
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = ("origin-tls " + self.path).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain("leaf.pem", "leaf.key")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+        let mut child =
+            Command::new("python3").args(["-c", script]).current_dir(dir).stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        HttpsOrigin { child, port: line.trim().parse().expect("origin port") }
+    }
+}
+
+impl Drop for HttpsOrigin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn docker_run_inspects_https_with_the_run_ca_trusted_through_the_environment() {
+    if !docker_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let upstream_ca = https_material(dir.path());
+    let origin = HttpsOrigin::start(dir.path());
+    let port = origin.port;
+    let policy = dir.path().join("inspect.yaml");
+    let text = format!(
+        "network:\n  mode: blocklist\n  blocked_urls: [docs.test/secret]\n  tunnel_ports: [{port}]\n  \
+         allow_destinations: [127.0.0.0/8]\n"
+    );
+    std::fs::write(&policy, text).unwrap();
+    // curl trusts the run's CA through CURL_CA_BUNDLE, Python through SSL_CERT_FILE: nothing on the command line.
+    let script = format!(
+        "curl -s https://docs.test:{port}/ok; echo; curl -s https://docs.test:{port}/secret/x | head -1; \
+         python3 -c 'import urllib.request as u; print(u.urlopen(\"https://docs.test:{port}/py\").read().decode())'"
+    );
+    let label = label("https");
+    let o = bounded(
+        Command::new(LEASH)
+            .args(["docker", "run", "--policy"])
+            .arg(&policy)
+            .args(["--resolve", "docs.test:127.0.0.1", "--upstream-ca"])
+            .arg(&upstream_ca)
+            .args(["--label", &label, IMAGE, "sh", "-c", &script]),
+    );
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "origin-tls /ok\nleash: docs.test/secret/x refused by the egress policy (rule)\norigin-tls /py\n",
+        "stderr: {}",
+        stderr(&o)
+    );
+    assert_eq!(leftovers(&label), "");
+}
+
 #[test]
 fn docker_run_leaves_no_direct_way_out() {
     if !docker_ready() {

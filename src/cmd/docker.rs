@@ -1,11 +1,12 @@
 //! `leash docker run` and `leash docker attach`: a Docker container whose only way out is leash. The container runs
 //! with `--network none` (only `lo`) and without NET_RAW/NET_ADMIN; leash binds its proxy's listener inside the
 //! container's network namespace (`leash_sandbox::bind_in_netns`) and serves it from outside, so no sidecar, bridge
-//! or internal network exists.
+//! or internal network exists. Tunnels the policy needs to see into are TLS-inspected with the run's CA, which the
+//! container trusts through the environment (`SSL_CERT_FILE`, … pointing at `/run/leash/bundle.pem`).
 //!
 //! The start-up race (the container's command starting before the listener exists) is closed by a gate: leash sets
 //! the entrypoint to `/bin/sh -c WAIT` with the real entrypoint and command as arguments; WAIT polls for a file in
-//! a directory leash mounts read-only at `/run/leash`, and `exec`s the real command once leash has bound the
+//! a directory leash mounts read-only at `/run/leash` (beside the CA files), and `exec`s the real command once leash has bound the
 //! listener and created the file (or exits 125 after `GATE_STEPS` tries). The image therefore needs `/bin/sh` and
 //! `sleep`. leash talks to a local Docker daemon only (it enters the container's namespace through `/proc`), as
 //! root.
@@ -19,12 +20,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leash_policy::Policy;
-use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver};
+use leash_proxy::{AuditLog, Inspection, Limits, PolicyHandle, ProxyConfig, SystemResolver, UpstreamTrust};
 use tokio::signal::unix::{signal, SignalKind};
 
 use self::engine::{Engine, EngineError};
 use self::options::RunOptions;
-use crate::cli::{ContainerProxyArgs, DockerAttachArgs, DockerRunArgs};
+use crate::cli::{ContainerProxyArgs, DockerAttachArgs, DockerRunArgs, TlsArgs};
+use crate::cmd::trust::{BUNDLE_VARS, NODE_VAR};
 use crate::exit::Exit;
 use crate::policy_file::{load_file, print_errors};
 
@@ -34,6 +36,9 @@ const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
 const GATE_MOUNT: &str = "/run/leash";
 /// The file whose existence opens the gate.
 const READY_FILE: &str = "ready";
+/// The run's CA, and the system roots plus that CA, in the gate directory (so at `GATE_MOUNT` inside).
+const CA_FILE: &str = "ca.pem";
+const BUNDLE_FILE: &str = "bundle.pem";
 /// The gate's tries, `GATE_STEP` apart: leash binds within a second of the start on an idle machine; 30 s covers a
 /// loaded one. After that the container exits 125 without running its command.
 const GATE_STEPS: u32 = 300;
@@ -61,11 +66,24 @@ pub fn run(args: DockerRunArgs) -> Exit {
         Ok(parts) => parts,
         Err(code) => return code,
     };
+    let trust = UpstreamTrust { system_roots: true, extra_ca_files: args.proxy.upstream_ca.clone() };
+    let inspection = match Inspection::new(&trust) {
+        Ok(i) => Arc::new(i),
+        Err(e) => {
+            eprintln!("leash: cannot set up TLS inspection: {e}");
+            return Exit::Usage;
+        }
+    };
     // Signals are taken over before anything is created, so a Ctrl-C at any moment still removes the container.
-    with_runtime(move |stop| run_container(opts, parts, stop))
+    with_runtime(move |stop| run_container(opts, parts, inspection, stop))
 }
 
-async fn run_container(opts: RunOptions, (policy, pins, audit): ProxyParts, mut stop: StopSignals) -> Exit {
+async fn run_container(
+    opts: RunOptions,
+    (policy, pins, audit): ProxyParts,
+    inspection: Arc<Inspection>,
+    mut stop: StopSignals,
+) -> Exit {
     let engine = Engine::new();
     let prepared = engine.check().and_then(|_| engine.image_argv(&opts.image));
     let (image_entrypoint, image_cmd) = match prepared {
@@ -82,10 +100,10 @@ async fn run_container(opts: RunOptions, (policy, pins, audit): ProxyParts, mut 
         eprintln!("leash: the image `{}` has no command and none was given", opts.image);
         return Exit::Usage;
     }
-    let gate = match Gate::create() {
+    let gate = match Gate::create().and_then(|g| g.write_ca(&inspection).map(|()| g)) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("leash: cannot create the start-up gate directory: {e}; the container was not created");
+            eprintln!("leash: cannot create the start-up gate and CA directory: {e}; the container was not created");
             return Exit::SandboxFailed;
         }
     };
@@ -93,7 +111,7 @@ async fn run_container(opts: RunOptions, (policy, pins, audit): ProxyParts, mut 
         Ok(id) => Container { engine: engine.clone(), id },
         Err(e) => return refuse_engine(&e),
     };
-    let config = config(policy, pins, Arc::new(audit.with_container(&container.id)));
+    let config = config(policy, pins, Arc::new(audit.with_container(&container.id)), inspection);
     supervise(&container, &gate, opts.interactive, config, &mut stop).await
 }
 
@@ -104,6 +122,15 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
     }
     let (policy, pins, audit) = match proxy_parts(&args.proxy) {
         Ok(parts) => parts,
+        Err(code) => return code,
+    };
+    let tls = TlsArgs {
+        ca_cert_out: args.ca_cert_out.clone(),
+        ca_bundle_out: args.ca_bundle_out.clone(),
+        upstream_ca: args.proxy.upstream_ca.clone(),
+    };
+    let inspection = match crate::cmd::proxy::inspection(&tls) {
+        Ok(i) => i,
         Err(code) => return code,
     };
     let engine = Engine::new();
@@ -119,7 +146,7 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let config = config(policy, pins, Arc::new(audit.with_container(&state.id)));
+    let config = config(policy, pins, Arc::new(audit.with_container(&state.id)), inspection);
     println!("listening inside {} on {PROXY_INSIDE}", short(&state.id));
     let id = state.id.clone();
     with_runtime(move |mut stop| async move {
@@ -200,6 +227,7 @@ fn config(
     policy: Policy,
     pins: std::collections::HashMap<Box<str>, Vec<std::net::IpAddr>>,
     audit: Arc<AuditLog>,
+    inspection: Arc<Inspection>,
 ) -> ProxyConfig {
     ProxyConfig {
         policy: PolicyHandle::new(policy),
@@ -207,7 +235,7 @@ fn config(
         resolver: Arc::new(SystemResolver::new(pins)),
         own_addrs: leash_proxy::local_interface_addrs().into(),
         limits: Limits::default(),
-        inspection: None,
+        inspection: Some(inspection),
     }
 }
 
@@ -223,6 +251,10 @@ fn create_args(opts: &RunOptions, gate: &Gate, argv: &[String]) -> Vec<String> {
         args.extend(["--env".to_owned(), format!("{var}={url}")]);
     }
     args.extend(["--env", "NO_PROXY=", "--env", "no_proxy=", "--env", "NODE_USE_ENV_PROXY=1"].map(String::from));
+    for var in BUNDLE_VARS {
+        args.extend(["--env".to_owned(), format!("{var}={GATE_MOUNT}/{BUNDLE_FILE}")]);
+    }
+    args.extend(["--env".to_owned(), format!("{NODE_VAR}={GATE_MOUNT}/{CA_FILE}")]);
     args.extend(["--volume".to_owned(), format!("{}:{GATE_MOUNT}:ro", gate.dir.display())]);
     args.extend(["--entrypoint", "/bin/sh", opts.image.as_str(), "-c"].map(String::from));
     args.push(gate_script());
@@ -457,6 +489,17 @@ impl Gate {
 
     fn open(&self) -> std::io::Result<()> {
         std::fs::write(self.dir.join(READY_FILE), b"")
+    }
+
+    /// The run's CA and the bundle, 0644 (no secret in them; the container's user may be anyone).
+    fn write_ca(&self, inspection: &Inspection) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        for (name, pem) in [(CA_FILE, inspection.ca_pem().to_owned()), (BUNDLE_FILE, inspection.bundle_pem())] {
+            let path = self.dir.join(name);
+            std::fs::write(&path, pem)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+        }
+        Ok(())
     }
 }
 
