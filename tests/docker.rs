@@ -274,11 +274,16 @@ fn docker_run_leaves_no_direct_way_out() {
         return;
     }
     // The origin listens on the host's loopback; inside, 127.0.0.1 is the container's own, where only the proxy
-    // listens. A direct fetch, a name lookup, raw sockets, IPv6 and any interface or route but `lo` must all fail.
+    // and the DNS stub listen. A direct fetch (by address or by an allowed name, which the stub answers with the
+    // container-local 127.0.0.2), a lookup of a refused name, another resolver, raw sockets, IPv6 and any interface
+    // or route but `lo` must all fail.
     let (o, _) = docker_run("no-way-out", |port| {
         format!(
             "curl -s --noproxy '*' --max-time 5 http://127.0.0.1:{port}/ && echo DIRECT-REACHED; \
-             python3 -c 'import socket; socket.getaddrinfo(\"docs.test\", 80)' 2>/dev/null && echo DNS-ANSWERED; \
+             curl -s --noproxy '*' --max-time 5 http://docs.test:{port}/ && echo DIRECT-BY-NAME; \
+             python3 -c 'import socket; socket.getaddrinfo(\"evil.test\", 80)' 2>/dev/null && echo DNS-ANSWERED; \
+             python3 -c 'import socket; print(sorted({{a[4][0] for a in socket.getaddrinfo(\"docs.test\", 80)}}))'; \
+             grep nameserver /etc/resolv.conf | grep -vx 'nameserver 127.0.0.1' && echo OTHER-RESOLVER; \
              python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)' \
                2>/dev/null && echo RAW-SOCKET; \
              python3 -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)' 2>/dev/null \
@@ -292,11 +297,11 @@ fn docker_run_leaves_no_direct_way_out() {
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     let out = stdout(&o);
     for escape in
-        ["DIRECT-REACHED", "origin", "DNS-ANSWERED", "RAW-SOCKET", "PACKET-SOCKET", "OTHER-INTERFACE", "ROUTE", "IPV6"]
+        ["DIRECT", "origin", "DNS-ANSWERED", "OTHER-RESOLVER", "RAW-SOCKET", "PACKET", "INTERFACE", "ROUTE", "IPV6"]
     {
         assert!(!out.contains(escape), "{escape}: {out}");
     }
-    assert!(out.ends_with("checked\n"), "{out}");
+    assert_eq!(out, "['127.0.0.2']\nchecked\n", "an allowed name resolves to the container-local address only");
 }
 
 #[test]

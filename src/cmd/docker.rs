@@ -1,15 +1,16 @@
 //! `leash docker run` and `leash docker attach`: a Docker container whose only way out is leash. The container runs
-//! with `--network none` (only `lo`) and without NET_RAW/NET_ADMIN; leash binds its proxy's listener inside the
-//! container's network namespace (`leash_sandbox::bind_in_netns`) and serves it from outside, so no sidecar, bridge
-//! or internal network exists. Tunnels the policy needs to see into are TLS-inspected with the run's CA, which the
-//! container trusts through the environment (`SSL_CERT_FILE`, … pointing at `/run/leash/bundle.pem`).
+//! with `--network none` (only `lo`) and without NET_RAW/NET_ADMIN; leash binds its proxy's listener (and, for
+//! `run`, the DNS stub's socket, named by `--dns 127.0.0.1`) inside the container's network namespace
+//! (`leash_sandbox::bind_in_netns`) and serves them from outside, so no sidecar, bridge or internal network exists.
+//! Tunnels the policy needs to see into are TLS-inspected with the run's CA, which the container trusts through the
+//! environment (`SSL_CERT_FILE` and the like, pointing at `/run/leash/bundle.pem`).
 //!
 //! The start-up race (the container's command starting before the listener exists) is closed by a gate: leash sets
 //! the entrypoint to `/bin/sh -c WAIT` with the real entrypoint and command as arguments; WAIT polls for a file in
-//! a directory leash mounts read-only at `/run/leash` (beside the CA files), and `exec`s the real command once leash has bound the
-//! listener and created the file (or exits 125 after `GATE_STEPS` tries). The image therefore needs `/bin/sh` and
-//! `sleep`. leash talks to a local Docker daemon only (it enters the container's namespace through `/proc`), as
-//! root.
+//! a directory leash mounts read-only at `/run/leash` (beside the CA files), and `exec`s the real command once
+//! leash has bound the sockets and created the file (or exits 125 after `GATE_STEPS` tries). The image therefore
+//! needs `/bin/sh` and `sleep`. leash talks to a local Docker daemon only (it enters the container's namespace
+//! through `/proc`), as root.
 
 mod engine;
 mod options;
@@ -32,6 +33,8 @@ use crate::policy_file::{load_file, print_errors};
 
 /// Where the proxy listens inside the container: its own loopback, the conventional proxy port (as `leash run`).
 const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
+/// Where the DNS stub answers inside the container (`--dns 127.0.0.1` names it in the container's resolv.conf).
+const DNS_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53);
 /// Where the gate directory is mounted (read-only) inside the container.
 const GATE_MOUNT: &str = "/run/leash";
 /// The file whose existence opens the gate.
@@ -142,7 +145,7 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         eprintln!("leash: container `{}` is not running", args.container);
         return Exit::SandboxFailed;
     }
-    let listener = match bind_inside(state.pid, &state.network_mode) {
+    let listener = match bind_inside(state.pid, &state.network_mode, false) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -247,6 +250,7 @@ fn create_args(opts: &RunOptions, gate: &Gate, argv: &[String]) -> Vec<String> {
     args.extend(
         ["--label", LABEL, "--network", "none", "--cap-drop", "NET_RAW", "--cap-drop", "NET_ADMIN"].map(String::from),
     );
+    args.extend(["--dns".to_owned(), DNS_INSIDE.ip().to_string()]);
     for var in PROXY_VARS {
         args.extend(["--env".to_owned(), format!("{var}={url}")]);
     }
@@ -286,7 +290,7 @@ async fn supervise(
         Err(e) => return refuse_engine(&e),
     };
     let listener = match init_pid(engine, &container.id, &mut start) {
-        Ok(pid) => bind_inside(pid, "none"),
+        Ok(pid) => bind_inside(pid, "none", true),
         Err(why) => {
             eprintln!("leash: {why}");
             Err(Exit::SandboxFailed)
@@ -337,10 +341,21 @@ fn init_pid(engine: &Engine, id: &str, start: &mut std::process::Child) -> Resul
     }
 }
 
-/// The proxy's listener bound inside the network namespace of `pid`, which must hold only `lo`.
-fn bind_inside(pid: u32, network_mode: &str) -> Result<std::net::TcpListener, Exit> {
-    match leash_sandbox::bind_in_netns(pid, &[PROXY_INSIDE], &[]) {
-        Ok(mut sockets) => sockets.tcp.pop().ok_or(Exit::SandboxFailed),
+/// The sockets leash serves inside a container: the proxy's listener, and the DNS stub's socket (`run` only).
+struct Inside {
+    proxy: std::net::TcpListener,
+    dns: Option<std::net::UdpSocket>,
+}
+
+/// Binds the proxy's listener (and with `dns` the stub's socket) inside the network namespace of `pid`, which must
+/// hold only `lo`.
+fn bind_inside(pid: u32, network_mode: &str, dns: bool) -> Result<Inside, Exit> {
+    let udp: &[SocketAddrV4] = if dns { &[DNS_INSIDE] } else { &[] };
+    match leash_sandbox::bind_in_netns(pid, &[PROXY_INSIDE], udp) {
+        Ok(mut sockets) => {
+            let proxy = sockets.tcp.pop().ok_or(Exit::SandboxFailed)?;
+            Ok(Inside { proxy, dns: sockets.udp.pop() })
+        }
         Err(e @ leash_sandbox::SandboxError::NotIsolated { .. }) => {
             eprintln!("leash: refusing the container: {e} (network `{network_mode}`; start it with `--network none`)");
             Err(Exit::SandboxFailed)
@@ -356,15 +371,17 @@ fn bind_inside(pid: u32, network_mode: &str) -> Result<std::net::TcpListener, Ex
 /// `on_signal` runs (stopping the container) and serving goes on until `ended`; without `on_signal` serving stops
 /// at once and the result is `None`. Then drains in-flight requests and flushes the log.
 async fn serve_until<T>(
-    listener: std::net::TcpListener,
+    inside: Inside,
     config: ProxyConfig,
     mut ended: tokio::sync::oneshot::Receiver<T>,
     stop: &mut StopSignals,
     on_signal: Option<impl FnOnce()>,
 ) -> Option<T> {
     let audit = config.audit.clone();
-    let listener = listener.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(listener));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let _dns_running = inside.dns.and_then(|socket| serve_dns(socket, config.policy.clone()));
+    let listener = inside.proxy;
+    let listener = listener.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(listener));
     let proxy = match listener {
         Ok(l) => Some(tokio::spawn(leash_proxy::serve(l, config, async move {
             let _ = stop_rx.await;
@@ -394,6 +411,29 @@ async fn serve_until<T>(
         tracing::error!("{e}");
     }
     result
+}
+
+/// Serves the DNS stub on `socket` until the returned sender is dropped. A stub that cannot run only means lookups
+/// fail inside, which opens nothing, so that is a warning.
+fn serve_dns(socket: std::net::UdpSocket, policy: PolicyHandle) -> Option<tokio::sync::oneshot::Sender<()>> {
+    let socket = socket.set_nonblocking(true).and_then(|()| tokio::net::UdpSocket::from_std(socket));
+    let socket = match socket {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("dns: no stub resolver in the container ({e}); name lookups there will fail");
+            return None;
+        }
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        if let Err(e) = leash_proxy::serve_dns(socket, policy, shutdown).await {
+            tracing::error!("dns: {e}");
+        }
+    });
+    Some(stop)
 }
 
 /// SIGINT and SIGTERM, taken over for the whole run: they stop the container (run) or the serving (attach)
@@ -524,7 +564,7 @@ mod tests {
         let user = joined.find("HTTP_PROXY=x").unwrap();
         let ours = joined.find("HTTP_PROXY=http://127.0.0.1:3128").unwrap();
         assert!(user < ours, "{joined}");
-        assert!(joined.contains("--network none --cap-drop NET_RAW --cap-drop NET_ADMIN"), "{joined}");
+        assert!(joined.contains("--network none --cap-drop NET_RAW --cap-drop NET_ADMIN --dns 127.0.0.1"), "{joined}");
         assert!(joined.contains("--volume /tmp/gate:/run/leash:ro --entrypoint /bin/sh img -c "), "{joined}");
         assert!(joined.ends_with(" leash-gate /bin/app --flag"), "{joined}");
         std::mem::forget(gate);

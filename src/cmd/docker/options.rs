@@ -86,7 +86,7 @@ const RUNTIME_SOCKETS: &[&str] = &[
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct RunOptions {
     /// Options for `docker create`, normalised to `--name=value` / `--name`, minus the ones leash sets itself
-    /// (`--rm`, `--entrypoint`, `--network none`).
+    /// (`--rm`, `--entrypoint`, `--network none`, `--dns`).
     pub passthrough: Vec<String>,
     /// `--entrypoint` as given (`Some("")` resets the image's).
     pub entrypoint: Option<String>,
@@ -272,7 +272,8 @@ fn apply(out: &mut RunOptions, name: &'static str, value: Option<String>) -> Res
             out.entrypoint = value;
             return Ok(());
         }
-        "rm" => return Ok(()),
+        // leash removes the container itself, and its DNS stub is the container's only resolver.
+        "rm" | "dns" => return Ok(()),
         "interactive" => {
             out.interactive = on;
             None
@@ -438,8 +439,8 @@ mod tests {
     }
 
     #[test]
-    fn leash_takes_over_rm_entrypoint_and_refuses_detach_and_restart() {
-        let o = scan_words("--rm --entrypoint /bin/app i").unwrap();
+    fn leash_takes_over_rm_entrypoint_and_dns_and_refuses_detach_and_restart() {
+        let o = scan_words("--rm --entrypoint /bin/app --dns 8.8.8.8 i").unwrap();
         assert_eq!(o.entrypoint.as_deref(), Some("/bin/app"));
         assert!(o.passthrough.is_empty());
         assert!(matches!(scan_words("-d i"), Err(UsageError::Unsupported { .. })));
