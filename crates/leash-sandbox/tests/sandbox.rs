@@ -108,6 +108,61 @@ fn the_handed_out_listener_serves_the_sandbox() {
     assert_eq!(out.stdout, "proxy\nsecond\n", "stderr: {}", out.stderr);
 }
 
+/// `bind_in_netns` on a namespace leash did not create (a sandbox's, standing in for a container's): the listener
+/// lands inside it, where the command reaches it once bound, and nowhere else.
+#[test]
+fn bind_in_netns_binds_inside_another_process_namespace() {
+    let script = "for i in $(seq 200); do exec 3<>/dev/tcp/127.0.0.1/4000 && { cat <&3; exit 0; }; sleep 0.05; done \
+                  2>/dev/null; exit 1";
+    let Some(run) = sh(script).start() else {
+        return;
+    };
+    let mut sockets = match leash_sandbox::bind_in_netns(run.sandbox.pid(), &["127.0.0.1:4000".parse().unwrap()], &[]) {
+        Ok(s) => s,
+        Err(SandboxError::Setup { step: Step::EnterNetns(_), source }) if !is_root() => {
+            let _ = run.sandbox.signal(libc::SIGKILL);
+            eprintln!("SKIPPED: entering another namespace needs root ({source})");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let listener = sockets.tcp.remove(0);
+    assert!(TcpListener::bind("127.0.0.1:4000").is_ok(), "the port is free in leash's own namespace");
+    let (mut conn, _) = listener.accept().unwrap();
+    conn.write_all(b"served from outside\n").unwrap();
+    drop(conn);
+    let out = run.finish();
+    assert_eq!(out.stdout, "served from outside\n", "stderr: {}", out.stderr);
+}
+
+/// A namespace with any interface but `lo` is refused, and the error names the interface.
+#[test]
+fn bind_in_netns_refuses_a_namespace_with_another_interface() {
+    let Some(host) = TestHost::new() else {
+        return;
+    };
+    let mut sleeper = host.exec(&host.outside, "sleep", &["30"]).spawn().unwrap();
+    // `ip netns exec` execs sleep once it has entered the namespace: wait until the pid's namespace is not ours.
+    let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_link(format!("/proc/{}/ns/net", sleeper.id())).is_ok_and(|ns| ns == ours) {
+        assert!(Instant::now() < deadline, "ip netns exec did not enter the namespace");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let result = leash_sandbox::bind_in_netns(sleeper.id(), &["127.0.0.1:4001".parse().unwrap()], &[]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    match result {
+        Err(SandboxError::NotIsolated { why, .. }) => assert!(why.contains("lsbx-a"), "{why}"),
+        other => panic!("expected NotIsolated, got {other:?}"),
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 #[test]
 fn resolv_conf_names_the_stub_and_queries_reach_the_handed_out_udp_socket() {
     let script = "cat /etc/resolv.conf; umount /etc/resolv.conf 2>/dev/null && echo unmounted; \
