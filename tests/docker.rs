@@ -390,11 +390,11 @@ fn docker_run_without_docker_refuses_with_125_and_runs_nothing() {
 }
 
 #[test]
-fn docker_run_stops_and_removes_the_container_on_sigint_and_sigterm() {
+fn docker_run_stops_and_removes_the_container_on_sigint_sigterm_and_sighup() {
     if !docker_ready() {
         return;
     }
-    for signal in ["INT", "TERM"] {
+    for signal in ["INT", "TERM", "HUP"] {
         let label = label(&format!("sig{signal}"));
         let mut child = Command::new(LEASH)
             .args(["docker", "run", "--label", &label, "--init", IMAGE, "sh", "-c", "echo started; exec sleep 300"])
@@ -478,6 +478,45 @@ fn docker_attach_serves_a_running_none_network_container_until_it_exits() {
     assert_eq!(lines[0]["path"], "/attached", "{lines:?}");
     assert_eq!(lines[0]["container"], id.as_str());
     assert_eq!(leftovers(&label), "");
+}
+
+#[test]
+fn docker_attach_stops_serving_on_sigint_and_leaves_the_container_and_no_process_behind() {
+    if !docker_ready() {
+        return;
+    }
+    let label = label("attach-sigint");
+    let run = bounded(Command::new("docker").args([
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--label",
+        &label,
+        IMAGE,
+        "sleep",
+        "60",
+    ]));
+    assert!(run.status.success(), "{}", stderr(&run));
+    let id = stdout(&run).trim().to_owned();
+    let mut child = Command::new(LEASH)
+        .args(["docker", "attach", "--allow", "docs.test", &id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("listening inside"), "{line}");
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let o = wait_bounded(child, Duration::from_secs(30));
+    let state = bounded(Command::new("docker").args(["inspect", "-f", "{{.State.Running}}", &id]));
+    let waits = bounded(Command::new("pgrep").args(["-f", &format!("docker wait {id}")]));
+    let _ = bounded(Command::new("docker").args(["rm", "-f", &id]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&state).trim(), "true", "the harness's container keeps running");
+    assert_eq!(stdout(&waits), "", "no `docker wait` left running");
 }
 
 #[test]

@@ -151,16 +151,23 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
     };
     let config = config(policy, pins, Arc::new(audit.with_container(&state.id)), inspection);
     println!("listening inside {} on {PROXY_INSIDE}", short(&state.id));
-    let id = state.id.clone();
+    let waiter = match engine.waiter(&state.id) {
+        Ok(w) => w,
+        Err(e) => return refuse_engine(&e),
+    };
     with_runtime(move |mut stop| async move {
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let pid = waiter.pid();
         std::thread::spawn(move || {
-            let _ = tx.send(engine.wait_forever(&id));
+            let _ = tx.send(waiter.finish());
         });
         match serve_until(listener, config, rx, &mut stop, None::<fn()>).await {
             Some(Ok(code)) => Exit::Command(u8::try_from(code).unwrap_or(255)),
             Some(Err(e)) => refuse_engine(&e),
-            None => Exit::Ok,
+            None => {
+                engine::kill(pid);
+                Exit::Ok
+            }
         }
     })
 }
@@ -367,7 +374,7 @@ fn bind_inside(pid: u32, network_mode: &str, dns: bool) -> Result<Inside, Exit> 
     }
 }
 
-/// Serves the proxy on `listener` until `ended` resolves (its value returned) or SIGINT/SIGTERM arrive. On a signal,
+/// Serves the proxy on `listener` until `ended` resolves (its value returned) or a stop signal arrives. On a signal,
 /// `on_signal` runs (stopping the container) and serving goes on until `ended`; without `on_signal` serving stops
 /// at once and the result is `None`. Then drains in-flight requests and flushes the log.
 async fn serve_until<T>(
@@ -436,23 +443,29 @@ fn serve_dns(socket: std::net::UdpSocket, policy: PolicyHandle) -> Option<tokio:
     Some(stop)
 }
 
-/// SIGINT and SIGTERM, taken over for the whole run: they stop the container (run) or the serving (attach)
-/// instead of killing leash, which then cleans up.
+/// SIGINT, SIGTERM and SIGHUP (a closed terminal), taken over for the whole run: they stop the container (run) or
+/// the serving (attach) instead of killing leash, which then cleans up.
 struct StopSignals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
 }
 
 impl StopSignals {
     fn install() -> std::io::Result<StopSignals> {
-        Ok(StopSignals { int: signal(SignalKind::interrupt())?, term: signal(SignalKind::terminate())? })
+        Ok(StopSignals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
     }
 
-    /// The next SIGINT or SIGTERM (one that arrived before the call included).
+    /// The next stop signal (one that arrived before the call included).
     async fn recv(&mut self) {
         tokio::select! {
             _ = self.int.recv() => {},
             _ = self.term.recv() => {},
+            _ = self.hup.recv() => {},
         }
     }
 }
@@ -470,7 +483,7 @@ fn with_runtime<F: std::future::Future<Output = Exit>>(work: impl FnOnce(StopSig
         match StopSignals::install() {
             Ok(stop) => work(stop).await,
             Err(e) => {
-                eprintln!("leash: cannot install the SIGINT/SIGTERM handlers: {e}");
+                eprintln!("leash: cannot install the SIGINT/SIGTERM/SIGHUP handlers: {e}");
                 Exit::SandboxFailed
             }
         }

@@ -115,10 +115,16 @@ impl Engine {
         out.trim().parse().map_err(|_| EngineError::Unexpected { call: "wait".into(), output: out })
     }
 
-    /// Waits (without bound) until the container stops: `leash docker attach` serves until then.
-    pub fn wait_forever(&self, id: &str) -> Result<i32, EngineError> {
-        let out = self.call(&["wait", id], Duration::MAX)?;
-        out.trim().parse().map_err(|_| EngineError::Unexpected { call: "wait".into(), output: out })
+    /// `docker wait ID` started, not awaited: `leash docker attach` serves until it ends, or kills it on a signal.
+    pub fn waiter(&self, id: &str) -> Result<Waiter, EngineError> {
+        let child = Command::new(&self.program)
+            .args(["wait", id])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(EngineError::Missing)?;
+        Ok(Waiter { child })
     }
 
     /// `docker stop`: the container's stop signal, then SIGKILL after the grace.
@@ -152,6 +158,36 @@ impl Engine {
     }
 }
 
+/// A running `docker wait`.
+pub struct Waiter {
+    child: Child,
+}
+
+impl Waiter {
+    /// Its pid, to `kill` it from another thread while `finish` blocks on it.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Blocks until the container stops; its exit status.
+    pub fn finish(self) -> Result<i32, EngineError> {
+        let output = self.child.wait_with_output().map_err(EngineError::Missing)?;
+        let out = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        if !output.status.success() {
+            let message = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+            return Err(EngineError::Failed { call: "wait".into(), message });
+        }
+        out.parse().map_err(|_| EngineError::Unexpected { call: "wait".into(), output: out })
+    }
+}
+
+/// SIGKILL to a `docker` child of ours that another thread is still waiting for (so its pid cannot be reused).
+pub fn kill(pid: u32) {
+    if let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}
+
 /// The child's output, or `None` (and the child killed) when it takes longer than `limit`.
 fn bounded(child: Child, limit: Duration) -> Option<std::io::Result<Output>> {
     let pid = child.id();
@@ -159,13 +195,9 @@ fn bounded(child: Child, limit: Duration) -> Option<std::io::Result<Output>> {
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
-    let received = if limit == Duration::MAX { rx.recv().ok() } else { rx.recv_timeout(limit).ok() };
+    let received = rx.recv_timeout(limit).ok();
     if received.is_none() {
-        // The pid is our own unreaped child (the waiting thread holds it), so it cannot have been reused.
-        let pid = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw);
-        if let Some(pid) = pid {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        }
+        kill(pid);
     }
     received
 }
