@@ -110,7 +110,8 @@ async fn run_container(
             return Exit::SandboxFailed;
         }
     };
-    let container = match engine.create(&create_args(&opts, &gate, &argv)) {
+    let ipv6_on_host = Path::new("/proc/sys/net/ipv6").exists();
+    let container = match engine.create(&create_args(&opts, &gate, &argv, ipv6_on_host)) {
         Ok(id) => Container { engine: engine.clone(), id },
         Err(e) => return refuse_engine(&e),
     };
@@ -250,14 +251,21 @@ fn config(
 }
 
 /// `docker create` arguments: the user's options, then leash's (later ones win): no network, no network
-/// capabilities, the proxy environment, the gate, and the gate's wrapper as entrypoint around the real argv.
-fn create_args(opts: &RunOptions, gate: &Gate, argv: &[String]) -> Vec<String> {
+/// capabilities, no IPv6 (Docker disables it on a `none` network already; said again so no daemon setting brings it
+/// back, where the kernel has IPv6 at all: the sysctls exist only then), the DNS stub, the proxy and CA environment,
+/// the gate, and the gate's wrapper as entrypoint around the real argv.
+fn create_args(opts: &RunOptions, gate: &Gate, argv: &[String], ipv6_on_host: bool) -> Vec<String> {
     let url = format!("http://{PROXY_INSIDE}");
     let mut args = opts.passthrough.clone();
     args.extend(
         ["--label", LABEL, "--network", "none", "--cap-drop", "NET_RAW", "--cap-drop", "NET_ADMIN"].map(String::from),
     );
     args.extend(["--dns".to_owned(), DNS_INSIDE.ip().to_string()]);
+    if ipv6_on_host {
+        for scope in ["all", "default", "lo"] {
+            args.extend(["--sysctl".to_owned(), format!("net.ipv6.conf.{scope}.disable_ipv6=1")]);
+        }
+    }
     for var in PROXY_VARS {
         args.extend(["--env".to_owned(), format!("{var}={url}")]);
     }
@@ -572,12 +580,13 @@ mod tests {
     fn leash_options_come_after_the_users_so_they_win() {
         let opts = options::scan(&["--env".into(), "HTTP_PROXY=x".into(), "img".into()]).unwrap();
         let gate = Gate { dir: PathBuf::from("/tmp/gate") };
-        let args = create_args(&opts, &gate, &["/bin/app".into(), "--flag".into()]);
+        let args = create_args(&opts, &gate, &["/bin/app".into(), "--flag".into()], true);
         let joined = args.join(" ");
         let user = joined.find("HTTP_PROXY=x").unwrap();
         let ours = joined.find("HTTP_PROXY=http://127.0.0.1:3128").unwrap();
         assert!(user < ours, "{joined}");
         assert!(joined.contains("--network none --cap-drop NET_RAW --cap-drop NET_ADMIN --dns 127.0.0.1"), "{joined}");
+        assert!(joined.contains("--sysctl net.ipv6.conf.all.disable_ipv6=1"), "{joined}");
         assert!(joined.contains("--volume /tmp/gate:/run/leash:ro --entrypoint /bin/sh img -c "), "{joined}");
         assert!(joined.ends_with(" leash-gate /bin/app --flag"), "{joined}");
         std::mem::forget(gate);
