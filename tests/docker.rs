@@ -269,6 +269,45 @@ fn docker_run_inspects_https_with_the_run_ca_trusted_through_the_environment() {
 }
 
 #[test]
+fn docker_run_splices_a_connect_tunnel_to_an_allowed_host_end_to_end() {
+    if !docker_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    https_material(dir.path());
+    let origin = HttpsOrigin::start(dir.path());
+    let port = origin.port;
+    let policy = dir.path().join("splice.yaml");
+    let text = format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: [docs.test]\n  tunnel_ports: [{port}]\n  \
+         allow_destinations: [127.0.0.0/8]\n"
+    );
+    std::fs::write(&policy, text).unwrap();
+    // No path rule on docs.test: the tunnel is spliced, so the client sees the origin's own certificate (signed by
+    // the test CA, mounted in) rather than one from leash's CA.
+    let script = format!(
+        "curl -s --cacert /certs/ca.pem https://docs.test:{port}/spliced; echo; \
+         curl -s --cacert /certs/ca.pem https://evil.test:{port}/ || echo refused"
+    );
+    let label = label("splice");
+    let log = dir.path().join("audit.jsonl");
+    let o = bounded(
+        Command::new(LEASH)
+            .args(["docker", "run", "--policy"])
+            .arg(&policy)
+            .args(["--resolve", "docs.test:127.0.0.1", "--log"])
+            .arg(&log)
+            .args(["--label", &label, "-v", &format!("{}:/certs:ro", dir.path().display())])
+            .args([IMAGE, "sh", "-c", &script]),
+    );
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "origin-tls /spliced\nrefused\n", "stderr: {}", stderr(&o));
+    let lines = log_lines(&log);
+    assert_eq!((&lines[0]["method"], &lines[0]["decision"]), (&"CONNECT".into(), &"allow".into()), "{lines:?}");
+    assert_eq!(leftovers(&label), "");
+}
+
+#[test]
 fn docker_run_leaves_no_direct_way_out() {
     if !docker_ready() {
         return;
