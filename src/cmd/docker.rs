@@ -146,13 +146,18 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         eprintln!("leash: container `{}` is not running", args.container);
         return Exit::SandboxFailed;
     }
-    let listener = match bind_inside(state.pid, &state.network_mode, false) {
-        Ok(l) => l,
+    let inside = match bind_inside(state.pid, &state.network_mode, false) {
+        Ok(i) => i,
         Err(code) => return code,
     };
     let config = config(policy, pins, Arc::new(audit.with_container(&state.id)), inspection);
     println!("listening inside {} on {PROXY_INSIDE}", short(&state.id));
-    let waiter = match engine.waiter(&state.id) {
+    serve_attached(inside, config, &engine, &state.id)
+}
+
+/// Serves an attached container until it exits (its status) or a stop signal (0, the container left running).
+fn serve_attached(inside: Inside, config: ProxyConfig, engine: &Engine, id: &str) -> Exit {
+    let waiter = match engine.waiter(id) {
         Ok(w) => w,
         Err(e) => return refuse_engine(&e),
     };
@@ -162,7 +167,7 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         std::thread::spawn(move || {
             let _ = tx.send(waiter.finish());
         });
-        match serve_until(listener, config, rx, &mut stop, None::<fn()>).await {
+        match serve_until(inside, config, rx, &mut stop, None::<fn()>).await {
             Some(Ok(code)) => Exit::Command(u8::try_from(code).unwrap_or(255)),
             Some(Err(e)) => refuse_engine(&e),
             None => {
@@ -299,40 +304,44 @@ async fn supervise(
     config: ProxyConfig,
     stop: &mut StopSignals,
 ) -> Exit {
-    let engine = &container.engine;
-    let mut start = match engine.start_attached(&container.id, interactive) {
-        Ok(child) => child,
-        Err(e) => return refuse_engine(&e),
-    };
-    let listener = match init_pid(engine, &container.id, &mut start) {
-        Ok(pid) => bind_inside(pid, "none", true),
-        Err(why) => {
-            eprintln!("leash: {why}");
-            Err(Exit::SandboxFailed)
-        }
-    };
-    let opened = listener.map(|l| (l, gate.open()));
-    let listener = match opened {
-        Ok((l, Ok(()))) => l,
-        Ok((_, Err(e))) => {
-            eprintln!("leash: cannot open the start-up gate: {e}; stopping the container");
-            return Exit::SandboxFailed;
-        }
+    let (mut start, inside) = match start_behind_gate(container, gate, interactive) {
+        Ok(started) => started,
         Err(code) => return code,
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let _ = tx.send(start.wait());
     });
-    let (stopper, id) = (engine.clone(), container.id.clone());
+    let (stopper, id) = (container.engine.clone(), container.id.clone());
     let stop_container = move || {
         std::thread::spawn(move || stopper.stop(&id).map_err(|e| tracing::warn!("{e}")));
     };
-    serve_until(listener, config, rx, stop, Some(stop_container)).await;
-    match engine.exit_code(&container.id) {
+    serve_until(inside, config, rx, stop, Some(stop_container)).await;
+    match container.engine.exit_code(&container.id) {
         Ok(code) => Exit::Command(u8::try_from(code).unwrap_or(255)),
         Err(e) => refuse_engine(&e),
     }
+}
+
+/// `docker start --attach`, then, once the container's init runs (held at the gate), the sockets bound inside and
+/// the gate opened. Returns the attached `docker start` and the sockets to serve.
+fn start_behind_gate(
+    container: &Container,
+    gate: &Gate,
+    interactive: bool,
+) -> Result<(std::process::Child, Inside), Exit> {
+    let engine = &container.engine;
+    let mut start = engine.start_attached(&container.id, interactive).map_err(|e| refuse_engine(&e))?;
+    let pid = init_pid(engine, &container.id, &mut start).map_err(|why| {
+        eprintln!("leash: {why}");
+        Exit::SandboxFailed
+    })?;
+    let inside = bind_inside(pid, "none", true)?;
+    gate.open().map_err(|e| {
+        eprintln!("leash: cannot open the start-up gate: {e}; stopping the container");
+        Exit::SandboxFailed
+    })?;
+    Ok((start, inside))
 }
 
 /// The container's init pid once it runs; an error when it ends first or takes longer than `START_TIMEOUT`.
