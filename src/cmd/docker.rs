@@ -124,7 +124,7 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         eprintln!("leash: {e}");
         return Exit::SandboxFailed;
     }
-    let (policy, pins, audit) = match proxy_parts(&args.proxy) {
+    let parts = match proxy_parts(&args.proxy) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
@@ -137,45 +137,50 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         Ok(i) => i,
         Err(code) => return code,
     };
+    // Signals are taken over before the `listening` line, so a harness may stop leash as soon as it reads it.
+    with_runtime(move |stop| attach_container(args.container, parts, inspection, stop))
+}
+
+/// Checks the container, binds inside it, and serves until it exits (its status) or a stop signal (0; the
+/// container is left running, with no way out).
+async fn attach_container(
+    container: String,
+    (policy, pins, audit): ProxyParts,
+    inspection: Arc<Inspection>,
+    mut stop: StopSignals,
+) -> Exit {
     let engine = Engine::new();
-    let state = match engine.check().and_then(|_| engine.state(&args.container)) {
-        Ok(s) => s,
+    let state = match engine.check().and_then(|_| engine.state(&container)) {
+        Ok(s) if s.running && s.pid != 0 => s,
+        Ok(_) => {
+            eprintln!("leash: container `{container}` is not running");
+            return Exit::SandboxFailed;
+        }
         Err(e) => return refuse_engine(&e),
     };
-    if !state.running || state.pid == 0 {
-        eprintln!("leash: container `{}` is not running", args.container);
-        return Exit::SandboxFailed;
-    }
     let inside = match bind_inside(state.pid, &state.network_mode, false) {
         Ok(i) => i,
         Err(code) => return code,
     };
-    let config = config(policy, pins, Arc::new(audit.with_container(&state.id)), inspection);
-    println!("listening inside {} on {PROXY_INSIDE}", short(&state.id));
-    serve_attached(inside, config, &engine, &state.id)
-}
-
-/// Serves an attached container until it exits (its status) or a stop signal (0, the container left running).
-fn serve_attached(inside: Inside, config: ProxyConfig, engine: &Engine, id: &str) -> Exit {
-    let waiter = match engine.waiter(id) {
+    let waiter = match engine.waiter(&state.id) {
         Ok(w) => w,
         Err(e) => return refuse_engine(&e),
     };
-    with_runtime(move |mut stop| async move {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let pid = waiter.pid();
-        std::thread::spawn(move || {
-            let _ = tx.send(waiter.finish());
-        });
-        match serve_until(inside, config, rx, &mut stop, None::<fn()>).await {
-            Some(Ok(code)) => Exit::Command(u8::try_from(code).unwrap_or(255)),
-            Some(Err(e)) => refuse_engine(&e),
-            None => {
-                engine::kill(pid);
-                Exit::Ok
-            }
+    let config = config(policy, pins, Arc::new(audit.with_container(&state.id)), inspection);
+    println!("listening inside {} on {PROXY_INSIDE}", short(&state.id));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let pid = waiter.pid();
+    std::thread::spawn(move || {
+        let _ = tx.send(waiter.finish());
+    });
+    match serve_until(inside, config, rx, &mut stop, None::<fn()>).await {
+        Some(Ok(code)) => Exit::Command(u8::try_from(code).unwrap_or(255)),
+        Some(Err(e)) => refuse_engine(&e),
+        None => {
+            engine::kill(pid);
+            Exit::Ok
         }
-    })
+    }
 }
 
 /// Scans the docker options, adds what the host's filesystem shows about bind sources, and refuses the unsafe
