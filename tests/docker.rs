@@ -330,8 +330,8 @@ fn docker_run_leaves_no_direct_way_out() {
              ls /sys/class/net | grep -vx lo && echo OTHER-INTERFACE; \
              ip route | grep . && echo ROUTE; \
              grep . /proc/net/if_inet6 && echo IPV6; \
-             python3 -c 'import socket; socket.create_connection((\"::1\", 3128), 5)' 2>/dev/null \
-               && echo IPV6-CONNECT; \
+             python3 -c 'import socket; socket.socket(socket.AF_INET6).bind((\"::1\", 0))' 2>/dev/null \
+               && echo IPV6-LOOPBACK; \
              echo checked"
         )
     });
