@@ -21,7 +21,9 @@ fn main() -> ExitCode {
         cli::Command::Explain(args) => cmd::explain::run(&args),
         cli::Command::Run(args) => cmd::run::run(args),
         cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Run(args) }) => cmd::docker::run(args),
-        cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Attach(args) }) => cmd::docker::attach(args),
+        cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Attach(args) }) => {
+            cmd::docker::attach(args)
+        }
     };
     code.into()
 }
