@@ -431,6 +431,26 @@ fn docker_run_without_docker_refuses_with_125_and_runs_nothing() {
 }
 
 #[test]
+fn docker_run_by_a_user_the_daemon_refuses_is_refused_with_125() {
+    if !docker_ready() {
+        return;
+    }
+    // nobody may not use the Docker socket here (root-owned, group docker).
+    let o = bounded(
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", LEASH, "docker", "run", "--allow", "x.test"])
+            .args([IMAGE, "true"])
+            .env("HOME", "/tmp"),
+    );
+    if stderr(&o).contains("setpriv:") {
+        eprintln!("SKIPPED: cannot switch to nobody here: {}", stderr(&o));
+        return;
+    }
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("may not use the Docker daemon"), "{}", stderr(&o));
+}
+
+#[test]
 fn docker_run_stops_and_removes_the_container_on_sigint_sigterm_and_sighup() {
     if !docker_ready() {
         return;
