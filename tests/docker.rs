@@ -128,6 +128,11 @@ fn log_lines(log: &Path) -> Vec<serde_json::Value> {
 
 /// `leash docker run --policy P --resolve docs.test:127.0.0.1 --log L --label LABEL IMAGE sh -c SCRIPT(port)`.
 fn docker_run(test: &str, script: impl Fn(u16) -> String) -> (Output, Vec<serde_json::Value>) {
+    docker_run_with(test, &[], script)
+}
+
+/// `docker_run` with more leash options.
+fn docker_run_with(test: &str, extra: &[&str], script: impl Fn(u16) -> String) -> (Output, Vec<serde_json::Value>) {
     let port = origin();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("audit.jsonl");
@@ -138,6 +143,7 @@ fn docker_run(test: &str, script: impl Fn(u16) -> String) -> (Output, Vec<serde_
             .arg(policy(dir.path(), port))
             .args(["--resolve", "docs.test:127.0.0.1", "--log"])
             .arg(&log)
+            .args(extra)
             .args(["--label", &label, IMAGE, "sh", "-c", &script(port)]),
     );
     assert_eq!(leftovers(&label), "", "a container was left behind");
@@ -475,6 +481,25 @@ fn docker_run_stops_and_removes_the_container_on_sigint_sigterm_and_sighup() {
         assert!(started.elapsed() < Duration::from_secs(9), "SIG{signal}: stopped at once, not after the grace");
         assert_eq!(leftovers(&label), "", "SIG{signal}");
     }
+}
+
+#[test]
+fn docker_run_without_the_start_gate_still_serves_and_reports_a_quick_exit() {
+    if !docker_ready() {
+        return;
+    }
+    let label = label("no-gate");
+    let o = bounded(Command::new(LEASH).args(["docker", "run", "--no-start-gate", "--label", &label, IMAGE, "true"]));
+    assert_eq!(o.status.code(), Some(0), "a command done before leash bound: {}", stderr(&o));
+    let (o, _) = docker_run_with("no-gate-fetch", &["--no-start-gate"], |port| {
+        format!(
+            "i=0; until curl -sf http://docs.test:{port}/late; do i=$((i+1)); [ $i -gt 100 ] && exit 9; \
+             sleep 0.1; done; exit 4"
+        )
+    });
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "origin");
+    assert_eq!(leftovers(&label), "");
 }
 
 #[test]

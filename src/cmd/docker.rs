@@ -78,31 +78,25 @@ pub fn run(args: DockerRunArgs) -> Exit {
         }
     };
     // Signals are taken over before anything is created, so a Ctrl-C at any moment still removes the container.
-    with_runtime(move |stop| run_container(opts, parts, inspection, stop))
+    let gated = !args.no_start_gate;
+    with_runtime(move |stop| run_container(opts, gated, parts, inspection, stop))
 }
 
 async fn run_container(
     opts: RunOptions,
+    gated: bool,
     (policy, pins, audit): ProxyParts,
     inspection: Arc<Inspection>,
     mut stop: StopSignals,
 ) -> Exit {
     let engine = Engine::new();
-    let prepared = engine.check().and_then(|_| engine.image_argv(&opts.image));
-    let (image_entrypoint, image_cmd) = match prepared {
-        Ok(argv) => argv,
-        Err(e) if matches!(&e, EngineError::Failed { call, .. } if call == "image inspect") => {
-            eprintln!("leash: {e}");
-            eprintln!("leash: build or pull the image first (leash does not pull, to know its command beforehand)");
-            return Exit::SandboxFailed;
-        }
-        Err(e) => return refuse_engine(&e),
-    };
-    let argv = options::container_argv(opts.entrypoint.as_deref(), &opts.command, &image_entrypoint, &image_cmd);
-    if argv.is_empty() {
-        eprintln!("leash: the image `{}` has no command and none was given", opts.image);
-        return Exit::Usage;
+    if let Err(e) = engine.check() {
+        return refuse_engine(&e);
     }
+    let start = match gated.then(|| gated_argv(&engine, &opts)).transpose() {
+        Ok(argv) => argv.map_or(Start::Ungated, Start::Gated),
+        Err(code) => return code,
+    };
     let gate = match Gate::create().and_then(|g| g.write_ca(&inspection).map(|()| g)) {
         Ok(g) => g,
         Err(e) => {
@@ -111,12 +105,13 @@ async fn run_container(
         }
     };
     let ipv6_on_host = Path::new("/proc/sys/net/ipv6").exists();
-    let container = match engine.create(&create_args(&opts, &gate, &argv, ipv6_on_host)) {
+    let container = match engine.create(&create_args(&opts, &gate, &start, ipv6_on_host)) {
         Ok(id) => Container { engine: engine.clone(), id },
         Err(e) => return refuse_engine(&e),
     };
     let config = config(policy, pins, Arc::new(audit.with_container(&container.id)), inspection);
-    supervise(&container, &gate, opts.interactive, config, &mut stop).await
+    let launch = Launch { interactive: opts.interactive, gated };
+    supervise(&container, &gate, launch, config, &mut stop).await
 }
 
 pub fn attach(args: DockerAttachArgs) -> Exit {
@@ -158,9 +153,9 @@ async fn attach_container(
         }
         Err(e) => return refuse_engine(&e),
     };
-    let inside = match bind_inside(state.pid, &state.network_mode, false) {
+    let inside = match bind_inside(state.pid, false) {
         Ok(i) => i,
-        Err(code) => return code,
+        Err(e) => return refuse_bind(&e, &state.network_mode),
     };
     let waiter = match engine.waiter(&state.id) {
         Ok(w) => w,
@@ -260,11 +255,41 @@ fn config(
     }
 }
 
+/// How the container's command starts.
+enum Start {
+    /// Behind the gate: `/bin/sh -c WAIT leash-gate ARGV…`, ARGV the command Docker would have run.
+    Gated(Vec<String>),
+    /// As the user gave it (`--no-start-gate`).
+    Ungated,
+}
+
+/// The argv Docker would run (the image's entrypoint and command, or those given), for the gate to `exec`.
+fn gated_argv(engine: &Engine, opts: &RunOptions) -> Result<Vec<String>, Exit> {
+    let (image_entrypoint, image_cmd) = match engine.image_argv(&opts.image) {
+        Ok(argv) => argv,
+        Err(e) if matches!(&e, EngineError::Failed { call, .. } if call == "image inspect") => {
+            eprintln!("leash: {e}");
+            eprintln!(
+                "leash: build or pull the image first (leash reads its command to start it behind the gate; \
+                 --no-start-gate lets Docker pull it)"
+            );
+            return Err(Exit::SandboxFailed);
+        }
+        Err(e) => return Err(refuse_engine(&e)),
+    };
+    let argv = options::container_argv(opts.entrypoint.as_deref(), &opts.command, &image_entrypoint, &image_cmd);
+    if argv.is_empty() {
+        eprintln!("leash: the image `{}` has no command and none was given", opts.image);
+        return Err(Exit::Usage);
+    }
+    Ok(argv)
+}
+
 /// `docker create` arguments: the user's options, then leash's (later ones win): no network, no network
 /// capabilities, no IPv6 (Docker disables it on a `none` network already; said again so no daemon setting brings it
 /// back, where the kernel has IPv6 at all: the sysctls exist only then), the DNS stub, the proxy and CA environment,
 /// the gate, and the gate's wrapper as entrypoint around the real argv.
-fn create_args(opts: &RunOptions, gate: &Gate, argv: &[String], ipv6_on_host: bool) -> Vec<String> {
+fn create_args(opts: &RunOptions, gate: &Gate, start: &Start, ipv6_on_host: bool) -> Vec<String> {
     let url = format!("http://{PROXY_INSIDE}");
     let mut args = opts.passthrough.clone();
     args.extend(
@@ -285,10 +310,20 @@ fn create_args(opts: &RunOptions, gate: &Gate, argv: &[String], ipv6_on_host: bo
     }
     args.extend(["--env".to_owned(), format!("{NODE_VAR}={GATE_MOUNT}/{CA_FILE}")]);
     args.extend(["--volume".to_owned(), format!("{}:{GATE_MOUNT}:ro", gate.dir.display())]);
-    args.extend(["--entrypoint", "/bin/sh", opts.image.as_str(), "-c"].map(String::from));
-    args.push(gate_script());
-    args.push("leash-gate".to_owned());
-    args.extend(argv.iter().cloned());
+    match start {
+        Start::Gated(argv) => {
+            args.extend(["--entrypoint", "/bin/sh", opts.image.as_str(), "-c"].map(String::from));
+            args.extend([gate_script(), "leash-gate".to_owned()]);
+            args.extend(argv.iter().cloned());
+        }
+        Start::Ungated => {
+            if let Some(entrypoint) = &opts.entrypoint {
+                args.extend(["--entrypoint".to_owned(), entrypoint.clone()]);
+            }
+            args.push(opts.image.clone());
+            args.extend(opts.command.iter().cloned());
+        }
+    }
     args
 }
 
@@ -305,63 +340,101 @@ fn gate_script() -> String {
 async fn supervise(
     container: &Container,
     gate: &Gate,
-    interactive: bool,
+    launch: Launch,
     config: ProxyConfig,
     stop: &mut StopSignals,
 ) -> Exit {
-    let (mut start, inside) = match start_behind_gate(container, gate, interactive) {
+    let (mut start, inside) = match start_behind_gate(container, gate, launch) {
         Ok(started) => started,
         Err(code) => return code,
     };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(start.wait());
-    });
-    let (stopper, id) = (container.engine.clone(), container.id.clone());
-    let stop_container = move || {
-        std::thread::spawn(move || stopper.stop(&id).map_err(|e| tracing::warn!("{e}")));
-    };
-    serve_until(inside, config, rx, stop, Some(stop_container)).await;
+    if let Some(inside) = inside {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(start.wait());
+        });
+        let (stopper, id) = (container.engine.clone(), container.id.clone());
+        let stop_container = move || {
+            std::thread::spawn(move || stopper.stop(&id).map_err(|e| tracing::warn!("{e}")));
+        };
+        serve_until(inside, config, rx, stop, Some(stop_container)).await;
+    } else {
+        let _ = start.wait();
+    }
     match container.engine.exit_code(&container.id) {
         Ok(code) => Exit::Command(u8::try_from(code).unwrap_or(255)),
         Err(e) => refuse_engine(&e),
     }
 }
 
+/// How `docker start` runs: attached with stdin (`-i`), and whether the command waits at the gate.
+#[derive(Debug, Clone, Copy)]
+struct Launch {
+    interactive: bool,
+    gated: bool,
+}
+
 /// `docker start --attach`, then, once the container's init runs (held at the gate), the sockets bound inside and
-/// the gate opened. Returns the attached `docker start` and the sockets to serve.
+/// the gate opened. Returns the attached `docker start` and the sockets to serve; no sockets when an ungated
+/// container ended before leash could bind (nothing to serve, its status still counts).
 fn start_behind_gate(
     container: &Container,
     gate: &Gate,
-    interactive: bool,
-) -> Result<(std::process::Child, Inside), Exit> {
+    launch: Launch,
+) -> Result<(std::process::Child, Option<Inside>), Exit> {
     let engine = &container.engine;
-    let mut start = engine.start_attached(&container.id, interactive).map_err(|e| refuse_engine(&e))?;
-    let pid = init_pid(engine, &container.id, &mut start).map_err(|why| {
-        eprintln!("leash: {why}");
-        Exit::SandboxFailed
-    })?;
-    let inside = bind_inside(pid, "none", true)?;
+    let mut start = engine.start_attached(&container.id, launch.interactive).map_err(|e| refuse_engine(&e))?;
+    let pid = match init_pid(engine, &container.id, &mut start) {
+        Ok(Some(pid)) => pid,
+        Ok(None) if !launch.gated => return Ok((start, None)),
+        Ok(None) => {
+            eprintln!(
+                "leash: the container ended before leash's proxy was in place; does the image have /bin/sh? \
+                 leash's start-up gate needs it (or pass --no-start-gate)"
+            );
+            return Err(Exit::SandboxFailed);
+        }
+        Err(why) => {
+            eprintln!("leash: {why}");
+            return Err(Exit::SandboxFailed);
+        }
+    };
+    let inside = match bind_inside(pid, true) {
+        Ok(inside) => inside,
+        Err(_) if !launch.gated && ended_soon(engine, &container.id, &mut start) => return Ok((start, None)),
+        Err(e) => return Err(refuse_bind(&e, "none")),
+    };
     gate.open().map_err(|e| {
         eprintln!("leash: cannot open the start-up gate: {e}; stopping the container");
         Exit::SandboxFailed
     })?;
-    Ok((start, inside))
+    Ok((start, Some(inside)))
 }
 
-/// The container's init pid once it runs; an error when it ends first or takes longer than `START_TIMEOUT`.
-fn init_pid(engine: &Engine, id: &str, start: &mut std::process::Child) -> Result<u32, String> {
+/// Whether a container whose namespace could not be entered has ended (Docker may take a moment to notice).
+fn ended_soon(engine: &Engine, id: &str, start: &mut std::process::Child) -> bool {
+    /// Docker notices an exited init within milliseconds; a second is ample.
+    const NOTICE: Duration = Duration::from_secs(1);
+    let deadline = Instant::now() + NOTICE;
+    while Instant::now() < deadline {
+        if matches!(start.try_wait(), Ok(Some(_))) || engine.state(id).is_ok_and(|s| !s.running) {
+            return true;
+        }
+        std::thread::sleep(START_POLL);
+    }
+    false
+}
+
+/// The container's init pid once it runs; `None` when it ends first, an error after `START_TIMEOUT`.
+fn init_pid(engine: &Engine, id: &str, start: &mut std::process::Child) -> Result<Option<u32>, String> {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if let Ok(Some(status)) = start.try_wait() {
-            return Err(format!(
-                "the container ended before leash's proxy was in place (`docker start` {status}); \
-                 does the image have /bin/sh? leash's start-up gate needs it"
-            ));
+        if let Ok(Some(_)) = start.try_wait() {
+            return Ok(None);
         }
         let state = engine.state(id).map_err(|e| e.to_string())?;
         if state.running && state.pid != 0 {
-            return Ok(state.pid);
+            return Ok(Some(state.pid));
         }
         if Instant::now() > deadline {
             return Err(format!("the container did not start within {}s", START_TIMEOUT.as_secs()));
@@ -378,22 +451,23 @@ struct Inside {
 
 /// Binds the proxy's listener (and with `dns` the stub's socket) inside the network namespace of `pid`, which must
 /// hold only `lo`.
-fn bind_inside(pid: u32, network_mode: &str, dns: bool) -> Result<Inside, Exit> {
+fn bind_inside(pid: u32, dns: bool) -> Result<Inside, leash_sandbox::SandboxError> {
     let udp: &[SocketAddrV4] = if dns { &[DNS_INSIDE] } else { &[] };
-    match leash_sandbox::bind_in_netns(pid, &[PROXY_INSIDE], udp) {
-        Ok(mut sockets) => {
-            let proxy = sockets.tcp.pop().ok_or(Exit::SandboxFailed)?;
-            Ok(Inside { proxy, dns: sockets.udp.pop() })
+    let mut sockets = leash_sandbox::bind_in_netns(pid, &[PROXY_INSIDE], udp)?;
+    let proxy =
+        sockets.tcp.pop().ok_or_else(|| leash_sandbox::SandboxError::InvalidSpec("no listener was bound".into()))?;
+    Ok(Inside { proxy, dns: sockets.udp.pop() })
+}
+
+/// Says why the sockets could not be bound inside; exit 125.
+fn refuse_bind(e: &leash_sandbox::SandboxError, network_mode: &str) -> Exit {
+    match e {
+        leash_sandbox::SandboxError::NotIsolated { .. } => {
+            eprintln!("leash: refusing the container: {e} (network `{network_mode}`; start it with `--network none`)")
         }
-        Err(e @ leash_sandbox::SandboxError::NotIsolated { .. }) => {
-            eprintln!("leash: refusing the container: {e} (network `{network_mode}`; start it with `--network none`)");
-            Err(Exit::SandboxFailed)
-        }
-        Err(e) => {
-            eprintln!("leash: {e}");
-            Err(Exit::SandboxFailed)
-        }
+        _ => eprintln!("leash: {e}"),
     }
+    Exit::SandboxFailed
 }
 
 /// Serves the proxy on `listener` until `ended` resolves (its value returned) or a stop signal arrives. On a signal,
@@ -594,7 +668,7 @@ mod tests {
     fn leash_options_come_after_the_users_so_they_win() {
         let opts = options::scan(&["--env".into(), "HTTP_PROXY=x".into(), "img".into()]).unwrap();
         let gate = Gate { dir: PathBuf::from("/tmp/gate") };
-        let args = create_args(&opts, &gate, &["/bin/app".into(), "--flag".into()], true);
+        let args = create_args(&opts, &gate, &Start::Gated(vec!["/bin/app".into(), "--flag".into()]), true);
         let joined = args.join(" ");
         let user = joined.find("HTTP_PROXY=x").unwrap();
         let ours = joined.find("HTTP_PROXY=http://127.0.0.1:3128").unwrap();
@@ -603,6 +677,17 @@ mod tests {
         assert!(joined.contains("--sysctl net.ipv6.conf.all.disable_ipv6=1"), "{joined}");
         assert!(joined.contains("--volume /tmp/gate:/run/leash:ro --entrypoint /bin/sh img -c "), "{joined}");
         assert!(joined.ends_with(" leash-gate /bin/app --flag"), "{joined}");
+        std::mem::forget(gate);
+    }
+
+    #[test]
+    fn without_the_gate_the_users_entrypoint_and_command_are_passed_as_given() {
+        let words = ["--entrypoint", "/app", "img", "serve", "--port", "1"].map(String::from);
+        let opts = options::scan(&words).unwrap();
+        let gate = Gate { dir: PathBuf::from("/tmp/gate") };
+        let joined = create_args(&opts, &gate, &Start::Ungated, false).join(" ");
+        assert!(joined.ends_with(":/run/leash:ro --entrypoint /app img serve --port 1"), "{joined}");
+        assert!(!joined.contains("disable_ipv6"), "no IPv6 sysctls where the kernel has no IPv6: {joined}");
         std::mem::forget(gate);
     }
 
