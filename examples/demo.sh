@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build leash, start a local origin, run the proxy on examples/demo.yaml and show what it allows, what it refuses
-# and what it writes to the audit log. Needs cargo, curl and python3; touches nothing outside a temp directory.
+# and what it writes to the audit log. Needs cargo, curl, openssl and python3; touches nothing outside a temp directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -9,7 +9,26 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
 mkdir -p "$work/site/guide" && echo "the guide" > "$work/site/guide/index.html"
+mkdir -p "$work/site/open" "$work/site/closed" && echo "an open paper" > "$work/site/open/index.html"
+echo "a closed paper" > "$work/site/closed/index.html"
 python3 -m http.server 8080 --bind 127.0.0.1 --directory "$work/site" >/dev/null 2>&1 &
+# An HTTPS origin for papers.example.test, signed by a throw-away CA (leash verifies upstreams: --upstream-ca).
+(cd "$work" && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem \
+   -days 1 -subj /CN=demo-origin-ca -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign &&
+ openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout leaf.key -out leaf.csr -subj /CN=papers &&
+ printf 'subjectAltName=DNS:papers.example.test\nextendedKeyUsage=serverAuth\n' > ext.cnf &&
+ openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out leaf.pem -days 1 -extfile ext.cnf) \
+  >/dev/null 2>&1
+python3 - "$work" >/dev/null 2>&1 <<'PY' &
+import functools, http.server, ssl, sys
+work = sys.argv[1]
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=work + "/site")
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 8443), handler)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(work + "/leaf.pem", work + "/leaf.key")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+PY
 "$LEASH" check examples/demo.yaml
 "$LEASH" proxy --policy examples/demo.yaml --listen 127.0.0.1:0 --log "$work/audit.jsonl" \
   --resolve docs.example.test:127.0.0.1 >"$work/stdout" &
@@ -29,12 +48,17 @@ cat "$work/audit.jsonl"
 
 # The main job: a command whose only way out is leash. Inside, the network holds only `lo`; the proxy variables
 # point at leash's listener there; a direct connection and a DNS lookup get nowhere.
+# HTTPS to papers.example.test is TLS-inspected: the command trusts the run's CA through SSL_CERT_FILE & co.
 echo; echo "\$ leash run --policy examples/demo.yaml -- sh -c '…'"
-"$LEASH" run --policy examples/demo.yaml --resolve docs.example.test:127.0.0.1 --log "$work/run-audit.jsonl" -- sh -c '
+"$LEASH" run --policy examples/demo.yaml --resolve docs.example.test:127.0.0.1 \
+  --resolve papers.example.test:127.0.0.1 --upstream-ca "$work/ca.pem" --log "$work/run-audit.jsonl" -- sh -c '
   echo "inside: fetch through the proxy: $(curl -s http://docs.example.test:8080/guide/)"
   echo "inside: a refused host: $(curl -s -o /dev/null -w "%{http_code}" http://evil.example.test:8080/)"
+  echo "inside: HTTPS, an allowed path of an inspected host: $(curl -s https://papers.example.test:8443/open/)"
+  echo "inside: HTTPS, another path there: $(curl -s https://papers.example.test:8443/closed/ | head -1)"
   curl -s --noproxy "*" --max-time 3 http://127.0.0.1:8080/guide/ >/dev/null && echo "inside: direct: REACHED" || echo "inside: direct connection to the host: fails"
-  getent hosts docs.example.test >/dev/null && echo "inside: DNS: ANSWERED" || echo "inside: DNS lookup: fails"
+  echo "inside: DNS for an allowed name: $(getent hosts docs.example.test | cut -d" " -f1) (the sandbox-local address)"
+  getent hosts evil.example.test >/dev/null && echo "inside: DNS: ANSWERED" || echo "inside: DNS for a refused name: fails at once"
   exit 7' || status=$?
 echo "exit status: ${status:-0} (the command's)"
 echo "audit log of the run:"; cat "$work/run-audit.jsonl"

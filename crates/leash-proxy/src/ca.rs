@@ -154,6 +154,7 @@ fn ring_fill(bytes: &mut [u8]) -> Result<(), rustls::Error> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
