@@ -13,39 +13,26 @@
 //! through `/proc`), as root.
 
 mod engine;
+mod gate;
 mod options;
+mod serve;
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leash_policy::Policy;
 use leash_proxy::{AuditLog, Inspection, Limits, PolicyHandle, ProxyConfig, SystemResolver, UpstreamTrust};
-use tokio::signal::unix::{signal, SignalKind};
 
 use self::engine::{Engine, EngineError};
+use self::gate::{Gate, BUNDLE_FILE, CA_FILE, GATE_MOUNT};
 use self::options::RunOptions;
+use self::serve::{bind_inside, refuse_bind, serve_until, with_runtime, Inside, StopSignals, DNS_INSIDE, PROXY_INSIDE};
 use crate::cli::{ContainerProxyArgs, DockerAttachArgs, DockerRunArgs, TlsArgs};
 use crate::cmd::trust::{BUNDLE_VARS, NODE_VAR};
 use crate::exit::Exit;
 use crate::policy_file::{load_file, print_errors};
 
-/// Where the proxy listens inside the container: its own loopback, the conventional proxy port (as `leash run`).
-const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
-/// Where the DNS stub answers inside the container (`--dns 127.0.0.1` names it in the container's resolv.conf).
-const DNS_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53);
-/// Where the gate directory is mounted (read-only) inside the container.
-const GATE_MOUNT: &str = "/run/leash";
-/// The file whose existence opens the gate.
-const READY_FILE: &str = "ready";
-/// The run's CA, and the system roots plus that CA, in the gate directory (so at `GATE_MOUNT` inside).
-const CA_FILE: &str = "ca.pem";
-const BUNDLE_FILE: &str = "bundle.pem";
-/// The gate's tries, `GATE_STEP` apart: leash binds within a second of the start on an idle machine; 30 s covers a
-/// loaded one. After that the container exits 125 without running its command.
-const GATE_STEPS: u32 = 300;
-const GATE_STEP: &str = "0.1";
 /// How long leash waits for a started container to get its init pid (`docker start` has returned by then on any
 /// sane daemon; the bound keeps a wedged one from hanging leash).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -313,7 +300,7 @@ fn create_args(opts: &RunOptions, gate: &Gate, start: &Start, ipv6_on_host: bool
     match start {
         Start::Gated(argv) => {
             args.extend(["--entrypoint", "/bin/sh", opts.image.as_str(), "-c"].map(String::from));
-            args.extend([gate_script(), "leash-gate".to_owned()]);
+            args.extend([gate::script(), "leash-gate".to_owned()]);
             args.extend(argv.iter().cloned());
         }
         Start::Ungated => {
@@ -325,15 +312,6 @@ fn create_args(opts: &RunOptions, gate: &Gate, start: &Start, ipv6_on_host: bool
         }
     }
     args
-}
-
-/// Waits for the ready file (bounded), then runs the real command in its place.
-fn gate_script() -> String {
-    format!(
-        "i=0; while [ ! -e {GATE_MOUNT}/{READY_FILE} ]; do i=$((i+1)); \
-         if [ $i -gt {GATE_STEPS} ]; then echo 'leash: the proxy did not come up; not running the command' >&2; \
-         exit 125; fi; sleep {GATE_STEP}; done; exec \"$@\""
-    )
 }
 
 /// Start the container, bind the listener inside once it runs, open the gate, serve until it ends; its status.
@@ -443,149 +421,6 @@ fn init_pid(engine: &Engine, id: &str, start: &mut std::process::Child) -> Resul
     }
 }
 
-/// The sockets leash serves inside a container: the proxy's listener, and the DNS stub's socket (`run` only).
-struct Inside {
-    proxy: std::net::TcpListener,
-    dns: Option<std::net::UdpSocket>,
-}
-
-/// Binds the proxy's listener (and with `dns` the stub's socket) inside the network namespace of `pid`, which must
-/// hold only `lo`.
-fn bind_inside(pid: u32, dns: bool) -> Result<Inside, leash_sandbox::SandboxError> {
-    let udp: &[SocketAddrV4] = if dns { &[DNS_INSIDE] } else { &[] };
-    let mut sockets = leash_sandbox::bind_in_netns(pid, &[PROXY_INSIDE], udp)?;
-    let proxy =
-        sockets.tcp.pop().ok_or_else(|| leash_sandbox::SandboxError::InvalidSpec("no listener was bound".into()))?;
-    Ok(Inside { proxy, dns: sockets.udp.pop() })
-}
-
-/// Says why the sockets could not be bound inside; exit 125.
-fn refuse_bind(e: &leash_sandbox::SandboxError, network_mode: &str) -> Exit {
-    match e {
-        leash_sandbox::SandboxError::NotIsolated { .. } => {
-            eprintln!("leash: refusing the container: {e} (network `{network_mode}`; start it with `--network none`)")
-        }
-        _ => eprintln!("leash: {e}"),
-    }
-    Exit::SandboxFailed
-}
-
-/// Serves the proxy on `listener` until `ended` resolves (its value returned) or a stop signal arrives. On a signal,
-/// `on_signal` runs (stopping the container) and serving goes on until `ended`; without `on_signal` serving stops
-/// at once and the result is `None`. Then drains in-flight requests and flushes the log.
-async fn serve_until<T>(
-    inside: Inside,
-    config: ProxyConfig,
-    mut ended: tokio::sync::oneshot::Receiver<T>,
-    stop: &mut StopSignals,
-    on_signal: Option<impl FnOnce()>,
-) -> Option<T> {
-    let audit = config.audit.clone();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let _dns_running = inside.dns.and_then(|socket| serve_dns(socket, config.policy.clone()));
-    let listener = inside.proxy;
-    let listener = listener.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(listener));
-    let proxy = match listener {
-        Ok(l) => Some(tokio::spawn(leash_proxy::serve(l, config, async move {
-            let _ = stop_rx.await;
-        }))),
-        Err(e) => {
-            tracing::error!("cannot serve the container's listener: {e}");
-            None
-        }
-    };
-    let result = tokio::select! {
-        r = &mut ended => r.ok(),
-        () = stop.recv() => match on_signal {
-            Some(f) => {
-                f();
-                (&mut ended).await.ok()
-            }
-            None => None,
-        }
-    };
-    let _ = stop_tx.send(());
-    if let Some(proxy) = proxy {
-        if let Ok(Err(e)) = proxy.await {
-            tracing::error!("proxy: {e}");
-        }
-    }
-    if let Err(e) = audit.flush() {
-        tracing::error!("{e}");
-    }
-    result
-}
-
-/// Serves the DNS stub on `socket` until the returned sender is dropped. A stub that cannot run only means lookups
-/// fail inside, which opens nothing, so that is a warning.
-fn serve_dns(socket: std::net::UdpSocket, policy: PolicyHandle) -> Option<tokio::sync::oneshot::Sender<()>> {
-    let socket = socket.set_nonblocking(true).and_then(|()| tokio::net::UdpSocket::from_std(socket));
-    let socket = match socket {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("dns: no stub resolver in the container ({e}); name lookups there will fail");
-            return None;
-        }
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        if let Err(e) = leash_proxy::serve_dns(socket, policy, shutdown).await {
-            tracing::error!("dns: {e}");
-        }
-    });
-    Some(stop)
-}
-
-/// SIGINT, SIGTERM and SIGHUP (a closed terminal), taken over for the whole run: they stop the container (run) or
-/// the serving (attach) instead of killing leash, which then cleans up.
-struct StopSignals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl StopSignals {
-    fn install() -> std::io::Result<StopSignals> {
-        Ok(StopSignals {
-            int: signal(SignalKind::interrupt())?,
-            term: signal(SignalKind::terminate())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    /// The next stop signal (one that arrived before the call included).
-    async fn recv(&mut self) {
-        tokio::select! {
-            _ = self.int.recv() => {},
-            _ = self.term.recv() => {},
-            _ = self.hup.recv() => {},
-        }
-    }
-}
-
-/// Runs `work` on a new runtime with SIGINT and SIGTERM taken over.
-fn with_runtime<F: std::future::Future<Output = Exit>>(work: impl FnOnce(StopSignals) -> F) -> Exit {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leash: cannot start the async runtime: {e}");
-            return Exit::SandboxFailed;
-        }
-    };
-    runtime.block_on(async move {
-        match StopSignals::install() {
-            Ok(stop) => work(stop).await,
-            Err(e) => {
-                eprintln!("leash: cannot install the SIGINT/SIGTERM/SIGHUP handlers: {e}");
-                Exit::SandboxFailed
-            }
-        }
-    })
-}
-
 /// Docker is absent, refuses this user or failed: nothing runs unprotected, exit 125 (as `leash run`).
 fn refuse_engine(e: &EngineError) -> Exit {
     /// Docker's words when the socket refuses this user.
@@ -618,46 +453,6 @@ impl Drop for Container {
     }
 }
 
-/// The start-up gate: a private host directory mounted read-only in the container; `open` creates the ready file.
-/// Removed when dropped.
-struct Gate {
-    dir: PathBuf,
-}
-
-impl Gate {
-    fn create() -> std::io::Result<Gate> {
-        use std::os::unix::fs::DirBuilderExt;
-        /// Tells apart the gates of several runs of one process (tests).
-        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("leash-docker-{}-{n}", std::process::id()));
-        // 0755: the container's user, whoever it is, must be able to see the ready file; nothing in it is secret.
-        std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
-        Ok(Gate { dir })
-    }
-
-    fn open(&self) -> std::io::Result<()> {
-        std::fs::write(self.dir.join(READY_FILE), b"")
-    }
-
-    /// The run's CA and the bundle, 0644 (no secret in them; the container's user may be anyone).
-    fn write_ca(&self, inspection: &Inspection) -> std::io::Result<()> {
-        use std::os::unix::fs::PermissionsExt;
-        for (name, pem) in [(CA_FILE, inspection.ca_pem().to_owned()), (BUNDLE_FILE, inspection.bundle_pem())] {
-            let path = self.dir.join(name);
-            std::fs::write(&path, pem)?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -667,7 +462,7 @@ mod tests {
     #[test]
     fn leash_options_come_after_the_users_so_they_win() {
         let opts = options::scan(&["--env".into(), "HTTP_PROXY=x".into(), "img".into()]).unwrap();
-        let gate = Gate { dir: PathBuf::from("/tmp/gate") };
+        let gate = Gate { dir: std::path::PathBuf::from("/tmp/gate") };
         let args = create_args(&opts, &gate, &Start::Gated(vec!["/bin/app".into(), "--flag".into()]), true);
         let joined = args.join(" ");
         let user = joined.find("HTTP_PROXY=x").unwrap();
@@ -684,16 +479,10 @@ mod tests {
     fn without_the_gate_the_users_entrypoint_and_command_are_passed_as_given() {
         let words = ["--entrypoint", "/app", "img", "serve", "--port", "1"].map(String::from);
         let opts = options::scan(&words).unwrap();
-        let gate = Gate { dir: PathBuf::from("/tmp/gate") };
+        let gate = Gate { dir: std::path::PathBuf::from("/tmp/gate") };
         let joined = create_args(&opts, &gate, &Start::Ungated, false).join(" ");
         assert!(joined.ends_with(":/run/leash:ro --entrypoint /app img serve --port 1"), "{joined}");
         assert!(!joined.contains("disable_ipv6"), "no IPv6 sysctls where the kernel has no IPv6: {joined}");
         std::mem::forget(gate);
-    }
-
-    #[test]
-    fn the_gate_script_is_bounded_and_execs_the_command() {
-        let script = gate_script();
-        assert!(script.contains("-gt 300") && script.contains("exit 125") && script.ends_with("exec \"$@\""));
     }
 }

@@ -1,0 +1,158 @@
+//! Serving a container from outside: the sockets bound inside its network namespace (the proxy's listener, the
+//! DNS stub's socket), the proxy and stub served on them until the container ends or a stop signal comes, and the
+//! signals leash takes over for that time.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use leash_proxy::{PolicyHandle, ProxyConfig};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::exit::Exit;
+
+/// Where the proxy listens inside the container: its own loopback, the conventional proxy port (as `leash run`).
+pub(super) const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
+/// Where the DNS stub answers inside the container (`--dns 127.0.0.1` names it in the container's resolv.conf).
+pub(super) const DNS_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53);
+
+/// The sockets leash serves inside a container: the proxy's listener, and the DNS stub's socket (`run` only).
+pub(super) struct Inside {
+    proxy: std::net::TcpListener,
+    dns: Option<std::net::UdpSocket>,
+}
+
+/// Binds the proxy's listener (and with `dns` the stub's socket) inside the network namespace of `pid`, which must
+/// hold only `lo`.
+pub(super) fn bind_inside(pid: u32, dns: bool) -> Result<Inside, leash_sandbox::SandboxError> {
+    let udp: &[SocketAddrV4] = if dns { &[DNS_INSIDE] } else { &[] };
+    let mut sockets = leash_sandbox::bind_in_netns(pid, &[PROXY_INSIDE], udp)?;
+    let proxy =
+        sockets.tcp.pop().ok_or_else(|| leash_sandbox::SandboxError::InvalidSpec("no listener was bound".into()))?;
+    Ok(Inside { proxy, dns: sockets.udp.pop() })
+}
+
+/// Says why the sockets could not be bound inside; exit 125.
+pub(super) fn refuse_bind(e: &leash_sandbox::SandboxError, network_mode: &str) -> Exit {
+    match e {
+        leash_sandbox::SandboxError::NotIsolated { .. } => {
+            eprintln!("leash: refusing the container: {e} (network `{network_mode}`; start it with `--network none`)")
+        }
+        _ => eprintln!("leash: {e}"),
+    }
+    Exit::SandboxFailed
+}
+
+/// Serves the proxy on `listener` until `ended` resolves (its value returned) or a stop signal arrives. On a signal,
+/// `on_signal` runs (stopping the container) and serving goes on until `ended`; without `on_signal` serving stops
+/// at once and the result is `None`. Then drains in-flight requests and flushes the log.
+pub(super) async fn serve_until<T>(
+    inside: Inside,
+    config: ProxyConfig,
+    mut ended: tokio::sync::oneshot::Receiver<T>,
+    stop: &mut StopSignals,
+    on_signal: Option<impl FnOnce()>,
+) -> Option<T> {
+    let audit = config.audit.clone();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let _dns_running = inside.dns.and_then(|socket| serve_dns(socket, config.policy.clone()));
+    let listener = inside.proxy;
+    let listener = listener.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(listener));
+    let proxy = match listener {
+        Ok(l) => Some(tokio::spawn(leash_proxy::serve(l, config, async move {
+            let _ = stop_rx.await;
+        }))),
+        Err(e) => {
+            tracing::error!("cannot serve the container's listener: {e}");
+            None
+        }
+    };
+    let result = tokio::select! {
+        r = &mut ended => r.ok(),
+        () = stop.recv() => match on_signal {
+            Some(f) => {
+                f();
+                (&mut ended).await.ok()
+            }
+            None => None,
+        }
+    };
+    let _ = stop_tx.send(());
+    if let Some(proxy) = proxy {
+        if let Ok(Err(e)) = proxy.await {
+            tracing::error!("proxy: {e}");
+        }
+    }
+    if let Err(e) = audit.flush() {
+        tracing::error!("{e}");
+    }
+    result
+}
+
+/// Serves the DNS stub on `socket` until the returned sender is dropped. A stub that cannot run only means lookups
+/// fail inside, which opens nothing, so that is a warning.
+fn serve_dns(socket: std::net::UdpSocket, policy: PolicyHandle) -> Option<tokio::sync::oneshot::Sender<()>> {
+    let socket = socket.set_nonblocking(true).and_then(|()| tokio::net::UdpSocket::from_std(socket));
+    let socket = match socket {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("dns: no stub resolver in the container ({e}); name lookups there will fail");
+            return None;
+        }
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        if let Err(e) = leash_proxy::serve_dns(socket, policy, shutdown).await {
+            tracing::error!("dns: {e}");
+        }
+    });
+    Some(stop)
+}
+
+/// SIGINT, SIGTERM and SIGHUP (a closed terminal), taken over for the whole run: they stop the container (run) or
+/// the serving (attach) instead of killing leash, which then cleans up.
+pub(super) struct StopSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<StopSignals> {
+        Ok(StopSignals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next stop signal (one that arrived before the call included).
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {},
+            _ = self.term.recv() => {},
+            _ = self.hup.recv() => {},
+        }
+    }
+}
+
+/// Runs `work` on a new runtime with SIGINT and SIGTERM taken over.
+pub(super) fn with_runtime<F: std::future::Future<Output = Exit>>(work: impl FnOnce(StopSignals) -> F) -> Exit {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leash: cannot start the async runtime: {e}");
+            return Exit::SandboxFailed;
+        }
+    };
+    runtime.block_on(async move {
+        match StopSignals::install() {
+            Ok(stop) => work(stop).await,
+            Err(e) => {
+                eprintln!("leash: cannot install the SIGINT/SIGTERM/SIGHUP handlers: {e}");
+                Exit::SandboxFailed
+            }
+        }
+    })
+}
