@@ -48,7 +48,11 @@ for tool in $("$root/bin/busybox" --list); do
 done
 # The dynamic loader finds the libraries through a cache built for this root.
 mkdir -p "$root/etc"
-printf '/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n/lib\n/usr/lib\n' >"$root/etc/ld.so.conf"
+# The multiarch directories the packages filled (x86_64-linux-gnu, aarch64-linux-gnu...), then the plain ones.
+for dir in "$root"/lib/*-linux-gnu "$root"/usr/lib/*-linux-gnu; do
+  [ -d "$dir" ] && echo "${dir#"$root"}"
+done >"$root/etc/ld.so.conf"
+printf '/lib\n/usr/lib\n' >>"$root/etc/ld.so.conf"
 ldconfig -r "$root"
 # One PEM bundle where curl, OpenSSL and Python look by default.
 mkdir -p "$root/etc/ssl/certs"
