@@ -308,11 +308,13 @@ fn cap_add(out: &mut RunOptions, normalised: &str, value: &str) {
     }
 }
 
-/// `-v SRC:DST[:OPTS]`: SRC is a host path when it starts with `/` or `.` (else a named volume).
+/// `-v SRC:DST[:OPTS]`: SRC is a host path when it starts with `/` or `.` (else a named volume); a lone `-v /path`
+/// is an anonymous volume at that path in the container, no host path at all.
 fn volume(out: &mut RunOptions, normalised: &str, value: &str) {
-    let source = value.split(':').next().unwrap_or_default();
-    if source.starts_with('/') || source.starts_with('.') {
-        bind_source(out, normalised, source);
+    if let Some((source, _)) = value.split_once(':') {
+        if source.starts_with('/') || source.starts_with('.') {
+            bind_source(out, normalised, source);
+        }
     }
 }
 
@@ -436,6 +438,7 @@ mod tests {
             assert_eq!(refused(line).len(), 1, "{line}");
         }
         assert!(refused("-v /data:/data -v named:/x --mount type=volume,source=docker.sock,target=/x i").is_empty());
+        assert!(refused("-v /var/run i").is_empty(), "an anonymous volume at /var/run mounts nothing of the host");
     }
 
     #[test]
