@@ -385,6 +385,17 @@ fn docker_run_refuses_each_option_that_defeats_the_policy() {
         assert!(err.contains("refusing") && err.contains(name), "{options:?} named in: {err}");
         assert!(err.contains("--danger-allow-unsafe-docker-options"), "{err}");
     }
+    // A directory holding a socket a host process listens on (a relay, an agent, a tmux server) is refused too.
+    let dir = tempfile::tempdir().unwrap();
+    let _relay = std::os::unix::net::UnixListener::bind(dir.path().join("relay.sock")).unwrap();
+    let o = bounded(
+        Command::new(LEASH)
+            .args(["docker", "run", "--allow", "docs.test", "--label", &label, "-v"])
+            .arg(format!("{}:/mnt", dir.path().display()))
+            .args([IMAGE, "true"]),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("relay.sock"), "the socket is named: {}", stderr(&o));
     for usage in [&["-d"][..], &["--restart", "always"], &["--frobnicate"]] {
         let o = bounded(Command::new(LEASH).args(["docker", "run"]).args(usage).args([IMAGE, "true"]));
         assert_eq!(o.status.code(), Some(2), "{usage:?}: {}", stderr(&o));

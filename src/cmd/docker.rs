@@ -17,7 +17,7 @@ mod gate;
 mod options;
 mod serve;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -172,7 +172,8 @@ fn checked_options(args: &DockerRunArgs) -> Result<RunOptions, Exit> {
         eprintln!("leash: {e}");
         Exit::Usage
     })?;
-    let host_unsafe: Vec<_> = opts.bind_sources.iter().filter_map(|(o, s)| unsafe_on_host(o, s)).collect();
+    let sockets = if opts.bind_sources.is_empty() { Vec::new() } else { host_unix_sockets() };
+    let host_unsafe: Vec<_> = opts.bind_sources.iter().filter_map(|(o, s)| unsafe_on_host(o, s, &sockets)).collect();
     opts.unsafe_options.extend(host_unsafe);
     if opts.unsafe_options.is_empty() {
         return Ok(opts);
@@ -190,18 +191,34 @@ fn checked_options(args: &DockerRunArgs) -> Result<RunOptions, Exit> {
     Err(Exit::Usage)
 }
 
-/// A bind source that resolves (symlinks, `..`, relative paths) to a runtime socket or a directory above one, or
-/// that is any Unix socket: a host daemon inside the container is a way around the proxy.
-fn unsafe_on_host(option: &str, source: &str) -> Option<options::Unsafe> {
+/// A bind source that resolves (symlinks, `..`, relative paths) to a runtime socket or a directory above one, that
+/// is a Unix socket, or that holds one a host process listens on: a host daemon inside the container is a way
+/// around the proxy (the container cannot reach any other).
+fn unsafe_on_host(option: &str, source: &str, host_sockets: &[PathBuf]) -> Option<options::Unsafe> {
     let path = std::fs::canonicalize(source).ok()?;
+    let held = host_sockets.iter().find(|socket| socket.starts_with(&path));
     let why = if options::reaches_runtime_socket(&path.to_string_lossy()) {
-        "its source resolves to the Docker socket (or a directory holding it)"
+        "its source resolves to the Docker socket (or a directory holding it)".to_owned()
     } else if std::fs::metadata(&path).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())) {
-        "its source is a host Unix socket, a way around the proxy"
+        "its source is a host Unix socket, a way around the proxy".to_owned()
+    } else if let Some(socket) = held {
+        format!("it holds the host Unix socket `{}`, a way around the proxy", socket.display())
     } else {
         return None;
     };
-    Some(options::Unsafe { option: option.to_owned(), why: why.to_owned() })
+    Some(options::Unsafe { option: option.to_owned(), why })
+}
+
+/// The filesystem Unix sockets host processes listen on (`/proc/net/unix`, leash's network namespace), resolved.
+fn host_unix_sockets() -> Vec<PathBuf> {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(7))
+        .filter(|path| path.starts_with('/'))
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .collect()
 }
 
 /// The policy, the `--resolve` pins and the audit log (not yet shared: the container ID is added once known).

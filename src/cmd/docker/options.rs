@@ -62,6 +62,19 @@ const SHORT: &[(char, &str)] = &[
     ('w', "workdir"),
 ];
 
+/// leash's own options, named when one is found among docker's (it came too late).
+const LEASH_OPTIONS: &[&str] = &[
+    "allow",
+    "block",
+    "policy",
+    "profile",
+    "log",
+    "resolve",
+    "upstream-ca",
+    "danger-allow-unsafe-docker-options",
+    "no-start-gate",
+];
+
 /// Capabilities that reach past the container's empty network namespace or out of the container altogether.
 const REFUSED_CAPS: &[(&str, &str)] = &[
     ("ALL", "every capability, NET_ADMIN and NET_RAW among them"),
@@ -121,6 +134,9 @@ pub enum UsageError {
 impl fmt::Display for UsageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            UsageError::Unknown(o) if LEASH_OPTIONS.contains(&o.trim_start_matches('-')) => {
+                write!(f, "`{o}` is leash's option: leash's options come before docker's")
+            }
             UsageError::Unknown(o) => {
                 write!(f, "unknown docker run option `{o}` (leash must know every option to find the image)")
             }
@@ -456,6 +472,8 @@ mod tests {
     fn unknown_options_missing_values_and_no_image_are_usage_errors() {
         assert_eq!(scan_words("--frobnicate i"), Err(UsageError::Unknown("--frobnicate".into())));
         assert_eq!(scan_words("-Z i"), Err(UsageError::Unknown("-Z".into())));
+        let late = scan_words("--name x --allow a.test i").unwrap_err();
+        assert!(late.to_string().contains("leash's options come before docker's"), "{late}");
         assert_eq!(scan_words("--name"), Err(UsageError::MissingValue("--name".into())));
         assert_eq!(scan_words("-it"), Err(UsageError::NoImage));
         assert_eq!(scan_words(""), Err(UsageError::NoImage));
