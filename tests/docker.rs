@@ -522,6 +522,11 @@ fn docker_run_failures_leave_nothing_behind() {
     // An image that is not there: refused before anything is created.
     let o = bounded(Command::new(LEASH).args(["docker", "run", "--label", &label, "leash-test-missing:nope", "true"]));
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    // attach to a container that does not exist: refused, nothing served.
+    let o =
+        bounded(Command::new(LEASH).args(["docker", "attach", "--allow", "x.test", "leash-test-no-such-container"]));
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("No such container"), "{}", stderr(&o));
     // A command that is not in the image: the container's own failure status, and the container removed.
     let o = bounded(Command::new(LEASH).args(["docker", "run", "--label", &label, IMAGE, "/nonexistent/cmd"]));
     assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
