@@ -30,6 +30,108 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Run a command in a sandbox whose only way out is leash's proxy
     Run(RunArgs),
+    /// Run (or attach to) a Docker container whose only way out is leash's proxy
+    Docker(DockerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DockerArgs {
+    #[command(subcommand)]
+    pub command: DockerCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DockerCommand {
+    /// Create and run a container with no network but leash's proxy, like `docker run`
+    Run(DockerRunArgs),
+    /// Serve leash's proxy inside a running container started with `--network none`
+    Attach(DockerAttachArgs),
+}
+
+/// The policy, audit log and pins of a container's proxy (as `leash run`'s).
+#[derive(Debug, Args)]
+pub struct ContainerProxyArgs {
+    /// The policy file (.yaml, .yml or .toml); or give --allow / --block instead
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
+    pub policy: Option<PathBuf>,
+    /// Use this profile's `network` instead of the top-level one
+    #[arg(long, value_name = "NAME", requires = "policy")]
+    pub profile: Option<String>,
+    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    #[arg(long, value_name = "HOST")]
+    pub allow: Vec<String>,
+    /// Block this host or host/path prefix; an inline blocklist (repeatable)
+    #[arg(long, value_name = "RULE")]
+    pub block: Vec<String>,
+    /// Append the JSONL audit log to FILE (mode 0600); default: standard error. Every line names the container
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Answer NAME with ADDR instead of asking DNS (repeatable)
+    #[arg(long = "resolve", value_name = "NAME:ADDR")]
+    pub resolve: Vec<String>,
+    /// Also trust this CA (PEM file) when verifying inspected upstreams, beside the system roots (repeatable)
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  leash docker run --allow pypi.org --allow .pythonhosted.org \
+    python:3 pip download requests\n  \
+    leash docker run --policy policy.yaml --log audit.jsonl -it --name agent agent-image:latest ./agent.sh\n\n\
+    leash's options come first; everything from the first other argument on is `docker run`'s. The container is \
+    created with `--network none` (only `lo`, no IPv6), `--cap-drop NET_RAW --cap-drop NET_ADMIN`, and \
+    HTTP_PROXY/HTTPS_PROXY/ALL_PROXY pointing at leash's proxy, which listens on 127.0.0.1:3128 inside the container \
+    and is served from leash. Tunnels to hosts with path rules are TLS-inspected: the run's CA is mounted at \
+    /run/leash/ca.pem (with a bundle, bundle.pem) and SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, \
+    GIT_SSL_CAINFO, PIP_CERT and NODE_EXTRA_CA_CERTS point at them. Its command is held until the proxy is there \
+    (the image needs /bin/sh). Options that \
+    would defeat the policy (--network other than none, --privileged, --cap-add NET_ADMIN/NET_RAW/SYS_ADMIN/ALL, \
+    --pid host, --userns host, the Docker socket mounted) are refused. leash exits with the container's status and \
+    removes it; Ctrl-C, SIGTERM or SIGHUP stops it. Names resolve through leash's DNS stub (--dns 127.0.0.1): \
+    refused ones fail at once. If Docker is absent or refuses, nothing runs and leash exits 125. \
+    Needs root and a local Docker daemon.")]
+pub struct DockerRunArgs {
+    #[command(flatten)]
+    pub proxy: ContainerProxyArgs,
+    /// Run even with docker options that let the container around the policy (it is then NOT contained)
+    #[arg(long)]
+    pub danger_allow_unsafe_docker_options: bool,
+    /// Start the command at once instead of holding it until the proxy listens (for images without /bin/sh): its
+    /// first connections may be refused, never let out
+    #[arg(long)]
+    pub no_start_gate: bool,
+    /// `docker run` options, the image and its command
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "[DOCKER RUN OPTIONS] IMAGE [CMD]"
+    )]
+    pub docker: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  docker run -d --network none -e HTTPS_PROXY=http://127.0.0.1:3128 \
+    --name job image ./job.sh\n  \
+    leash docker attach --policy policy.yaml --log audit.jsonl job\n\n\
+    For harnesses that create containers themselves. The container must be running and hold no interface but `lo` \
+    (start it with `--network none`); otherwise leash refuses it and says why. leash binds 127.0.0.1:3128 inside it, \
+    prints `listening inside ID on 127.0.0.1:3128` and serves until the container exits (leash then exits with its \
+    status) or until SIGINT/SIGTERM/SIGHUP (exit 0; the container keeps running, with no way out). Setting the proxy \
+    variables in the container, and giving it the CA written with --ca-cert-out (TLS inspection), is the \
+    harness's part.")]
+pub struct DockerAttachArgs {
+    #[command(flatten)]
+    pub proxy: ContainerProxyArgs,
+    /// Write the run's CA certificate (PEM) to FILE, for the container's clients to trust (TLS inspection)
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert_out: Option<PathBuf>,
+    /// Write the system roots plus the run's CA (PEM) to FILE (for SSL_CERT_FILE and the like)
+    #[arg(long, value_name = "FILE")]
+    pub ca_bundle_out: Option<PathBuf>,
+    /// The container's name or ID
+    #[arg(value_name = "CONTAINER")]
+    pub container: String,
 }
 
 #[derive(Debug, Args)]
@@ -64,6 +166,9 @@ pub struct RunArgs {
     /// Let the command reach this filesystem Unix socket (repeatable; all others are masked)
     #[arg(long = "allow-unix-socket", value_name = "PATH")]
     pub allow_unix_socket: Vec<PathBuf>,
+    /// Also trust this CA (PEM file) when verifying inspected upstreams, beside the system roots (repeatable)
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -74,7 +179,11 @@ pub struct RunArgs {
     curl -x http://127.0.0.1:3128 https://pypi.org/simple/\n\n\
     Prints `listening on ADDR:PORT` on stdout once ready. Without --log the audit log goes to stdout after that \
     line. SIGHUP reloads the policy (an invalid file keeps the old one); SIGINT/SIGTERM stop accepting, let \
-    in-flight requests finish and flush the log.")]
+    in-flight requests finish and flush the log.\n\n\
+    TLS inspection: tunnels to hosts with path rules (or every tunnel, with `inspect: all`) are terminated with a \
+    certificate from a CA made for this run, whose key never leaves leash's memory. Clients must trust it: \
+    `--ca-cert-out ca.pem` then `curl --cacert ca.pem`, or `--ca-bundle-out bundle.pem` then \
+    SSL_CERT_FILE=bundle.pem. Upstreams are always verified (system roots, plus --upstream-ca).")]
 pub struct ProxyArgs {
     /// The policy file (.yaml, .yml or .toml)
     #[arg(long, value_name = "FILE")]
@@ -91,6 +200,22 @@ pub struct ProxyArgs {
     /// Answer NAME with ADDR instead of asking DNS, like curl's --resolve (repeatable)
     #[arg(long = "resolve", value_name = "NAME:ADDR")]
     pub resolve: Vec<String>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// TLS inspection: where the run's CA goes, and which CAs upstreams may be signed by.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// Write the run's CA certificate (PEM) to FILE, for clients to trust (e.g. NODE_EXTRA_CA_CERTS)
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert_out: Option<PathBuf>,
+    /// Write the system roots plus the run's CA (PEM) to FILE (for SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE)
+    #[arg(long, value_name = "FILE")]
+    pub ca_bundle_out: Option<PathBuf>,
+    /// Also trust this CA (PEM file) when verifying inspected upstreams, beside the system roots (repeatable)
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -376,11 +376,11 @@ fn run_leaves_no_direct_way_out() {
         return;
     }
     // The origin listens on the host's loopback; inside, 127.0.0.1 is the sandbox's own, where nothing but the
-    // proxy listens. A direct fetch that ignores the proxy variables, and a name lookup, must both fail.
+    // proxy listens. A direct fetch that ignores the proxy variables, and a lookup of a refused name, must both fail.
     let (o, _) = leash_run(|port| {
         format!(
             "curl -s --noproxy '*' --max-time 5 http://127.0.0.1:{port}/ && echo DIRECT-REACHED; \
-             getent hosts docs.test && echo DNS-ANSWERED; \
+             getent hosts evil.test && echo DNS-ANSWERED; \
              ip -o addr 2>/dev/null | grep -v ' lo ' && echo OTHER-INTERFACE; \
              exit 0"
         )
@@ -390,6 +390,46 @@ fn run_leaves_no_direct_way_out() {
     assert!(!out.contains("DIRECT-REACHED") && !out.contains("origin"), "{out}");
     assert!(!out.contains("DNS-ANSWERED"), "{out}");
     assert!(!out.contains("OTHER-INTERFACE"), "{out}");
+}
+
+/// Inside the sandbox: an allowed name, a refused one (the error code and the time it took), `localhost`.
+const LOOKUPS: &str = r#"
+import socket, time
+print(sorted({a[4][0] for a in socket.getaddrinfo("docs.test", 80, proto=socket.IPPROTO_TCP)}))
+start = time.monotonic()
+try:
+    socket.getaddrinfo("evil.test", 80)
+    print("evil.test RESOLVED")
+except socket.gaierror as e:
+    print("evil.test", "NONAME" if e.errno == socket.EAI_NONAME else e, round(time.monotonic() - start, 1))
+print(socket.getaddrinfo("localhost", 80, socket.AF_INET)[0][4][0])
+"#;
+
+#[test]
+fn run_answers_allowed_names_with_a_sandbox_address_and_refused_ones_at_once() {
+    if !sandbox_available() {
+        return;
+    }
+    let started = Instant::now();
+    let (o, lines) = leash_run(|_| {
+        format!("getent hosts docs.test; getent hosts DOCS.test.; timeout 20 python3 -c '{LOOKUPS}'; exit 0")
+    });
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    let out = stdout(&o);
+    let mut out_lines = out.lines();
+    assert_eq!(
+        out_lines.next().map(|l| l.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["127.0.0.2", "docs.test"])
+    );
+    assert!(out_lines.next().is_some_and(|l| l.starts_with("127.0.0.2 ")), "{out}");
+    assert_eq!(out_lines.next(), Some("['127.0.0.2']"), "AAAA gets no answer: {out}");
+    // NXDOMAIN (EAI_NONAME), not a time-out (EAI_AGAIN): the stub answered.
+    let refused = out_lines.next().unwrap_or_default();
+    assert!(refused.starts_with("evil.test NONAME "), "{out}");
+    eprintln!("a refused lookup took {} s; the whole run {:?}", &refused[17..], started.elapsed());
+    assert_eq!(out_lines.next(), Some("127.0.0.1"), "{out}");
+    // Lookups are not audited; the request that follows one is.
+    assert!(lines.iter().all(|l| l.get("decision").is_none()), "{lines:?}");
 }
 
 #[test]
@@ -416,4 +456,149 @@ fn run_with_an_inline_allowlist_and_blocklist_mixed_is_an_error() {
     let o = leash(&["run", "--allow", "a.test", "--block", "b.test", "--", "true"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--block"), "{}", stderr(&o));
+}
+
+/// Make a test CA and a leaf for `docs.test` with openssl in `dir`; returns the CA's PEM path.
+fn https_material(dir: &Path) -> PathBuf {
+    let script = r#"set -e
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 \
+  -subj /CN=cli-test-ca -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout leaf.key -out leaf.csr -subj /CN=docs.test 2>/dev/null
+printf 'subjectAltName=DNS:docs.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > ext.cnf
+openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out leaf.pem -days 2 -extfile ext.cnf 2>/dev/null
+"#;
+    let ok = Command::new("sh").args(["-c", script]).current_dir(dir).status().unwrap();
+    assert!(ok.success(), "openssl could not make the test certificates");
+    dir.join("ca.pem")
+}
+
+/// An HTTPS origin (Python's http.server with the leaf from [`https_material`]) answering `origin-tls <path>`.
+struct HttpsOrigin {
+    child: Child,
+    port: u16,
+}
+
+impl HttpsOrigin {
+    fn start(dir: &Path) -> HttpsOrigin {
+        let script = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = ("origin-tls " + self.path).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain("leaf.pem", "leaf.key")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+        let mut child =
+            Command::new("python3").args(["-c", script]).current_dir(dir).stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        HttpsOrigin { child, port: line.trim().parse().expect("origin port") }
+    }
+}
+
+impl Drop for HttpsOrigin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn inspected_policy(dir: &Path, port: u16) -> PathBuf {
+    write(
+        dir,
+        "inspect.yaml",
+        &format!(
+            "network:\n  mode: blocklist\n  blocked_urls: [docs.test/secret]\n  tunnel_ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"
+        ),
+    )
+}
+
+#[test]
+fn proxy_inspects_https_with_the_run_ca_and_writes_only_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream_ca = https_material(dir.path());
+    let origin = HttpsOrigin::start(dir.path());
+    let out = tempfile::tempdir().unwrap();
+    let (ca, bundle, log) = (out.path().join("ca.pem"), out.path().join("bundle.pem"), out.path().join("audit.jsonl"));
+    let policy = inspected_policy(dir.path(), origin.port);
+    let args = ["--resolve", "docs.test:127.0.0.1", "--upstream-ca", upstream_ca.to_str().unwrap(), "--ca-cert-out"];
+    let proxy = Proxy::start(
+        &policy,
+        &log,
+        &[&args[..], &[ca.to_str().unwrap(), "--ca-bundle-out", bundle.to_str().unwrap()]].concat(),
+    );
+    let get = |path: &str| {
+        let o = Command::new("curl")
+            .args(["-s", "--max-time", "10", "--cacert", ca.to_str().unwrap(), "-x", &format!("http://{}", proxy.addr)])
+            .arg(format!("https://docs.test:{}{path}", origin.port))
+            .output()
+            .unwrap();
+        stdout(&o)
+    };
+    assert_eq!(get("/ok"), "origin-tls /ok");
+    assert!(get("/secret/x").starts_with("leash: docs.test/secret/x refused by the egress policy (rule)"));
+    // The CA file holds one certificate; the bundle holds the system roots and ends with the run's CA.
+    let ca_text = std::fs::read_to_string(&ca).unwrap();
+    assert_eq!(ca_text.matches("BEGIN CERTIFICATE").count(), 1);
+    let bundle_text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(bundle_text.ends_with(&ca_text) && bundle_text.matches("BEGIN CERTIFICATE").count() > 1);
+    // INVARIANT check: nothing leash wrote holds a private key.
+    for entry in std::fs::read_dir(out.path()).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        assert!(!text.contains("PRIVATE KEY"), "a file leash wrote holds a key");
+    }
+    let lines = log_lines(&log);
+    assert!(lines.iter().any(|l| l["decision"] == "inspect"), "{lines:?}");
+    assert!(lines.iter().any(|l| l["path"] == "/secret/x" && l["decision"] == "block"), "{lines:?}");
+}
+
+#[test]
+fn proxy_refuses_to_start_with_an_unreadable_upstream_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = inspected_policy(dir.path(), 443);
+    let o = leash(&["proxy", "--policy", policy.to_str().unwrap(), "--upstream-ca", "/nonexistent/ca.pem"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("cannot set up TLS inspection"), "{}", stderr(&o));
+}
+
+#[test]
+fn run_gives_the_command_the_run_ca_so_refusals_inside_tls_are_readable() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let upstream_ca = https_material(dir.path());
+    let origin = HttpsOrigin::start(dir.path());
+    let policy = inspected_policy(dir.path(), origin.port);
+    let port = origin.port;
+    // curl reads HTTPS_PROXY and CURL_CA_BUNDLE from the environment leash gives it; python reads SSL_CERT_FILE.
+    let script = format!(
+        "curl -s https://docs.test:{port}/ok; echo; curl -s https://docs.test:{port}/secret/x | head -1; \
+         python3 -c 'import os; print(os.environ[\"NODE_EXTRA_CA_CERTS\"].endswith(\"ca.pem\"), \
+         os.environ[\"SSL_CERT_FILE\"] == os.environ[\"REQUESTS_CA_BUNDLE\"] == os.environ[\"GIT_SSL_CAINFO\"])'"
+    );
+    let o = Command::new(LEASH)
+        .args(["run", "--policy", policy.to_str().unwrap(), "--resolve", "docs.test:127.0.0.1", "--upstream-ca"])
+        .arg(&upstream_ca)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "origin-tls /ok\nleash: docs.test/secret/x refused by the egress policy (rule)\nTrue True\n",
+        "stderr: {}",
+        stderr(&o)
+    );
 }

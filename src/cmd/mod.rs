@@ -5,3 +5,4 @@ pub mod docker;
 pub mod explain;
 pub mod proxy;
 pub mod run;
+pub mod trust;

@@ -7,10 +7,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver};
+use leash_proxy::{AuditLog, Inspection, Limits, PolicyHandle, ProxyConfig, SystemResolver, UpstreamTrust};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::ProxyArgs;
+use crate::cli::{ProxyArgs, TlsArgs};
 use crate::exit::Exit;
 use crate::policy_file::{load_file, located};
 
@@ -45,6 +45,10 @@ async fn serve(args: ProxyArgs) -> Exit {
             return Exit::Usage;
         }
     };
+    let inspection = match inspection(&args.tls) {
+        Ok(i) => i,
+        Err(code) => return code,
+    };
     let policy = PolicyHandle::new(loaded.policy);
     let config = ProxyConfig {
         policy: policy.clone(),
@@ -52,6 +56,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         resolver: Arc::new(SystemResolver::new(pins)),
         own_addrs: leash_proxy::local_interface_addrs().into(),
         limits: Limits::default(),
+        inspection: Some(inspection),
     };
     if let Ok(addr) = listener.local_addr() {
         let mut out = std::io::stdout().lock();
@@ -65,6 +70,42 @@ async fn serve(args: ProxyArgs) -> Exit {
             Exit::Refused
         }
     }
+}
+
+/// TLS inspection: a new CA for this run, upstream trust, and the CA (or bundle) written where asked. Any failure
+/// stops leash: a policy with path rules cannot be enforced over HTTPS without it.
+pub(crate) fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Exit> {
+    let trust = UpstreamTrust { system_roots: true, extra_ca_files: args.upstream_ca.clone() };
+    let inspection = Inspection::new(&trust).map_err(|e| {
+        eprintln!("leash: cannot set up TLS inspection: {e}");
+        Exit::Usage
+    })?;
+    let outputs = [(&args.ca_cert_out, inspection.ca_pem().to_owned()), (&args.ca_bundle_out, inspection.bundle_pem())];
+    for (path, pem) in outputs {
+        let Some(path) = path else { continue };
+        write_public_file(path, &pem).map_err(|e| {
+            eprintln!("leash: cannot write `{}`: {e}", path.display());
+            Exit::Usage
+        })?;
+    }
+    match &args.ca_cert_out {
+        Some(path) => tracing::info!("TLS inspection: the run's CA certificate is in `{}`", path.display()),
+        None => tracing::info!("TLS inspection: the run's CA certificate is not written anywhere (--ca-cert-out FILE)"),
+    }
+    Ok(Arc::new(inspection))
+}
+
+/// Write a certificate file readable by everyone (it holds no secret), atomically: a reader polling for it never
+/// sees half a file.
+fn write_public_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text)?;
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 /// The audit log: the file given (mode 0600, appended), else standard output. Failing to open it stops leash.

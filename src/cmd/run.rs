@@ -10,13 +10,17 @@ use leash_policy::Policy;
 use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver};
 use leash_sandbox::{Sandbox, SandboxSpec};
 
-use crate::cli::RunArgs;
+use crate::cli::{RunArgs, TlsArgs};
 use crate::cmd::proxy::parse_pins;
+use crate::cmd::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 use crate::exit::Exit;
 use crate::policy_file::{load_file, print_errors};
 
 /// Where the proxy listens inside the sandbox (the conventional proxy port, on the sandbox's own loopback).
 const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
+
+/// Where the DNS stub answers inside the sandbox: the sandbox's own loopback, as its resolv.conf says.
+const DNS_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53);
 
 /// Variables that could point the command at another proxy or exempt hosts from ours; replaced or removed.
 const PROXY_VARS: [&str; 8] =
@@ -35,7 +39,23 @@ pub fn run(args: RunArgs) -> Exit {
         (Ok(p), Ok(a)) => (p, a),
         (Err(code), _) | (_, Err(code)) => return code,
     };
-    let sandbox = match Sandbox::spawn(spec(&args)) {
+    // The CA exists before the command starts, so its trust files are in place before it can read them. (The
+    // sandbox's init is a copy of leash made at spawn; it is non-dumpable and owned by leash's user namespace.)
+    let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.upstream_ca.clone() };
+    let inspection = match crate::cmd::proxy::inspection(&tls) {
+        Ok(i) => i,
+        Err(_) => return Exit::SandboxFailed,
+    };
+    let ca_files = match CaFiles::write(&inspection) {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("leash: the command was not run: cannot write the run's CA files: {e}");
+            return Exit::SandboxFailed;
+        }
+    };
+    let mut spec = spec(&args);
+    spec.env.extend(ca_files.env());
+    let sandbox = match Sandbox::spawn(spec) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("leash: the command was not run: {e}");
@@ -48,8 +68,11 @@ pub fn run(args: RunArgs) -> Exit {
         resolver: Arc::new(SystemResolver::new(pins)),
         own_addrs: leash_proxy::local_interface_addrs().into(),
         limits: Limits::default(),
+        inspection: Some(inspection),
     };
-    supervise(sandbox, config)
+    let exit = supervise(sandbox, config);
+    drop(ca_files);
+    exit
 }
 
 /// The policy: a file, or an inline allowlist/blocklist (with neither, nothing is allowed).
@@ -70,14 +93,15 @@ fn open_audit(args: &RunArgs) -> Result<Arc<AuditLog>, Exit> {
     }
 }
 
-/// The sandbox: CMD, its environment, the proxy's listener inside, a resolv.conf that points at the sandbox's own
-/// loopback (nothing answers there yet, so lookups fail at once instead of reaching any resolver).
+/// The sandbox: CMD, its environment, the proxy's listener inside, the DNS stub's socket and a resolv.conf that points
+/// at it, on the sandbox's own loopback (refused names fail at once; no lookup ever reaches a real resolver).
 fn spec(args: &RunArgs) -> SandboxSpec {
     let mut command = args.command.iter();
     let mut spec = SandboxSpec::new(command.next().cloned().unwrap_or_default());
     spec.args = command.cloned().collect();
     spec.env = child_env(std::env::vars_os());
     spec.tcp_listeners = vec![PROXY_INSIDE];
+    spec.udp_sockets = vec![DNS_INSIDE];
     spec.resolv_conf = Some("nameserver 127.0.0.1\noptions attempts:1 timeout:1\n".to_owned());
     spec.allow_unix_sockets = args.allow_unix_socket.clone();
     spec
@@ -86,8 +110,10 @@ fn spec(args: &RunArgs) -> SandboxSpec {
 /// leash's environment with every proxy variable pointing at the proxy inside and `NO_PROXY` removed.
 fn child_env(inherited: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
     let url = OsString::from(format!("http://{PROXY_INSIDE}"));
-    let mut env: Vec<(OsString, OsString)> =
-        inherited.filter(|(k, _)| !PROXY_VARS.iter().any(|v| k == v) && k != "NODE_USE_ENV_PROXY").collect();
+    // Inherited CA variables would point clients elsewhere than the run's bundle; they are replaced.
+    let replaced =
+        |k: &OsString| PROXY_VARS.iter().chain(&BUNDLE_VARS).chain(&[NODE_VAR, "NODE_USE_ENV_PROXY"]).any(|v| k == v);
+    let mut env: Vec<(OsString, OsString)> = inherited.filter(|(k, _)| !replaced(k)).collect();
     for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
         env.push((var.into(), url.clone()));
     }
@@ -98,6 +124,7 @@ fn child_env(inherited: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsSt
 /// Serve the proxy on the sandbox's listener until the command has exited, then drain, flush and report.
 fn supervise(mut sandbox: Sandbox, config: ProxyConfig) -> Exit {
     let listener = sandbox.tcp.pop();
+    let dns_socket = sandbox.udp.pop();
     let _forwarding = sandbox.forward_signals().map_err(|e| tracing::warn!("signals are not forwarded: {e}"));
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -117,11 +144,13 @@ fn supervise(mut sandbox: Sandbox, config: ProxyConfig) -> Exit {
             return Err(None);
         };
         let listener = tokio::net::TcpListener::from_std(listener).map_err(|_| None)?;
+        let dns_stop = start_dns(dns_socket, config.policy.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let proxy = tokio::spawn(leash_proxy::serve(listener, config, async move {
             let _ = stop_rx.await;
         }));
         let status = done_rx.await.map_err(|_| None)?;
+        drop(dns_stop);
         let _ = stop_tx.send(());
         if let Ok(Err(e)) = proxy.await {
             tracing::error!("proxy: {e}");
@@ -132,6 +161,27 @@ fn supervise(mut sandbox: Sandbox, config: ProxyConfig) -> Exit {
         Ok(s) => Exit::Command(u8::try_from(s.code()).unwrap_or(255)),
         Err(e) => finish(Err(e.unwrap_or(leash_sandbox::SandboxError::InitDied("no proxy listener".into())))),
     }
+}
+
+/// Serve the DNS stub on the sandbox's UDP socket until the returned sender is dropped (when the command has exited).
+/// Without it lookups would fail, which opens nothing, so a missing socket is only warned about.
+fn start_dns(socket: Option<std::net::UdpSocket>, policy: PolicyHandle) -> Option<tokio::sync::oneshot::Sender<()>> {
+    let socket =
+        socket.filter(|s| s.set_nonblocking(true).is_ok()).and_then(|s| tokio::net::UdpSocket::from_std(s).ok());
+    let Some(socket) = socket else {
+        tracing::warn!("dns: no stub resolver in the sandbox; name lookups there will fail");
+        return None;
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        let _ = stopped.await;
+    };
+    tokio::spawn(async move {
+        if let Err(e) = leash_proxy::serve_dns(socket, policy, shutdown).await {
+            tracing::error!("dns: {e}");
+        }
+    });
+    Some(stop)
 }
 
 fn finish(status: Result<leash_sandbox::ExitStatus, leash_sandbox::SandboxError>) -> Exit {
