@@ -602,3 +602,61 @@ fn run_gives_the_command_the_run_ca_so_refusals_inside_tls_are_readable() {
         stderr(&o)
     );
 }
+
+#[test]
+fn run_proxy_unaware_clients_reach_allowed_names_through_the_transparent_listener() {
+    if !sandbox_available() {
+        return;
+    }
+    // `--noproxy '*'`: curl ignores the proxy variables, resolves through the DNS stub and connects to the sandbox
+    // address, where leash decides on the Host header exactly as for a proxied request.
+    let (o, lines) = leash_run(|port| {
+        format!(
+            "curl -s --noproxy '*' http://docs.test:{port}/direct; echo; \
+             curl -s --noproxy '*' -o /dev/null -w '%{{http_code}}\\n' -H 'Host: evil.test:{port}' http://docs.test:{port}/; \
+             curl -s --noproxy '*' --max-time 5 http://evil.test:{port}/ >/dev/null; echo \"refused name: curl exit $?\""
+        )
+    });
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "origin\n403\nrefused name: curl exit 6\n", "stderr: {}", stderr(&o));
+    let decisions: Vec<_> = lines.iter().filter(|l| l.get("decision").is_some()).collect();
+    assert_eq!(decisions.len(), 2, "{lines:?}");
+    assert_eq!((decisions[0]["decision"].as_str(), decisions[0]["host"].as_str()), (Some("allow"), Some("docs.test")));
+    assert_eq!(
+        (decisions[1]["reason"].as_str(), decisions[1]["host"].as_str()),
+        (Some("not-allowed"), Some("evil.test"))
+    );
+}
+
+#[test]
+fn run_proxy_unaware_https_is_decided_on_the_sni_and_inspected_where_the_policy_says() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let upstream_ca = https_material(dir.path());
+    let origin = HttpsOrigin::start(dir.path());
+    let policy = inspected_policy(dir.path(), origin.port);
+    let port = origin.port;
+    let script = format!(
+        "unset HTTPS_PROXY https_proxy ALL_PROXY all_proxy; \
+         curl -s https://docs.test:{port}/ok; echo; curl -s https://docs.test:{port}/secret/x | head -1"
+    );
+    let log = dir.path().join("audit.jsonl");
+    let o = Command::new(LEASH)
+        .args(["run", "--policy", policy.to_str().unwrap(), "--resolve", "docs.test:127.0.0.1", "--upstream-ca"])
+        .arg(&upstream_ca)
+        .arg("--log")
+        .arg(&log)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&o),
+        "origin-tls /ok\nleash: docs.test/secret/x refused by the egress policy (rule)\n",
+        "stderr: {}",
+        stderr(&o)
+    );
+    let lines = log_lines(&log);
+    assert!(lines.iter().any(|l| l["method"] == "CONNECT" && l["decision"] == "inspect" && l["host"] == "docs.test"));
+}

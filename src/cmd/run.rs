@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 
 use leash_policy::Policy;
-use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver};
+use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver, TRANSPARENT_ADDR};
 use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
@@ -55,6 +55,7 @@ pub fn run(args: RunArgs) -> Exit {
     };
     let mut spec = spec(&args);
     spec.env.extend(ca_files.env());
+    spec.tcp_listeners.extend(transparent_ports(&policy).map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
     let sandbox = match Sandbox::spawn(spec) {
         Ok(s) => s,
         Err(e) => {
@@ -121,9 +122,26 @@ fn child_env(inherited: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsSt
     env
 }
 
-/// Serve the proxy on the sandbox's listener until the command has exited, then drain, flush and report.
+/// The ports leash listens on transparently at the address the DNS stub gives allowed names: 80, 443 and every
+/// port the policy lets a request or tunnel name, as many as the sandbox can hand out beside the proxy's listener.
+fn transparent_ports(policy: &Policy) -> impl Iterator<Item = u16> {
+    let mut ports: Vec<u16> = [80, 443].into_iter().chain(policy.ports().iter().copied()).collect();
+    ports.extend(policy.tunnel_ports());
+    ports.sort_unstable();
+    ports.dedup();
+    let room = leash_sandbox::MAX_SOCKETS - 2;
+    if ports.len() > room {
+        tracing::warn!("only {room} ports get a transparent listener; proxy-unaware clients reach no other port");
+    }
+    ports.into_iter().take(room)
+}
+
+/// Serve the proxy on the sandbox's listener (and the transparent ones) until the command has exited, then drain,
+/// flush and report.
 fn supervise(mut sandbox: Sandbox, config: ProxyConfig) -> Exit {
-    let listener = sandbox.tcp.pop();
+    let mut tcp = std::mem::take(&mut sandbox.tcp).into_iter();
+    let listener = tcp.next();
+    let transparent: Vec<_> = tcp.filter_map(|l| l.set_nonblocking(true).ok().map(|()| l)).collect();
     let dns_socket = sandbox.udp.pop();
     let _forwarding = sandbox.forward_signals().map_err(|e| tracing::warn!("signals are not forwarded: {e}"));
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -144,9 +162,10 @@ fn supervise(mut sandbox: Sandbox, config: ProxyConfig) -> Exit {
             return Err(None);
         };
         let listener = tokio::net::TcpListener::from_std(listener).map_err(|_| None)?;
+        let transparent = transparent.into_iter().filter_map(|l| tokio::net::TcpListener::from_std(l).ok()).collect();
         let dns_stop = start_dns(dns_socket, config.policy.clone());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let proxy = tokio::spawn(leash_proxy::serve(listener, config, async move {
+        let proxy = tokio::spawn(leash_proxy::serve_with_transparent(listener, transparent, config, async move {
             let _ = stop_rx.await;
         }));
         let status = done_rx.await.map_err(|_| None)?;

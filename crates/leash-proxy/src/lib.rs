@@ -32,7 +32,7 @@ pub use config::{Limits, PolicyHandle, ProxyConfig};
 pub use dns::{serve_dns, TRANSPARENT_ADDR};
 pub use netinfo::local_interface_addrs;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
-pub use server::serve;
+pub use server::{serve, serve_with_transparent};
 pub use tls::{Inspection, TlsSetupError, UpstreamTrust};
 
 /// Whether this build terminates TLS for hosts with path rules (else such tunnels are refused with

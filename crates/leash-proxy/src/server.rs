@@ -19,25 +19,84 @@ use crate::forward::{self, reply, Next};
 use crate::refusal::Response;
 use crate::shared::{Attempt, Shared};
 use crate::tunnel;
-use crate::wire::http_head::{parse_request_head, HeadError};
+use crate::wire::http_head::{parse_request_head, HeadError, RequestHead};
+
+/// The first byte of a TLS record carrying a handshake: what a transparent listener's TLS clients send first.
+const TLS_HANDSHAKE: u8 = 0x16;
+/// Bytes asked for when telling TLS from HTTP on a transparent listener (the rest of the head follows).
+const TLS_PROBE: usize = 4096;
 
 /// After a failed accept (out of file descriptors, say), wait this long before the next, instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// How a listener's connections arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// Clients that use leash as their proxy (absolute-form requests, CONNECT).
+    Proxy,
+    /// Clients that connected to an allowed name's sandbox address on this port, unaware of any proxy: TLS is
+    /// decided like a CONNECT to `<SNI host>:<port>`, plain HTTP like `http://<Host><target>` on this port.
+    Transparent(u16),
+}
+
 /// Serve the forward proxy on `listener` until `shutdown` completes, then let in-flight requests finish (at most
 /// `limits.drain_timeout`) and flush the audit log.
 pub async fn serve(listener: TcpListener, config: ProxyConfig, shutdown: impl Future<Output = ()>) -> io::Result<()> {
-    let local = listener.local_addr()?;
+    serve_with_transparent(listener, Vec::new(), config, shutdown).await
+}
+
+/// [`serve`], plus transparent listeners (`leash run`: bound on the address the DNS stub gives allowed names, one
+/// per allowed port), all sharing one connection bound, upstream pool and audit log.
+pub async fn serve_with_transparent(
+    listener: TcpListener,
+    transparent: Vec<TcpListener>,
+    config: ProxyConfig,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let mut listening = vec![listener.local_addr()?];
+    let mut listeners = vec![(listener, Entry::Proxy)];
+    for l in transparent {
+        let local = l.local_addr()?;
+        listening.push(local);
+        listeners.push((l, Entry::Transparent(local.port())));
+    }
     let max = config.limits.max_connections;
     let drain = config.limits.drain_timeout;
-    let shared = Arc::new(Shared::new(config, &[local]));
+    let shared = Arc::new(Shared::new(config, &listening));
     let permits = Arc::new(Semaphore::new(max));
     let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::pin!(shutdown);
+    let accepting: Vec<_> = listeners
+        .into_iter()
+        .map(|(l, entry)| tokio::spawn(accept_loop(l, entry, shared.clone(), permits.clone(), stop_rx.clone())))
+        .collect();
+    shutdown.await;
+    let _ = stop_tx.send(true);
+    for task in accepting {
+        let _ = task.await;
+    }
+    // Every connection holds a permit: having them all back means every connection has ended.
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    if tokio::time::timeout(drain, permits.acquire_many(all)).await.is_err() {
+        tracing::warn!("shutdown: connections still open after {drain:?}; closing them");
+    }
+    shared.cfg.audit.flush().map_err(io::Error::other)
+}
+
+/// Accept on one listener until shutdown; each connection holds a permit of the shared bound.
+async fn accept_loop(
+    listener: TcpListener,
+    entry: Entry,
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => p.map_err(io::Error::other)?,
-            () = &mut shutdown => break,
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            _ = stop.changed() => return,
         };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -48,29 +107,36 @@ pub async fn serve(listener: TcpListener, config: ProxyConfig, shutdown: impl Fu
                     continue;
                 }
             },
-            () = &mut shutdown => break,
+            _ = stop.changed() => return,
         };
-        let (sh, stop) = (shared.clone(), stop_rx.clone());
+        let (sh, stop) = (shared.clone(), stop.clone());
         tokio::spawn(async move {
-            connection(&sh, stream, peer, stop).await;
+            connection(&sh, stream, peer, entry, stop).await;
             drop(permit);
         });
     }
-    drop(listener);
-    let _ = stop_tx.send(true);
-    // Every connection holds a permit: having them all back means every connection has ended.
-    let all = u32::try_from(max).unwrap_or(u32::MAX);
-    if tokio::time::timeout(drain, permits.acquire_many(all)).await.is_err() {
-        tracing::warn!("shutdown: connections still open after {drain:?}; closing them");
-    }
-    shared.cfg.audit.flush().map_err(io::Error::other)
 }
 
 /// One client connection: requests until it closes, goes idle, breaks a rule that ends it, or shutdown.
-async fn connection(sh: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, mut stop: watch::Receiver<bool>) {
+async fn connection(
+    sh: &Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    entry: Entry,
+    mut stop: watch::Receiver<bool>,
+) {
     let _ = stream.set_nodelay(true);
     let mut client = BufConn::new(stream);
     let limits = &sh.cfg.limits;
+    if let Entry::Transparent(port) = entry {
+        match tokio::time::timeout(limits.idle_timeout, client.source().fill(TLS_PROBE)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
+        if client.buf[0] == TLS_HANDSHAKE {
+            return tunnel::transparent(sh, client, port, peer).await;
+        }
+    }
     loop {
         let max = limits.max_head_bytes;
         let read = client.read_head(limits.idle_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
@@ -80,16 +146,33 @@ async fn connection(sh: &Arc<Shared>, stream: TcpStream, peer: SocketAddr, mut s
             r = read => r,
             _ = stop.changed() => return,
         };
-        let head = match head {
+        let mut head = match head {
             Ok(head) => head,
             Err(e) => return refuse_unreadable(sh, &mut client, e, peer).await,
         };
+        if let Entry::Transparent(port) = entry {
+            head.target = absolute_for_transparent(&head, port);
+        }
         if head.method == "CONNECT" {
             return tunnel::handle(sh, client, &head, peer).await;
         }
         if forward::handle(sh, &mut client, &head, peer).await == Next::Close || *stop.borrow() {
             return;
         }
+    }
+}
+
+/// The absolute-form target an origin-form request to a transparent listener stands for: `http://<Host's
+/// host>:<listener port><target>`. The Host's own port must then agree (`forward`'s Host check); a request without
+/// a usable Host is left as it is, and `forward` refuses it (400: not absolute-form).
+fn absolute_for_transparent(head: &RequestHead, port: u16) -> String {
+    if !head.target.starts_with('/') {
+        return head.target.clone();
+    }
+    let host = head.values("host").next().and_then(|v| std::str::from_utf8(v).ok());
+    match host.and_then(|h| leash_policy::parse_authority(h).ok()) {
+        Some(authority) => format!("http://{}:{port}{}", authority.host.as_str(), head.target),
+        None => head.target.clone(),
     }
 }
 

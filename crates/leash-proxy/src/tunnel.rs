@@ -95,24 +95,60 @@ struct Tunnel<'a> {
     started: Instant,
 }
 
+/// A TLS connection to a transparent listener (a client that ignored the proxy variables and reached the sandbox
+/// address the DNS stub gave it): decided exactly like a CONNECT to `<SNI host>:<port>`, on the ClientHello.
+pub(crate) async fn transparent(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, port: u16, peer: SocketAddr) {
+    let (started, id) = (Instant::now(), sh.cfg.audit.next_id());
+    let Some(hello) = read_client_hello(sh, &mut client).await else { return };
+    let named = match hello.as_ref().map(|h| &h.server_name) {
+        Some(ServerName::One(name)) => parse_host(name).ok(),
+        _ => None,
+    };
+    let Some(target) = named else {
+        // Without a readable server name there is nothing to decide on (and no name for a leaf): refuse, close.
+        let decision = refusal(match facts_of(hello.as_ref()) {
+            ClientHelloFacts::NotTls => Reason::NotTls,
+            ClientHelloFacts::Ech => Reason::Ech,
+            ClientHelloFacts::NoServerName => Reason::NoSni,
+            _ => Reason::BadSni,
+        });
+        let attempt = Attempt { id, method: "CONNECT", host: "", port, path: None, peer };
+        let _ = sh.log_decision(&attempt, &decision);
+        return drain_and_close(client).await;
+    };
+    let snap = sh.cfg.policy.current();
+    let tunnel = Tunnel { sh, snap: &snap, target: &target, port, id, peer, started };
+    tunnel.on_hello(client, hello).await;
+}
+
+/// Read the ClientHello, keeping its bytes in the buffer (they are replayed upstream). `Some(None)`: the bytes are
+/// not a ClientHello (or none came in time); `None`: the client went away.
+async fn read_client_hello(sh: &Shared, client: &mut BufConn<TcpStream>) -> Option<Option<ClientHello>> {
+    let limits = &sh.cfg.limits;
+    let peeked = client
+        .read_head(limits.client_hello_timeout, limits.client_hello_timeout, Reparse::EveryRead, |b| {
+            match parse_client_hello(b) {
+                Parsed::Done(hello, _) => Parsed::Done(hello, 0),
+                Parsed::NeedMore => Parsed::NeedMore,
+                Parsed::Refuse(e) => Parsed::Refuse(e),
+            }
+        })
+        .await;
+    match peeked {
+        Ok(hello) => Some(Some(hello)),
+        Err(ReadHeadError::Malformed(_) | ReadHeadError::Timeout | ReadHeadError::Idle) => Some(None),
+        Err(ReadHeadError::Closed | ReadHeadError::Io(_)) => None,
+    }
+}
+
 impl Tunnel<'_> {
     async fn on_client_hello(&self, mut client: BufConn<TcpStream>) {
-        let limits = &self.sh.cfg.limits;
-        // Keep the peeked bytes in the buffer (`Done(_, 0)`): they are replayed to the upstream.
-        let peeked = client
-            .read_head(limits.client_hello_timeout, limits.client_hello_timeout, Reparse::EveryRead, |b| {
-                match parse_client_hello(b) {
-                    Parsed::Done(hello, _) => Parsed::Done(hello, 0),
-                    Parsed::NeedMore => Parsed::NeedMore,
-                    Parsed::Refuse(e) => Parsed::Refuse(e),
-                }
-            })
-            .await;
-        let hello = match peeked {
-            Ok(hello) => Some(hello),
-            Err(ReadHeadError::Malformed(_) | ReadHeadError::Timeout | ReadHeadError::Idle) => None,
-            Err(ReadHeadError::Closed | ReadHeadError::Io(_)) => return,
-        };
+        let Some(hello) = read_client_hello(self.sh, &mut client).await else { return };
+        self.on_hello(client, hello).await;
+    }
+
+    /// Decide on the ClientHello (`None`: not one) and refuse, inspect or splice.
+    async fn on_hello(&self, client: BufConn<TcpStream>, hello: Option<ClientHello>) {
         let facts = facts_of(hello.as_ref());
         let decision = self.snap.decide_client_hello(self.target, self.port, facts);
         let shown = match facts {

@@ -433,3 +433,64 @@ async fn leaf_issuance_is_reused_across_tunnels() {
     assert_eq!(t.leash.inspection.as_ref().unwrap().ca().cached_leaves(), 1);
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Transparent listeners (`leash run`'s sandbox address for proxy-unaware clients): the same decisions, no CONNECT
+// ---------------------------------------------------------------------------------------------------------------
+
+/// leash inspecting, with a transparent listener at 127.0.0.2 on the HTTPS origin's port.
+async fn transparent_scene(policy: impl FnOnce(u16) -> String) -> Inspecting {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let port = tls.port();
+    let leash = Leash::builder(&policy(port)).inspecting(&ca.pem).transparent(port).start().await;
+    Inspecting { ca, tls, leash }
+}
+
+/// Connect straight to the transparent listener (no CONNECT) and complete TLS as `sni`.
+async fn transparent_tls(t: &Inspecting, sni: &str) -> std::io::Result<TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.2", t.tls.port())).await.unwrap();
+    let connector = TlsConnector::from(Arc::new(t.client_config(&[b"http/1.1"])));
+    within("handshake", connector.connect(ServerName::try_from(sni.to_owned()).unwrap(), tcp)).await
+}
+
+#[tokio::test]
+async fn transparent_tls_is_decided_on_the_sni_and_inspected() {
+    let t = transparent_scene(|p| blocklist(&[BLOCKED], &[80], &[p])).await;
+    let mut tls = transparent_tls(&t, "allowed.test").await.expect("leash's leaf for the SNI");
+    let port = t.tls.port();
+    let two = format!(
+        "GET /fine HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\nGET /abs/2401.01234 HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n"
+    );
+    tls.write_all(two.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut wire = Wire::new(tls);
+    assert_eq!(within("first", read_response(&mut wire, "GET")).await.unwrap().status, 200);
+    assert_refused(&within("second", read_response(&mut wire, "GET")).await.unwrap(), 403, "rule");
+    assert_eq!(t.origin_targets(), ["/fine"]);
+    assert_eq!(t.leash.decision("allowed.test").await["decision"], "inspect");
+}
+
+#[tokio::test]
+async fn transparent_tls_to_a_refused_name_gets_403_inside_tls_and_is_never_resolved() {
+    let t = transparent_scene(|p| allowlist(&["allowed.test"], &[80], &[p])).await;
+    let mut tls = transparent_tls(&t, "evil.test").await.expect("leash answers inside TLS");
+    tls.write_all(b"GET /x HTTP/1.1\r\nHost: evil.test\r\n\r\n").await.unwrap();
+    tls.flush().await.unwrap();
+    let r = within("answer", read_response(&mut Wire::new(tls), "GET")).await.unwrap();
+    assert_refused(&r, 403, "not-allowed");
+    t.tls.assert_untouched().await;
+    t.leash.resolver.assert_never_asked();
+}
+
+#[tokio::test]
+async fn transparent_tls_without_sni_is_closed() {
+    let t = transparent_scene(|p| allowlist(&["allowed.test"], &[80], &[p])).await;
+    let mut c = Raw::connect(std::net::SocketAddr::from(([127, 0, 0, 2], t.tls.port()))).await;
+    c.send(HelloSpec::no_sni().bytes()).await;
+    assert!(c.until_closed().await.unwrap().is_empty(), "no SNI: closed without a byte");
+    let d = t.leash.log_until("the refusal", |v| v["reason"] == "no-sni").await;
+    assert!(!d.is_empty());
+    t.tls.assert_untouched().await;
+    t.leash.resolver.assert_never_asked();
+}

@@ -87,6 +87,8 @@ pub struct Builder {
     audit: Audit,
     /// PEM text of the CA upstreams are verified against; `Some` turns TLS inspection on.
     inspect_trusting: Option<String>,
+    /// Ports to listen on transparently, at 127.0.0.2 (as `leash run` does at the DNS stub's address).
+    transparent: Vec<u16>,
 }
 
 impl Builder {
@@ -98,6 +100,12 @@ impl Builder {
     /// TLS inspection on, verifying upstreams against `ca_pem` only (never the system roots: tests stay offline).
     pub fn inspecting(mut self, ca_pem: &str) -> Self {
         self.inspect_trusting = Some(ca_pem.to_owned());
+        self
+    }
+
+    /// Also listen transparently on 127.0.0.2:`port` (the origins are on 127.0.0.1, so the same port is free).
+    pub fn transparent(mut self, port: u16) -> Self {
+        self.transparent.push(port);
         self
     }
 
@@ -137,7 +145,11 @@ impl Builder {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(leash_proxy::serve(listener, config, async move {
+        let mut transparent = Vec::new();
+        for port in &self.transparent {
+            transparent.push(TcpListener::bind(("127.0.0.2", *port)).await.expect("bind transparent listener"));
+        }
+        let task = tokio::spawn(leash_proxy::serve_with_transparent(listener, transparent, config, async move {
             let _ = stopped.await;
         }));
         Leash {
@@ -176,7 +188,13 @@ impl Leash {
     }
 
     pub fn builder(yaml: &str) -> Builder {
-        Builder { yaml: yaml.to_owned(), limits: test_limits(), audit: Audit::TempFile, inspect_trusting: None }
+        Builder {
+            yaml: yaml.to_owned(),
+            limits: test_limits(),
+            audit: Audit::TempFile,
+            inspect_trusting: None,
+            transparent: Vec::new(),
+        }
     }
 
     /// `http://ADDR`, for clients' proxy settings.
