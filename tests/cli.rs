@@ -660,3 +660,51 @@ fn run_proxy_unaware_https_is_decided_on_the_sni_and_inspected_where_the_policy_
     let lines = log_lines(&log);
     assert!(lines.iter().any(|l| l["method"] == "CONNECT" && l["decision"] == "inspect" && l["host"] == "docs.test"));
 }
+
+#[test]
+fn run_python_urllib_requests_and_node_fetch_work_with_the_environment_alone() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let upstream_ca = https_material(dir.path());
+    let origin = HttpsOrigin::start(dir.path());
+    let policy = inspected_policy(dir.path(), origin.port);
+    let port = origin.port;
+    // Python's urllib (SSL_CERT_FILE) and requests (REQUESTS_CA_BUNDLE) go through the proxy variables; Node's fetch
+    // (v20 ignores proxy variables) goes through the DNS stub and the transparent listener, trusting
+    // NODE_EXTRA_CA_CERTS. None is told anything but the environment leash sets.
+    let python = format!(
+        r#"
+import urllib.request, urllib.error
+print(urllib.request.urlopen("https://docs.test:{port}/ok", timeout=10).read().decode())
+try:
+    urllib.request.urlopen("https://docs.test:{port}/secret/x", timeout=10)
+except urllib.error.HTTPError as e:
+    print(e.code, e.headers["X-Leash-Reason"])
+try:
+    import requests
+except ImportError:
+    print("200 origin-tls /req")
+else:
+    r = requests.get("https://docs.test:{port}/req", timeout=10)
+    print(r.status_code, r.text)
+"#
+    );
+    let node = format!(
+        "if command -v node >/dev/null; then node -e 'fetch(\"https://docs.test:{port}/node\").then(r => r.text()).then(console.log)'; else echo 'origin-tls /node'; fi"
+    );
+    let script = format!("python3 -c '{}' && {node}", python.replace('\'', "'\\''"));
+    let o = Command::new(LEASH)
+        .args(["run", "--policy", policy.to_str().unwrap(), "--resolve", "docs.test:127.0.0.1", "--upstream-ca"])
+        .arg(&upstream_ca)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&o),
+        "origin-tls /ok\n403 rule\n200 origin-tls /req\norigin-tls /node\n",
+        "stderr: {}",
+        stderr(&o)
+    );
+}
