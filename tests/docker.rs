@@ -319,13 +319,12 @@ fn docker_run_leaves_no_direct_way_out() {
         return;
     }
     // The origin listens on the host's loopback; inside, 127.0.0.1 is the container's own, where only the proxy
-    // and the DNS stub listen. A direct fetch (by address or by an allowed name, which the stub answers with the
-    // container-local 127.0.0.2), a lookup of a refused name, another resolver, raw sockets, IPv6 and any interface
-    // or route but `lo` must all fail.
+    // and the DNS stub listen. A direct fetch by address, a lookup of a refused name, another resolver, raw sockets,
+    // IPv6 and any interface or route but `lo` must all fail. (A fetch by an allowed name reaches leash's transparent
+    // listener at the container-local 127.0.0.2 and is decided there: the next test.)
     let (o, _) = docker_run("no-way-out", |port| {
         format!(
             "curl -s --noproxy '*' --max-time 5 http://127.0.0.1:{port}/ && echo DIRECT-REACHED; \
-             curl -s --noproxy '*' --max-time 5 http://docs.test:{port}/ && echo DIRECT-BY-NAME; \
              python3 -c 'import socket; socket.getaddrinfo(\"evil.test\", 80)' 2>/dev/null && echo DNS-ANSWERED; \
              python3 -c 'import socket; print(sorted({{a[4][0] for a in socket.getaddrinfo(\"docs.test\", 80)}}))'; \
              grep nameserver /etc/resolv.conf | grep -vx 'nameserver 127.0.0.1' && echo OTHER-RESOLVER; \
@@ -349,6 +348,28 @@ fn docker_run_leaves_no_direct_way_out() {
         assert!(!out.contains(escape), "{escape}: {out}");
     }
     assert_eq!(out, "['127.0.0.2']\nchecked\n", "an allowed name resolves to the container-local address only");
+}
+
+#[test]
+fn docker_run_proxy_unaware_clients_are_decided_at_the_transparent_listener() {
+    if !docker_ready() {
+        return;
+    }
+    // curl ignoring the proxy variables: the DNS stub gives the allowed name 127.0.0.2, where leash listens on the
+    // policy's port and decides on the Host header; another Host is refused, a refused name does not resolve.
+    let (o, lines) = docker_run("transparent", |port| {
+        format!(
+            "curl -s --noproxy '*' --max-time 5 http://docs.test:{port}/t; echo; \
+             curl -s --noproxy '*' -o /dev/null -w '%{{http_code}}\\n' -H 'Host: evil.test:{port}' http://docs.test:{port}/; \
+             curl -s --noproxy '*' --max-time 5 http://evil.test:{port}/ >/dev/null; echo \"curl exit $?\""
+        )
+    });
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "origin\n403\ncurl exit 6\n", "stderr: {}", stderr(&o));
+    let decisions: Vec<_> = lines.iter().filter(|l| l.get("decision").is_some()).collect();
+    assert_eq!(decisions.len(), 2, "{lines:?}");
+    assert_eq!(decisions[0]["decision"], "allow");
+    assert_eq!(decisions[1]["reason"], "not-allowed");
 }
 
 #[test]

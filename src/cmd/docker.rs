@@ -96,8 +96,10 @@ async fn run_container(
         Ok(id) => Container { engine: engine.clone(), id },
         Err(e) => return refuse_engine(&e),
     };
+    // Each socket is handed out of the container's namespace; a bound like `leash run`'s keeps that small.
+    let transparent_ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
     let config = config(policy, pins, Arc::new(audit.with_container(&container.id)), inspection);
-    let launch = Launch { interactive: opts.interactive, gated };
+    let launch = Launch { interactive: opts.interactive, gated, transparent_ports };
     supervise(&container, &gate, launch, config, &mut stop).await
 }
 
@@ -140,7 +142,7 @@ async fn attach_container(
         }
         Err(e) => return refuse_engine(&e),
     };
-    let inside = match bind_inside(state.pid, false) {
+    let inside = match bind_inside(state.pid, None) {
         Ok(i) => i,
         Err(e) => return refuse_bind(&e, &state.network_mode),
     };
@@ -362,11 +364,13 @@ async fn supervise(
     }
 }
 
-/// How `docker start` runs: attached with stdin (`-i`), and whether the command waits at the gate.
-#[derive(Debug, Clone, Copy)]
+/// How `docker start` runs: attached with stdin (`-i`), whether the command waits at the gate, and the ports that
+/// get a transparent listener inside.
+#[derive(Debug, Clone)]
 struct Launch {
     interactive: bool,
     gated: bool,
+    transparent_ports: Vec<u16>,
 }
 
 /// `docker start --attach`, then, once the container's init runs (held at the gate), the sockets bound inside and
@@ -394,7 +398,7 @@ fn start_behind_gate(
             return Err(Exit::SandboxFailed);
         }
     };
-    let inside = match bind_inside(pid, true) {
+    let inside = match bind_inside(pid, Some(&launch.transparent_ports)) {
         Ok(inside) => inside,
         Err(_) if !launch.gated && ended_soon(engine, &container.id, &mut start) => return Ok((start, None)),
         Err(e) => return Err(refuse_bind(&e, "none")),

@@ -55,7 +55,8 @@ pub fn run(args: RunArgs) -> Exit {
     };
     let mut spec = spec(&args);
     spec.env.extend(ca_files.env());
-    spec.tcp_listeners.extend(transparent_ports(&policy).map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
+    let ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
+    spec.tcp_listeners.extend(ports.into_iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
     let sandbox = match Sandbox::spawn(spec) {
         Ok(s) => s,
         Err(e) => {
@@ -120,20 +121,6 @@ fn child_env(inherited: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsSt
     }
     env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
     env
-}
-
-/// The ports leash listens on transparently at the address the DNS stub gives allowed names: 80, 443 and every
-/// port the policy lets a request or tunnel name, as many as the sandbox can hand out beside the proxy's listener.
-fn transparent_ports(policy: &Policy) -> impl Iterator<Item = u16> {
-    let mut ports: Vec<u16> = [80, 443].into_iter().chain(policy.ports().iter().copied()).collect();
-    ports.extend(policy.tunnel_ports());
-    ports.sort_unstable();
-    ports.dedup();
-    let room = leash_sandbox::MAX_SOCKETS - 2;
-    if ports.len() > room {
-        tracing::warn!("only {room} ports get a transparent listener; proxy-unaware clients reach no other port");
-    }
-    ports.into_iter().take(room)
 }
 
 /// Serve the proxy on the sandbox's listener (and the transparent ones) until the command has exited, then drain,

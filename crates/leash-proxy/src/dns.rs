@@ -19,6 +19,20 @@ use crate::wire::dns::{respond, Answer};
 /// program's own servers or the proxy on 127.0.0.1.
 pub const TRANSPARENT_ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
+/// The ports that get a transparent listener at [`TRANSPARENT_ADDR`]: 80, 443 and every port the policy lets a
+/// request or tunnel name, at most `room` of them (the sandbox hands out a bounded number of sockets).
+pub fn transparent_ports(policy: &leash_policy::Policy, room: usize) -> Vec<u16> {
+    let mut ports: Vec<u16> = [80, 443].into_iter().chain(policy.ports().iter().copied()).collect();
+    ports.extend(policy.tunnel_ports());
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.len() > room {
+        tracing::warn!("only {room} ports get a transparent listener; proxy-unaware clients reach no other port");
+        ports.truncate(room);
+    }
+    ports
+}
+
 /// Receive buffer for one query. Real queries are under 600 bytes (a long name and an OPT record with a cookie);
 /// anything longer is cut here and then answered FORMERR.
 const MAX_QUERY: usize = 4096;

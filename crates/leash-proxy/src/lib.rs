@@ -29,7 +29,7 @@ pub mod wire;
 
 pub use audit::AuditLog;
 pub use config::{Limits, PolicyHandle, ProxyConfig};
-pub use dns::{serve_dns, TRANSPARENT_ADDR};
+pub use dns::{serve_dns, transparent_ports, TRANSPARENT_ADDR};
 pub use netinfo::local_interface_addrs;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 pub use server::{serve, serve_with_transparent};

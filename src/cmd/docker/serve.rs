@@ -4,7 +4,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use leash_proxy::{PolicyHandle, ProxyConfig};
+use leash_proxy::{PolicyHandle, ProxyConfig, TRANSPARENT_ADDR};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::exit::Exit;
@@ -14,20 +14,25 @@ pub(super) const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALH
 /// Where the DNS stub answers inside the container (`--dns 127.0.0.1` names it in the container's resolv.conf).
 pub(super) const DNS_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53);
 
-/// The sockets leash serves inside a container: the proxy's listener, and the DNS stub's socket (`run` only).
+/// The sockets leash serves inside a container: the proxy's listener, and (`run` only) the DNS stub's socket and
+/// the transparent listeners at the address the stub gives allowed names.
 pub(super) struct Inside {
     proxy: std::net::TcpListener,
     dns: Option<std::net::UdpSocket>,
+    transparent: Vec<std::net::TcpListener>,
 }
 
-/// Binds the proxy's listener (and with `dns` the stub's socket) inside the network namespace of `pid`, which must
-/// hold only `lo`.
-pub(super) fn bind_inside(pid: u32, dns: bool) -> Result<Inside, leash_sandbox::SandboxError> {
-    let udp: &[SocketAddrV4] = if dns { &[DNS_INSIDE] } else { &[] };
-    let mut sockets = leash_sandbox::bind_in_netns(pid, &[PROXY_INSIDE], udp)?;
-    let proxy =
-        sockets.tcp.pop().ok_or_else(|| leash_sandbox::SandboxError::InvalidSpec("no listener was bound".into()))?;
-    Ok(Inside { proxy, dns: sockets.udp.pop() })
+/// Binds the proxy's listener (and with `transparent_ports`, the stub's socket and a transparent listener per port)
+/// inside the network namespace of `pid`, which must hold only `lo`.
+pub(super) fn bind_inside(pid: u32, transparent_ports: Option<&[u16]>) -> Result<Inside, leash_sandbox::SandboxError> {
+    let udp: &[SocketAddrV4] = if transparent_ports.is_some() { &[DNS_INSIDE] } else { &[] };
+    let mut tcp = vec![PROXY_INSIDE];
+    tcp.extend(transparent_ports.unwrap_or_default().iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, *p)));
+    let mut sockets = leash_sandbox::bind_in_netns(pid, &tcp, udp)?;
+    let no_listener = || leash_sandbox::SandboxError::InvalidSpec("no listener was bound".into());
+    let mut bound = std::mem::take(&mut sockets.tcp).into_iter();
+    let proxy = bound.next().ok_or_else(no_listener)?;
+    Ok(Inside { proxy, dns: sockets.udp.pop(), transparent: bound.collect() })
 }
 
 /// Says why the sockets could not be bound inside; exit 125.
@@ -56,8 +61,13 @@ pub(super) async fn serve_until<T>(
     let _dns_running = inside.dns.and_then(|socket| serve_dns(socket, config.policy.clone()));
     let listener = inside.proxy;
     let listener = listener.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(listener));
+    let transparent = inside
+        .transparent
+        .into_iter()
+        .filter_map(|l| l.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(l)).ok())
+        .collect();
     let proxy = match listener {
-        Ok(l) => Some(tokio::spawn(leash_proxy::serve(l, config, async move {
+        Ok(l) => Some(tokio::spawn(leash_proxy::serve_with_transparent(l, transparent, config, async move {
             let _ = stop_rx.await;
         }))),
         Err(e) => {
