@@ -2,7 +2,8 @@
 //! same engine calls as the proxy, in the same order, so the answer here is the proxy's answer.
 
 use leash_policy::{
-    parse_absolute_target, parse_authority, Decision, Host, Policy, Reason, Request, Scheme, TargetError, Verdict, Via,
+    parse_absolute_target, parse_authority, Decision, Host, Policy, ProviderTools, Reason, Request, Scheme,
+    TargetError, Verdict, Via,
 };
 
 use crate::cli::ExplainArgs;
@@ -44,6 +45,7 @@ fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
         "CONNECT {target}: decided on the CONNECT target, then on the TLS server name (SNI), which must name the same host"
     )];
     lines.extend(after_decision(&decision, &authority.host));
+    lines.extend(model_api_line(policy, &decision, &authority.host));
     Ok(Explained { decision, lines })
 }
 
@@ -73,6 +75,7 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
     };
     let mut lines = vec![how];
     lines.extend(after_decision(&decision, host));
+    lines.extend(model_api_line(policy, &decision, host));
     Ok(Explained { decision, lines })
 }
 
@@ -98,6 +101,31 @@ fn after_decision(d: &Decision, host: &Host) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// What happens to a model API's request bodies, when the policy filters its provider-side tools.
+fn model_api_line(policy: &Policy, d: &Decision, host: &Host) -> Option<String> {
+    if !policy.filters_provider_tools(host) {
+        return None;
+    }
+    let setting = policy.provider_tools();
+    Some(match d.verdict {
+        Verdict::Block if d.reason == Reason::ProviderTools => format!(
+            "`{host}` is a model API (provider_tools: {}): plain HTTP would carry its body unread, so it is refused; \
+             use https",
+            setting.as_str()
+        ),
+        Verdict::Block => return None,
+        _ => format!(
+            "`{host}` is a model API (provider_tools: {}): each request body is read (JSON, uncompressed, bounded) and \
+             its provider-side tools (web search, web fetch, remote MCP, search grounding) are {}",
+            setting.as_str(),
+            match setting {
+                ProviderTools::Refuse => "refused",
+                _ => "stripped",
+            }
+        ),
+    })
 }
 
 fn refused(reason: Reason, why: String) -> Explained {

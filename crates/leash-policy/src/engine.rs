@@ -12,13 +12,36 @@ use crate::host::{parse_host, Host, Name};
 use crate::matcher::{Kind, Matcher};
 use crate::path::CanonicalPath;
 use crate::reason::Reason;
-use crate::spec::{HostPattern, Network};
+use crate::spec::{HostPattern, Network, DEFAULT_MODEL_APIS};
 
 /// Default deny (`allowlist`) or default allow (`blocklist`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Allowlist,
     Blocklist,
+}
+
+/// What leash does with a model API's provider-side tools (`network.provider_tools`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProviderTools {
+    /// Remove them from the request body and forward the rest (the default).
+    #[default]
+    Strip,
+    /// Refuse a request that asks for one.
+    Refuse,
+    /// Forward model API requests untouched (model hosts are then inspected only for path rules).
+    Allow,
+}
+
+impl ProviderTools {
+    /// The setting as written in a policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderTools::Strip => "strip",
+            ProviderTools::Refuse => "refuse",
+            ProviderTools::Allow => "allow",
+        }
+    }
 }
 
 /// A request's scheme.
@@ -91,6 +114,11 @@ pub struct Policy {
     allowed_ipv4: FastMap<Ipv4Addr, Arc<str>>,
     /// Allowlist: `allowed_hosts` and `allowed_urls`; blocklist: `blocked_urls`.
     rules: Matcher,
+    /// [`DEFAULT_MODEL_APIS`] and the exact `model_apis` entries.
+    model_exact: FastMap<Box<str>, ()>,
+    /// `.x` entries of `model_apis`, without the dot.
+    model_subtrees: FastMap<Box<str>, ()>,
+    provider_tools: ProviderTools,
 }
 
 impl Policy {
@@ -118,9 +146,37 @@ impl Policy {
         self.inspect_all
     }
 
+    /// `network.provider_tools`: what happens to provider-side tools in requests to model API hosts.
+    pub fn provider_tools(&self) -> ProviderTools {
+        self.provider_tools
+    }
+
+    /// True if `host` carries model traffic: one of [`DEFAULT_MODEL_APIS`], or listed in `model_apis` (`.x` entries
+    /// cover subdomains). Says nothing about whether the host is allowed.
+    pub fn is_model_api(&self, host: &Host) -> bool {
+        host.name().is_some_and(|name| self.is_model_name(name.as_str()))
+    }
+
+    /// True if request bodies to `host` are checked for provider-side tools: a model API while `provider_tools` is
+    /// `strip` or `refuse`. Such a host's allowed tunnels are inspected.
+    pub fn filters_provider_tools(&self, host: &Host) -> bool {
+        host.name().is_some_and(|name| self.filters_name(name.as_str()))
+    }
+
+    fn filters_name(&self, name: &str) -> bool {
+        self.provider_tools != ProviderTools::Allow && self.is_model_name(name)
+    }
+
+    fn is_model_name(&self, name: &str) -> bool {
+        let subtree = |s: &str| self.model_subtrees.contains_key(s);
+        self.model_exact.contains_key(name)
+            || subtree(name)
+            || name.match_indices('.').any(|(i, _)| name.get(i + 1..).is_some_and(subtree))
+    }
+
     /// True if the decision on `host` depends on the path: a `blocked_urls` path entry covers it, or an
     /// `allowed_urls` entry names it and `allowed_hosts` does not already allow it whole. Such a host's tunnels are
-    /// inspected.
+    /// inspected (so are a model API's, see [`Policy::filters_provider_tools`], and every one under `inspect: all`).
     pub fn host_has_path_rules(&self, host: &Host) -> bool {
         let Host::Name(name) = host else { return false };
         match self.mode {
@@ -140,7 +196,7 @@ impl Policy {
             // INVARIANT: every IP-literal spelling but a listed dotted quad is refused here, before any resolution.
             Host::IpLiteral(_) => block(Reason::IpLiteral),
             Host::Ipv4(ip) => self.decide_ipv4(*ip),
-            Host::Name(name) => self.decide_name(name, req.path),
+            Host::Name(name) => self.unread_model_body(req, self.decide_name(name, req.path)),
         }
     }
 
@@ -222,6 +278,7 @@ impl Policy {
             }
         }
         rules.finish();
+        let (model_exact, model_subtrees) = model_sets(&network.model_apis);
         Policy {
             mode: network.mode,
             ports: network.ports,
@@ -230,6 +287,20 @@ impl Policy {
             inspect_all: network.inspect_all,
             allowed_ipv4,
             rules,
+            model_exact,
+            model_subtrees,
+            provider_tools: network.provider_tools,
+        }
+    }
+
+    /// A plain-HTTP request to a model API whose tools are filtered: its body travels where leash does not read it
+    /// (only inspected tunnels are read), so an allowed one is refused rather than let through unread.
+    fn unread_model_body(&self, req: &Request<'_>, d: Decision) -> Decision {
+        match d.verdict {
+            Verdict::Allow if req.via == Via::ForwardProxy && self.filters_provider_tools(req.host) => {
+                Decision { verdict: Verdict::Block, reason: Reason::ProviderTools, rule: d.rule }
+            }
+            _ => d,
         }
     }
 
@@ -251,8 +322,17 @@ impl Policy {
     }
 
     /// A tunnel's name at host level: refused outright, allowed as a splice, or inspected because some paths on it
-    /// are decided differently (or `inspect: all`).
+    /// are decided differently, it is a model API whose tools are filtered, or `inspect: all`.
     fn decide_tunnel_name(&self, name: &Name) -> Decision {
+        let d = self.decide_tunnel_rules(name);
+        match d.verdict {
+            // INVARIANT: an allowed model API tunnel is inspected, so no request body reaches it unread.
+            Verdict::Allow if self.filters_name(name.as_str()) => Decision { verdict: Verdict::Inspect, ..d },
+            _ => d,
+        }
+    }
+
+    fn decide_tunnel_rules(&self, name: &Name) -> Decision {
         let host_rule = self.rules.host_rule(name.as_str());
         let inspect = |reason, rule| decision(Verdict::Inspect, reason, rule);
         match (self.mode, host_rule) {
@@ -289,6 +369,21 @@ fn decision(verdict: Verdict, reason: Reason, rule: Option<&Arc<str>>) -> Decisi
 
 fn block(reason: Reason) -> Decision {
     Decision { verdict: Verdict::Block, reason, rule: None }
+}
+
+/// The model API hosts: the built-in list plus the exact entries, and the `.x` entries.
+fn model_sets(entries: &[HostPattern]) -> (FastMap<Box<str>, ()>, FastMap<Box<str>, ()>) {
+    let mut exact: FastMap<Box<str>, ()> = DEFAULT_MODEL_APIS.iter().map(|h| (Box::from(*h), ())).collect();
+    let mut subtrees = FastMap::default();
+    for entry in entries {
+        match entry {
+            HostPattern::Exact(name) => exact.insert(name.as_str().into(), ()),
+            HostPattern::Subtree(name) => subtrees.insert(name.as_str().into(), ()),
+            // The loader refuses addresses in `model_apis`: inspection decides on names.
+            HostPattern::Ipv4(_) => None,
+        };
+    }
+    (exact, subtrees)
 }
 
 /// Two entries spelling one dotted quad name the smaller text, as ties do in the matcher.

@@ -21,9 +21,10 @@ mod spec;
 pub mod url;
 
 pub use dest::{is_internal, Cidr};
-pub use engine::{ClientHelloFacts, Decision, Mode, Policy, Request, Scheme, Verdict, Via};
+pub use engine::{ClientHelloFacts, Decision, Mode, Policy, ProviderTools, Request, Scheme, Verdict, Via};
 pub use file::{load, Format, Loaded, PolicyError, Warning};
 pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostError, Name};
 pub use path::{canonicalize, CanonicalPath, PathError};
 pub use reason::Reason;
+pub use spec::DEFAULT_MODEL_APIS;
 pub use url::{parse_absolute_target, AbsoluteTarget, TargetError};

@@ -40,7 +40,8 @@ pub enum Reason {
     AuditFailed,
     /// The upstream's TLS certificate could not be verified.
     UpstreamTls,
-    /// A request to a model API asked for a provider-side tool the policy refuses.
+    /// A request to a model API asked for a provider-side tool the policy refuses, or its body could not be checked
+    /// (not JSON, compressed, too large, or sent where leash does not read it).
     ProviderTools,
     /// Provider-side tools were removed from a request to a model API.
     ProviderToolsStripped,
@@ -115,7 +116,10 @@ impl Reason {
             Reason::BadRequest => "the request is malformed",
             Reason::AuditFailed => "the audit log could not be written",
             Reason::UpstreamTls => "the upstream's TLS certificate could not be verified",
-            Reason::ProviderTools => "the model API request asks for a provider-side tool the policy refuses",
+            Reason::ProviderTools => {
+                "the model API request asks for a provider-side tool the policy refuses, or carries a body leash \
+                 cannot check for one"
+            }
             Reason::ProviderToolsStripped => "provider-side tools were removed from the model API request",
         }
     }

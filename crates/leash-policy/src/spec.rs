@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use crate::dest::Cidr;
-use crate::engine::Mode;
+use crate::engine::{Mode, ProviderTools};
 use crate::host::Name;
 use crate::path::CanonicalPath;
 
@@ -13,6 +13,11 @@ use crate::path::CanonicalPath;
 pub(crate) const DEFAULT_PORTS: [u16; 2] = [80, 443];
 /// CONNECT ports when `tunnel_ports` is not given.
 pub(crate) const DEFAULT_TUNNEL_PORTS: [u16; 1] = [443];
+
+/// Hosts that carry model traffic in every policy: the Anthropic, OpenAI and Gemini public endpoints. A policy's
+/// `model_apis` adds to these (an operator's gateway); it cannot remove them, so leaving a default out of a file
+/// never turns the filter off (`provider_tools: allow` does, visibly).
+pub const DEFAULT_MODEL_APIS: [&str; 3] = ["api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"];
 
 /// One validated `network` section.
 #[derive(Debug, Clone)]
@@ -26,6 +31,9 @@ pub(crate) struct Network {
     pub(crate) tunnel_ports: Vec<u16>,
     pub(crate) allow_destinations: Vec<Cidr>,
     pub(crate) inspect_all: bool,
+    /// `model_apis`: names only (`Exact` or `Subtree`), added to [`DEFAULT_MODEL_APIS`].
+    pub(crate) model_apis: Vec<HostPattern>,
+    pub(crate) provider_tools: ProviderTools,
 }
 
 impl Network {
@@ -39,6 +47,8 @@ impl Network {
             tunnel_ports: DEFAULT_TUNNEL_PORTS.to_vec(),
             allow_destinations: Vec::new(),
             inspect_all: false,
+            model_apis: Vec::new(),
+            provider_tools: ProviderTools::default(),
         }
     }
 }

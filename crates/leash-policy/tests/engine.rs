@@ -12,6 +12,8 @@ mod decisions;
 mod files;
 #[path = "engine/hosts.rs"]
 mod hosts;
+#[path = "engine/model_apis.rs"]
+mod model_apis;
 #[path = "engine/paths.rs"]
 mod paths;
 #[path = "engine/props.rs"]

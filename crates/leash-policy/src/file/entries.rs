@@ -44,6 +44,15 @@ pub(crate) fn host_entry(text: &str) -> Result<HostPattern, String> {
     }
 }
 
+/// A `model_apis` entry: `host` or `.host` (it and every subdomain), never an address: model hosts are inspected,
+/// and inspection is decided on TLS server names.
+pub(crate) fn model_api_entry(text: &str) -> Result<HostPattern, String> {
+    match host_entry(text)? {
+        HostPattern::Ipv4(_) => Err(format!("`{text}` is an IP address; model APIs are named by host")),
+        pattern => Ok(pattern),
+    }
+}
+
 /// A `blocked_urls` or `allowed_urls` entry: `host` or `host/path-prefix`.
 pub(crate) fn url_entry(text: &str, list: List) -> Result<UrlEntry, String> {
     let (host_text, path_text) = match text.find('/') {
@@ -179,6 +188,15 @@ mod tests {
         assert!(host_err(".1.2.3.4").contains("leading dot"));
         assert!(host_err("a_b.com").contains("has `_`"));
         assert!(host_err("").contains("empty entry"));
+    }
+
+    #[test]
+    fn model_api_entries_are_names() {
+        assert!(matches!(model_api_entry("llm.corp.example").unwrap(), HostPattern::Exact(_)));
+        assert!(matches!(model_api_entry(".openai.azure.com").unwrap(), HostPattern::Subtree(_)));
+        assert!(model_api_entry("192.0.2.7").unwrap_err().contains("IP address"));
+        assert!(model_api_entry("https://api.openai.com").unwrap_err().contains("scheme"));
+        assert!(model_api_entry("API.openai.com").unwrap_err().contains("uppercase"));
     }
 
     #[test]

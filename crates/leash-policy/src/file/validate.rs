@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use super::entries::{host_entry, url_entry, List, UrlEntry};
+use super::entries::{host_entry, model_api_entry, url_entry, List, UrlEntry};
 use super::raw::{Key, Node, Pos, ScalarKind, Value};
 use super::{warn, PolicyError, Warning};
 use crate::dest::Cidr;
-use crate::engine::Mode;
-use crate::spec::{HostRule, Network, UrlRule, DEFAULT_PORTS, DEFAULT_TUNNEL_PORTS};
+use crate::engine::{Mode, ProviderTools};
+use crate::spec::{HostPattern, HostRule, Network, UrlRule, DEFAULT_PORTS, DEFAULT_TUNNEL_PORTS};
 
 const TOP_KEYS: &[&str] = &["network", "profiles"];
 const PROFILE_KEYS: &[&str] = &["network"];
@@ -21,6 +21,8 @@ pub(crate) const NETWORK_KEYS: &[&str] = &[
     "tunnel_ports",
     "allow_destinations",
     "inspect",
+    "model_apis",
+    "provider_tools",
 ];
 
 /// Every section of a file, checked.
@@ -150,6 +152,10 @@ impl Checker {
         let tunnel_ports = list(self, "tunnel_ports").map(|items| self.ports(&join(prefix, "tunnel_ports"), items));
         let destinations = list(self, "allow_destinations").map(|items| self.cidrs(prefix, items));
         let inspect_all = find(&fields, "inspect").is_some_and(|(_, n)| self.inspect(&join(prefix, "inspect"), n));
+        let model_apis = list(self, "model_apis").map(|items| self.model_apis(prefix, items));
+        let provider_tools = find(&fields, "provider_tools")
+            .and_then(|(_, n)| self.provider_tools(&join(prefix, "provider_tools"), n))
+            .unwrap_or_default();
         let mode = mode?;
         self.mode_mismatch(prefix, mode, &fields);
         if self.errors.len() > before {
@@ -167,6 +173,8 @@ impl Checker {
             tunnel_ports: tunnel_ports.unwrap_or_else(|| DEFAULT_TUNNEL_PORTS.to_vec()),
             allow_destinations: destinations.unwrap_or_default(),
             inspect_all,
+            model_apis: model_apis.unwrap_or_default(),
+            provider_tools,
         };
         self.warnings.extend(warn::network(prefix, &network));
         if let Some(section) = self.warnings.get_mut(first_warning..) {
@@ -301,6 +309,34 @@ impl Checker {
             }
         }
         cidrs
+    }
+
+    fn model_apis(&mut self, prefix: &str, items: &[Node]) -> Vec<HostPattern> {
+        let mut hosts = Vec::with_capacity(items.len());
+        for (index, node) in items.iter().enumerate() {
+            let entry = || format!("{prefix}.model_apis[{index}]");
+            let Some(text) = self.item_string(node, entry) else {
+                continue;
+            };
+            match model_api_entry(text) {
+                Ok(pattern) => hosts.push(pattern),
+                Err(message) => self.error(&entry(), node.pos, message),
+            }
+        }
+        hosts
+    }
+
+    fn provider_tools(&mut self, entry: &str, node: &Node) -> Option<ProviderTools> {
+        match self.string(entry, node)? {
+            "strip" => Some(ProviderTools::Strip),
+            "refuse" => Some(ProviderTools::Refuse),
+            "allow" => Some(ProviderTools::Allow),
+            other => {
+                let message = format!("`{other}` is not a provider_tools setting; it is `strip`, `refuse` or `allow`");
+                self.error(entry, node.pos, message);
+                None
+            }
+        }
     }
 
     fn inspect(&mut self, entry: &str, node: &Node) -> bool {
