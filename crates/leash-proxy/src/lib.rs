@@ -18,6 +18,7 @@ mod headers;
 mod inspect;
 mod netinfo;
 mod pool;
+pub mod provider_tools;
 pub mod refusal;
 mod relay;
 pub mod resolve;
