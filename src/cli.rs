@@ -48,9 +48,9 @@ pub enum DockerCommand {
     Attach(DockerAttachArgs),
 }
 
-/// The policy, audit log and pins of a container's proxy (as `leash run`'s).
+/// The policy, audit log, pins and upstream trust of a sandbox's proxy (`leash run`, `leash docker`).
 #[derive(Debug, Args)]
-pub struct ContainerProxyArgs {
+pub struct SandboxProxyArgs {
     /// The policy file (.yaml, .yml or .toml); or give --allow / --block instead
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub policy: Option<PathBuf>,
@@ -63,7 +63,7 @@ pub struct ContainerProxyArgs {
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
     #[arg(long, value_name = "RULE")]
     pub block: Vec<String>,
-    /// Append the JSONL audit log to FILE (mode 0600); default: standard error. Every line names the container
+    /// Append the JSONL audit log to FILE (mode 0600); default: standard error (under docker, lines name the container)
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Answer NAME with ADDR instead of asking DNS (repeatable)
@@ -92,7 +92,7 @@ pub struct ContainerProxyArgs {
     Needs root and a local Docker daemon.")]
 pub struct DockerRunArgs {
     #[command(flatten)]
-    pub proxy: ContainerProxyArgs,
+    pub proxy: SandboxProxyArgs,
     /// Run even with docker options that let the container around the policy (it is then NOT contained)
     #[arg(long)]
     pub danger_allow_unsafe_docker_options: bool,
@@ -122,7 +122,7 @@ pub struct DockerRunArgs {
     harness's part.")]
 pub struct DockerAttachArgs {
     #[command(flatten)]
-    pub proxy: ContainerProxyArgs,
+    pub proxy: SandboxProxyArgs,
     /// Write the run's CA certificate (PEM) to FILE, for the container's clients to trust (TLS inspection)
     #[arg(long, value_name = "FILE")]
     pub ca_cert_out: Option<PathBuf>,
@@ -145,30 +145,11 @@ pub struct DockerAttachArgs {
     (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125."
 )]
 pub struct RunArgs {
-    /// The policy file (.yaml, .yml or .toml); or give --allow / --block instead
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
-    pub policy: Option<PathBuf>,
-    /// Use this profile's `network` instead of the top-level one
-    #[arg(long, value_name = "NAME", requires = "policy")]
-    pub profile: Option<String>,
-    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
-    #[arg(long, value_name = "HOST")]
-    pub allow: Vec<String>,
-    /// Block this host or host/path prefix; an inline blocklist (repeatable)
-    #[arg(long, value_name = "RULE")]
-    pub block: Vec<String>,
-    /// Append the JSONL audit log to FILE (mode 0600); default: standard error
-    #[arg(long, value_name = "FILE")]
-    pub log: Option<PathBuf>,
-    /// Answer NAME with ADDR instead of asking DNS (repeatable)
-    #[arg(long = "resolve", value_name = "NAME:ADDR")]
-    pub resolve: Vec<String>,
+    #[command(flatten)]
+    pub proxy: SandboxProxyArgs,
     /// Let the command reach this filesystem Unix socket (repeatable; all others are masked)
     #[arg(long = "allow-unix-socket", value_name = "PATH")]
     pub allow_unix_socket: Vec<PathBuf>,
-    /// Also trust this CA (PEM file) when verifying inspected upstreams, beside the system roots (repeatable)
-    #[arg(long, value_name = "FILE")]
-    pub upstream_ca: Vec<PathBuf>,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

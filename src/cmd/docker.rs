@@ -22,16 +22,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leash_policy::Policy;
-use leash_proxy::{AuditLog, Inspection, Limits, PolicyHandle, ProxyConfig, SystemResolver, UpstreamTrust};
+use leash_proxy::{AuditLog, Inspection, ProxyConfig, UpstreamTrust};
 
 use self::engine::{Engine, EngineError};
 use self::gate::{Gate, BUNDLE_FILE, CA_FILE, GATE_MOUNT};
 use self::options::RunOptions;
 use self::serve::{bind_inside, refuse_bind, serve_until, with_runtime, Inside, StopSignals, DNS_INSIDE, PROXY_INSIDE};
-use crate::cli::{ContainerProxyArgs, DockerAttachArgs, DockerRunArgs, TlsArgs};
+use crate::cli::{DockerAttachArgs, DockerRunArgs, TlsArgs};
+use crate::cmd::sandboxed::{config, proxy_parts, Pins};
 use crate::cmd::trust::{BUNDLE_VARS, NODE_VAR};
 use crate::exit::Exit;
-use crate::policy_file::{load_file, print_errors};
 
 /// How long leash waits for a started container to get its init pid (`docker start` has returned by then on any
 /// sane daemon; the bound keeps a wedged one from hanging leash).
@@ -224,42 +224,7 @@ fn host_unix_sockets() -> Vec<PathBuf> {
 }
 
 /// The policy, the `--resolve` pins and the audit log (not yet shared: the container ID is added once known).
-type ProxyParts = (Policy, std::collections::HashMap<Box<str>, Vec<std::net::IpAddr>>, AuditLog);
-
-fn proxy_parts(args: &ContainerProxyArgs) -> Result<ProxyParts, Exit> {
-    let policy = match &args.policy {
-        Some(path) => load_file(path, args.profile.as_deref())?.policy,
-        None => Policy::from_inline(&args.allow, &args.block).map_err(|errors| {
-            print_errors(Path::new("the command line"), &errors);
-            Exit::Usage
-        })?,
-    };
-    let pins = crate::cmd::proxy::parse_pins(&args.resolve)?;
-    let audit = match &args.log {
-        None => AuditLog::stderr(),
-        Some(path) => AuditLog::open(path).map_err(|e| {
-            eprintln!("leash: cannot open the audit log `{}`: {e}; not starting without it", path.display());
-            Exit::Usage
-        })?,
-    };
-    Ok((policy, pins, audit))
-}
-
-fn config(
-    policy: Policy,
-    pins: std::collections::HashMap<Box<str>, Vec<std::net::IpAddr>>,
-    audit: Arc<AuditLog>,
-    inspection: Arc<Inspection>,
-) -> ProxyConfig {
-    ProxyConfig {
-        policy: PolicyHandle::new(policy),
-        audit,
-        resolver: Arc::new(SystemResolver::new(pins)),
-        own_addrs: leash_proxy::local_interface_addrs().into(),
-        limits: Limits::default(),
-        inspection: Some(inspection),
-    }
-}
+type ProxyParts = (Policy, Pins, AuditLog);
 
 /// How the container's command starts.
 enum Start {

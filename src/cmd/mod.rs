@@ -5,4 +5,5 @@ pub mod docker;
 pub mod explain;
 pub mod proxy;
 pub mod run;
+pub mod sandboxed;
 pub mod trust;

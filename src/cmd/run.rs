@@ -6,15 +6,13 @@ use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 
-use leash_policy::Policy;
-use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver, TRANSPARENT_ADDR};
+use leash_proxy::{PolicyHandle, ProxyConfig, TRANSPARENT_ADDR};
 use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
-use crate::cmd::proxy::parse_pins;
+use crate::cmd::sandboxed::{config, proxy_parts};
 use crate::cmd::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 use crate::exit::Exit;
-use crate::policy_file::{load_file, print_errors};
 
 /// Where the proxy listens inside the sandbox (the conventional proxy port, on the sandbox's own loopback).
 const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
@@ -31,17 +29,13 @@ pub fn run(args: RunArgs) -> Exit {
         eprintln!("leash: {e}");
         return Exit::SandboxFailed;
     }
-    let policy = match policy_of(&args) {
-        Ok(p) => p,
+    let (policy, pins, audit) = match proxy_parts(&args.proxy) {
+        Ok(parts) => parts,
         Err(code) => return code,
-    };
-    let (pins, audit) = match (parse_pins(&args.resolve), open_audit(&args)) {
-        (Ok(p), Ok(a)) => (p, a),
-        (Err(code), _) | (_, Err(code)) => return code,
     };
     // The CA exists before the command starts, so its trust files are in place before it can read them. (The
     // sandbox's init is a copy of leash made at spawn; it is non-dumpable and owned by leash's user namespace.)
-    let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.upstream_ca.clone() };
+    let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
     let inspection = match crate::cmd::proxy::inspection(&tls) {
         Ok(i) => i,
         Err(_) => return Exit::SandboxFailed,
@@ -64,35 +58,10 @@ pub fn run(args: RunArgs) -> Exit {
             return Exit::SandboxFailed;
         }
     };
-    let config = ProxyConfig {
-        policy: PolicyHandle::new(policy),
-        audit,
-        resolver: Arc::new(SystemResolver::new(pins)),
-        own_addrs: leash_proxy::local_interface_addrs().into(),
-        limits: Limits::default(),
-        inspection: Some(inspection),
-    };
+    let config = config(policy, pins, Arc::new(audit), inspection);
     let exit = supervise(sandbox, config);
     drop(ca_files);
     exit
-}
-
-/// The policy: a file, or an inline allowlist/blocklist (with neither, nothing is allowed).
-fn policy_of(args: &RunArgs) -> Result<Policy, Exit> {
-    if let Some(path) = &args.policy {
-        return load_file(path, args.profile.as_deref()).map(|l| l.policy);
-    }
-    Policy::from_inline(&args.allow, &args.block).map_err(|errors| {
-        print_errors(std::path::Path::new("the command line"), &errors);
-        Exit::Usage
-    })
-}
-
-fn open_audit(args: &RunArgs) -> Result<Arc<AuditLog>, Exit> {
-    match &args.log {
-        None => Ok(Arc::new(AuditLog::stderr())),
-        Some(_) => crate::cmd::proxy::open_log(args.log.as_ref()),
-    }
 }
 
 /// The sandbox: CMD, its environment, the proxy's listener inside, the DNS stub's socket and a resolv.conf that points
