@@ -5,8 +5,11 @@
 //! test checks none is left behind. No address but loopback is ever targeted.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+mod common;
+
+use common::{https_material, log_lines, origin, stderr, stdout, HttpsOrigin};
+
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -78,37 +81,6 @@ fn wait_bounded(child: Child, limit: Duration) -> Output {
     }
 }
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// An HTTP origin on the host's loopback answering every request with 200 "origin".
-fn origin() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    if line == "\r\n" {
-                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\norigin");
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
 /// A policy allowing `docs.test` on the origin's port, with loopback exempt from the internal-destination check
 /// (the origin lives on the host's loopback).
 fn policy(dir: &Path, port: u16) -> PathBuf {
@@ -119,11 +91,6 @@ fn policy(dir: &Path, port: u16) -> PathBuf {
     );
     std::fs::write(&p, text).unwrap();
     p
-}
-
-fn log_lines(log: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines().map(|l| serde_json::from_str(l).expect("every log line is JSON")).collect()
 }
 
 /// `leash docker run --policy P --resolve docs.test:127.0.0.1 --log L --label LABEL IMAGE sh -c SCRIPT(port)`.
@@ -174,65 +141,6 @@ fn docker_run_fetches_through_the_proxy_refuses_the_rest_and_propagates_the_exit
     let container = lines[0]["container"].as_str().unwrap_or_default();
     assert_eq!(container.len(), 64, "every line names the container: {lines:?}");
     assert!(lines.iter().all(|l| l["container"] == container), "{lines:?}");
-}
-
-/// A test CA and a leaf for `docs.test`, made with openssl in `dir`; returns the CA's PEM path.
-fn https_material(dir: &Path) -> PathBuf {
-    let script = r#"set -e
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 \
-  -subj /CN=docker-test-ca -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout leaf.key -out leaf.csr -subj /CN=docs.test \
-  2>/dev/null
-printf 'subjectAltName=DNS:docs.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > ext.cnf
-openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out leaf.pem -days 2 -extfile ext.cnf \
-  2>/dev/null
-"#;
-    let ok = Command::new("sh").args(["-c", script]).current_dir(dir).status().unwrap();
-    assert!(ok.success(), "openssl could not make the test certificates");
-    dir.join("ca.pem")
-}
-
-/// An HTTPS origin on the host's loopback (Python's http.server with the leaf from [`https_material`]) answering
-/// `origin-tls PATH`; killed on drop.
-struct HttpsOrigin {
-    child: Child,
-    port: u16,
-}
-
-impl HttpsOrigin {
-    fn start(dir: &Path) -> HttpsOrigin {
-        let script = r#"
-import http.server, ssl
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        body = ("origin-tls " + self.path).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain("leaf.pem", "leaf.key")
-srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-print(srv.server_address[1], flush=True)
-srv.serve_forever()
-"#;
-        let mut child =
-            Command::new("python3").args(["-c", script]).current_dir(dir).stdout(Stdio::piped()).spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        HttpsOrigin { child, port: line.trim().parse().expect("origin port") }
-    }
-}
-
-impl Drop for HttpsOrigin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]
