@@ -48,6 +48,9 @@ pub struct DecisionEntry<'a> {
     pub reason: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// What was removed from a model API request (`provider-tools-stripped`), one item per provider-side tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stripped: Option<&'a [String]>,
 }
 
 /// The outcome record of an allowed request, joined to its decision by `id`.

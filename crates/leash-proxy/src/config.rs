@@ -71,7 +71,15 @@ pub struct Limits {
     pub pool_per_host: usize,
     /// An idle pooled upstream connection older than this is dropped (servers close theirs after 5-75 s).
     pub pool_idle: Duration,
+    /// Largest model API request body read to check for provider-side tools; a larger one is refused
+    /// (`provider-tools`), never forwarded unread.
+    pub max_model_body: usize,
 }
+
+/// [`Limits::max_model_body`] by default: 32 MiB, Anthropic's published Messages request limit (the largest of the
+/// built-in APIs: Gemini's inline requests stop at 20 MB), so no request a provider accepts is refused for size. It
+/// is held in memory, with its parsed form, once per concurrent model request — an agent runs a few.
+pub const MAX_MODEL_BODY: usize = 32 * 1024 * 1024;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -93,6 +101,7 @@ impl Default for Limits {
             // Below the shortest common server keep-alive timeout (nginx 75 s, Apache 5 s is rarer and handled by the
             // stale-connection retry).
             pool_idle: Duration::from_secs(30),
+            max_model_body: MAX_MODEL_BODY,
         }
     }
 }

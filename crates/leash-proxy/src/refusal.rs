@@ -19,6 +19,14 @@ impl Response {
         Self { status: 403, reason: Some(reason), body }
     }
 
+    /// 403 for a model API request refused for its provider-side tools, or for a body leash cannot check for them;
+    /// `why` says which (it names the tools, never the policy's rules).
+    pub fn provider_tools(target: &str, why: &str) -> Self {
+        let reason = Reason::ProviderTools;
+        let body = format!("leash: {target} refused by the egress policy ({reason})\n{why}\n");
+        Self { status: 403, reason: Some(reason), body }
+    }
+
     /// 400 (or 431 for an oversized head) for a request leash cannot read safely.
     pub fn bad_request(status: u16, why: &str) -> Self {
         let body = format!("leash: malformed request refused ({why})\n");

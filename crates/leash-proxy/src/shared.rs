@@ -38,6 +38,16 @@ impl Shared {
 
     /// Record a decision. A refusal is also a warning on stderr, so an operator watching the terminal sees it.
     pub fn log_decision(&self, a: &Attempt<'_>, d: &Decision) -> Result<(), AuditError> {
+        self.log_decision_stripped(a, d, None)
+    }
+
+    /// [`Shared::log_decision`] with what was stripped from a model API request, if anything.
+    pub fn log_decision_stripped(
+        &self,
+        a: &Attempt<'_>,
+        d: &Decision,
+        stripped: Option<&[String]>,
+    ) -> Result<(), AuditError> {
         if d.verdict == Verdict::Block {
             let path = a.path.unwrap_or("");
             tracing::warn!("refused {} {}:{}{} ({})", a.method, a.host, a.port, path, d.reason);
@@ -53,6 +63,7 @@ impl Shared {
             rule: d.rule.as_deref(),
             reason: d.reason.as_str(),
             client: Some(a.peer.to_string()),
+            stripped,
         };
         let written = self.cfg.audit.decision(&entry);
         if let Err(e) = &written {

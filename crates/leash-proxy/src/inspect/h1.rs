@@ -4,17 +4,25 @@
 
 use std::time::Instant;
 
+use bytes::Bytes;
 use leash_policy::{Request, Scheme, Verdict, Via};
 use tokio::io::AsyncWriteExt;
 
+use super::model::{self, Capped, Gate};
 use super::{ClientTls, Inspected, UpstreamError, UpstreamTls};
 use crate::conn::{BufConn, Reparse};
 use crate::exchange::{exchange, ExchangeError, Exchanged};
-use crate::forward::{bad_request, plan, refuse_early, reply, request_head_bytes, split_query, Next, Plan};
+use crate::forward::{
+    bad_request, plan, refuse_early, reply, request_head_bytes, split_query, upgrade_value, Next, Plan,
+};
 use crate::refusal::Response;
 use crate::server::refuse_unreadable;
 use crate::shared::Attempt;
-use crate::wire::http_head::{parse_request_head, BodyFraming, RequestHead};
+use crate::wire::http_head::{parse_request_head, BodyFraming, Header, RequestHead};
+
+/// Headers that describe the body as the client framed it; a body leash read and forwards from memory gets its own
+/// `Content-Length` instead (and needs no `100 Continue` from upstream: leash answered it).
+const REFRAMED: [&str; 3] = ["content-length", "transfer-encoding", "expect"];
 
 /// The tunnel's upstream session, and whether it has served a request already (only a reused one can be stale).
 struct Upstream {
@@ -62,7 +70,7 @@ async fn request(
         let early = bad_request("inside a tunnel the request target must be a path (origin-form)");
         return refuse_early(sh, client, head, &absolute, id, t.peer, early).await;
     }
-    let plan = match plan(head, &absolute) {
+    let mut plan = match plan(head, &absolute) {
         Ok(plan) => plan,
         Err(early) => return refuse_early(sh, client, head, &absolute, id, t.peer, early).await,
     };
@@ -85,24 +93,130 @@ async fn request(
         };
         return reply(client, &response, keep).await;
     }
+    let (mut bytes, mut stripped) = (None, Vec::new());
+    if t.snap.filters_provider_tools(&t.host) {
+        match gate(t, client, head, &plan).await {
+            Gated::Pass => {}
+            Gated::Body { request, removed } => {
+                (bytes, stripped, plan.framing) = (Some(request), removed, BodyFraming::None);
+            }
+            Gated::Refuse { why, keep } => {
+                let response = match sh.log_decision(&attempt(&head.target), &model::refused()) {
+                    Ok(()) => Response::provider_tools(&format!("{host}{path_only}"), &why),
+                    Err(_) => Response::audit_failed(),
+                };
+                return reply(client, &response, keep).await;
+            }
+        }
+    }
+    let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     // INVARIANT: logged before a byte of the request goes up.
-    if sh.log_decision(&attempt(path_only), &decision).is_err() {
+    if sh.log_decision_stripped(&attempt(path_only), &model::forwarded(&decision, &stripped), listed).is_err() {
         return reply(client, &Response::audit_failed(), false).await;
     }
-    let result = forward(t, client, head, &plan, upstream).await;
+    let bytes = bytes.unwrap_or_else(|| request_head_bytes(head, &plan));
+    let result = forward(t, client, head, &plan, &bytes, upstream).await;
     finish(t, client, result, upstream, totals, started, id).await
 }
 
+/// What the model API gate made of a request.
+enum Gated {
+    /// No body: forward as usual.
+    Pass,
+    /// The body was read: forward `request` (head and body, Content-Length framed); `removed` is what went.
+    Body { request: Vec<u8>, removed: Vec<String> },
+    /// Refuse, saying why; `keep` if the body was read whole, so the connection can go on.
+    Refuse { why: String, keep: bool },
+}
+
+/// Read and check the body of a request to a model host whose provider-side tools the policy filters.
+async fn gate(t: &Inspected, client: &mut BufConn<ClientTls>, head: &RequestHead, plan: &Plan<'_>) -> Gated {
+    let unread = |why| Gated::Refuse { why, keep: false };
+    if upgrade_value(head).is_some() {
+        return unread(model::UPGRADE.to_owned());
+    }
+    let declared = match plan.framing {
+        BodyFraming::None | BodyFraming::ContentLength(0) => return Gated::Pass,
+        BodyFraming::ContentLength(n) => Some(n),
+        _ => None,
+    };
+    let max = t.sh.cfg.limits.max_model_body;
+    if declared.is_some_and(|n| n > max as u64) {
+        return unread(model::too_large(max));
+    }
+    // Read even a body refused for its encoding, so the connection can go on to the next request.
+    let body = match read_body(t, client, head, plan.framing, max).await {
+        Ok(body) => body,
+        Err(why) => return unread(why),
+    };
+    let refuse = |why| Gated::Refuse { why, keep: plan.client_keep_alive };
+    if let Some(why) = model::encoding_problem(head.values("content-encoding")) {
+        return refuse(why);
+    }
+    let (body, removed) = match body.is_empty() {
+        true => (Bytes::new(), Vec::new()),
+        false => match model::judge(Bytes::from(body), t.snap.provider_tools()) {
+            Gate::Forward { body, stripped } => (body, stripped),
+            Gate::Refuse(why) => return refuse(why),
+        },
+    };
+    Gated::Body { request: buffered_request(head, plan, &body), removed }
+}
+
+/// The whole body, at most `max` bytes as sent (chunk framing included), de-chunked; `Err` says why not.
+async fn read_body(
+    t: &Inspected,
+    client: &mut BufConn<ClientTls>,
+    head: &RequestHead,
+    framing: BodyFraming,
+    max: usize,
+) -> Result<Vec<u8>, String> {
+    let unreadable = |e: std::io::Error| format!("the body could not be read: {e}");
+    if head.values("expect").any(|v| v.eq_ignore_ascii_case(b"100-continue")) {
+        let continued = client.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
+        continued.and(client.io.flush().await).map_err(unreadable)?;
+    }
+    let mut capped = Capped::new(max);
+    let copy = async {
+        match framing {
+            BodyFraming::ContentLength(n) => client.source().copy_exact(&mut capped, n).await,
+            _ => client.source().relay_chunked(&mut capped).await,
+        }
+    };
+    // The client sends its body at its own pace; as long as leash would wait for an upstream's answer, no longer.
+    let copied = tokio::time::timeout(t.sh.cfg.limits.response_timeout, copy).await;
+    match copied {
+        _ if capped.over => Err(model::too_large(max)),
+        Err(_) => Err("the body did not arrive in time".to_owned()),
+        Ok(Err(e)) => Err(unreadable(e)),
+        Ok(Ok(_)) if framing == BodyFraming::Chunked => {
+            model::dechunk(&capped.buf).ok_or_else(|| "the chunked body is malformed".to_owned())
+        }
+        Ok(Ok(_)) => Ok(capped.buf),
+    }
+}
+
+/// The request to send for a body held in memory: the head with `Content-Length` framing, then the body.
+fn buffered_request(head: &RequestHead, plan: &Plan<'_>, body: &[u8]) -> Vec<u8> {
+    let mut reframed = head.clone();
+    reframed.headers.retain(|h| !REFRAMED.iter().any(|n| h.is(n)));
+    reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
+    let mut out = request_head_bytes(&reframed, plan);
+    out.extend_from_slice(body);
+    out
+}
+
 /// Send the request on the tunnel's upstream session (dialing one if there is none), once more on a fresh session
-/// when a reused one turns out stale and the request has no body.
+/// when a reused one turns out stale and no body is left to stream from the client. `bytes` is the head (and, for
+/// a body leash read, the body).
 async fn forward(
     t: &Inspected,
     client: &mut BufConn<ClientTls>,
     head: &RequestHead,
     plan: &Plan<'_>,
+    bytes: &[u8],
     upstream: &mut Option<Upstream>,
 ) -> Result<Exchanged, ExchangeError> {
-    let bytes = request_head_bytes(head, plan);
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -111,7 +225,7 @@ async fn forward(
         }
         let Some(up) = upstream.as_mut() else { continue };
         let reused = up.reused;
-        let result = exchange(&t.sh, client, &mut up.conn, &bytes, head, plan).await;
+        let result = exchange(&t.sh, client, &mut up.conn, bytes, head, plan).await;
         match result {
             Err(ExchangeError::Stale) if reused && plan.framing == BodyFraming::None && attempts == 1 => {
                 *upstream = None;

@@ -11,16 +11,17 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::header::{HeaderName, HOST};
+use http::header::{HeaderName, CONTENT_ENCODING, CONTENT_LENGTH, HOST};
 use http::{HeaderMap, HeaderValue, Request, Response as HttpResponse, Version};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Body, Frame, Incoming};
 use hyper::client::conn::http2::SendRequest;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use leash_policy::{canonicalize, parse_authority, Decision, Reason, Scheme, Verdict, Via};
 
+use super::model::{self, Gate};
 use super::{ClientTls, Inspected, UpstreamTls};
 use crate::audit::refusal;
 use crate::forward::split_query;
@@ -28,7 +29,9 @@ use crate::refusal::Response;
 use crate::shared::Attempt;
 
 type ResBody = BoxBody<Bytes, hyper::Error>;
-type Upstream = SendRequest<Counted<Incoming>>;
+/// A request body going up: the client's stream as it comes, or a model API body leash read and checked.
+type ReqBody = BoxBody<Bytes, hyper::Error>;
+type Upstream = SendRequest<Counted<ReqBody>>;
 
 /// Fields that describe one connection (RFC 9113 §8.2.2); never forwarded. `te` is kept only as `trailers`.
 const CONNECTION_SPECIFIC: [&str; 6] =
@@ -45,7 +48,7 @@ struct Totals {
 pub(super) async fn serve(t: Arc<Inspected>, client: ClientTls, upstream: UpstreamTls) -> (u64, u64) {
     let exec = TokioExecutor::new();
     let (sender, conn) = match hyper::client::conn::http2::Builder::new(exec.clone())
-        .handshake::<_, Counted<Incoming>>(TokioIo::new(upstream))
+        .handshake::<_, Counted<ReqBody>>(TokioIo::new(upstream))
         .await
     {
         Ok(pair) => pair,
@@ -96,8 +99,24 @@ async fn stream(
         };
         return own_response(&response);
     }
+    let checked = match t.snap.filters_provider_tools(&t.host) {
+        true => gate(&t, &parts, body).await,
+        false => Ok(Checked { body: body.boxed(), length: None, stripped: Vec::new() }),
+    };
+    let checked = match checked {
+        Ok(checked) => checked,
+        Err(why) => {
+            let response = match sh.log_decision(&attempt(&path_and_query), &model::refused()) {
+                Ok(()) => Response::provider_tools(&format!("{host}{path_only}"), &why),
+                Err(_) => Response::audit_failed(),
+            };
+            return own_response(&response);
+        }
+    };
+    let listed = (!checked.stripped.is_empty()).then_some(checked.stripped.as_slice());
     // INVARIANT: logged before the stream's head or body goes up.
-    if sh.log_decision(&attempt(path_only), &decision).is_err() {
+    let logged = sh.log_decision_stripped(&attempt(path_only), &model::forwarded(&decision, &checked.stripped), listed);
+    if logged.is_err() {
         return own_response(&Response::audit_failed());
     }
     let up = Arc::new(AtomicU64::new(0));
@@ -107,8 +126,11 @@ async fn stream(
         .version(Version::HTTP_2);
     if let Some(headers) = request.headers_mut() {
         copy_end_to_end(&parts.headers, headers);
+        if let Some(length) = checked.length {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+        }
     }
-    let request = match request.body(Counted { inner: body, count: up.clone(), on_end: None }) {
+    let request = match request.body(Counted { inner: checked.body, count: up.clone(), on_end: None }) {
         Ok(r) => r,
         Err(e) => return failed(&t, id, started, 502, &e.to_string()),
     };
@@ -120,6 +142,47 @@ async fn stream(
         }
         Err(e) => failed(&t, id, started, 502, &e.to_string()),
     }
+}
+
+/// A stream's body after the model API gate.
+struct Checked {
+    body: ReqBody,
+    /// The length of a body leash read (its `content-length` replaces the client's).
+    length: Option<usize>,
+    stripped: Vec<String>,
+}
+
+/// Read and check the body of a stream to a model host whose provider-side tools the policy filters; `Err` says
+/// why it is refused. A stream without a body passes as it is.
+async fn gate(t: &Inspected, parts: &http::request::Parts, body: Incoming) -> Result<Checked, String> {
+    if body.is_end_stream() {
+        return Ok(Checked { body: body.boxed(), length: None, stripped: Vec::new() });
+    }
+    if let Some(why) = model::encoding_problem(parts.headers.get_all(CONTENT_ENCODING).iter().map(|v| v.as_bytes())) {
+        return Err(why);
+    }
+    let max = t.sh.cfg.limits.max_model_body;
+    let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(model::too_large(max));
+    }
+    // The client sends its body at its own pace; as long as leash would wait for an upstream's answer, no longer.
+    let collected = tokio::time::timeout(t.sh.cfg.limits.response_timeout, Limited::new(body, max).collect()).await;
+    let whole = match collected {
+        Err(_) => return Err("the body did not arrive in time".to_owned()),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => return Err(model::too_large(max)),
+        Ok(Err(e)) => return Err(format!("the body could not be read: {e}")),
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    let (body, stripped) = match whole.is_empty() {
+        true => (whole, Vec::new()),
+        false => match model::judge(whole, t.snap.provider_tools()) {
+            Gate::Forward { body, stripped } => (body, stripped),
+            Gate::Refuse(why) => return Err(why),
+        },
+    };
+    let length = Some(body.len());
+    Ok(Checked { body: Full::new(body).map_err(|never| match never {}).boxed(), length, stripped })
 }
 
 /// The decision for a stream: scheme, authority and Host, path, then the policy. `Err` is a refusal made before

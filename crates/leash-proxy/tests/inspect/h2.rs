@@ -21,23 +21,23 @@ use crate::support::*;
 
 /// A stream as the HTTP/2 origin saw it.
 #[derive(Debug, Clone)]
-struct Seen {
-    path: String,
-    authority: String,
-    body: Vec<u8>,
-    trailers: Option<HeaderMap>,
+pub(super) struct Seen {
+    pub(super) path: String,
+    pub(super) authority: String,
+    pub(super) body: Vec<u8>,
+    pub(super) trailers: Option<HeaderMap>,
 }
 
 /// An HTTP/2-only origin; answers `h2 <path>` with a `grpc-status: 0` trailer.
-struct H2Origin {
-    port: u16,
+pub(super) struct H2Origin {
+    pub(super) port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl H2Origin {
-    async fn start(ca: &TestCa) -> H2Origin {
-        let mut config = ca.server_config(&["allowed.test", "other.allowed.test"]);
+    pub(super) async fn start(ca: &TestCa) -> H2Origin {
+        let mut config = ca.server_config(&["allowed.test", "other.allowed.test", "models.test"]);
         config.alpn_protocols = vec![b"h2".to_vec()];
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -59,7 +59,7 @@ impl H2Origin {
         H2Origin { port, seen, task }
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    pub(super) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 }
@@ -110,7 +110,11 @@ async fn scene() -> (H2Origin, Inspecting) {
 }
 
 /// An HTTP/2 client inside a tunnel to `host` at the origin's port.
-async fn h2_client(t: &Inspecting, origin: &H2Origin, host: &str) -> hyper::client::conn::http2::SendRequest<Frames> {
+pub(super) async fn h2_client(
+    t: &Inspecting,
+    origin: &H2Origin,
+    host: &str,
+) -> hyper::client::conn::http2::SendRequest<Frames> {
     let (c, status) = crate::support::tls::connect(t.leash.addr, &format!("{host}:{}", origin.port)).await;
     assert_eq!(status, 200);
     let connector = tokio_rustls::TlsConnector::from(Arc::new(t.client_config(&[b"h2", b"http/1.1"])));

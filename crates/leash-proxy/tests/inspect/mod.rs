@@ -3,6 +3,7 @@
 //! is shown never to reach the origin.
 
 mod h2;
+mod provider_tools;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -26,8 +26,15 @@ use super::origin::{Origin, Recorded, Reply, Resettable};
 use super::within;
 
 /// Names the HTTPS origin's certificate covers.
-pub const TLS_NAMES: &[&str] =
-    &["allowed.test", "a.b.c.allowed.test", "other.allowed.test", "sub.allowed.test", "bl.test", "127.0.0.1"];
+pub const TLS_NAMES: &[&str] = &[
+    "allowed.test",
+    "a.b.c.allowed.test",
+    "other.allowed.test",
+    "sub.allowed.test",
+    "bl.test",
+    "models.test",
+    "127.0.0.1",
+];
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
