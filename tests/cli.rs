@@ -117,6 +117,24 @@ fn explain_refuses_ip_literals_and_rejects_usage_errors() {
 }
 
 #[test]
+fn explain_says_a_model_api_is_inspected_and_its_plain_http_refused() {
+    let policy = "network:\n  mode: allowlist\n  allowed_hosts: [api.openai.com, gw.test]\n  model_apis: [gw.test]\n";
+    let (code, out) = explain(policy, &["CONNECT", "gw.test:443"]);
+    assert_eq!((code, out.lines().next()), (Some(0), Some("inspect rule gw.test")));
+    assert!(out.contains("`gw.test` is a model API (provider_tools: strip)"), "{out}");
+    let (code, out) = explain(policy, &["POST", "https://api.openai.com/v1/responses"]);
+    assert_eq!((code, out.lines().next()), (Some(0), Some("allow rule api.openai.com")));
+    assert!(out.contains("provider-side tools (web search, web fetch, remote MCP, search grounding) are stripped"));
+    let (code, out) = explain(policy, &["http://api.openai.com/v1/responses"]);
+    assert_eq!((code, out.lines().next()), (Some(1), Some("block provider-tools api.openai.com")));
+    assert!(out.contains("plain HTTP would carry its body unread"), "{out}");
+    let allow = format!("{policy}  provider_tools: allow\n");
+    let (code, out) = explain(&allow, &["CONNECT", "api.openai.com:443"]);
+    assert_eq!((code, out.lines().next()), (Some(0), Some("allow rule api.openai.com")));
+    assert!(!out.contains("model API"), "{out}");
+}
+
+#[test]
 fn explain_uses_the_profile_asked_for() {
     let (code, out) = explain(
         "network:\n  mode: allowlist\n  allowed_hosts: [pypi.org]\nprofiles:\n  open:\n    network: { mode: blocklist, blocked_urls: [] }\n",
