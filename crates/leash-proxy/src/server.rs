@@ -29,6 +29,11 @@ const TLS_PROBE: usize = 4096;
 /// After a failed accept (out of file descriptors, say), wait this long before the next, instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// At shutdown, how long a connection waits for the head of a request that may already be on its way: bytes the
+/// client sent before the signal are in the socket buffer and read at once, so this only has to cover scheduling;
+/// an idle keep-alive connection is closed after it.
+const SHUTDOWN_HEAD_GRACE: Duration = Duration::from_millis(100);
+
 /// How a listener's connections arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Entry {
@@ -107,12 +112,36 @@ async fn accept_loop(
                     continue;
                 }
             },
-            _ = stop.changed() => return,
+            _ = stop.changed() => return drain_backlog(listener, entry, &shared, &permits, &stop, permit),
         };
         let (sh, stop) = (shared.clone(), stop.clone());
         tokio::spawn(async move {
             connection(&sh, stream, peer, entry, stop).await;
             drop(permit);
+        });
+    }
+}
+
+/// At shutdown: serve the connections the kernel already completed (their clients sent requests before the
+/// signal) instead of resetting them with the listener; the first uses the permit already taken. Accepts directly
+/// on the socket: the runtime may not have seen their readiness yet.
+fn drain_backlog(
+    listener: TcpListener,
+    entry: Entry,
+    shared: &Arc<Shared>,
+    permits: &Arc<Semaphore>,
+    stop: &watch::Receiver<bool>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let Ok(listener) = listener.into_std() else { return };
+    let mut permit = Some(permit);
+    while let Ok((stream, peer)) = listener.accept() {
+        let Some(held) = permit.take().or_else(|| permits.clone().try_acquire_owned().ok()) else { return };
+        let Ok(stream) = stream.set_nonblocking(true).and_then(|()| TcpStream::from_std(stream)) else { continue };
+        let (sh, stop) = (shared.clone(), stop.clone());
+        tokio::spawn(async move {
+            connection(&sh, stream, peer, entry, stop).await;
+            drop(held);
         });
     }
 }
@@ -139,12 +168,27 @@ async fn connection(
     }
     loop {
         let max = limits.max_head_bytes;
-        let read = client.read_head(limits.idle_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
-            parse_request_head(b, max)
-        });
-        let head = tokio::select! {
-            r = read => r,
-            _ = stop.changed() => return,
+        let head = {
+            let read = client.read_head(limits.idle_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
+                parse_request_head(b, max)
+            });
+            tokio::pin!(read);
+            if *stop.borrow() {
+                // Shutdown began before this connection was first served (accepted just before, or drained after).
+                match tokio::time::timeout(SHUTDOWN_HEAD_GRACE, &mut read).await {
+                    Ok(r) => r,
+                    Err(_) => return,
+                }
+            } else {
+                tokio::select! {
+                    r = &mut read => r,
+                    // A head already arriving was sent before shutdown: read it (briefly); an idle connection closes.
+                    _ = stop.changed() => match tokio::time::timeout(SHUTDOWN_HEAD_GRACE, &mut read).await {
+                        Ok(r) => r,
+                        Err(_) => return,
+                    },
+                }
+            }
         };
         let mut head = match head {
             Ok(head) => head,
