@@ -8,14 +8,15 @@ use crate::fasthash::FastMap;
 use std::borrow::Cow;
 
 use super::Warning;
-use crate::engine::Mode;
+use crate::engine::{Mode, ProviderTools};
 use crate::matcher::longest_prefix;
-use crate::spec::{HostPattern, Network, UrlRule};
+use crate::spec::{HostPattern, Network, UrlRule, DEFAULT_MODEL_APIS};
 
 /// Every warning for one valid network section named `prefix` (`network`, `profiles.x.network`).
 pub(crate) fn network(prefix: &str, net: &Network) -> Vec<Warning> {
     let mut out = Warnings { prefix, list: Vec::new() };
     out.lists(net);
+    out.model_apis(net);
     match net.mode {
         Mode::Allowlist => {
             out.allowed_hosts(net);
@@ -70,6 +71,24 @@ impl Warnings<'_> {
                 let family = if cidr.addr.is_ipv4() { "IPv4" } else { "IPv6" };
                 let message = format!("`{cidr}` exempts every {family} address from the internal-destination check");
                 self.push(format!("{p}.allow_destinations[{i}]"), message);
+            }
+        }
+    }
+
+    /// `provider_tools: allow`, and `model_apis` entries that add nothing.
+    fn model_apis(&mut self, net: &Network) {
+        let p = self.prefix;
+        if net.provider_tools == ProviderTools::Allow {
+            let message = "model APIs' provider-side tools (web search, web fetch, remote MCP) pass untouched: the \
+                           model's provider can fetch what this policy refuses"
+                .to_owned();
+            self.push(format!("{p}.provider_tools"), message);
+        }
+        for (i, pattern) in net.model_apis.iter().enumerate() {
+            if let HostPattern::Exact(name) = pattern {
+                if DEFAULT_MODEL_APIS.contains(&name.as_str()) {
+                    self.push(format!("{p}.model_apis[{i}]"), format!("`{name}` is a built-in model API already"));
+                }
             }
         }
     }

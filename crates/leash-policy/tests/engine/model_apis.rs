@@ -128,3 +128,18 @@ fn a_hello_to_a_model_host_keeps_the_inspect_verdict() {
     );
     assert_eq!(hello(GATEWAY, "models.test:443", ClientHelloFacts::ServerName("other.test")), "block host-mismatch");
 }
+
+#[test]
+fn check_warns_when_tools_pass_and_when_an_entry_adds_nothing() {
+    let yaml = "network:\n  mode: blocklist\n  blocked_urls: [a.com]\n  model_apis: [gw.test, api.openai.com]\n  \
+                provider_tools: allow\n";
+    assert_eq!(
+        warnings(yaml),
+        [
+            "network.model_apis[1]: `api.openai.com` is a built-in model API already",
+            "network.provider_tools: model APIs' provider-side tools (web search, web fetch, remote MCP) pass \
+             untouched: the model's provider can fetch what this policy refuses",
+        ]
+    );
+    assert!(warnings(GATEWAY).is_empty());
+}
