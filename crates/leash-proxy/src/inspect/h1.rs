@@ -93,30 +93,44 @@ async fn request(
         };
         return reply(client, &response, keep).await;
     }
-    let (mut bytes, mut stripped) = (None, Vec::new());
-    if t.snap.filters_provider_tools(&t.host) {
-        match gate(t, client, head, &plan).await {
-            Gated::Pass => {}
-            Gated::Body { request, removed } => {
-                (bytes, stripped, plan.framing) = (Some(request), removed, BodyFraming::None);
-            }
-            Gated::Refuse { why, keep } => {
-                let response = match sh.log_decision(&attempt(&head.target), &model::refused()) {
-                    Ok(()) => Response::provider_tools(&format!("{host}{path_only}"), &why),
-                    Err(_) => Response::audit_failed(),
-                };
-                return reply(client, &response, keep).await;
-            }
+    let gated = match t.snap.filters_provider_tools(&t.host) {
+        true => gate(t, client, head, &plan).await,
+        false => Gated::Pass,
+    };
+    let (bytes, stripped) = match gated {
+        Gated::Pass => (request_head_bytes(head, &plan), Vec::new()),
+        Gated::Body { request, removed } => {
+            plan.framing = BodyFraming::None;
+            (request, removed)
         }
-    }
+        Gated::Refuse { why, keep } => {
+            let target = format!("{host}{path_only}");
+            return refuse_model(t, client, &attempt(&head.target), &target, &why, keep).await;
+        }
+    };
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     // INVARIANT: logged before a byte of the request goes up.
     if sh.log_decision_stripped(&attempt(path_only), &model::forwarded(&decision, &stripped), listed).is_err() {
         return reply(client, &Response::audit_failed(), false).await;
     }
-    let bytes = bytes.unwrap_or_else(|| request_head_bytes(head, &plan));
     let result = forward(t, client, head, &plan, &bytes, upstream).await;
     finish(t, client, result, upstream, totals, started, id).await
+}
+
+/// Log and answer a model API request refused for its provider-side tools or an unreadable body.
+async fn refuse_model(
+    t: &Inspected,
+    client: &mut BufConn<ClientTls>,
+    attempt: &Attempt<'_>,
+    target: &str,
+    why: &str,
+    keep: bool,
+) -> Next {
+    let response = match t.sh.log_decision(attempt, &model::refused()) {
+        Ok(()) => Response::provider_tools(target, why),
+        Err(_) => Response::audit_failed(),
+    };
+    reply(client, &response, keep).await
 }
 
 /// What the model API gate made of a request.
