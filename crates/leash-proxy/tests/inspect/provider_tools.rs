@@ -112,6 +112,11 @@ async fn openai_chat_and_responses_tools_arrive_stripped() {
     assert_eq!(got[1]["tools"], json!([{"type": "function", "name": "g", "parameters": {}}]));
     let d = t.leash.decision("/v1/responses").await;
     assert_eq!(d["stripped"].as_array().map(Vec::len), Some(2), "{d}");
+    // leash answers `100 Continue` itself (it reads the body before anything goes up) and sends no Expect on.
+    let expecting = post(&t, "/v1/chat/completions", &chat.to_string(), &["-H", "Expect: 100-continue"]).await;
+    assert_eq!(expecting.status, 200, "{}", expecting.stderr);
+    let third = &t.tls.origin.requests()[2];
+    assert_eq!((third.header("expect"), third.body.text().contains("web_search")), (None, false));
 }
 
 #[tokio::test]
