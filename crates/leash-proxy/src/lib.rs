@@ -1,8 +1,9 @@
 //! leash's egress proxy: the async I/O around the policy engine.
 //!
 //! It owns the listeners, HTTP/1.1 forwarding and CONNECT tunnels, the ClientHello peek, TLS inspection (the per-run
-//! CA, leaf issuance, HTTP/1.1 and HTTP/2 inside inspected tunnels), upstream dialing with the destination check, the
-//! audit log and the refusal responses. It does not decide anything itself: every decision
+//! CA, leaf issuance, HTTP/1.1 and HTTP/2 inside inspected tunnels), the model API gate that strips or refuses
+//! provider-side tools in request bodies (the shapes in [`provider_tools`], a pure table), upstream dialing with the
+//! destination check, the audit log and the refusal responses. It does not decide anything itself: every decision
 //! is `leash_policy`'s; and it does not build sandboxes (`leash-sandbox`) or parse command lines (the binary).
 #![forbid(unsafe_code)]
 
