@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use leash_policy::{Request, Scheme, Verdict, Via};
+use leash_policy::{ProviderTools, Request, Scheme, Verdict, Via};
 use tokio::io::AsyncWriteExt;
 
 use super::model::{self, Capped, Gate};
@@ -77,7 +77,9 @@ async fn request(
     let host = t.host_str();
     let attempt =
         |path| Attempt { id, method: &head.method, host: &host, port: t.port, path: Some(path), peer: t.peer };
-    let decision = t.snap.decide_request(&Request {
+    // Each request is decided on the policy as it is now, so a reload applies inside long-lived tunnels too.
+    let snap = t.sh.cfg.policy.current();
+    let decision = snap.decide_request(&Request {
         via: Via::Tunnel,
         scheme: Scheme::Https,
         host: &t.host,
@@ -93,8 +95,8 @@ async fn request(
         };
         return reply(client, &response, keep).await;
     }
-    let gated = match t.snap.filters_provider_tools(&t.host) {
-        true => gate(t, client, head, &plan).await,
+    let gated = match snap.filters_provider_tools(&t.host) {
+        true => gate(t, client, head, &plan, snap.provider_tools()).await,
         false => Gated::Pass,
     };
     let (bytes, stripped) = match gated {
@@ -144,7 +146,13 @@ enum Gated {
 }
 
 /// Read and check the body of a request to a model host whose provider-side tools the policy filters.
-async fn gate(t: &Inspected, client: &mut BufConn<ClientTls>, head: &RequestHead, plan: &Plan<'_>) -> Gated {
+async fn gate(
+    t: &Inspected,
+    client: &mut BufConn<ClientTls>,
+    head: &RequestHead,
+    plan: &Plan<'_>,
+    tools: ProviderTools,
+) -> Gated {
     let unread = |why| Gated::Refuse { why, keep: false };
     if upgrade_value(head).is_some() {
         return unread(model::UPGRADE.to_owned());
@@ -169,7 +177,7 @@ async fn gate(t: &Inspected, client: &mut BufConn<ClientTls>, head: &RequestHead
     }
     let (body, removed) = match body.is_empty() {
         true => (Bytes::new(), Vec::new()),
-        false => match model::judge(Bytes::from(body), t.snap.provider_tools()) {
+        false => match model::judge(Bytes::from(body), tools) {
             Gate::Forward { body, stripped } => (body, stripped),
             Gate::Refuse(why) => return refuse(why),
         },

@@ -19,11 +19,12 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::client::conn::http2::SendRequest;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use leash_policy::{canonicalize, parse_authority, Decision, Reason, Scheme, Verdict, Via};
+use leash_policy::{canonicalize, parse_authority, Decision, ProviderTools, Reason, Scheme, Verdict, Via};
 
 use super::model::{self, Gate};
 use super::{ClientTls, Inspected, UpstreamTls};
 use crate::audit::refusal;
+use crate::config::Snapshot;
 use crate::forward::split_query;
 use crate::refusal::Response;
 use crate::shared::Attempt;
@@ -88,7 +89,9 @@ async fn stream(
     let host = t.host_str();
     let attempt =
         |path| Attempt { id, method: parts.method.as_str(), host: &host, port: t.port, path: Some(path), peer: t.peer };
-    let decision = match decide(&t, &parts, path_only) {
+    // Each stream is decided on the policy as it is now, so a reload applies inside long-lived connections too.
+    let snap = t.sh.cfg.policy.current();
+    let decision = match decide(&t, &snap, &parts, path_only) {
         Ok(d) => d,
         Err(d) => d,
     };
@@ -99,8 +102,8 @@ async fn stream(
         };
         return own_response(&response);
     }
-    let checked = match t.snap.filters_provider_tools(&t.host) {
-        true => gate(&t, &parts, body).await,
+    let checked = match snap.filters_provider_tools(&t.host) {
+        true => gate(&t, &parts, body, snap.provider_tools()).await,
         false => Ok(Checked { body: body.boxed(), length: None, stripped: Vec::new() }),
     };
     let checked = match checked {
@@ -154,7 +157,12 @@ struct Checked {
 
 /// Read and check the body of a stream to a model host whose provider-side tools the policy filters; `Err` says
 /// why it is refused. A stream without a body passes as it is.
-async fn gate(t: &Inspected, parts: &http::request::Parts, body: Incoming) -> Result<Checked, String> {
+async fn gate(
+    t: &Inspected,
+    parts: &http::request::Parts,
+    body: Incoming,
+    tools: ProviderTools,
+) -> Result<Checked, String> {
     if body.is_end_stream() {
         return Ok(Checked { body: body.boxed(), length: None, stripped: Vec::new() });
     }
@@ -176,7 +184,7 @@ async fn gate(t: &Inspected, parts: &http::request::Parts, body: Incoming) -> Re
     };
     let (body, stripped) = match whole.is_empty() {
         true => (whole, Vec::new()),
-        false => match model::judge(whole, t.snap.provider_tools()) {
+        false => match model::judge(whole, tools) {
             Gate::Forward { body, stripped } => (body, stripped),
             Gate::Refuse(why) => return Err(why),
         },
@@ -187,7 +195,7 @@ async fn gate(t: &Inspected, parts: &http::request::Parts, body: Incoming) -> Re
 
 /// The decision for a stream: scheme, authority and Host, path, then the policy. `Err` is a refusal made before
 /// the policy was asked.
-fn decide(t: &Inspected, parts: &http::request::Parts, path: &str) -> Result<Decision, Decision> {
+fn decide(t: &Inspected, snap: &Snapshot, parts: &http::request::Parts, path: &str) -> Result<Decision, Decision> {
     if parts.uri.scheme_str() != Some("https") {
         return Err(refusal(Reason::Scheme));
     }
@@ -202,7 +210,7 @@ fn decide(t: &Inspected, parts: &http::request::Parts, path: &str) -> Result<Dec
         return Err(refusal(Reason::HostMismatch));
     }
     let path = canonicalize(path).map_err(|_| refusal(Reason::BadRequest))?;
-    Ok(t.snap.decide_request(&leash_policy::Request {
+    Ok(snap.decide_request(&leash_policy::Request {
         via: Via::Tunnel,
         scheme: Scheme::Https,
         host: &t.host,

@@ -495,3 +495,20 @@ async fn transparent_tls_without_sni_is_closed() {
     t.tls.assert_untouched().await;
     t.leash.resolver.assert_never_asked();
 }
+
+#[tokio::test]
+async fn a_policy_reload_applies_to_the_next_request_inside_an_open_tunnel() {
+    let t = Inspecting::blocking(&[BLOCKED]).await;
+    let port = t.tls.port();
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n");
+    let mut tls = t.tunnel("allowed.test", &[b"http/1.1"]).await;
+    tls.write_all(get("/later-blocked").as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut wire = Wire::new(tls);
+    assert_eq!(within("before the reload", read_response(&mut wire, "GET")).await.unwrap().status, 200);
+    t.leash.reload(&blocklist(&[BLOCKED, "allowed.test/later-blocked"], &[80], &[port]));
+    wire.io.write_all(get("/later-blocked").as_bytes()).await.unwrap();
+    wire.io.flush().await.unwrap();
+    assert_refused(&within("after the reload", read_response(&mut wire, "GET")).await.unwrap(), 403, "rule");
+    assert_eq!(t.origin_targets(), ["/later-blocked"], "only the request before the reload went up");
+}
