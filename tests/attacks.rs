@@ -486,3 +486,35 @@ fn leash_run_leaves_no_way_out_but_the_proxy() {
     s.assert_never_resolved(&[DENIED, "direct-dns.attack.test", "udp.attack.test", "sandbox-lookup.attack.test"]);
     assert!(s.queries().iter().any(|q| q.starts_with("ok.attack.test ")), "the allowed name went through DNS");
 }
+
+#[test]
+fn framing_headers_named_in_connection_cannot_smuggle_a_second_request() {
+    let Some(mut s) = Scene::new() else { return };
+    let p = s.proxy(&format!(
+        "network:\n  mode: blocklist\n  blocked_urls: [ok.attack.test/secret]\n  allow_destinations: [{WORLD_V4}/32]\n"
+    ));
+    // If leash dropped a framing header because `Connection` names it, yet framed the body by it, the origin would
+    // read the body as a second request: one to a refused path that leash never decided.
+    let inner = "GET /secret HTTP/1.1\r\nHost: ok.attack.test\r\n\r\n";
+    let head = "POST http://ok.attack.test/public HTTP/1.1\r\nHost: ok.attack.test\r\n";
+    let chunked = format!("{:x}\r\n{inner}\r\n0\r\n\r\n", inner.len());
+    let shapes = [
+        format!("{head}Content-Length: {}\r\nConnection: Content-Length\r\n\r\n{inner}", inner.len()),
+        format!("{head}Content-Length: {}\r\nConnection: keep-alive, content-length\r\n\r\n{inner}", inner.len()),
+        format!("{head}Transfer-Encoding: chunked\r\nConnection: Transfer-Encoding\r\n\r\n{chunked}"),
+    ];
+    let mut probes: Vec<Value> = shapes.iter().map(|raw| json!({ "raw": raw })).collect();
+    // The same inside an inspected tunnel (the host has a path rule), origin-form as there.
+    let ca = text(&p.ca);
+    for shape in &shapes {
+        let inner = shape.replacen("http://ok.attack.test/public", "/public", 1);
+        probes.push(json!({"connect": "ok.attack.test:443", "sni": OK, "cafile": ca, "send": inner}));
+    }
+    let results = s.probe(&p, &probes);
+    let requests = s.requests();
+    assert!(!requests.iter().any(|l| l.contains("/secret")), "a refused path reached the origin: {requests:?}");
+    assert_eq!(requests.len(), probes.len(), "one request each, its body read as a body: {requests:?}");
+    for r in &results {
+        assert_eq!(r["responses"][0]["body"], "origin /public", "{r}");
+    }
+}

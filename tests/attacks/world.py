@@ -29,10 +29,16 @@ def serve_http(conn, port):
                 return
             buf += chunk
         head, rest = buf.split(b"\r\n\r\n", 1)
-        lines = head.decode("latin-1").split("\r\n")
+        rest = bytearray(rest)
+        lines = bytes(head).decode("latin-1").split("\r\n")
         host = next((l.split(":", 1)[1].strip() for l in lines[1:] if l.lower().startswith("host:")), "-")
         log("req", port, lines[0], "|", host)
+        chunked = any(l.lower().startswith("transfer-encoding:") and "chunked" in l.lower() for l in lines[1:])
         length = next((int(l.split(":", 1)[1]) for l in lines[1:] if l.lower().startswith("content-length:")), 0)
+        if chunked:
+            length = chunked_length(conn, rest)
+            if length is None:
+                return
         while len(rest) < length:
             chunk = conn.recv(65536)
             if not chunk:
@@ -42,6 +48,33 @@ def serve_http(conn, port):
         path = lines[0].split(" ")[1] if " " in lines[0] else "?"
         body = ("origin " + path).encode()
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def chunked_length(conn, rest):
+    """How many bytes of `rest` (a bytearray, read further as needed in place) a chunked body takes, trailers
+    included; None when the connection ends first."""
+    pos = 0
+    while True:
+        while rest.find(b"\r\n", pos) < 0:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            rest += chunk
+        line_end = rest.find(b"\r\n", pos)
+        size = int(bytes(rest[pos:line_end]).split(b";")[0], 16)
+        pos = line_end + 2
+        if size == 0:
+            while True:
+                if rest[pos : pos + 2] == b"\r\n":
+                    return pos + 2
+                end = rest.find(b"\r\n\r\n", pos)
+                if end >= 0:
+                    return end + 4
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return None
+                rest += chunk
+        pos += size + 2
 
 
 def accept_loop(sock, port, tls):

@@ -16,14 +16,21 @@ const HOP_BY_HOP: [&str; 8] = [
     "trailer",
 ];
 
+/// Fields that frame the message leash relays: kept even when the Connection header names them. Dropping one while
+/// relaying the body by it would let the upstream frame the body differently, and read a request smuggled inside it
+/// that leash never decided (`Connection: Content-Length`; found by tests/attacks.rs).
+const FRAMING: [&str; 2] = ["content-length", "transfer-encoding"];
+
 /// Append every end-to-end header to `out` as `Name: value\r\n`, skipping hop-by-hop ones, those the Connection
 /// header names, and those in `skip` (lowercase). Compares without allocating: this runs for every forwarded head.
 pub fn write_end_to_end(out: &mut Vec<u8>, headers: &[Header], skip: &[&str]) {
     let named: Vec<&[u8]> = connection_tokens(headers).collect();
     for h in headers {
         let name = h.name.as_bytes();
-        let dropped = HOP_BY_HOP.iter().chain(skip).any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
-            || named.iter().any(|n| name.eq_ignore_ascii_case(n));
+        let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+        let framing = FRAMING.iter().any(|n| is(n.as_bytes()));
+        let dropped =
+            HOP_BY_HOP.iter().chain(skip).any(|n| is(n.as_bytes())) || (!framing && named.iter().any(|n| is(n)));
         if dropped {
             continue;
         }
@@ -58,5 +65,18 @@ mod tests {
             String::from_utf8(out).unwrap_or_default(),
             "Set-Cookie: a=1\r\nSet-Cookie: b=2\r\nTransfer-Encoding: chunked\r\n"
         );
+    }
+
+    #[test]
+    fn keeps_framing_fields_the_connection_header_names() {
+        let headers = vec![
+            h("Content-Length", "5"),
+            h("Connection", "Content-Length, transfer-encoding, X-A"),
+            h("Transfer-Encoding", "chunked"),
+            h("X-A", "a"),
+        ];
+        let mut out = Vec::new();
+        write_end_to_end(&mut out, &headers, &[]);
+        assert_eq!(String::from_utf8(out).unwrap_or_default(), "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n");
     }
 }
