@@ -518,3 +518,46 @@ fn framing_headers_named_in_connection_cannot_smuggle_a_second_request() {
         assert_eq!(r["responses"][0]["body"], "origin /public", "{r}");
     }
 }
+
+#[test]
+fn odd_request_lines_and_host_spellings_reach_no_refused_path() {
+    let Some(mut s) = Scene::new() else { return };
+    let p = s.proxy(&format!(
+        "network:\n  mode: blocklist\n  blocked_urls: [ok.attack.test/secret, denied.attack.test]\n  allow_destinations: [{WORLD_V4}/32]\n"
+    ));
+    // Host spellings of the blocked path: case, a trailing dot, the default port spelled out.
+    let spelled = ["OK.Attack.Test", "ok.attack.test.", "ok.attack.test:80"];
+    let probes: Vec<Value> = spelled.iter().map(|h| get(&format!("http://{h}/secret"), h)).collect();
+    assert_refused(&s.probe(&p, &probes), &probes, 403, "rule");
+    // Request lines a lax parser would read differently than an upstream.
+    let lines = [
+        "GET  http://denied.attack.test/ HTTP/1.1\r\nHost: denied.attack.test\r\n\r\n",
+        "GET\thttp://denied.attack.test/ HTTP/1.1\r\nHost: denied.attack.test\r\n\r\n",
+        "GET http://denied.attack.test/ HTTP/1.1 \r\nHost: denied.attack.test\r\n\r\n",
+        "GET http://ok.attack.test/secret\r\nHost: ok.attack.test\r\n\r\n",
+        "GET http://ok.attack.test/secret HTTP/1.1\r\nHost: ok.attack.test\r\nX-A: \0\r\n\r\n",
+        "GET http://ok.attack.test/ HTTP/1.1\r\nHost: ok.attack.test\r\n\x00GET /secret HTTP/1.1\r\n\r\n",
+        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        "GET http://ok.attack.test/secret HTTP/2.0\r\nHost: ok.attack.test\r\n\r\n",
+        "GET http://ok.attack.test/secret HTTP/0.9\r\nHost: ok.attack.test\r\n\r\n",
+    ];
+    let probes: Vec<Value> = lines.iter().map(|raw| json!({ "raw": raw })).collect();
+    for (r, line) in s.probe(&p, &probes).iter().zip(lines) {
+        let (status, _) = first(r);
+        assert!(status == 0 || (400..500).contains(&status), "{line:?}: {r}");
+    }
+    // An inspected tunnel whose SNI and target spell the host differently still decides on the canonical name.
+    let ca = text(&p.ca);
+    let tls = vec![
+        json!({"connect": "OK.attack.test:443", "sni": "ok.attack.test", "cafile": ca,
+               "send": "GET /secret HTTP/1.1\r\nHost: ok.attack.test\r\n\r\n"}),
+        json!({"connect": "ok.attack.test:443", "sni": "ok.attack.test", "cafile": ca,
+               "send": "GET /secret HTTP/1.1\r\nHost: OK.ATTACK.TEST.:443\r\n\r\n"}),
+    ];
+    for r in s.probe(&p, &tls) {
+        assert!(r["tls"] != "ok" || (400..500).contains(&first(&r).0), "{r}");
+    }
+    s.assert_never_resolved(&[DENIED]);
+    let requests = s.requests();
+    assert!(!requests.iter().any(|l| l.contains("secret") || l.contains("denied")), "{requests:?}");
+}
