@@ -2,12 +2,14 @@
 //! follows a message (a pipelined request, a tunnel's first bytes) stays in it for the next step.
 
 use std::io;
+use std::io::IoSlice;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
+use crate::relay::{Buf, COPY_BULK_BUF, RELAY_BUF};
 use crate::wire::chunked::ChunkedScanner;
 use crate::wire::Parsed;
 
@@ -150,7 +152,7 @@ impl<R: AsyncRead + Unpin> Source<'_, R> {
         let mut total = 0u64;
         loop {
             if self.buf.is_empty() {
-                self.buf.reserve(crate::relay::RELAY_BUF);
+                self.buf.reserve(RELAY_BUF);
                 if self.io.read_buf(self.buf).await? == 0 {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
@@ -190,6 +192,88 @@ impl<S: AsyncRead + Unpin> AsyncRead for BufConn<S> {
 impl<S: AsyncWrite + Unpin> AsyncWrite for BufConn<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.io).poll_write(cx, data)
+    }
+    // Vectored writes pass through: a TLS session flushes all its pending records in one `writev`.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// The transport under a TLS session. rustls asks its transport for at most one record (≈ 16 KiB) per read, so a bulk
+/// transfer would cost a syscall per record; this reads as much as is queued (a [`RELAY_BUF`], or a
+/// [`COPY_BULK_BUF`] once a read filled one) and serves rustls from memory. The buffer is held only while it has unread
+/// bytes, so an idle session holds none. Writes pass through, vectored.
+pub struct TlsIo<S> {
+    io: S,
+    ahead: Option<Buf>,
+    start: usize,
+    end: usize,
+    /// The last read filled its buffer: the next one uses a bulk buffer.
+    bulk: bool,
+}
+
+impl<S> TlsIo<S> {
+    pub fn new(io: S) -> Self {
+        Self { io, ahead: None, start: 0, end: 0, bulk: false }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for TlsIo<S> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.start == this.end {
+            let mut buf = match this.ahead.take() {
+                Some(buf) => buf,
+                None if this.bulk => Buf::sized(COPY_BULK_BUF),
+                None => Buf::take(),
+            };
+            let mut rb = ReadBuf::new(buf.bytes());
+            // On Pending the buffer goes back to the free list: nothing is held while the socket is idle.
+            ready!(Pin::new(&mut this.io).poll_read(cx, &mut rb))?;
+            let n = rb.filled().len();
+            this.bulk = n == rb.capacity();
+            if n == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            (this.ahead, this.start, this.end) = (Some(buf), 0, n);
+        }
+        let Some(buf) = this.ahead.as_mut() else { return Poll::Ready(Ok(())) };
+        let n = (this.end - this.start).min(out.remaining());
+        out.put_slice(&buf.bytes()[this.start..this.start + n]);
+        this.start += n;
+        if this.start == this.end {
+            this.ahead = None;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for TlsIo<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, data)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_flush(cx)

@@ -24,18 +24,19 @@ use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
 
 use crate::audit::refusal;
 use crate::config::Snapshot;
-use crate::conn::{BufConn, Reparse};
+use crate::conn::{BufConn, Reparse, TlsIo};
 use crate::dial::{connect_checked, resolve_checked, DialError};
 use crate::forward::split_query;
 use crate::refusal::Response;
 use crate::shared::{Attempt, Shared};
-use crate::tls::{Inspection, ALPN_H2};
+use crate::tls::{Inspection, ALPN_H2, SEND_BUFFER_LIMIT};
 use crate::wire::http_head::parse_request_head;
 
 /// The client side of an inspected tunnel: TLS over the client connection (whose buffer replays the ClientHello).
-pub(crate) type ClientTls = server::TlsStream<BufConn<TcpStream>>;
+/// [`TlsIo`] under each session reads many records per syscall and writes them vectored.
+pub(crate) type ClientTls = server::TlsStream<TlsIo<BufConn<TcpStream>>>;
 /// The upstream side.
-pub(crate) type UpstreamTls = client::TlsStream<TcpStream>;
+pub(crate) type UpstreamTls = client::TlsStream<TlsIo<TcpStream>>;
 
 /// One inspected tunnel: whose it is and what it was decided on.
 pub(crate) struct Inspected {
@@ -94,9 +95,12 @@ impl Inspected {
         let limits = &self.sh.cfg.limits;
         let tcp = connect_checked(addrs, self.port, limits.connect_timeout).await.map_err(UpstreamError::Dial)?;
         let name = ServerName::try_from(self.host_str()).map_err(|e| UpstreamError::Tls(e.to_string()))?;
-        let handshake = TlsConnector::from(config).connect(name, tcp);
+        let handshake = TlsConnector::from(config).connect(name, TlsIo::new(tcp));
         match tokio::time::timeout(limits.connect_timeout, handshake).await {
-            Ok(Ok(tls)) => Ok(tls),
+            Ok(Ok(mut tls)) => {
+                tls.get_mut().1.set_buffer_limit(Some(SEND_BUFFER_LIMIT));
+                Ok(tls)
+            }
             Ok(Err(e)) if is_tls_error(&e) => Err(UpstreamError::Tls(e.to_string())),
             Ok(Err(e)) => Err(UpstreamError::Dial(DialError::Connect(e))),
             Err(_) => Err(UpstreamError::Dial(DialError::Timeout)),
@@ -177,22 +181,17 @@ async fn answer_refusal(t: &Inspected, client: BufConn<TcpStream>, reason: Reaso
 
 /// Complete the client's handshake with the leaf for its SNI; `None` when it fails (the client does not trust the
 /// run's CA, or went away).
-async fn accept(
-    t: &Inspected,
-    client: BufConn<TcpStream>,
-    config: Arc<rustls::ServerConfig>,
-) -> Option<server::TlsStream<BufConn<TcpStream>>> {
+async fn accept(t: &Inspected, client: BufConn<TcpStream>, config: Arc<rustls::ServerConfig>) -> Option<ClientTls> {
     accept_with(&t.sh, client, config).await
 }
 
-async fn accept_with(
-    sh: &Shared,
-    client: BufConn<TcpStream>,
-    config: Arc<rustls::ServerConfig>,
-) -> Option<server::TlsStream<BufConn<TcpStream>>> {
-    let handshake = TlsAcceptor::from(config).accept(client);
+async fn accept_with(sh: &Shared, client: BufConn<TcpStream>, config: Arc<rustls::ServerConfig>) -> Option<ClientTls> {
+    let handshake = TlsAcceptor::from(config).accept(TlsIo::new(client));
     match tokio::time::timeout(sh.cfg.limits.client_hello_timeout, handshake).await {
-        Ok(Ok(tls)) => Some(tls),
+        Ok(Ok(mut tls)) => {
+            tls.get_mut().1.set_buffer_limit(Some(SEND_BUFFER_LIMIT));
+            Some(tls)
+        }
         Ok(Err(e)) => {
             tracing::debug!("client TLS handshake failed (does it trust the run's CA?): {e}");
             None

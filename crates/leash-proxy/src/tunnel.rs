@@ -234,9 +234,9 @@ impl Tunnel<'_> {
         self.relay(client, upstream, replayed).await;
     }
 
-    async fn relay(&self, mut client: BufConn<TcpStream>, upstream: TcpStream, replayed: u64) {
+    async fn relay(&self, mut client: BufConn<TcpStream>, mut upstream: TcpStream, replayed: u64) {
         client.buf = Vec::new();
-        let (up, down) = relay::tunnel(&client.io, &upstream).await;
+        let (up, down) = relay::tunnel(&mut client.io, &mut upstream).await;
         self.sh.log_outcome(self.id, 200, replayed + up, down, self.started);
     }
 
