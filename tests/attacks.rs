@@ -448,6 +448,17 @@ attempt("lookup", lookup)
 for url in ["http://ok.attack.test/run", "http://denied.attack.test/run"]:
     out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", url], capture_output=True, text=True)
     print("proxy", url, out.stdout)
+# Ignoring the proxy: the DNS stub's address and leash's transparent listeners there, with a spoofed Host, a name
+# pinned by hand to that address, and TLS naming a refused host.
+for label, args in [
+    ("transparent-ok", ["http://ok.attack.test/transparent"]),
+    ("transparent-host", ["-H", "Host: denied.attack.test", "http://ok.attack.test/spoofed"]),
+    ("transparent-pinned", ["--resolve", "denied.attack.test:80:127.0.0.2", "http://denied.attack.test/pinned"]),
+    ("transparent-absolute", ["--request-target", "http://denied.attack.test/abs", "http://ok.attack.test/"]),
+    ("transparent-tls", ["-k", "--resolve", "denied.attack.test:443:127.0.0.2", "https://denied.attack.test/tls"]),
+]:
+    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "--noproxy", "*"] + args, capture_output=True, text=True)
+    print(label, out.stdout)
 "#;
 
 #[test]
@@ -478,11 +489,18 @@ fn leash_run_leaves_no_way_out_but_the_proxy() {
     }
     assert!(stdout.contains("proxy http://ok.attack.test/run 200"), "{stdout}");
     assert!(stdout.contains("proxy http://denied.attack.test/run 403"), "{stdout}");
-    // Only the proxied request reached the world; the relay was never connected; only the allowed name was resolved.
+    assert!(stdout.contains("transparent-ok 200"), "a proxy-unaware client reaches an allowed host: {stdout}");
+    // 403 (for TLS: leash's readable refusal inside TLS, which `-k` reads) or 400, or no answer at all.
+    for label in ["transparent-host", "transparent-pinned", "transparent-absolute", "transparent-tls"] {
+        let line = stdout.lines().find(|l| l.starts_with(&format!("{label} "))).unwrap_or("");
+        assert!([" 403", " 400", " 000"].iter().any(|c| line.ends_with(c)), "{label}: {stdout}");
+    }
+    // Only the allowed requests reached the world (through the proxy, and through the transparent listener when it
+    // exists); the relay was never connected; only the allowed name was resolved.
     let seen: Vec<String> =
         s.origin_events().into_iter().filter(|l| l.contains(" req ") || l.contains("unix")).collect();
-    assert_eq!(seen.len(), 1, "{seen:?}");
-    assert!(seen[0].contains("GET /run"), "{seen:?}");
+    assert!(seen.iter().any(|l| l.contains("GET /run ")), "{seen:?}");
+    assert!(seen.iter().all(|l| l.contains("GET /run ") || l.contains("GET /transparent ")), "{seen:?}");
     s.assert_never_resolved(&[DENIED, "direct-dns.attack.test", "udp.attack.test", "sandbox-lookup.attack.test"]);
     assert!(s.queries().iter().any(|q| q.starts_with("ok.attack.test ")), "the allowed name went through DNS");
 }
