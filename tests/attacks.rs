@@ -222,7 +222,7 @@ fn tunnels_without_sni_or_without_tls_are_closed_unresolved() {
 }
 
 #[test]
-fn a_client_hello_split_across_segments_or_records_is_read_whole() {
+fn a_client_hello_split_across_segments_or_records_or_sent_with_the_connect_is_read_whole() {
     let Some(mut s) = Scene::new() else { return };
     let p = s.proxy(&allowlist(&[OK]));
     let ca = text(&s.path("ca.pem"));
@@ -235,15 +235,19 @@ fn a_client_hello_split_across_segments_or_records_is_read_whole() {
         hello("records", OK, "/records"),
         json!({"connect": "ok.attack.test:443", "sni": DENIED, "split": "segments"}),
         json!({"connect": "ok.attack.test:443", "sni": DENIED, "split": "records"}),
+        hello("with-connect", OK, "/with-connect"),
+        json!({"connect": "ok.attack.test:443", "sni": DENIED, "split": "with-connect"}),
     ];
     let results = s.probe(&p, &probes);
     assert_eq!(results[0]["responses"][0]["body"], "origin /segments", "{}", results[0]);
     assert_eq!(results[1]["responses"][0]["body"], "origin /records", "{}", results[1]);
     assert_tunnel_refused(&results[2]);
     assert_tunnel_refused(&results[3]);
+    assert_eq!(results[4]["responses"][0]["body"], "origin /with-connect", "{}", results[4]);
+    assert_tunnel_refused(&results[5]);
     s.assert_never_resolved(&[DENIED]);
     let requests = s.requests();
-    assert_eq!(requests.len(), 2, "only the allowed tunnels reached the origin: {requests:?}");
+    assert_eq!(requests.len(), 3, "only the allowed tunnels reached the origin: {requests:?}");
 }
 
 /// Spellings of `/secret` the canonicaliser undoes.

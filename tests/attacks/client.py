@@ -2,7 +2,7 @@
 # stdin, tries each on a new connection to the proxy, prints a JSON list of results. It sends the exact bytes asked,
 # including the shapes no HTTP library sends. Probes:
 #   {"raw": TEXT, "expect": N}         TEXT (latin-1) as sent; up to N responses read (default 1)
-#   {"connect": "HOST:PORT", "sni": NAME|null, "split": null|"segments"|"records", "cafile": PATH|null,
+#   {"connect": "HOST:PORT", "sni": NAME|null, "split": null|"segments"|"records"|"with-connect", "cafile": PATH|null,
 #    "nontls": TEXT|null, "send": TEXT|null, "expect": N}
 #       CONNECT, then TLS with that SNI (null: none) and the ClientHello sent as asked, then `send` inside TLS
 #       (or `nontls` as plain bytes instead of TLS); `cafile` verifies the server's certificate for the SNI name
@@ -78,9 +78,33 @@ def send_hello(s, data, split):
         s.sendall(data)
 
 
+def tls_object(probe):
+    if probe.get("cafile"):
+        ctx = ssl.create_default_context(cafile=probe["cafile"])
+    else:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["http/1.1"])
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    return ctx.wrap_bio(inc, out, server_hostname=probe.get("sni")), inc, out
+
+
 def tunnel(probe):
     s = dial()
-    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (probe["connect"], probe["connect"])).encode("latin-1"))
+    connect = ("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (probe["connect"], probe["connect"])).encode("latin-1")
+    obj, inc, out = tls_object(probe)
+    first = True
+    if probe.get("split") == "with-connect":
+        # The ClientHello in the same segment as the CONNECT head, before the 200: leash must keep those bytes.
+        try:
+            obj.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        s.sendall(connect + out.read())
+        first = False
+    else:
+        s.sendall(connect)
     buf = b""
     while b"\r\n\r\n" not in buf:
         chunk = s.recv(4096)
@@ -96,16 +120,7 @@ def tunnel(probe):
         s.sendall(probe["nontls"].encode("latin-1"))
         got, closed = read_responses(lambda: s.recv(65536), 1)
         return {"connect": status, "responses": got, "closed": closed}
-    if probe.get("cafile"):
-        ctx = ssl.create_default_context(cafile=probe["cafile"])
-    else:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    ctx.set_alpn_protocols(["http/1.1"])
-    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
-    obj = ctx.wrap_bio(inc, out, server_hostname=probe.get("sni"))
-    first = True
+    inc.write(rest)
     try:
         while True:
             try:
