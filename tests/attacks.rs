@@ -583,3 +583,37 @@ fn odd_request_lines_and_host_spellings_reach_no_refused_path() {
     let requests = s.requests();
     assert!(!requests.iter().any(|l| l.contains("secret") || l.contains("denied")), "{requests:?}");
 }
+
+#[test]
+fn smuggling_shapes_inside_tls_inspection_reach_no_refused_path() {
+    let Some(mut s) = Scene::new() else { return };
+    let p = s.proxy(&format!(
+        "network:\n  mode: blocklist\n  blocked_urls: [ok.attack.test/secret]\n  allow_destinations: [{WORLD_V4}/32]\n"
+    ));
+    let smuggled = "GET /secret HTTP/1.1\r\nHost: ok.attack.test\r\n\r\n";
+    let head = "POST /public HTTP/1.1\r\nHost: ok.attack.test\r\n";
+    let n = smuggled.len();
+    let shapes = [
+        format!("{head}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        format!("{head}Content-Length: 0\r\nContent-Length: {n}\r\n\r\n{smuggled}"),
+        format!("{head}Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        format!("{head}X-Folded: a\r\n Content-Length: {n}\r\n\r\n{smuggled}"),
+        format!("{head}Content-Length : {n}\r\n\r\n{smuggled}"),
+        format!("POST /public HTTP/1.1\nHost: ok.attack.test\nContent-Length: 0\n\n{smuggled}"),
+        format!("{head}Content-Length: 0\r\n\r\n{smuggled}"),
+    ];
+    let ca = text(&p.ca);
+    let probes: Vec<Value> = shapes
+        .iter()
+        .map(|raw| json!({"connect": "ok.attack.test:443", "sni": OK, "cafile": ca, "send": raw, "expect": 2}))
+        .collect();
+    let results = s.probe(&p, &probes);
+    for (r, shape) in results[..shapes.len() - 1].iter().zip(&shapes) {
+        assert_eq!(first(r).0, 400, "{shape:?}: {r}");
+    }
+    // The last is a well-formed pipeline: the second request is decided on its own and refused.
+    let last = &results[shapes.len() - 1]["responses"];
+    assert_eq!((last[0]["status"].as_u64(), last[1]["status"].as_u64()), (Some(200), Some(403)), "{last}");
+    let requests = s.requests();
+    assert!(!requests.iter().any(|l| l.contains("/secret")), "a refused path reached the origin: {requests:?}");
+}
