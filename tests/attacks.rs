@@ -617,3 +617,33 @@ fn smuggling_shapes_inside_tls_inspection_reach_no_refused_path() {
     let requests = s.requests();
     assert!(!requests.iter().any(|l| l.contains("/secret")), "a refused path reached the origin: {requests:?}");
 }
+
+#[test]
+fn hostile_bytes_in_requests_leave_one_valid_json_line_each() {
+    let Some(mut s) = Scene::new() else { return };
+    let p = s.proxy(&allowlist(&[OK]));
+    let long = "a".repeat(60_000);
+    let targets = [
+        "http://denied.attack.test/a\"b\\c".to_owned(),
+        "http://denied.attack.test/\u{85}\u{ff}\u{fe}".to_owned(),
+        "http://denied.attack.test/%0a{\"decision\":\"allow\"}".to_owned(),
+        "http://denied.attack.test/%22%7d%0d%0a".to_owned(),
+        format!("http://denied.attack.test/{long}"),
+        "http://denied.attack.test/?q=\"},{\"decision\":\"allow".to_owned(),
+    ];
+    let mut probes: Vec<Value> = targets.iter().map(|t| get(t, DENIED)).collect();
+    probes.push(
+        json!({ "raw": "GET http://denied.attack.test/ HTTP/1.1\r\nHost: denied.attack.test\r\nX-\u{ff}: \"\r\n\r\n" }),
+    );
+    probes.push(json!({ "raw": "\u{16}\u{3}\u{1}\u{0}\u{5}hello\r\n\r\n" }));
+    let results = s.probe(&p, &probes);
+    for (r, probe) in results.iter().zip(&probes) {
+        assert!((400..500).contains(&first(r).0), "{probe}: {r}");
+    }
+    // `audit` parses every line as JSON; each request left exactly one line, none of them an allow.
+    let audit = s.audit(&p);
+    assert_eq!(audit.len(), probes.len(), "{audit:#?}");
+    assert!(audit.iter().all(|l| l["decision"] == "block"), "{audit:#?}");
+    s.assert_no_lookup();
+    s.assert_origin_untouched();
+}
