@@ -273,8 +273,8 @@ pub(crate) async fn refuse_early<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let (host, port) = loose_authority(target);
-    let attempt = Attempt { id, method: &head.method, host: &host, port, path: Some(&head.target), peer };
+    let (host, port, path) = loose_target(target);
+    let attempt = Attempt { id, method: &head.method, host: &host, port, path: Some(path), peer };
     let response = match sh.log_decision(&attempt, &refusal(early.reason)) {
         Ok(()) => early.response,
         Err(_) => Response::audit_failed(),
@@ -282,16 +282,24 @@ where
     reply(client, &response, false).await
 }
 
-/// The authority of a target that may not parse, for the log only: the text between `://` and the path.
-fn loose_authority(target: &str) -> (String, u16) {
-    let Some((_, rest)) = target.split_once("://") else { return (String::new(), 0) };
+/// Host, port and path of a target that may not parse, for the log only: the text between `://` and the path, the
+/// port it names (else the scheme's default, 0 for an unknown scheme), and the rest as sent (`/` when empty). A
+/// target that is not absolute-form is all path.
+fn loose_target(target: &str) -> (String, u16, &str) {
+    let Some((scheme, rest)) = target.split_once("://") else { return (String::new(), 0, target) };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
+    let (authority, path) = (&rest[..end], &rest[end..]);
+    let path = if path.is_empty() { "/" } else { path };
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => 0,
+    };
     match authority.rsplit_once(':') {
         Some((h, p)) if !h.ends_with(']') || p.parse::<u16>().is_ok() => {
-            (h.to_ascii_lowercase(), p.parse().unwrap_or(0))
+            (h.to_ascii_lowercase(), p.parse().unwrap_or(default), path)
         }
-        _ => (authority.to_ascii_lowercase(), 0),
+        _ => (authority.to_ascii_lowercase(), default, path),
     }
 }
 
@@ -351,9 +359,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn loose_authority_reads_what_it_can() {
-        assert_eq!(loose_authority("http://Ex.com:81/x"), ("ex.com".into(), 81));
-        assert_eq!(loose_authority("/origin"), (String::new(), 0));
-        assert_eq!(loose_authority("http://a%2eb/"), ("a%2eb".into(), 0));
+    fn loose_target_reads_what_it_can() {
+        assert_eq!(loose_target("http://Ex.com:81/x?q"), ("ex.com".into(), 81, "/x?q"));
+        assert_eq!(loose_target("/origin"), (String::new(), 0, "/origin"));
+        assert_eq!(loose_target("http://a%2eb/"), ("a%2eb".into(), 80, "/"));
+        assert_eq!(loose_target("https://user@h"), ("user@h".into(), 443, "/"));
+        assert_eq!(loose_target("ftp://h/f"), ("h".into(), 0, "/f"));
     }
 }

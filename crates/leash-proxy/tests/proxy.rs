@@ -512,6 +512,16 @@ async fn assert_bad_host(authority: &str) {
 }
 
 #[tokio::test]
+async fn a_refusal_before_the_policy_is_logged_with_its_path_and_the_scheme_default_port() {
+    // Regression (found by the attack suite): such lines said port 0 and logged the whole URL as the path.
+    let w = allowing(&["allowed.test"]).await;
+    let r = w.send(raw_get("http://user@allowed.test/secret?x=1", "allowed.test")).await;
+    assert_refused(&r, 403, "bad-host");
+    let d = w.leash.decision("/secret?x=1").await;
+    assert_eq!((d["host"].as_str(), d["port"].as_u64()), (Some("user@allowed.test"), Some(80)));
+}
+
+#[tokio::test]
 async fn bad_host_userinfo() {
     assert_bad_host("user@allowed.test").await;
 }
