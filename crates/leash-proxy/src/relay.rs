@@ -11,6 +11,7 @@ use std::future::poll_fn;
 use std::io;
 use std::net::Shutdown;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -37,6 +38,15 @@ pub const COPY_BULK_BUF: usize = 256 * 1024;
 const FREE_BUFFERS: usize = 16;
 const FREE_LARGE_BUFFERS: usize = 4;
 
+/// Bytes of buffers larger than [`RELAY_BUF`] in use at once, process-wide. Beyond it a bulk transfer goes on with
+/// [`RELAY_BUF`] buffers: a client opening thousands of tunnels and reading slowly (each holding a full buffer in a
+/// pending write) then costs at most this much, not 1 MiB per direction. 64 MiB serves 32 concurrent bulk tunnels
+/// at full size, more than two cores can feed.
+pub const LARGE_BUFFER_BUDGET: usize = 64 * 1024 * 1024;
+
+/// Bytes of large buffers handed out and not yet dropped.
+static LARGE_IN_USE: AtomicUsize = AtomicUsize::new(0);
+
 /// Free lists by buffer size.
 type FreeLists = RefCell<Vec<(usize, Vec<Box<[u8]>>)>>;
 
@@ -58,8 +68,10 @@ impl Buf {
         Self::sized(BULK_BUF)
     }
 
-    /// A buffer of `size` bytes (one of the sizes above: each size has its own free list).
+    /// A buffer of `size` bytes (one of the sizes above: each size has its own free list); a [`RELAY_BUF`] one
+    /// instead when large buffers in use would pass [`LARGE_BUFFER_BUDGET`].
     pub fn sized(size: usize) -> Self {
+        let size = if size > RELAY_BUF && !reserve_large(size) { RELAY_BUF } else { size };
         let reused =
             FREE.with(|f| f.borrow_mut().iter_mut().find(|(s, _)| *s == size).and_then(|(_, list)| list.pop()));
         Buf(Some(reused.unwrap_or_else(|| vec![0u8; size].into_boxed_slice())))
@@ -70,10 +82,23 @@ impl Buf {
     }
 }
 
+/// Count `size` bytes against the large-buffer budget; false (nothing counted) if they do not fit.
+fn reserve_large(size: usize) -> bool {
+    let before = LARGE_IN_USE.fetch_add(size, Ordering::Relaxed);
+    if before + size > LARGE_BUFFER_BUDGET {
+        LARGE_IN_USE.fetch_sub(size, Ordering::Relaxed);
+        return false;
+    }
+    true
+}
+
 impl Drop for Buf {
     fn drop(&mut self) {
         if let Some(b) = self.0.take() {
             let size = b.len();
+            if size > RELAY_BUF {
+                LARGE_IN_USE.fetch_sub(size, Ordering::Relaxed);
+            }
             let keep = if size <= RELAY_BUF { FREE_BUFFERS } else { FREE_LARGE_BUFFERS };
             FREE.with(|f| {
                 let mut f = f.borrow_mut();
@@ -240,5 +265,21 @@ where
 fn grow_if_filled(buf: &mut Buf, got: usize) {
     if got == RELAY_BUF && buf.bytes().len() == RELAY_BUF {
         *buf = Buf::sized(COPY_BULK_BUF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_buffers_stay_within_the_budget_and_fall_back_to_small_ones() {
+        let count = LARGE_BUFFER_BUDGET / BULK_BUF + 1;
+        let mut held: Vec<Buf> = (0..count).map(|_| Buf::take_bulk()).collect();
+        let large: usize = held.iter_mut().map(|b| b.bytes().len()).filter(|&n| n > RELAY_BUF).sum();
+        assert!(large <= LARGE_BUFFER_BUDGET, "{large} bytes of large buffers");
+        assert!(held.iter_mut().any(|b| b.bytes().len() == RELAY_BUF), "past the budget a small buffer is given");
+        drop(held);
+        assert_eq!(Buf::take_bulk().bytes().len(), BULK_BUF, "dropped buffers give their budget back");
     }
 }
