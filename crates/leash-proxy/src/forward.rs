@@ -180,26 +180,41 @@ async fn finish<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
+    let authority = || format!("{}:{}", key.host, key.port);
+    let (next, done) = settle(sh, client, result, authority, started, id).await;
+    if done.is_some_and(|d| d.upstream_reusable) && conn.buf.is_empty() {
+        sh.pool.put(key, conn.io);
+    }
+    next
+}
+
+/// Log how an exchange ended and say whether the client may go on; a failure the client has not seen any of yet is
+/// answered with 502/504 naming `authority()`. The completed exchange is returned for the caller's upstream reuse.
+pub(crate) async fn settle<S>(
+    sh: &Shared,
+    client: &mut BufConn<S>,
+    result: Result<Exchanged, ExchangeError>,
+    authority: impl FnOnce() -> String,
+    started: Instant,
+    id: u64,
+) -> (Next, Option<Exchanged>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
     match result {
         Ok(done) => {
             sh.log_outcome(id, done.status, done.up, done.down, started);
-            if done.upstream_reusable && conn.buf.is_empty() {
-                sh.pool.put(key, conn.io);
-            }
-            if done.client_keep_alive {
-                Next::KeepAlive
-            } else {
-                Next::Close
-            }
+            let next = if done.client_keep_alive { Next::KeepAlive } else { Next::Close };
+            (next, Some(done))
         }
         Err(e) => {
             let status = e.status();
             sh.log_outcome(id, status, 0, 0, started);
             if e.response_started() {
-                return Next::Close;
+                return (Next::Close, None);
             }
-            let authority = format!("{}:{}", key.host, key.port);
-            reply(client, &Response::upstream_failed(status, &authority, &e.to_string()), false).await
+            let response = Response::upstream_failed(status, &authority(), &e.to_string());
+            (reply(client, &response, false).await, None)
         }
     }
 }

@@ -13,7 +13,7 @@ use super::{ClientTls, Inspected, UpstreamError, UpstreamTls};
 use crate::conn::{BufConn, Reparse};
 use crate::exchange::{exchange, ExchangeError, Exchanged};
 use crate::forward::{
-    bad_request, plan, refuse_early, reply, request_head_bytes, split_query, upgrade_value, Next, Plan,
+    bad_request, plan, refuse_early, reply, request_head_bytes, settle, split_query, upgrade_value, Next, Plan,
 };
 use crate::refusal::Response;
 use crate::server::refuse_unreadable;
@@ -275,29 +275,13 @@ async fn finish(
     started: Instant,
     id: u64,
 ) -> Next {
-    let sh = &t.sh;
-    match result {
-        Ok(done) => {
-            sh.log_outcome(id, done.status, done.up, done.down, started);
-            (totals.0, totals.1) = (totals.0 + done.up, totals.1 + done.down);
-            match upstream {
-                Some(up) if done.upstream_reusable && up.conn.buf.is_empty() => up.reused = true,
-                _ => *upstream = None,
-            }
-            if done.client_keep_alive {
-                Next::KeepAlive
-            } else {
-                Next::Close
-            }
-        }
-        Err(e) => {
-            *upstream = None;
-            let status = e.status();
-            sh.log_outcome(id, status, 0, 0, started);
-            if e.response_started() {
-                return Next::Close;
-            }
-            reply(client, &Response::upstream_failed(status, &t.authority(), &e.to_string()), false).await
-        }
+    let (next, done) = settle(&t.sh, client, result, || t.authority(), started, id).await;
+    if let Some(done) = &done {
+        (totals.0, totals.1) = (totals.0 + done.up, totals.1 + done.down);
     }
+    match upstream {
+        Some(up) if done.is_some_and(|d| d.upstream_reusable) && up.conn.buf.is_empty() => up.reused = true,
+        _ => *upstream = None,
+    }
+    next
 }
