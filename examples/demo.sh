@@ -58,6 +58,7 @@ echo; echo "\$ leash run --policy examples/demo.yaml -- sh -c '…'"
   echo "inside: HTTPS, another path there: $(curl -s https://papers.example.test:8443/closed/ | head -1)"
   curl -s --noproxy "*" --max-time 3 http://127.0.0.1:8080/guide/ >/dev/null && echo "inside: direct: REACHED" || echo "inside: direct connection to the host: fails"
   echo "inside: DNS for an allowed name: $(getent hosts docs.example.test | cut -d" " -f1) (the sandbox-local address)"
+  echo "inside: ignoring the proxy variables, an allowed name still goes through leash: $(curl -s --noproxy "*" http://docs.example.test:8080/guide/)"
   getent hosts evil.example.test >/dev/null && echo "inside: DNS: ANSWERED" || echo "inside: DNS for a refused name: fails at once"
   exit 7' || status=$?
 echo "exit status: ${status:-0} (the command's)"
