@@ -159,7 +159,7 @@ pub struct RunArgs {
 #[command(after_help = "Example:\n  leash proxy --policy policy.yaml --listen 127.0.0.1:3128 --log audit.jsonl\n  \
     curl -x http://127.0.0.1:3128 https://pypi.org/simple/\n\n\
     Prints `listening on ADDR:PORT` on stdout once ready. Without --log the audit log goes to stdout after that \
-    line. SIGHUP reloads the policy (an invalid file keeps the old one); SIGINT/SIGTERM stop accepting, let \
+    line. SIGHUP reloads the policy (an invalid file keeps the old one) and reopens the log file; SIGINT/SIGTERM stop accepting, let \
     in-flight requests finish and flush the log.\n\n\
     TLS inspection: tunnels to hosts with path rules (or every tunnel, with `inspect: all`) are terminated with a \
     certificate from a CA made for this run, whose key never leaves leash's memory. Clients must trust it: \

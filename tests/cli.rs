@@ -227,6 +227,34 @@ fn proxy_allows_refuses_and_logs_then_stops_cleanly_on_sigterm() {
 }
 
 #[test]
+fn proxy_reopens_its_audit_log_on_sighup_after_logrotate_moved_it() {
+    let port = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(
+        dir.path(),
+        "p.yaml",
+        &format!("network:\n  mode: allowlist\n  allowed_hosts: [one.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"),
+    );
+    let (log, rotated) = (dir.path().join("audit.jsonl"), dir.path().join("audit.jsonl.1"));
+    let proxy = Proxy::start(&policy, &log, &["--resolve", "one.test:127.0.0.1"]);
+    assert_eq!(proxy.curl(&format!("http://one.test:{port}/before")), "200");
+    std::fs::rename(&log, &rotated).unwrap();
+    proxy.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !log.exists() {
+        assert!(Instant::now() < deadline, "the log was not reopened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(proxy.curl(&format!("http://one.test:{port}/after")), "200");
+    let paths =
+        |p: &Path| log_lines(p).iter().filter_map(|l| l["path"].as_str().map(str::to_owned)).collect::<Vec<_>>();
+    assert_eq!(paths(&rotated), ["/before"]);
+    assert_eq!(paths(&log), ["/after"]);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&log).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
 fn proxy_reloads_on_sighup_and_keeps_the_old_policy_when_the_new_one_is_invalid() {
     let port = origin();
     let dir = tempfile::tempdir().unwrap();

@@ -62,7 +62,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on {addr}").and_then(|()| out.flush());
     }
-    tokio::spawn(reload_on_hangup(policy, args.policy.clone(), args.profile.clone()));
+    tokio::spawn(reload_on_hangup(policy, config.audit.clone(), args.policy.clone(), args.profile.clone()));
     match leash_proxy::serve(listener, config, shutdown_signal()).await {
         Ok(()) => Exit::Ok,
         Err(e) => {
@@ -150,13 +150,18 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing in-flight requests");
 }
 
-/// On SIGHUP, load the file again; a valid file replaces the policy atomically, an invalid one keeps the old.
-async fn reload_on_hangup(policy: PolicyHandle, path: PathBuf, profile: Option<String>) {
+/// On SIGHUP, reopen the audit log file and load the policy file again; a valid file replaces the policy atomically,
+/// an invalid one keeps the old.
+async fn reload_on_hangup(policy: PolicyHandle, audit: Arc<AuditLog>, path: PathBuf, profile: Option<String>) {
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot install the SIGHUP handler; policy reload is unavailable");
         return;
     };
     while hup.recv().await.is_some() {
+        // The log file is reopened too (after logrotate moved it), as daemons do on SIGHUP.
+        if let Err(e) = audit.reopen() {
+            tracing::error!("{e}; writing on to the file already open");
+        }
         match reload(&path, profile.as_deref()) {
             Ok(p) => {
                 policy.store(p);

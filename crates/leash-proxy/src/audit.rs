@@ -79,6 +79,20 @@ impl AuditLog {
         Ok(Self::with_sink(Sink::File { file, path: path.to_owned() }))
     }
 
+    /// Open the log file's path again and write there from now on (after logrotate moved the file). The old file is
+    /// closed only once the new one is open: if opening fails, lines keep going to the old file and the error says
+    /// why. Logs that are not files have nothing to reopen.
+    pub fn reopen(&self) -> Result<(), AuditError> {
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        if let Sink::File { file, path } = &mut *sink {
+            let fresh =
+                OpenOptions::new().create(true).append(true).mode(0o600).open(&*path).map_err(|e| err(path, e))?;
+            let _ = file.sync_data();
+            *file = fresh;
+        }
+        Ok(())
+    }
+
     /// JSON lines on standard output.
     pub fn stdout() -> Self {
         Self::with_sink(Sink::Stdout)
