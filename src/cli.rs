@@ -141,6 +141,10 @@ pub struct DockerAttachArgs {
     leash run --policy policy.yaml --profile verifier -- bash\n\n\
     The command runs in new user, PID, mount and network namespaces: its network holds only `lo`, with no route \
     and no IPv6, and leash's proxy listens inside on 127.0.0.1:3128 (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY are set). \
+    The command trusts the run's TLS-inspection CA through SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, \
+    GIT_SSL_CAINFO, PIP_CERT and NODE_EXTRA_CA_CERTS. Its resolver is a stub that forwards nothing: refused names \
+    fail at once, allowed ones resolve to 127.0.0.2, where leash also listens for programs that ignore the proxy \
+    variables and decides them the same way. \
     Host Unix sockets are masked unless named with --allow-unix-socket. leash exits with the command's status \
     (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125."
 )]
