@@ -281,7 +281,7 @@ fn apply(out: &mut RunOptions, name: &'static str, value: Option<String>) -> Res
             None
         }
         "mount" => {
-            mount(out, &normalised, v);
+            mount(out, &normalised, v)?;
             None
         }
         "entrypoint" => {
@@ -334,15 +334,114 @@ fn volume(out: &mut RunOptions, normalised: &str, value: &str) {
     }
 }
 
-/// `--mount type=bind,source=…,target=…` (`src=` too; `type` defaults to volume).
-fn mount(out: &mut RunOptions, normalised: &str, value: &str) {
-    let fields: Vec<(&str, &str)> = value.split(',').filter_map(|f| f.split_once('=')).collect();
-    let field = |key: &[&str]| fields.iter().find(|(k, _)| key.contains(&k.trim())).map(|(_, v)| v.trim());
-    if field(&["type"]) == Some("bind") {
-        if let Some(source) = field(&["source", "src"]) {
-            bind_source(out, normalised, source);
+/// `--mount` read as Docker's CLI reads it (opts/mount.go): one CSV record (Go's encoding/csv), each field
+/// `key=value` (a field without `=` is a flag such as `readonly`), keys and the `type` lowercased the way Go does,
+/// the last of a repeated key winning, `type` `volume` when not given. The source of a `bind` (or `npipe`) mount is
+/// checked like `-v`'s; a `volume` whose local driver is told to mount a host path or device (`volume-opt=device=…`,
+/// `volume-opt=o=bind`) is refused; `tmpfs` and `image` mounts name nothing of the host; any other type is refused
+/// as one leash cannot check.
+fn mount(out: &mut RunOptions, normalised: &str, value: &str) -> Result<(), UsageError> {
+    let fields = csv_fields(value).ok_or_else(|| unsupported(normalised.to_owned(), WHY_MOUNT_CSV))?;
+    let mut kind = "volume".to_owned();
+    let mut source = None;
+    let mut host_volume = None;
+    for field in &fields {
+        let Some((key, val)) = field.split_once('=') else { continue };
+        match go_lowercase(key).as_str() {
+            "type" => kind = go_lowercase(val),
+            "source" | "src" => source = Some(val),
+            "volume-opt" => {
+                let (opt, opt_value) = val.split_once('=').unwrap_or((val, ""));
+                let opt = go_lowercase(opt);
+                if opt == "device" || (opt == "o" && go_lowercase(opt_value).contains("bind")) {
+                    host_volume = Some(val);
+                }
+            }
+            _ => {}
         }
     }
+    let refuse =
+        |out: &mut RunOptions, why: String| out.unsafe_options.push(Unsafe { option: normalised.to_owned(), why });
+    // Volume options are Docker's error on another type; checked whatever the type, as leash does not rely on that.
+    if let Some(opt) = host_volume {
+        refuse(
+            out,
+            format!("`volume-opt={opt}` has the volume driver mount a host path or device, which leash cannot check"),
+        );
+    }
+    match kind.as_str() {
+        "bind" | "npipe" => {
+            if let Some(source) = source {
+                bind_source(out, normalised, source);
+            }
+        }
+        "volume" | "tmpfs" | "image" => {}
+        other => refuse(out, format!("leash cannot check what a `type={other}` mount brings in")),
+    }
+    Ok(())
+}
+
+/// Why a `--mount` value that is not one CSV record (as Go's encoding/csv reads it) is not used.
+const WHY_MOUNT_CSV: &str =
+    "its value is not one CSV record as Docker reads it (a quote out of place, an unclosed quote, or a line break)";
+
+/// One CSV record as Go's encoding/csv reads it (default settings, as Docker's `--mount` parser): fields split on
+/// `,`; a field that starts with `"` is quoted, `""` in it a literal quote and `,` plain text, and only `,` or the
+/// end may follow its closing quote; a quote anywhere else is an error, and so is a line break here (Go would read
+/// the first line only, after skipping empty ones). Nothing is trimmed.
+fn csv_fields(record: &str) -> Option<Vec<String>> {
+    if record.contains(['\n', '\r']) {
+        return None;
+    }
+    let mut fields = Vec::new();
+    let mut chars = record.chars().peekable();
+    loop {
+        let mut field = String::new();
+        let more = if chars.next_if_eq(&'"').is_some() {
+            loop {
+                match chars.next()? {
+                    '"' if chars.next_if_eq(&'"').is_some() => field.push('"'),
+                    '"' => break,
+                    c => field.push(c),
+                }
+            }
+            match chars.next() {
+                None => false,
+                Some(',') => true,
+                Some(_) => return None,
+            }
+        } else {
+            loop {
+                match chars.next() {
+                    None => break false,
+                    Some(',') => break true,
+                    Some('"') => return None,
+                    Some(c) => field.push(c),
+                }
+            }
+        };
+        fields.push(field);
+        if !more {
+            return Some(fields);
+        }
+    }
+}
+
+/// Go's `strings.ToLower`: Unicode simple lowercasing, one rune for one, so `İ` (U+0130) becomes a plain `i`
+/// (`type=BİND` is a bind mount to Docker) where Rust's `to_lowercase` gives `i` and a combining dot.
+fn go_lowercase(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\u{130}' => 'i',
+            c => {
+                let mut lower = c.to_lowercase();
+                match (lower.next(), lower.next()) {
+                    (Some(l), None) => l,
+                    _ => c,
+                }
+            }
+        })
+        .collect()
 }
 
 fn bind_source(out: &mut RunOptions, normalised: &str, source: &str) {
@@ -455,6 +554,153 @@ mod tests {
         }
         assert!(refused("-v /data:/data -v named:/x --mount type=volume,source=docker.sock,target=/x i").is_empty());
         assert!(refused("-v /var/run i").is_empty(), "an anonymous volume at /var/run mounts nothing of the host");
+    }
+
+    /// The one refusal of `--mount VALUE`, and its reason.
+    fn mount_refusal(value: &str) -> String {
+        let o = scan(&["--mount".to_owned(), value.to_owned(), "i".to_owned()]).unwrap();
+        assert_eq!(o.unsafe_options.len(), 1, "{value}: {o:?}");
+        assert_eq!(o.unsafe_options[0].option, format!("--mount={value}"), "the option is named");
+        o.unsafe_options[0].why.clone()
+    }
+
+    #[test]
+    fn a_mount_with_its_type_key_in_capitals_is_refused() {
+        let why = mount_refusal("TYPE=BIND,source=/var/run/docker.sock,target=/s");
+        assert!(why.contains("Docker socket"), "{why}");
+    }
+
+    #[test]
+    fn a_mount_with_its_type_in_mixed_case_is_refused() {
+        let why = mount_refusal("type=Bind,source=/var/run/docker.sock,target=/s");
+        assert!(why.contains("Docker socket"), "{why}");
+    }
+
+    #[test]
+    fn a_mount_with_a_quoted_type_field_is_refused() {
+        let why = mount_refusal(r#""type=bind",source=/var/run/docker.sock,target=/s"#);
+        assert!(why.contains("Docker socket"), "{why}");
+    }
+
+    #[test]
+    fn a_volume_the_local_driver_binds_to_a_host_directory_is_refused() {
+        let why = mount_refusal(
+            "type=volume,dst=/x,volume-driver=local,volume-opt=type=none,volume-opt=o=bind,volume-opt=device=/var/run",
+        );
+        assert!(why.contains("volume-opt=") && why.contains("host path"), "{why}");
+    }
+
+    #[test]
+    fn the_docker_socket_is_refused_in_every_mount_spelling() {
+        for value in [
+            "type=bind,src=/var/run/docker.sock,dst=/s",
+            "type=bind,source=/run/docker.sock,destination=/s",
+            "Type=bInD,SRC=/run/docker.sock,Target=/s",
+            "type=BIND,Source=/run/containerd/containerd.sock,target=/s",
+            // Go lowercases U+0130 to a plain `i`: this is a bind mount to Docker.
+            "type=B\u{130}ND,source=/var/run/docker.sock,target=/s",
+            r#""type=bind","source=/var/run/docker.sock","target=/s""#,
+            r#"target=/s,"type=bind","src=/var/run/docker.sock""#,
+            r#"type=bind,"source=/var/run/docker.sock",readonly"#,
+            // Directories above the socket.
+            "type=bind,source=/var/run,target=/r",
+            "type=bind,source=/var/run/,target=/r",
+            "type=bind,source=/run,target=/r",
+            "type=bind,source=/,target=/host",
+            "type=bind,source=/tmp/../var/run/docker.sock,target=/s",
+            "type=bind,source=/var/run/./docker.sock,target=/s",
+            "type=bind,source=//var//run,target=/r",
+            // The last of a repeated key wins, as in Docker.
+            "type=bind,source=/tmp,source=/var/run/docker.sock,target=/s",
+            "type=volume,source=/run,type=bind,target=/s",
+            // npipe names a host path like bind.
+            "type=npipe,source=/var/run/docker.sock,target=/s",
+        ] {
+            let why = mount_refusal(value);
+            assert!(why.contains("Docker socket"), "{value}: {why}");
+        }
+    }
+
+    #[test]
+    fn volumes_the_driver_would_mount_from_the_host_are_refused() {
+        for value in [
+            "dst=/x,volume-opt=device=/var/run",
+            "type=volume,dst=/x,volume-opt=type=none,volume-opt=o=rbind,volume-opt=device=/srv",
+            "type=volume,dst=/x,volume-opt=o=bind",
+            r#"type=volume,dst=/x,"volume-opt=o=ro,bind""#,
+            "type=volume,dst=/x,VOLUME-OPT=DEVICE=/dev/sda1",
+            "type=volume,dst=/x,volume-opt=device=:/export,volume-opt=type=nfs",
+        ] {
+            let why = mount_refusal(value);
+            assert!(why.contains("volume-opt="), "{value}: {why}");
+        }
+    }
+
+    #[test]
+    fn mount_types_leash_cannot_check_are_refused() {
+        for value in ["type=cluster,source=shared,target=/x", "type=bind ,source=/tmp,target=/x", "type=,target=/x"] {
+            let why = mount_refusal(value);
+            assert!(why.contains("cannot check"), "{value}: {why}");
+        }
+    }
+
+    #[test]
+    fn a_mount_docker_would_not_read_as_csv_is_a_usage_error() {
+        for value in [
+            r#"type="bind",source=/var/run/docker.sock,target=/s"#,
+            r#""type=bind,source=/var/run/docker.sock,target=/s"#,
+            r#""type=bind"x,source=/var/run/docker.sock,target=/s"#,
+            "type=volume,target=/x\ntype=bind,source=/var/run/docker.sock,target=/s",
+            "\ntype=bind,source=/var/run/docker.sock,target=/s",
+            "type=bind,source=/var/run/docker.sock,target=/s\r",
+        ] {
+            let e = scan(&["--mount".to_owned(), value.to_owned(), "i".to_owned()]).unwrap_err();
+            assert!(matches!(&e, UsageError::Unsupported { option, .. } if option.starts_with("--mount=")), "{e}");
+            assert!(e.to_string().contains("CSV"), "{e}");
+        }
+    }
+
+    #[test]
+    fn ordinary_mounts_pass_and_bind_sources_go_to_the_host_side_check() {
+        for line in [
+            "--mount type=bind,src=/tmp/x,dst=/x i",
+            "--mount type=volume,src=myvol,dst=/data i",
+            "--mount src=myvol,dst=/data,volume-nocopy i",
+            "--mount type=volume,dst=/data,volume-driver=local,volume-opt=size=1g i",
+            "--mount type=tmpfs,dst=/t,tmpfs-size=64m i",
+            "--mount type=image,source=alpine,target=/img i",
+            "--mount type=volume,source=docker.sock,target=/x i",
+        ] {
+            assert!(refused(line).is_empty(), "{line}");
+        }
+        let o =
+            scan_words("--mount type=bind,src=/tmp/x,dst=/x --mount TYPE=Bind,source=/tmp/link,target=/l i").unwrap();
+        let sources: Vec<_> = o.bind_sources.iter().map(|(_, s)| s.as_str()).collect();
+        assert_eq!(sources, ["/tmp/x", "/tmp/link"], "symlinks are resolved on the host (docker.rs)");
+        let o = scan(&["--mount".into(), r#"type=bind,"src=/tmp/a,b",dst=/x"#.into(), "i".into()]).unwrap();
+        assert_eq!(o.bind_sources, [(r#"--mount=type=bind,"src=/tmp/a,b",dst=/x"#.to_owned(), "/tmp/a,b".to_owned())]);
+    }
+
+    #[test]
+    fn csv_fields_read_as_gos_encoding_csv() {
+        let f = |s: &str| csv_fields(s).map(|v| v.join("|"));
+        assert_eq!(f("a,b,c").as_deref(), Some("a|b|c"));
+        assert_eq!(f(r#""a,b",c"#).as_deref(), Some("a,b|c"));
+        assert_eq!(f(r#""say ""hi""",x"#).as_deref(), Some(r#"say "hi"|x"#));
+        assert_eq!(f(r#""""#).as_deref(), Some(""));
+        assert_eq!(f("a,,").as_deref(), Some("a||"));
+        assert_eq!(f(" a , b").as_deref(), Some(" a | b"), "nothing is trimmed");
+        assert_eq!(f(""), Some(String::new()));
+        for bad in [r#"a"b"#, r#""a"b"#, r#""a"#, r#" "a""#, "a\nb"] {
+            assert_eq!(f(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn go_lowercase_maps_one_rune_to_one() {
+        assert_eq!(go_lowercase("TyPe"), "type");
+        assert_eq!(go_lowercase("B\u{130}ND"), "bind");
+        assert_eq!(go_lowercase("\u{212a}"), "k");
     }
 
     #[test]
