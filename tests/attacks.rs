@@ -294,6 +294,46 @@ fn path_respellings_are_refused_in_plain_http_and_inside_tls() {
     assert_eq!(requests.len(), 2, "only the controls reached the origin: {requests:?}");
 }
 
+/// Spellings that leash canonicalises to a path under `/pub/` but that a server keeping `%2F`, `\` or `;` as data,
+/// or removing dot segments at another stage, reads as a path outside it.
+const PREFIX_ESCAPES: &[&str] = &[
+    "/evil%2F..%2Fpub/x",
+    "/evil%252F..%252Fpub/x",
+    "/evil%5C..%5Cpub/x",
+    "/evil\\..\\pub/x",
+    "/evil/../pub/x",
+    "/evil/%2e%2e/pub/x",
+    "/evil/..;/pub/x",
+    "/pub/a%2Fb/../../evil",
+    "//pub/x",
+];
+
+#[test]
+fn an_allow_prefix_admits_no_spelling_a_server_may_read_outside_it() {
+    let Some(mut s) = Scene::new() else { return };
+    let p = s.proxy(&format!(
+        "network:\n  mode: allowlist\n  allowed_urls: [ok.attack.test/pub/]\n  allow_destinations: [{WORLD_V4}/32]\n"
+    ));
+    let plain: Vec<Value> = PREFIX_ESCAPES.iter().map(|path| get(&format!("http://{OK}{path}"), OK)).collect();
+    assert_refused(&s.probe(&p, &plain), &plain, 403, "ambiguous-path");
+    let ca = text(&p.ca);
+    let inner = |path: &str| {
+        json!({"connect": "ok.attack.test:443", "sni": OK, "cafile": ca,
+               "send": format!("GET {path} HTTP/1.1\r\nHost: {OK}\r\n\r\n")})
+    };
+    let tls: Vec<Value> = PREFIX_ESCAPES.iter().map(|path| inner(path)).collect();
+    for (r, path) in s.probe(&p, &tls).iter().zip(PREFIX_ESCAPES) {
+        assert_eq!(first(r), (403, "ambiguous-path".into()), "inside TLS {path}: {r}");
+    }
+    // Controls: plain spellings under the prefix, and an encoded `/` below it, reach the origin as sent.
+    let controls = vec![get(&format!("http://{OK}/pub/x"), OK), inner("/pub/group%2Fproject")];
+    let results = s.probe(&p, &controls);
+    assert_eq!(results[0]["responses"][0]["body"], "origin /pub/x", "{}", results[0]);
+    assert_eq!(results[1]["responses"][0]["body"], "origin /pub/group%2Fproject", "{}", results[1]);
+    let requests = s.requests();
+    assert_eq!(requests.len(), 2, "only the controls reached the origin: {requests:?}");
+}
+
 #[test]
 fn smuggling_shapes_get_400_and_reach_nothing() {
     let Some(mut s) = Scene::new() else { return };

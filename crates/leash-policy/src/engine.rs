@@ -314,11 +314,24 @@ impl Policy {
     fn decide_name(&self, name: &Name, path: &CanonicalPath) -> Decision {
         let best = self.rules.best(name.as_str(), path.as_str());
         match (self.mode, best) {
+            // INVARIANT: an allow prefix admits a path only if every way a server may split it is under the prefix.
+            (Mode::Allowlist, Some(_)) if !self.every_reading_admitted(name, path) => block(Reason::AmbiguousPath),
             (Mode::Allowlist, Some(rule)) => decision(Verdict::Allow, Reason::Rule, Some(rule)),
             (Mode::Allowlist, None) => block(Reason::NotAllowed),
             (Mode::Blocklist, Some(rule)) => decision(Verdict::Block, Reason::Rule, Some(rule)),
             (Mode::Blocklist, None) => decision(Verdict::Allow, Reason::Default, None),
         }
+    }
+
+    /// For an allow that rests on an `allowed_urls` prefix: no dot segment was removed (servers remove them at
+    /// different stages, or not at all) and the literal reading (split on raw `/` only) is admitted too. Between
+    /// those two readings every server's falls: the prefix's own segments are plain, so no reading moves them.
+    fn every_reading_admitted(&self, name: &Name, path: &CanonicalPath) -> bool {
+        if self.rules.host_rule(name.as_str()).is_some() {
+            return true;
+        }
+        !path.had_dot_segments()
+            && path.literal_reading().is_none_or(|literal| self.rules.best(name.as_str(), literal).is_some())
     }
 
     /// A tunnel's name at host level: refused outright, allowed as a splice, or inspected because some paths on it

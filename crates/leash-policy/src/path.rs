@@ -13,8 +13,35 @@
 pub const MAX_DECODE_ROUNDS: usize = 8;
 
 /// A canonical path: starts with `/`, no query, no dot segments, no empty segments, decoded.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CanonicalPath(String);
+///
+/// It also keeps what an allow prefix needs to know about the raw spelling (see [`CanonicalPath::literal_reading`]
+/// and [`CanonicalPath::had_dot_segments`]). Equality and hashing look at the canonical text alone.
+#[derive(Debug, Clone)]
+pub struct CanonicalPath(String, Spelling);
+
+/// How the raw path differs from its canonical form in ways a server might read otherwise.
+#[derive(Debug, Clone, Default)]
+struct Spelling {
+    /// The raw path split on its raw `/` only, each segment decoded (an `%2F`, `%5C` or `\` kept inside it, as
+    /// `%2F`/`%5C`; `;params` and empty segments kept); `None` when that is the canonical form itself.
+    literal: Option<String>,
+    /// A `.` or `..` segment (raw or encoded, with or without `;params`) was removed.
+    dotted: bool,
+}
+
+impl PartialEq for CanonicalPath {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for CanonicalPath {}
+
+impl std::hash::Hash for CanonicalPath {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 impl CanonicalPath {
     pub fn as_str(&self) -> &str {
@@ -23,7 +50,21 @@ impl CanonicalPath {
 
     /// The root path `/`.
     pub fn root() -> CanonicalPath {
-        CanonicalPath("/".to_owned())
+        CanonicalPath("/".to_owned(), Spelling::default())
+    }
+
+    /// The path as a server reads it that splits only on a raw `/` and keeps `;params`, empty segments and an
+    /// encoded `/` or `\` as data (`/evil%2F..%2Frust-lang/x` stays one segment `evil%2F..%2Frust-lang` there, while
+    /// leash's canonical form is `/rust-lang/x`). `None` when it equals [`CanonicalPath::as_str`]. A blocklist needs
+    /// none of this (a different reading only over-blocks); an allow prefix must admit both readings.
+    pub fn literal_reading(&self) -> Option<&str> {
+        self.1.literal.as_deref()
+    }
+
+    /// True if canonicalising removed a dot segment. Servers remove them before or after decoding, or not at all,
+    /// so such a path has no one reading an allow prefix could vouch for.
+    pub fn had_dot_segments(&self) -> bool {
+        self.1.dotted
     }
 }
 
@@ -59,10 +100,26 @@ pub fn canonicalize(raw: &str) -> Result<CanonicalPath, PathError> {
         return Err(PathError::NotAbsolute);
     }
     if already_canonical(path.as_bytes()) {
-        return Ok(CanonicalPath(path.to_owned()));
+        return Ok(CanonicalPath(path.to_owned(), Spelling::default()));
     }
     let decoded = decode_until_stable(path.as_bytes())?;
-    Ok(CanonicalPath(encode_special(&remove_dot_segments(&decoded))))
+    let (segments, dotted) = remove_dot_segments(&decoded);
+    let canonical = encode_special(&segments);
+    let literal = literal_reading(path.as_bytes())?;
+    let literal = (literal != canonical).then_some(literal);
+    Ok(CanonicalPath(canonical, Spelling { literal, dotted }))
+}
+
+/// The raw path split on raw `/` only; each segment decoded and written back with `/` and `\` escaped, so it
+/// stays one segment (see [`CanonicalPath::literal_reading`]).
+fn literal_reading(path: &[u8]) -> Result<String, PathError> {
+    let mut out = String::with_capacity(path.len());
+    for raw in path.split(|&b| b == b'/').skip(1) {
+        let decoded = if raw.contains(&b'%') { decode_until_stable(raw)? } else { raw.to_vec() };
+        out.push('/');
+        out.push_str(&encode_special(&decoded).replace('/', "%2F").replace('\\', "%5C"));
+    }
+    Ok(out)
 }
 
 /// True if canonicalising `path` (checked, query cut) would change nothing: ASCII, nothing to decode or
@@ -149,17 +206,21 @@ fn decode_once(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// `\` as `/`, `;params` dropped from each segment, empty segments collapsed, dot segments removed (never above the
-/// root). A path ending in `/`, `.` or `..` keeps a trailing slash, as RFC 3986 §5.2.4 does.
-fn remove_dot_segments(decoded: &[u8]) -> Vec<u8> {
+/// root). A path ending in `/`, `.` or `..` keeps a trailing slash, as RFC 3986 §5.2.4 does. Also says whether a dot
+/// segment was removed.
+fn remove_dot_segments(decoded: &[u8]) -> (Vec<u8>, bool) {
     let unified: Vec<u8> = decoded.iter().map(|&b| if b == b'\\' { b'/' } else { b }).collect();
     let mut segments: Vec<&[u8]> = Vec::new();
     let mut trailing_slash = false;
+    let mut dotted = false;
     for raw_segment in unified.split(|&b| b == b'/').skip(1) {
         let segment = raw_segment.split(|&b| b == b';').next().unwrap_or(&[]);
         trailing_slash = true;
         match segment {
-            b"" | b"." => {}
+            b"" => {}
+            b"." => dotted = true,
             b".." => {
+                dotted = true;
                 segments.pop();
             }
             _ => {
@@ -176,7 +237,7 @@ fn remove_dot_segments(decoded: &[u8]) -> Vec<u8> {
     if trailing_slash || out.is_empty() {
         out.push(b'/');
     }
-    out
+    (out, dotted)
 }
 
 /// Write back as `%XX` the bytes that a second reading would treat specially, so the form is ASCII and idempotent.

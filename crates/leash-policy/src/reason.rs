@@ -34,6 +34,9 @@ pub enum Reason {
     Ech,
     /// The host carries path rules and the tunnel cannot be inspected.
     NeedsInspection,
+    /// Only an `allowed_urls` prefix would admit the path, and a server may read its spelling as a path outside the
+    /// prefix (a dot segment, or an encoded `/` or `\` or `;param` that moves it out when kept as data).
+    AmbiguousPath,
     /// The request is malformed (answered 400).
     BadRequest,
     /// The audit log could not be written (answered 503).
@@ -49,7 +52,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order the README lists them.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 20] = [
         Reason::Rule,
         Reason::Default,
         Reason::NotAllowed,
@@ -64,6 +67,7 @@ impl Reason {
         Reason::NotTls,
         Reason::Ech,
         Reason::NeedsInspection,
+        Reason::AmbiguousPath,
         Reason::BadRequest,
         Reason::AuditFailed,
         Reason::UpstreamTls,
@@ -88,6 +92,7 @@ impl Reason {
             Reason::NotTls => "not-tls",
             Reason::Ech => "ech",
             Reason::NeedsInspection => "needs-inspection",
+            Reason::AmbiguousPath => "ambiguous-path",
             Reason::BadRequest => "bad-request",
             Reason::AuditFailed => "audit-failed",
             Reason::UpstreamTls => "upstream-tls",
@@ -113,6 +118,10 @@ impl Reason {
             Reason::NotTls => "the tunnel does not start with a TLS ClientHello",
             Reason::Ech => "Encrypted Client Hello hides the real destination",
             Reason::NeedsInspection => "the host carries path rules, which need TLS inspection",
+            Reason::AmbiguousPath => {
+                "only a path prefix admits this request, and a server may read its spelling as a path outside the \
+                 prefix (a dot segment, or an encoded / or \\ or a ;param); send the plain spelling"
+            }
             Reason::BadRequest => "the request is malformed",
             Reason::AuditFailed => "the audit log could not be written",
             Reason::UpstreamTls => "the upstream's TLS certificate could not be verified",

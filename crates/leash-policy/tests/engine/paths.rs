@@ -82,6 +82,40 @@ cases! { ALLOW_URLS;
     allow_prefix_other_host: "http://api.github.com/rust-lang/x" => "block not-allowed";
     allow_prefix_root_of_host: "http://github.com/" => "block not-allowed";
     allow_prefix_encoded_letters: "http://crates.io/api/v1/%63rates/serde" => "allow rule crates.io/api/v1/crates";
+    // Spellings that are under the prefix to leash but not to a server keeping `%2F`, `\` or `;` as data, or
+    // removing dot segments at another stage: refused whatever the server does.
+    allow_prefix_encoded_slash_climb: "http://github.com/evil%2F..%2Frust-lang/x" => "block ambiguous-path";
+    allow_prefix_encoded_slash_climb_lower: "http://github.com/evil%2f..%2frust-lang/x" => "block ambiguous-path";
+    allow_prefix_double_encoded_climb: "http://github.com/evil%252F..%252Frust-lang/x" => "block ambiguous-path";
+    allow_prefix_backslash_climb: "http://github.com/evil\\..\\rust-lang/x" => "block ambiguous-path";
+    allow_prefix_encoded_backslash_climb: "http://github.com/evil%5C..%5Crust-lang/x" => "block ambiguous-path";
+    allow_prefix_raw_dot_dot_into: "http://github.com/evil/../rust-lang/x" => "block ambiguous-path";
+    allow_prefix_encoded_dot_dot_into: "http://github.com/evil/%2e%2e/rust-lang/x" => "block ambiguous-path";
+    allow_prefix_dot_dot_below: "http://github.com/rust-lang/a/../b" => "block ambiguous-path";
+    allow_prefix_dot_segment: "http://github.com/rust-lang/./x" => "block ambiguous-path";
+    allow_prefix_climb_past_encoded_slash: "http://github.com/rust-lang/a%2Fb/../../evil" => "block ambiguous-path";
+    allow_prefix_tomcat_params: "http://github.com/evil/..;/rust-lang/x" => "block ambiguous-path";
+    allow_prefix_params_on_prefix: "http://github.com/rust-lang;x/y" => "block ambiguous-path";
+    allow_prefix_leading_empty_segment: "http://github.com//rust-lang/x" => "block ambiguous-path";
+    allow_prefix_encoded_slash_into_prefix: "http://github.com/rust%2Dlang%2Fx" => "block ambiguous-path";
+    // Below the prefix every reading stays under it: APIs that name an object with `%2F` keep working.
+    allow_prefix_encoded_slash_below: "http://github.com/rust-lang/group%2Fproject" => "allow rule github.com/rust-lang/";
+    allow_prefix_backslash_below: "http://github.com/rust-lang/a\\b" => "allow rule github.com/rust-lang/";
+    allow_prefix_params_below: "http://github.com/rust-lang/x;v=1" => "allow rule github.com/rust-lang/";
+    allow_prefix_empty_segment_below: "http://github.com/rust-lang//x" => "allow rule github.com/rust-lang/";
+}
+
+#[test]
+fn a_whole_host_allow_needs_no_literal_reading() {
+    let p = "network:\n  mode: allowlist\n  allowed_hosts: [github.com]\n  allowed_urls: [github.com/rust-lang/]\n";
+    assert_eq!(decide(p, "http://github.com/evil%2F..%2Frust-lang/x"), "allow rule github.com/rust-lang/");
+    assert_eq!(decide(p, "http://github.com/evil/../x"), "allow rule github.com");
+}
+
+#[test]
+fn inner_requests_refuse_ambiguous_allow_paths_too() {
+    assert_eq!(decide_inner(ALLOW_URLS, "https://github.com/evil%2F..%2Frust-lang/x"), "block ambiguous-path");
+    assert_eq!(decide_inner(ALLOW_URLS, "https://github.com/rust-lang/x"), "allow rule github.com/rust-lang/");
 }
 
 #[test]
