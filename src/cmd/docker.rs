@@ -462,6 +462,25 @@ mod tests {
     }
 
     #[test]
+    fn a_mount_in_any_spelling_whose_source_links_to_the_sockets_directory_is_refused_on_the_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("/run", &link).unwrap();
+        for value in [
+            format!("TYPE=Bind,source={},target=/r", link.display()),
+            format!("\"type=bind\",\"src={}\",dst=/r", link.display()),
+            format!("type=bind,src={}/../link/,dst=/r", link.display()),
+        ] {
+            let opts = options::scan(&["--mount".into(), value.clone(), "img".into()]).unwrap();
+            let host: Vec<_> = opts.bind_sources.iter().filter_map(|(o, s)| unsafe_on_host(o, s, &[])).collect();
+            let refused: Vec<_> = opts.unsafe_options.iter().chain(&host).collect();
+            assert_eq!(refused.len(), 1, "{value}: {opts:?}");
+            assert_eq!(refused[0].option, format!("--mount={value}"));
+            assert!(refused[0].why.contains("Docker socket"), "{value}: {}", refused[0].why);
+        }
+    }
+
+    #[test]
     fn without_the_gate_the_users_entrypoint_and_command_are_passed_as_given() {
         let words = ["--entrypoint", "/app", "img", "serve", "--port", "1"].map(String::from);
         let opts = options::scan(&words).unwrap();
