@@ -9,6 +9,7 @@ mod common;
 
 use common::{https_material, log_lines, origin, stderr, stdout, HttpsOrigin};
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -60,6 +61,19 @@ fn leftovers(label: &str) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_owned()
 }
 
+/// The IDs of the Docker networks there are now (none when Docker does not answer).
+fn networks() -> BTreeSet<String> {
+    let o = Command::new("docker").args(["network", "ls", "-q", "--no-trunc"]).output();
+    o.map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect()).unwrap_or_default()
+}
+
+/// Asserts that no network has appeared since `before` was taken: leash's containers have `--network none`, and a
+/// run must leave no network behind either.
+fn assert_no_new_network(before: &BTreeSet<String>) {
+    let new: Vec<_> = networks().difference(before).cloned().collect();
+    assert!(new.is_empty(), "a network was left behind: {new:?}");
+}
+
 /// Runs a command to completion within `BOUND`, killing it (and failing) beyond.
 fn bounded(cmd: &mut Command) -> Output {
     let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
@@ -104,6 +118,7 @@ fn docker_run_with(test: &str, extra: &[&str], script: impl Fn(u16) -> String) -
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("audit.jsonl");
     let label = label(test);
+    let nets = networks();
     let o = bounded(
         Command::new(LEASH)
             .args(["docker", "run", "--policy"])
@@ -114,6 +129,7 @@ fn docker_run_with(test: &str, extra: &[&str], script: impl Fn(u16) -> String) -
             .args(["--label", &label, IMAGE, "sh", "-c", &script(port)]),
     );
     assert_eq!(leftovers(&label), "", "a container was left behind");
+    assert_no_new_network(&nets);
     (o, log_lines(&log))
 }
 
@@ -164,6 +180,7 @@ fn docker_run_inspects_https_with_the_run_ca_trusted_through_the_environment() {
          python3 -c 'import urllib.request as u; print(u.urlopen(\"https://docs.test:{port}/py\").read().decode())'"
     );
     let label = label("https");
+    let nets = networks();
     let o = bounded(
         Command::new(LEASH)
             .args(["docker", "run", "--policy"])
@@ -180,6 +197,7 @@ fn docker_run_inspects_https_with_the_run_ca_trusted_through_the_environment() {
         stderr(&o)
     );
     assert_eq!(leftovers(&label), "");
+    assert_no_new_network(&nets);
 }
 
 #[test]
@@ -201,9 +219,10 @@ fn docker_run_splices_a_connect_tunnel_to_an_allowed_host_end_to_end() {
     // the test CA, mounted in) rather than one from leash's CA.
     let script = format!(
         "curl -s --cacert /certs/ca.pem https://docs.test:{port}/spliced; echo; \
-         curl -s --cacert /certs/ca.pem https://evil.test:{port}/ || echo refused"
+         curl -s --cacert /certs/ca.pem -o /dev/null -w '%{{http_connect}}\\n' https://evil.test:{port}/ || echo refused"
     );
     let label = label("splice");
+    let nets = networks();
     let log = dir.path().join("audit.jsonl");
     let o = bounded(
         Command::new(LEASH)
@@ -215,10 +234,12 @@ fn docker_run_splices_a_connect_tunnel_to_an_allowed_host_end_to_end() {
             .args([IMAGE, "sh", "-c", &script]),
     );
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
-    assert_eq!(stdout(&o), "origin-tls /spliced\nrefused\n", "stderr: {}", stderr(&o));
+    // The proxy answers the CONNECT to a host the policy refuses with its own 403, before any TLS.
+    assert_eq!(stdout(&o), "origin-tls /spliced\n403\nrefused\n", "stderr: {}", stderr(&o));
     let lines = log_lines(&log);
     assert_eq!((&lines[0]["method"], &lines[0]["decision"]), (&"CONNECT".into(), &"allow".into()), "{lines:?}");
     assert_eq!(leftovers(&label), "");
+    assert_no_new_network(&nets);
 }
 
 #[test]
@@ -298,9 +319,16 @@ fn docker_run_refuses_each_option_that_defeats_the_policy() {
         &["-v", "/var/run/docker.sock:/var/run/docker.sock"],
         &["--volume=/run:/r"],
         &["--mount", "type=bind,source=/var/run/docker.sock,target=/s"],
+        &["--mount", "TYPE=BIND,source=/var/run/docker.sock,target=/s"],
+        &["--mount=\"type=bind\",src=/run,dst=/r"],
+        &[
+            "--mount",
+            "type=volume,dst=/x,volume-driver=local,volume-opt=type=none,volume-opt=o=bind,volume-opt=device=/var/run",
+        ],
         &["--volumes-from", "other"],
     ];
     let label = label("refused");
+    let nets = networks();
     for options in refused {
         let o = bounded(
             Command::new(LEASH)
@@ -325,12 +353,14 @@ fn docker_run_refuses_each_option_that_defeats_the_policy() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("relay.sock"), "the socket is named: {}", stderr(&o));
-    for usage in [&["-d"][..], &["--restart", "always"], &["--frobnicate"]] {
+    let not_csv = "type=\"bind\",source=/var/run/docker.sock,target=/s";
+    for usage in [&["-d"][..], &["--restart", "always"], &["--frobnicate"], &["--mount", not_csv]] {
         let o = bounded(Command::new(LEASH).args(["docker", "run"]).args(usage).args([IMAGE, "true"]));
         assert_eq!(o.status.code(), Some(2), "{usage:?}: {}", stderr(&o));
     }
     if docker_ready() {
         assert_eq!(leftovers(&label), "", "a refused run created a container");
+        assert_no_new_network(&nets);
     }
 }
 
@@ -340,6 +370,7 @@ fn docker_run_with_the_danger_override_runs_but_still_without_a_network() {
         return;
     }
     let label = label("danger");
+    let nets = networks();
     let o = bounded(Command::new(LEASH).args([
         "docker",
         "run",
@@ -357,6 +388,7 @@ fn docker_run_with_the_danger_override_runs_but_still_without_a_network() {
     assert!(stderr(&o).contains("warning"), "{}", stderr(&o));
     assert_eq!(stdout(&o), "lo\n");
     assert_eq!(leftovers(&label), "");
+    assert_no_new_network(&nets);
 }
 
 #[test]
@@ -401,6 +433,7 @@ fn docker_run_stops_and_removes_the_container_on_sigint_sigterm_and_sighup() {
     if !docker_ready() {
         return;
     }
+    let nets = networks();
     for signal in ["INT", "TERM", "HUP"] {
         let label = label(&format!("sig{signal}"));
         let mut child = Command::new(LEASH)
@@ -420,6 +453,7 @@ fn docker_run_stops_and_removes_the_container_on_sigint_sigterm_and_sighup() {
         assert_eq!(o.status.code(), Some(143), "SIG{signal}: {}", stderr(&o));
         assert!(started.elapsed() < Duration::from_secs(9), "SIG{signal}: stopped at once, not after the grace");
         assert_eq!(leftovers(&label), "", "SIG{signal}");
+        assert_no_new_network(&nets);
     }
 }
 
@@ -429,6 +463,7 @@ fn docker_run_without_the_start_gate_still_serves_and_reports_a_quick_exit() {
         return;
     }
     let label = label("no-gate");
+    let nets = networks();
     let o = bounded(Command::new(LEASH).args(["docker", "run", "--no-start-gate", "--label", &label, IMAGE, "true"]));
     assert_eq!(o.status.code(), Some(0), "a command done before leash bound: {}", stderr(&o));
     let (o, _) = docker_run_with("no-gate-fetch", &["--no-start-gate"], |port| {
@@ -440,6 +475,7 @@ fn docker_run_without_the_start_gate_still_serves_and_reports_a_quick_exit() {
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert_eq!(stdout(&o), "origin");
     assert_eq!(leftovers(&label), "");
+    assert_no_new_network(&nets);
 }
 
 #[test]
@@ -448,6 +484,7 @@ fn docker_run_failures_leave_nothing_behind() {
         return;
     }
     let label = label("failures");
+    let nets = networks();
     // An image that is not there: refused before anything is created.
     let o = bounded(Command::new(LEASH).args(["docker", "run", "--label", &label, "leash-test-missing:nope", "true"]));
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
@@ -460,6 +497,7 @@ fn docker_run_failures_leave_nothing_behind() {
     let o = bounded(Command::new(LEASH).args(["docker", "run", "--label", &label, IMAGE, "/nonexistent/cmd"]));
     assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
     assert_eq!(leftovers(&label), "");
+    assert_no_new_network(&nets);
 }
 
 #[test]
@@ -471,6 +509,7 @@ fn docker_attach_serves_a_running_none_network_container_until_it_exits() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("audit.jsonl");
     let label = label("attach");
+    let nets = networks();
     // The harness's container: no network, curl's (lowercase) proxy variable; it polls until leash serves it.
     let script = format!(
         "i=0; until curl -sf -o /tmp/body http://docs.test:{port}/attached; do i=$((i+1)); \
@@ -509,6 +548,7 @@ fn docker_attach_serves_a_running_none_network_container_until_it_exits() {
     assert_eq!(lines[0]["path"], "/attached", "{lines:?}");
     assert_eq!(lines[0]["container"], id.as_str());
     assert_eq!(leftovers(&label), "");
+    assert_no_new_network(&nets);
 }
 
 #[test]
@@ -556,6 +596,7 @@ fn docker_attach_refuses_a_container_with_a_network_and_says_why() {
         return;
     }
     let label = label("attach-refused");
+    let nets = networks();
     let run = bounded(Command::new("docker").args(["run", "-d", "--label", &label, IMAGE, "sleep", "60"]));
     if !run.status.success() {
         // A daemon without a default bridge still refuses nothing of leash's; say so rather than fail.
@@ -569,4 +610,5 @@ fn docker_attach_refuses_a_container_with_a_network_and_says_why() {
     let err = stderr(&o);
     assert!(err.contains("not isolated") && err.contains("eth0") && err.contains("--network none"), "{err}");
     assert_eq!(leftovers(&label), "");
+    assert_no_new_network(&nets);
 }
