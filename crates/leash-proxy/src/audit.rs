@@ -1,10 +1,12 @@
 //! The audit log: one JSON object per line, one line per decision, written before a byte is forwarded, and a
 //! second line with the same `id` when an allowed request ends. Each line is one `write` on an `O_APPEND` file, so
-//! a crash leaves only whole lines; a failed write is reported to the caller, who refuses the request.
+//! a crash leaves only whole lines; a failed write is reported to the caller, who refuses the request. Before each
+//! line the file's path is checked to still name the open file: a log deleted or moved away is created again at its
+//! path, and where that fails the write fails, so no line goes unseen into an unlinked file.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -18,6 +20,8 @@ enum Sink {
     File {
         file: File,
         path: PathBuf,
+        /// Device and inode of `file`: the path names the open file only while a `stat` of it gives these.
+        id: (u64, u64),
     },
     Stdout,
     /// Standard error (`leash run`, whose standard output is the command's).
@@ -75,8 +79,8 @@ pub struct AuditError {
 impl AuditLog {
     /// Create (mode 0600) or append to the log file. Failing here means leash does not start.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
-        Ok(Self::with_sink(Sink::File { file, path: path.to_owned() }))
+        let (file, id) = open_file(path)?;
+        Ok(Self::with_sink(Sink::File { file, path: path.to_owned(), id }))
     }
 
     /// Open the log file's path again and write there from now on (after logrotate moved the file). The old file is
@@ -84,11 +88,10 @@ impl AuditLog {
     /// why. Logs that are not files have nothing to reopen.
     pub fn reopen(&self) -> Result<(), AuditError> {
         let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
-        if let Sink::File { file, path } = &mut *sink {
-            let fresh =
-                OpenOptions::new().create(true).append(true).mode(0o600).open(&*path).map_err(|e| err(path, e))?;
+        if let Sink::File { file, path, id } = &mut *sink {
+            let (fresh, fresh_id) = open_file(path).map_err(|e| err(path, e))?;
             let _ = file.sync_data();
-            *file = fresh;
+            (*file, *id) = (fresh, fresh_id);
         }
         Ok(())
     }
@@ -135,7 +138,7 @@ impl AuditLog {
     pub fn flush(&self) -> Result<(), AuditError> {
         let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
         match &mut *sink {
-            Sink::File { file, path } => file.sync_data().map_err(|e| err(path, e)),
+            Sink::File { file, path, .. } => file.sync_data().map_err(|e| err(path, e)),
             Sink::Stdout => io::stdout().flush().map_err(|e| err(Path::new("<stdout>"), e)),
             Sink::Stderr => Ok(()),
             Sink::Discard => Ok(()),
@@ -153,7 +156,10 @@ impl AuditLog {
         let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
         match &mut *sink {
             // One write_all of a whole line: with O_APPEND a crash can cut only the line being written.
-            Sink::File { file, path } => file.write_all(&line).map_err(|e| err(path, e)),
+            Sink::File { file, path, id } => {
+                follow_path(file, path, id)?;
+                file.write_all(&line).map_err(|e| err(path, e))
+            }
             Sink::Stdout => {
                 let mut out = io::stdout().lock();
                 out.write_all(&line).and_then(|()| out.flush()).map_err(|e| err(Path::new("<stdout>"), e))
@@ -170,6 +176,29 @@ struct InContainer<'a, T> {
     #[serde(flatten)]
     entry: &'a T,
     container: &'a str,
+}
+
+/// Create (mode 0600) or append to the log file at `path`; with its device and inode.
+fn open_file(path: &Path) -> io::Result<(File, (u64, u64))> {
+    let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+    let meta = file.metadata()?;
+    Ok((file, (meta.dev(), meta.ino())))
+}
+
+/// If `path` no longer names the open file (deleted, moved away, replaced), open the path again: a file nobody can
+/// find any more must not take the lines. One `stat` of the path per line, 1-2.5 µs beside a ~1 µs write (measured,
+/// bench/RESULTS.md); an `fstat` for `st_nlink == 0` costs 0.4 µs but misses a moved directory.
+fn follow_path(file: &mut File, path: &Path, id: &mut (u64, u64)) -> Result<(), AuditError> {
+    if std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == *id) {
+        return Ok(());
+    }
+    let (fresh, fresh_id) = open_file(path).map_err(|e| err(path, e))?;
+    tracing::warn!(
+        "the audit log `{}` was deleted or moved away; writing on to a new file at its path",
+        path.display()
+    );
+    (*file, *id) = (fresh, fresh_id);
+    Ok(())
 }
 
 fn err(path: &Path, source: io::Error) -> AuditError {

@@ -1905,6 +1905,37 @@ async fn audit_write_failure_refuses_a_tunnel() {
     tls.assert_untouched().await;
 }
 
+#[tokio::test]
+async fn audit_log_deleted_while_running_is_created_again_at_its_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = allowing(&["allowed.test"]).await;
+    assert_eq!(w.get("allowed.test", "/before").await.status, 200);
+    w.leash.log_until("the first outcome", |v| v.get("status").is_some()).await;
+    std::fs::remove_file(&w.leash.log_path).unwrap();
+    assert_eq!(w.get("allowed.test", "/after").await.status, 200);
+    let lines = w.leash.log_until("the second outcome", |v| v.get("status").is_some()).await;
+    let paths: Vec<_> = lines.iter().filter_map(|v| v["path"].as_str()).collect();
+    assert_eq!(paths, ["/after"], "the new file holds the lines written since the deletion: {lines:?}");
+    let mode = std::fs::metadata(&w.leash.log_path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[tokio::test]
+async fn audit_log_whose_directory_is_gone_refuses_the_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let up = Upstream::start().await;
+    let leash = Leash::builder(&allowlist(&["allowed.test"], &[up.port()], &[443]))
+        .audit_at(&logs.join("audit.jsonl"))
+        .start()
+        .await;
+    std::fs::remove_dir_all(&logs).unwrap();
+    let w = World { up, leash };
+    assert_refused(&w.get("allowed.test", "/").await, 503, "audit-failed");
+    w.up.assert_untouched().await;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Hot reload and shutdown
 // ---------------------------------------------------------------------------------------------------------------
