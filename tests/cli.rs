@@ -117,6 +117,18 @@ fn explain_refuses_ip_literals_and_rejects_usage_errors() {
 }
 
 #[test]
+fn explain_exits_2_not_1_when_the_policy_does_not_load() {
+    // 1 means "refused": a script asking explain must never read a broken policy, or a wrong profile, as one.
+    let (code, out) = explain("network:\n  mode: allowlist\n  blocked_urls: [x.test]\n", &["http://x.test/"]);
+    assert_eq!((code, out.as_str()), (Some(2), ""));
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "p.yaml", BLOCKLIST);
+    let o = leash(&["explain", "--policy", p.to_str().unwrap(), "--profile", "nope", "http://x.test/"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nope"), "{}", stderr(&o));
+}
+
+#[test]
 fn explain_says_a_model_api_is_inspected_and_its_plain_http_refused() {
     let policy = "network:\n  mode: allowlist\n  allowed_hosts: [api.openai.com, gw.test]\n  model_apis: [gw.test]\n";
     let (code, out) = explain(policy, &["CONNECT", "gw.test:443"]);
@@ -314,10 +326,12 @@ fn proxy_refuses_an_invalid_policy_at_start() {
 
 #[test]
 fn every_subcommand_help_teaches_with_an_example() {
-    for sub in ["proxy", "check", "explain"] {
-        let o = leash(&[sub, "--help"]);
+    for sub in
+        [&["proxy"][..], &["check"], &["explain"], &["run"], &["docker"], &["docker", "run"], &["docker", "attach"]]
+    {
+        let o = leash(&[sub, &["--help"]].concat());
         assert_eq!(o.status.code(), Some(0));
-        assert!(stdout(&o).contains("Example"), "{sub} --help has an example");
+        assert!(stdout(&o).contains("Example"), "{sub:?} --help has an example");
     }
 }
 

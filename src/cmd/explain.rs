@@ -16,9 +16,11 @@ pub fn run(args: &ExplainArgs) -> Exit {
         [method, url] => (method.as_str(), url.as_str()),
         _ => return usage("give [METHOD] URL"),
     };
+    // Exit 1 means "refused", so a policy that does not load (invalid, unknown profile) is 2, like a usage error:
+    // a script asking `explain` must never read a broken policy as a refusal.
     let policy = match load_file(&args.policy, args.profile.as_deref()) {
         Ok(l) => l.policy,
-        Err(code) => return code,
+        Err(_) => return Exit::Usage,
     };
     let explained =
         if method.eq_ignore_ascii_case("CONNECT") { explain_connect(&policy, url) } else { explain_url(&policy, url) };

@@ -38,7 +38,7 @@ pub fn run(args: RunArgs) -> Exit {
     let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
     let inspection = match crate::cmd::proxy::inspection(&tls) {
         Ok(i) => i,
-        Err(_) => return Exit::SandboxFailed,
+        Err(code) => return code,
     };
     let ca_files = match CaFiles::write(&inspection) {
         Ok(files) => files,

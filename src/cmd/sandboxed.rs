@@ -18,9 +18,11 @@ use crate::policy_file::{load_file, print_errors};
 pub type Pins = HashMap<Box<str>, Vec<IpAddr>>;
 
 /// The policy, the pins and the audit log (not yet shared: `leash docker` adds the container ID once known).
+///
+/// An invalid policy is exit 2, like a usage error: 1 is an ordinary status of the wrapped command.
 pub fn proxy_parts(args: &SandboxProxyArgs) -> Result<(Policy, Pins, AuditLog), Exit> {
     let policy = match &args.policy {
-        Some(path) => load_file(path, args.profile.as_deref())?.policy,
+        Some(path) => load_file(path, args.profile.as_deref()).map_err(|_| Exit::Usage)?.policy,
         None => Policy::from_inline(&args.allow, &args.block).map_err(|errors| {
             print_errors(Path::new("the command line"), &errors);
             Exit::Usage
@@ -44,7 +46,7 @@ pub fn config(policy: Policy, pins: Pins, audit: Arc<AuditLog>, inspection: Arc<
         audit,
         resolver: Arc::new(SystemResolver::new(pins)),
         own_addrs: leash_proxy::local_interface_addrs().into(),
-        limits: Limits::default(),
+        limits: crate::fit_open_files(Limits::default()),
         inspection: Some(inspection),
     }
 }
