@@ -35,6 +35,11 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  leash docker run --allow pypi.org --rm agent-image:latest pip download requests\n  \
+    leash docker attach --policy policy.yaml --log audit.jsonl agent-container\n\n\
+    `leash docker run --help` and `leash docker attach --help` say what each does and refuses."
+)]
 pub struct DockerArgs {
     #[command(subcommand)]
     pub command: DockerCommand,
@@ -83,7 +88,8 @@ pub struct SandboxProxyArgs {
     HTTP_PROXY/HTTPS_PROXY/ALL_PROXY pointing at leash's proxy, which listens on 127.0.0.1:3128 inside the container \
     and is served from leash. Tunnels to hosts with path rules are TLS-inspected: the run's CA is mounted at \
     /run/leash/ca.pem (with a bundle, bundle.pem) and SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, \
-    GIT_SSL_CAINFO, PIP_CERT and NODE_EXTRA_CA_CERTS point at them. Its command is held until the proxy is there \
+    GIT_SSL_CAINFO, PIP_CERT, CARGO_HTTP_CAINFO, AWS_CA_BUNDLE, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH and the like, and \
+    NODE_EXTRA_CA_CERTS point at them. Its command is held until the proxy is there \
     (the image needs /bin/sh). Options that \
     would defeat the policy (--network other than none, --privileged, --cap-add NET_ADMIN/NET_RAW/SYS_ADMIN/ALL, \
     --pid host, --userns host, the Docker socket mounted) are refused. leash exits with the container's status and \
@@ -142,7 +148,8 @@ pub struct DockerAttachArgs {
     The command runs in new user, PID, mount and network namespaces: its network holds only `lo`, with no route \
     and no IPv6, and leash's proxy listens inside on 127.0.0.1:3128 (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY are set). \
     The command trusts the run's TLS-inspection CA through SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, \
-    GIT_SSL_CAINFO, PIP_CERT and NODE_EXTRA_CA_CERTS. Its resolver is a stub that forwards nothing: refused names \
+    GIT_SSL_CAINFO, PIP_CERT, CARGO_HTTP_CAINFO, AWS_CA_BUNDLE, GRPC_DEFAULT_SSL_ROOTS_FILE_PATH and the like, and \
+    NODE_EXTRA_CA_CERTS. Its resolver is a stub that forwards nothing: refused names \
     fail at once, allowed ones resolve to 127.0.0.2, where leash also listens for programs that ignore the proxy \
     variables and decides them the same way. \
     Host Unix sockets are masked unless named with --allow-unix-socket. leash exits with the command's status \

@@ -9,9 +9,22 @@ use std::path::{Path, PathBuf};
 use leash_proxy::Inspection;
 
 /// Variables that name a CA bundle for the clients that read them: OpenSSL (curl, Python's ssl, Ruby, wget), Python
-/// requests, curl, git, pip. Each is pointed at the bundle.
-pub const BUNDLE_VARS: [&str; 5] =
-    ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT"];
+/// requests, curl, git, pip, cargo, the AWS SDKs, gRPC, httplib2, gcloud, Nix, Deno. Each is pointed at the bundle
+/// (an inherited one would point its client at roots without the run's CA, so inspected hosts would fail there).
+pub const BUNDLE_VARS: [&str; 12] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+    "CARGO_HTTP_CAINFO",
+    "AWS_CA_BUNDLE",
+    "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+    "HTTPLIB2_CA_CERTS",
+    "CLOUDSDK_CORE_CUSTOM_CA_CERTS_FILE",
+    "NIX_SSL_CERT_FILE",
+    "DENO_CERT",
+];
 /// Node adds this file's CAs to its own roots, so it names the run's CA alone.
 pub const NODE_VAR: &str = "NODE_EXTRA_CA_CERTS";
 
