@@ -41,8 +41,8 @@ fn init_logging() {
         .init();
 }
 
-/// A proxy holds two descriptors per connection (and a pipe pair per bulk tunnel direction): lift the soft limit on
-/// open files to the hard limit, so the connection bound, not a default of 1,024, is what limits leash.
+/// A proxy holds two descriptors per connection: lift the soft limit on open files to the hard limit, so the
+/// connection bound, not a default of 1,024, is what limits leash.
 fn raise_fd_limit() {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let limit = getrlimit(Resource::Nofile);
@@ -52,4 +52,19 @@ fn raise_fd_limit() {
             tracing::warn!("cannot raise the open-file limit: {e}");
         }
     }
+}
+
+/// `limits` with the connection bound lowered to what the open-file limit (raised above) can serve: past it, accepts
+/// and upstream dials fail with EMFILE and an ordinary request gets a 502; under it, connections wait in the backlog.
+pub(crate) fn fit_open_files(limits: leash_proxy::Limits) -> leash_proxy::Limits {
+    let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
+    let (fitted, lowered) = limits.within_open_files(open_files);
+    if lowered {
+        tracing::warn!(
+            "the open-file limit ({open_files}) allows {} concurrent connections; raise it (LimitNOFILE, ulimit -n) \
+             for more",
+            fitted.max_connections
+        );
+    }
+    fitted
 }

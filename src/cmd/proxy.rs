@@ -55,7 +55,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         audit,
         resolver: Arc::new(SystemResolver::new(pins)),
         own_addrs: leash_proxy::local_interface_addrs().into(),
-        limits: Limits::default(),
+        limits: crate::fit_open_files(Limits::default()),
         inspection: Some(inspection),
     };
     if let Ok(addr) = listener.local_addr() {

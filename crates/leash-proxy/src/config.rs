@@ -106,6 +106,33 @@ impl Default for Limits {
     }
 }
 
+/// Descriptors one client connection may hold at once: its own socket and its upstream's (an inspected tunnel too).
+pub const FDS_PER_CONNECTION: u64 = 2;
+
+/// Descriptors kept back from client connections: the audit log, the listeners, resolver and DNS-stub sockets, CA
+/// files, the runtime's epoll and wakers, and idle pooled upstream connections.
+pub const FD_HEADROOM: u64 = 64;
+
+impl Limits {
+    /// These limits with [`Limits::max_connections`] lowered, if need be, to what `open_files` descriptors (the soft
+    /// `RLIMIT_NOFILE`) can serve, so connections wait in the backlog instead of a request failing for want of a
+    /// descriptor. Returns the limits and whether the bound was lowered.
+    pub fn within_open_files(mut self, open_files: u64) -> (Self, bool) {
+        let fit = connections_for_open_files(open_files);
+        let lowered = fit < self.max_connections;
+        self.max_connections = self.max_connections.min(fit);
+        (self, lowered)
+    }
+}
+
+/// How many client connections `open_files` descriptors can serve: [`FD_HEADROOM`] kept back, [`FDS_PER_CONNECTION`]
+/// each, and at least one (with fewer descriptors than the headroom the proxy is broken anyway; the one connection
+/// at least makes the failure visible per request).
+pub fn connections_for_open_files(open_files: u64) -> usize {
+    let fit = open_files.saturating_sub(FD_HEADROOM) / FDS_PER_CONNECTION;
+    usize::try_from(fit).unwrap_or(usize::MAX).max(1)
+}
+
 /// Everything [`crate::serve`] needs.
 #[derive(Clone)]
 pub struct ProxyConfig {
@@ -118,4 +145,30 @@ pub struct ProxyConfig {
     /// TLS inspection (the run's CA, both TLS sides). `None`: a tunnel that needs inspection is refused
     /// (`needs-inspection`), never let through unseen.
     pub inspection: Option<Arc<Inspection>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_fit_the_open_file_limit() {
+        assert_eq!(connections_for_open_files(20_000), 9_968);
+        assert_eq!(connections_for_open_files(1_024), 480);
+        assert_eq!(connections_for_open_files(65), 1);
+        assert_eq!(connections_for_open_files(0), 1);
+        assert_eq!(connections_for_open_files(u64::MAX), usize::try_from(u64::MAX / 2 - 32).unwrap_or(usize::MAX));
+    }
+
+    #[test]
+    fn the_connection_bound_is_lowered_only_when_descriptors_are_short() {
+        let wanted = Limits::default().max_connections;
+        let (limits, lowered) = Limits::default().within_open_files(20_000);
+        assert_eq!((limits.max_connections, lowered), (9_968, true));
+        let enough = 2 * 16_384 + FD_HEADROOM;
+        let (limits, lowered) = Limits::default().within_open_files(enough);
+        assert_eq!((limits.max_connections, lowered), (wanted, false));
+        let (limits, lowered) = Limits::default().within_open_files(u64::MAX);
+        assert_eq!((limits.max_connections, lowered), (wanted, false));
+    }
 }
