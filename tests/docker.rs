@@ -326,6 +326,7 @@ fn docker_run_refuses_each_option_that_defeats_the_policy() {
             "type=volume,dst=/x,volume-driver=local,volume-opt=type=none,volume-opt=o=bind,volume-opt=device=/var/run",
         ],
         &["--volumes-from", "other"],
+        &["--volume-driver", "someplugin"],
     ];
     let label = label("refused");
     let nets = networks();
@@ -362,6 +363,49 @@ fn docker_run_refuses_each_option_that_defeats_the_policy() {
         assert_eq!(leftovers(&label), "", "a refused run created a container");
         assert_no_new_network(&nets);
     }
+}
+
+#[test]
+fn docker_run_refuses_an_existing_volume_made_to_bind_a_host_path() {
+    if !docker_ready() {
+        return;
+    }
+    // Created by the user beforehand, a local volume can be a bind of any host directory: here the one holding
+    // the Docker socket. Mounting it by name (with -v or --mount) must be refused like the bind itself.
+    let volume = format!("leash-test-bind-{}", std::process::id());
+    let created = Command::new("docker")
+        .args(["volume", "create", "--opt", "type=none", "--opt", "o=bind", "--opt", "device=/var/run", &volume])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{}", stderr(&created));
+    let label = label("volume");
+    let plain = format!("leash-test-plain-{}", std::process::id());
+    let cases = [
+        (vec!["-v".to_owned(), format!("{volume}:/x")], true),
+        (vec!["--mount".to_owned(), format!("type=volume,src={volume},dst=/x")], true),
+        // An ordinary named volume (new here, so Docker creates it empty) still runs.
+        (vec!["-v".to_owned(), format!("{plain}:/x")], false),
+    ];
+    let mut outcomes = Vec::new();
+    for (options, refused) in &cases {
+        let o = bounded(
+            Command::new(LEASH)
+                .args(["docker", "run", "--allow", "docs.test", "--label", &label])
+                .args(options)
+                .args([IMAGE, "true"]),
+        );
+        outcomes.push((options.clone(), *refused, o));
+    }
+    let _ = Command::new("docker").args(["volume", "rm", "-f", &volume, &plain]).output();
+    for (options, refused, o) in outcomes {
+        if refused {
+            assert_eq!(o.status.code(), Some(2), "{options:?}: {}", stderr(&o));
+            assert!(stderr(&o).contains("device=/var/run"), "{options:?}: the reason is given: {}", stderr(&o));
+        } else {
+            assert_eq!(o.status.code(), Some(0), "{options:?}: {}", stderr(&o));
+        }
+    }
+    assert_eq!(leftovers(&label), "", "a container was left behind");
 }
 
 #[test]

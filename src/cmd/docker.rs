@@ -177,6 +177,9 @@ fn checked_options(args: &DockerRunArgs) -> Result<RunOptions, Exit> {
     let sockets = if opts.bind_sources.is_empty() { Vec::new() } else { host_unix_sockets() };
     let host_unsafe: Vec<_> = opts.bind_sources.iter().filter_map(|(o, s)| unsafe_on_host(o, s, &sockets)).collect();
     opts.unsafe_options.extend(host_unsafe);
+    let engine = Engine::new();
+    let volume_unsafe: Vec<_> = opts.named_volumes.iter().filter_map(|(o, n)| unsafe_volume(&engine, o, n)).collect();
+    opts.unsafe_options.extend(volume_unsafe);
     if opts.unsafe_options.is_empty() {
         return Ok(opts);
     }
@@ -191,6 +194,18 @@ fn checked_options(args: &DockerRunArgs) -> Result<RunOptions, Exit> {
     }
     eprintln!("leash: the container was not created; --danger-allow-unsafe-docker-options runs it anyway, unprotected");
     Err(Exit::Usage)
+}
+
+/// A named volume that already exists and would bring a host path in: created with the local driver told to bind
+/// a host path or device, or by another driver. The daemon is asked; when it cannot answer, the volume is refused
+/// (leash does not guess). Without a `docker` program at all, the engine check that follows says so (exit 125).
+fn unsafe_volume(engine: &Engine, option: &str, name: &str) -> Option<options::Unsafe> {
+    let why = match engine.volume(name) {
+        Ok(None) | Err(EngineError::Missing(_)) => return None,
+        Ok(Some(facts)) => format!("the volume `{name}`: {}", facts.host_path()?),
+        Err(e) => format!("the volume `{name}` could not be checked ({e})"),
+    };
+    Some(options::Unsafe { option: option.to_owned(), why })
 }
 
 /// A bind source that resolves (symlinks, `..`, relative paths) to a runtime socket or a directory above one, that

@@ -1,6 +1,7 @@
 //! The Docker engine as `leash docker` drives it: each call a `docker` CLI child process with a time bound (a hung
 //! daemon never hangs leash), its failure a typed error carrying what Docker said. Only this file runs `docker`.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt;
 use std::process::{Child, Command, Output, Stdio};
@@ -77,6 +78,28 @@ impl Engine {
         match (lines.next(), lines.next()) {
             (Some(Ok(entrypoint)), Some(Ok(cmd))) => Ok((entrypoint.unwrap_or_default(), cmd.unwrap_or_default())),
             _ => Err(EngineError::Unexpected { call: "image inspect".into(), output: out }),
+        }
+    }
+
+    /// An existing named volume's driver and options (`None` when there is no such volume: Docker will create it
+    /// empty, with the local driver).
+    pub fn volume(&self, name: &str) -> Result<Option<VolumeFacts>, EngineError> {
+        let format = "{{json .Driver}}\n{{json .Options}}";
+        let out = match self.call(&["volume", "inspect", "--format", format, "--", name], QUICK) {
+            Ok(out) => out,
+            Err(EngineError::Failed { message, .. }) if message.to_lowercase().contains("no such volume") => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        let mut lines = out.lines();
+        let driver = lines.next().and_then(|l| serde_json::from_str::<String>(l).ok());
+        let options = lines.next().and_then(|l| serde_json::from_str::<Option<BTreeMap<String, String>>>(l).ok());
+        match (driver, options) {
+            (Some(driver), Some(options)) => {
+                Ok(Some(VolumeFacts { driver, options: options.unwrap_or_default().into_iter().collect() }))
+            }
+            _ => Err(EngineError::Unexpected { call: "volume inspect".into(), output: out }),
         }
     }
 
@@ -158,6 +181,28 @@ impl Engine {
     }
 }
 
+/// What `docker volume inspect` says of a volume that could bring a host path in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeFacts {
+    pub driver: String,
+    /// The driver options it was created with (`type`, `o`, `device` for the local driver).
+    pub options: Vec<(String, String)>,
+}
+
+impl VolumeFacts {
+    /// Why mounting this volume would bring a host path in, if it would: a driver other than `local`, or a local
+    /// volume created to mount a host path or device (`o=bind`, `device=…`).
+    pub fn host_path(&self) -> Option<String> {
+        if !self.driver.eq_ignore_ascii_case("local") {
+            return Some(format!("its driver `{}` can mount host paths leash cannot check", self.driver));
+        }
+        let (key, value) = self.options.iter().find(|(k, v)| {
+            k.eq_ignore_ascii_case("device") || (k.eq_ignore_ascii_case("o") && v.to_lowercase().contains("bind"))
+        })?;
+        Some(format!("it was created with `{key}={value}`, which mounts a host path or device"))
+    }
+}
+
 /// A running `docker wait`.
 pub struct Waiter {
     child: Child,
@@ -216,6 +261,21 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+
+    #[test]
+    fn volumes_that_bring_a_host_path_are_named() {
+        let facts = |driver: &str, options: &[(&str, &str)]| VolumeFacts {
+            driver: driver.to_owned(),
+            options: options.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        };
+        assert_eq!(facts("local", &[]).host_path(), None);
+        assert_eq!(facts("local", &[("type", "tmpfs"), ("o", "size=100m")]).host_path(), None);
+        let bound = facts("local", &[("type", "none"), ("o", "bind"), ("device", "/var/run")]).host_path().unwrap();
+        assert!(bound.contains("device=/var/run") || bound.contains("o=bind"), "{bound}");
+        assert!(facts("local", &[("o", "rbind,ro")]).host_path().is_some());
+        assert!(facts("local", &[("DEVICE", "/dev/sda1")]).host_path().is_some());
+        assert!(facts("rexray", &[]).host_path().unwrap().contains("rexray"));
+    }
 
     #[test]
     fn inspect_output_is_parsed() {

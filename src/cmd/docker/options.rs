@@ -110,6 +110,9 @@ pub struct RunOptions {
     /// Host paths bind-mounted (`-v /src:…`, `--mount type=bind,source=…`) and the option that names each, for
     /// the host-side check; those already refused here are left out.
     pub bind_sources: Vec<(String, String)>,
+    /// Named volumes mounted (`-v NAME:…`, `--mount type=volume,source=NAME`) and the option that names each: one
+    /// that already exists may have been created to bind a host path, so the daemon is asked (see `docker.rs`).
+    pub named_volumes: Vec<(String, String)>,
     /// Options that would defeat the policy; refused unless the user overrides.
     pub unsafe_options: Vec<Unsafe>,
 }
@@ -249,6 +252,8 @@ const WHY_PID_HOST: &str = "the host's processes, and through /proc their networ
 const WHY_PID_CONTAINER: &str = "another container's processes, and through /proc its network, come in";
 const WHY_USERNS_HOST: &str = "root in the container becomes root on the host";
 const WHY_VOLUMES_FROM: &str = "it brings another container's mounts, which leash cannot check";
+/// Why a volume driver other than `local` is refused.
+pub const WHY_VOLUME_DRIVER: &str = "a volume plugin can mount any host path through options leash cannot check";
 const WHY_API_SOCKET: &str = "it mounts the Docker socket, which can start an unfiltered container";
 /// Why an option cannot be used with leash at all.
 const WHY_DETACH: &str =
@@ -271,6 +276,7 @@ fn apply(out: &mut RunOptions, name: &'static str, value: Option<String>) -> Res
         "pid" if v.starts_with("container:") => Some(WHY_PID_CONTAINER),
         "userns" if v == "host" => Some(WHY_USERNS_HOST),
         "volumes-from" => Some(WHY_VOLUMES_FROM),
+        "volume-driver" if go_lowercase(v) != "local" => Some(WHY_VOLUME_DRIVER),
         "use-api-socket" if on => Some(WHY_API_SOCKET),
         "cap-add" => {
             cap_add(out, &normalised, v);
@@ -330,6 +336,8 @@ fn volume(out: &mut RunOptions, normalised: &str, value: &str) {
     if let Some((source, _)) = value.split_once(':') {
         if source.starts_with('/') || source.starts_with('.') {
             bind_source(out, normalised, source);
+        } else if !source.is_empty() {
+            out.named_volumes.push((normalised.to_owned(), source.to_owned()));
         }
     }
 }
@@ -345,11 +353,13 @@ fn mount(out: &mut RunOptions, normalised: &str, value: &str) -> Result<(), Usag
     let mut kind = "volume".to_owned();
     let mut source = None;
     let mut host_volume = None;
+    let mut driver = None;
     for field in &fields {
         let Some((key, val)) = field.split_once('=') else { continue };
         match go_lowercase(key).as_str() {
             "type" => kind = go_lowercase(val),
             "source" | "src" => source = Some(val),
+            "volume-driver" => driver = Some(val),
             "volume-opt" => {
                 let (opt, opt_value) = val.split_once('=').unwrap_or((val, ""));
                 let opt = go_lowercase(opt);
@@ -369,13 +379,21 @@ fn mount(out: &mut RunOptions, normalised: &str, value: &str) -> Result<(), Usag
             format!("`volume-opt={opt}` has the volume driver mount a host path or device, which leash cannot check"),
         );
     }
+    if let Some(driver) = driver.filter(|d| go_lowercase(d) != "local") {
+        refuse(out, format!("`volume-driver={driver}`: {WHY_VOLUME_DRIVER}"));
+    }
     match kind.as_str() {
         "bind" | "npipe" => {
             if let Some(source) = source {
                 bind_source(out, normalised, source);
             }
         }
-        "volume" | "tmpfs" | "image" => {}
+        "volume" => {
+            if let Some(name) = source.filter(|s| !s.is_empty()) {
+                out.named_volumes.push((normalised.to_owned(), name.to_owned()));
+            }
+        }
+        "tmpfs" | "image" => {}
         other => refuse(out, format!("leash cannot check what a `type={other}` mount brings in")),
     }
     Ok(())
@@ -554,6 +572,25 @@ mod tests {
         }
         assert!(refused("-v /data:/data -v named:/x --mount type=volume,source=docker.sock,target=/x i").is_empty());
         assert!(refused("-v /var/run i").is_empty(), "an anonymous volume at /var/run mounts nothing of the host");
+    }
+
+    #[test]
+    fn volume_drivers_but_local_are_refused_and_named_volumes_go_to_the_daemon_check() {
+        for line in [
+            "--volume-driver=nfsplugin i",
+            "--volume-driver Convoy i",
+            "--mount type=volume,src=v,dst=/x,volume-driver=rexray i",
+            "--mount TYPE=VOLUME,SRC=v,DST=/x,VOLUME-DRIVER=Rexray i",
+        ] {
+            assert_eq!(refused(line).len(), 1, "{line}");
+        }
+        assert!(refused("--volume-driver local --mount type=volume,src=v,dst=/x,volume-driver=LOCAL i").is_empty());
+        let o = scan_words(
+            "-v cache:/c -v /data:/data -v /anon --mount type=volume,src=work,dst=/w --mount type=tmpfs,dst=/t i",
+        )
+        .unwrap();
+        let names: Vec<_> = o.named_volumes.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, ["cache", "work"]);
     }
 
     /// The one refusal of `--mount VALUE`, and its reason.
