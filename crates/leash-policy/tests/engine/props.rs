@@ -1,8 +1,15 @@
 //! Properties: canonicalisation is idempotent; a blocked path stays blocked under every re-spelling the
-//! canonicaliser undoes; the compiled matcher agrees with a naive linear scan; no input makes a parser panic.
+//! canonicaliser undoes; the compiled matcher agrees with a naive linear scan; no input makes a parser or the engine
+//! panic, and what the engine decides on arbitrary text keeps its invariants.
 
-use leash_policy::{canonicalize, load, parse_absolute_target, parse_authority, parse_host, Format, Policy, Via};
+use std::net::Ipv4Addr;
+
+use leash_policy::{
+    canonicalize, load, parse_absolute_target, parse_authority, parse_host, ClientHelloFacts, Decision, Format, Host,
+    Mode, Policy, Request, Verdict, Via,
+};
 use proptest::prelude::*;
+use proptest::sample::select;
 
 use crate::decide_on;
 
@@ -246,6 +253,257 @@ proptest! {
             };
             let got = decide_on(&policy, Via::ForwardProxy, &format!("http://{host}{path}"));
             prop_assert_eq!(got, want, "{} {} under {:?}", host, path, rules);
+        }
+    }
+}
+
+/// Names a generated policy lists (two of them built-in model APIs), and the dotted quads an allowlist may list.
+const NAMES: &[&str] = &["a.com", "b.a.com", "x.org", "c.d.e.net", "api.anthropic.com", "api.openai.com"];
+const IPS: &[&str] = &["192.0.2.1", "10.0.0.1", "127.0.0.1"];
+const PATHS: &[&str] = &["/", "/p", "/p/", "/v1/messages", "/a-b/c"];
+
+/// Host spellings that reach the engine's corners: listed names re-spelled, and every IP-literal form.
+const SPELLINGS: &[&str] = &[
+    "A.COM",
+    "a.com.",
+    "B.a.com",
+    "z.b.a.com",
+    "192.0.2.1",
+    "192.0.2.1.",
+    "0300.0.2.1",
+    "0xc0.0.2.1",
+    "3221225985",
+    "192.0.513",
+    "192.0.2.01",
+    "127.1",
+    "10.0.0.1",
+    "[::1]",
+    "[::ffff:192.0.2.1]",
+    "[::ffff:c000:201]",
+    "1.2.3.4",
+    "a.com.0x1",
+    "x.org.1",
+    "user@a.com",
+    "a%2ecom",
+    "a..com",
+    "",
+];
+
+/// One entry of a generated policy.
+#[derive(Debug, Clone)]
+enum Entry {
+    Exact(&'static str),
+    Subtree(&'static str),
+    Ipv4(&'static str),
+    Url(&'static str, &'static str),
+}
+
+/// A valid policy built from generated entries, with what the properties need to know about it.
+#[derive(Debug)]
+struct Generated {
+    yaml: String,
+    policy: Policy,
+    /// Dotted quads an allowlist lists (a blocklist allows none).
+    listed_ips: Vec<Ipv4Addr>,
+}
+
+fn entry() -> impl Strategy<Value = Entry> {
+    prop_oneof![
+        select(NAMES).prop_map(Entry::Exact),
+        select(NAMES).prop_map(Entry::Subtree),
+        select(IPS).prop_map(Entry::Ipv4),
+        (select(NAMES), select(PATHS)).prop_map(|(n, p)| Entry::Url(n, p)),
+    ]
+}
+
+fn quoted(items: &[String]) -> String {
+    items.iter().map(|i| format!("'{i}'")).collect::<Vec<_>>().join(", ")
+}
+
+/// The YAML of a policy in `mode` with `entries` (a blocklist takes subtrees as host rules and drops addresses).
+fn policy_text(allowlist: bool, entries: &[Entry], extras: &[&str]) -> String {
+    let (mut hosts, mut urls) = (Vec::new(), Vec::new());
+    for e in entries {
+        match (e, allowlist) {
+            (Entry::Exact(n), _) => hosts.push((*n).to_owned()),
+            (Entry::Subtree(n), true) => hosts.push(format!(".{n}")),
+            (Entry::Subtree(n), false) => hosts.push((*n).to_owned()),
+            (Entry::Ipv4(ip), true) => hosts.push((*ip).to_owned()),
+            (Entry::Ipv4(_), false) => {}
+            (Entry::Url(n, p), _) => urls.push(format!("{n}{p}")),
+        }
+    }
+    let lists = if allowlist {
+        format!("  mode: allowlist\n  allowed_hosts: [{}]\n  allowed_urls: [{}]\n", quoted(&hosts), quoted(&urls))
+    } else {
+        hosts.extend(urls);
+        format!("  mode: blocklist\n  blocked_urls: [{}]\n", quoted(&hosts))
+    };
+    format!("network:\n{lists}{}", extras.concat())
+}
+
+/// Any policy of either mode, with optional ports, `inspect: all`, `provider_tools` and `model_apis`.
+fn any_policy() -> impl Strategy<Value = Generated> {
+    let extras = (
+        select(vec!["", "  ports: [80, 8080]\n", "  ports: []\n"]),
+        select(vec!["", "  tunnel_ports: [443, 8443]\n", "  tunnel_ports: []\n"]),
+        select(vec!["", "  inspect: all\n"]),
+        select(vec!["", "  provider_tools: refuse\n", "  provider_tools: allow\n"]),
+        select(vec!["", "  model_apis: ['.x.org']\n"]),
+    );
+    (any::<bool>(), proptest::collection::vec(entry(), 0..8), extras).prop_map(|(allowlist, entries, x)| {
+        let yaml = policy_text(allowlist, &entries, &[x.0, x.1, x.2, x.3, x.4]);
+        let policy = load(&yaml, Format::Yaml, None).unwrap_or_else(|e| panic!("{e:?}\n{yaml}")).policy;
+        let listed_ips = entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Ipv4(ip) if allowlist => ip.parse().ok(),
+                _ => None,
+            })
+            .collect();
+        Generated { yaml, policy, listed_ips }
+    })
+}
+
+/// Text where a host goes: anything, host-like characters, or a spelling from [`SPELLINGS`] or [`NAMES`].
+fn host_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        1 => any::<String>(),
+        2 => "[a-zA-Z0-9.:\\[\\]%@_-]{0,24}",
+        3 => select(SPELLINGS).prop_map(String::from),
+        3 => select(NAMES).prop_map(String::from),
+        2 => ("[a-z0-9-]{1,4}", select(NAMES)).prop_map(|(label, n)| format!("{label}.{n}")),
+    ]
+}
+
+/// `host`, `host:port` with a port the policies name or not, or a broken port.
+fn authority_text() -> impl Strategy<Value = String> {
+    let port = select(vec!["", ":80", ":443", ":8080", ":8443", ":0", ":65535", ":65536", ":x", ":"]);
+    (host_text(), port).prop_map(|(host, port)| format!("{host}{port}"))
+}
+
+fn path_text() -> impl Strategy<Value = String> {
+    prop_oneof![select(PATHS).prop_map(String::from), "/[a-zA-Z0-9/.%;?-]{0,16}", any::<String>()]
+}
+
+/// What a ClientHello may show; `ServerName` holds arbitrary text or the CONNECT target's own host.
+#[derive(Debug, Clone)]
+enum Hello {
+    ServerName(String),
+    SameAsTarget,
+    NoServerName,
+    BadServerName,
+    Ech,
+    NotTls,
+}
+
+fn hello() -> impl Strategy<Value = Hello> {
+    prop_oneof![
+        host_text().prop_map(Hello::ServerName),
+        Just(Hello::SameAsTarget),
+        Just(Hello::NoServerName),
+        Just(Hello::BadServerName),
+        Just(Hello::Ech),
+        Just(Hello::NotTls),
+    ]
+}
+
+/// What may pass whatever the rules say: names; a dotted quad only where an allowlist lists it; never another
+/// IP-literal spelling.
+fn host_may_pass(g: &Generated, host: &Host) -> bool {
+    match host {
+        Host::Name(_) => true,
+        Host::Ipv4(ip) => g.policy.mode() == Mode::Allowlist && g.listed_ips.contains(ip),
+        Host::IpLiteral(_) => false,
+    }
+}
+
+/// The invariants every decision keeps: an IP literal passes only if listed, and an allowlist passes nothing
+/// without naming the rule that let it.
+fn check_decision(g: &Generated, host: &Host, d: &Decision) -> Result<(), TestCaseError> {
+    if d.verdict != Verdict::Block {
+        prop_assert!(host_may_pass(g, host), "{host:?} passed: {d:?}\n{}", g.yaml);
+        if g.policy.mode() == Mode::Allowlist {
+            prop_assert!(d.rule.is_some(), "an allowlist passed {host:?} on no rule: {d:?}\n{}", g.yaml);
+        }
+    }
+    Ok(())
+}
+
+fn check_request(g: &Generated, via: Via, url: &str) -> Result<(), TestCaseError> {
+    let Ok(target) = parse_absolute_target(url) else { return Ok(()) };
+    let (host, port) = (&target.authority.host, target.port());
+    let d = g.policy.decide_request(&Request { via, scheme: target.scheme, host, port, path: &target.path });
+    check_decision(g, host, &d)?;
+    let plain_port_shut = via == Via::ForwardProxy && !g.policy.ports().contains(&port);
+    let scheme_wrong = (via == Via::ForwardProxy) != (target.scheme == leash_policy::Scheme::Http);
+    if plain_port_shut || scheme_wrong {
+        prop_assert_eq!(d.verdict, Verdict::Block, "{} {:?} on {:?}\n{}", url, via, d, g.yaml);
+    }
+    Ok(())
+}
+
+fn check_tunnel(g: &Generated, authority: &str, hellos: &[Hello]) -> Result<(), TestCaseError> {
+    let Ok(a) = parse_authority(authority) else { return Ok(()) };
+    let port = a.port.unwrap_or(443);
+    let on_target = g.policy.decide_connect(&a.host, port);
+    check_decision(g, &a.host, &on_target)?;
+    if !g.policy.tunnel_ports().contains(&port) {
+        prop_assert_eq!(on_target.verdict, Verdict::Block, "CONNECT {} passed\n{}", authority, g.yaml);
+    }
+    let same = a.host.to_string();
+    for h in hellos {
+        let facts = match h {
+            Hello::ServerName(sni) => ClientHelloFacts::ServerName(sni),
+            Hello::SameAsTarget => ClientHelloFacts::ServerName(&same),
+            Hello::NoServerName => ClientHelloFacts::NoServerName,
+            Hello::BadServerName => ClientHelloFacts::BadServerName,
+            Hello::Ech => ClientHelloFacts::Ech,
+            Hello::NotTls => ClientHelloFacts::NotTls,
+        };
+        let d = g.policy.decide_client_hello(&a.host, port, facts);
+        check_decision(g, &a.host, &d)?;
+        // The ClientHello can only confirm the target's decision or refuse: never loosen it.
+        prop_assert!(d == on_target || d.verdict == Verdict::Block, "{facts:?} turned {on_target:?} into {d:?}");
+        if on_target.verdict == Verdict::Block {
+            prop_assert_eq!(&d, &on_target, "{:?}\n{}", facts, g.yaml);
+        }
+        if matches!(a.host, Host::Name(_)) && matches!(h, Hello::SameAsTarget) {
+            prop_assert_eq!(&d, &on_target, "an SNI naming the target changes nothing\n{}", g.yaml);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn no_input_panics_the_engine_and_its_decisions_keep_their_invariants(
+        g in any_policy(),
+        requests in proptest::collection::vec((authority_text(), path_text(), any::<bool>(), any::<bool>()), 1..8),
+        tunnels in proptest::collection::vec(authority_text(), 1..6),
+        hellos in proptest::collection::vec(hello(), 1..6),
+    ) {
+        for (authority, path, https, inner) in &requests {
+            let scheme = if *https { "https" } else { "http" };
+            let via = if *inner { Via::Tunnel } else { Via::ForwardProxy };
+            check_request(&g, via, &format!("{scheme}://{authority}{path}"))?;
+        }
+        for authority in &tunnels {
+            check_tunnel(&g, authority, &hellos)?;
+        }
+    }
+
+    #[test]
+    fn no_host_text_panics_the_engine(g in any_policy(), raw in any::<String>(), port in any::<u16>()) {
+        if let Ok(host) = parse_host(&raw) {
+            let d = g.policy.decide_connect(&host, port);
+            check_decision(&g, &host, &d)?;
+            let d = g.policy.decide_client_hello(&host, port, ClientHelloFacts::ServerName(&raw));
+            check_decision(&g, &host, &d)?;
+            let _ = g.policy.name_is_reachable(&host);
+            let _ = g.policy.host_has_path_rules(&host);
         }
     }
 }
