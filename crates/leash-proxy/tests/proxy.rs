@@ -809,6 +809,28 @@ async fn connect_without_port_gets_400() {
 }
 
 #[tokio::test]
+async fn a_connect_refused_on_its_target_is_logged_with_its_port() {
+    // Regression: such lines said port 0 (as plain-HTTP refusals before the policy did until 909d446).
+    let t = Tunnels::new(&["allowed.test"]).await;
+    let port = t.tls.port();
+    let userinfo = format!("CONNECT User@allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n");
+    assert_refused(&exchange(t.leash.addr, userinfo).await, 403, "bad-host");
+    let host = format!("Host: allowed.test:{port}\r\n");
+    let twice = format!("CONNECT allowed.test:{port} HTTP/1.1\r\n{host}{host}\r\n");
+    assert_refused(&exchange(t.leash.addr, twice).await, 400, "bad-request");
+    let no_port = "CONNECT allowed.test HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
+    assert_refused(&exchange(t.leash.addr, no_port).await, 400, "bad-request");
+    let lines = t.leash.log_until("three refusals", |v| v["host"] == "allowed.test" && v["port"] == 0).await;
+    let logged: Vec<_> = lines.iter().map(|v| (v["host"].as_str().unwrap(), v["port"].as_u64().unwrap())).collect();
+    assert_eq!(
+        logged,
+        [("user@allowed.test", u64::from(port)), ("allowed.test", u64::from(port)), ("allowed.test", 0)]
+    );
+    t.tls.assert_untouched().await;
+    t.leash.resolver.assert_never_asked();
+}
+
+#[tokio::test]
 async fn connect_sni_other_than_the_target_is_a_mismatch() {
     let t = Tunnels::new(&[".allowed.test"]).await;
     let d = t.refused_hello("allowed.test", &client_hello("other.allowed.test")).await;
