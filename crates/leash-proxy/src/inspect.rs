@@ -143,11 +143,14 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
         return sh.log_outcome(t.id, 0, 0, 0, t.started);
     };
     let (id, started) = (t.id, t.started);
-    let (up, down) = match chosen.as_deref() {
+    let (status, up, down) = match chosen.as_deref() {
         Some(ALPN_H2) => h2::serve(Arc::new(t), client, upstream).await,
-        _ => h1::serve(&t, client, upstream).await,
+        _ => {
+            let (up, down) = h1::serve(&t, client, upstream).await;
+            (200, up, down)
+        }
     };
-    sh.log_outcome(id, 200, up, down, started);
+    sh.log_outcome(id, status, up, down, started);
 }
 
 /// A resolution or connection failure of an allowed tunnel: logged as allowed with its failure outcome, answered

@@ -45,20 +45,20 @@ struct Totals {
     down: AtomicU64,
 }
 
-/// Serve the client's HTTP/2 connection until it ends; returns the body bytes relayed up and down.
-pub(super) async fn serve(t: Arc<Inspected>, client: ClientTls, upstream: UpstreamTls) -> (u64, u64) {
+/// Serve the client's HTTP/2 connection until it ends; returns the tunnel's status and the body bytes relayed up and
+/// down. When the upstream's HTTP/2 handshake fails the client is still served, so each of its streams is decided
+/// and logged as usual, and every allowed one answered 502; the tunnel's status is then 502.
+pub(super) async fn serve(t: Arc<Inspected>, client: ClientTls, upstream: UpstreamTls) -> (u16, u64, u64) {
     let exec = TokioExecutor::new();
-    let (sender, conn) = match hyper::client::conn::http2::Builder::new(exec.clone())
-        .handshake::<_, Counted<ReqBody>>(TokioIo::new(upstream))
-        .await
-    {
-        Ok(pair) => pair,
+    let handshake =
+        hyper::client::conn::http2::Builder::new(exec.clone()).handshake::<_, Counted<ReqBody>>(TokioIo::new(upstream));
+    let (sender, upstream_task, status) = match handshake.await {
+        Ok((sender, conn)) => (Ok(sender), Some(tokio::spawn(conn)), 200),
         Err(e) => {
             tracing::warn!("upstream {}: HTTP/2 handshake failed: {e}", t.authority());
-            return (0, 0);
+            (Err(Arc::<str>::from(format!("HTTP/2 handshake failed: {e}"))), None, 502)
         }
     };
-    let upstream_task = tokio::spawn(conn);
     let totals = Arc::new(Totals::default());
     let service = {
         let totals = totals.clone();
@@ -71,14 +71,16 @@ pub(super) async fn serve(t: Arc<Inspected>, client: ClientTls, upstream: Upstre
     if let Err(e) = served.await {
         tracing::debug!("inspected HTTP/2 connection ended: {e}");
     }
-    upstream_task.abort();
-    (totals.up.load(Ordering::Relaxed), totals.down.load(Ordering::Relaxed))
+    if let Some(task) = upstream_task {
+        task.abort();
+    }
+    (status, totals.up.load(Ordering::Relaxed), totals.down.load(Ordering::Relaxed))
 }
 
-/// One stream: decide, log, forward or refuse.
+/// One stream: decide, log, forward or refuse. `sender` is the upstream connection, or why there is none.
 async fn stream(
     t: Arc<Inspected>,
-    mut sender: Upstream,
+    sender: Result<Upstream, Arc<str>>,
     req: Request<Incoming>,
     totals: Arc<Totals>,
 ) -> HttpResponse<ResBody> {
@@ -122,6 +124,10 @@ async fn stream(
     if logged.is_err() {
         return own_response(&Response::audit_failed());
     }
+    let mut sender = match sender {
+        Ok(sender) => sender,
+        Err(why) => return failed(&t, id, started, 502, &why),
+    };
     let up = Arc::new(AtomicU64::new(0));
     let mut request = Request::builder()
         .method(parts.method.clone())

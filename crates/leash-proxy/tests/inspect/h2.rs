@@ -3,9 +3,10 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use ::http::{HeaderMap, HeaderValue, Request, Response};
 use bytes::Bytes;
@@ -13,10 +14,13 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 
 use super::{Inspecting, BLOCKED};
+use crate::support::origin::Resettable;
 use crate::support::*;
 
 /// A stream as the HTTP/2 origin saw it.
@@ -174,4 +178,92 @@ async fn h2_authority_naming_another_host_is_refused() {
     assert_eq!(resp.status(), 403);
     assert_eq!(resp.headers().get("x-leash-reason").unwrap(), "host-mismatch");
     assert!(origin.seen().is_empty());
+}
+
+/// An HTTPS origin that agrees to `h2`, then resets the connection right after the handshake; `reset` fires once it
+/// has.
+async fn resetting_h2_origin(ca: &TestCa) -> (u16, oneshot::Receiver<()>) {
+    let mut config = ca.server_config(&["allowed.test"]);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (reset, on_reset) = oneshot::channel();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let tls = acceptor.accept(tcp).await.unwrap();
+        tls.reset();
+        drop(tls);
+        let _ = reset.send(());
+    });
+    (port, on_reset)
+}
+
+/// A client connection whose reads wait for `gate` first.
+struct ReadAfter {
+    inner: TcpStream,
+    gate: Option<oneshot::Receiver<()>>,
+}
+
+impl AsyncRead for ReadAfter {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        if let Some(gate) = self.gate.as_mut() {
+            let _ = ready!(Pin::new(gate).poll(cx));
+            self.gate = None;
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ReadAfter {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[tokio::test]
+async fn h2_upstream_failing_its_handshake_gets_502_streams_and_a_502_tunnel_outcome() {
+    // Regression: leash closed the client's connection without an answer and logged the tunnel's outcome as 200.
+    let ca = TestCa::new();
+    let (port, reset) = resetting_h2_origin(&ca).await;
+    let tls = TlsUpstream::start(&ca).await;
+    let t = Inspecting::with(ca, tls, move |_| blocklist(&[BLOCKED], &[80], &[port])).await;
+    let authority = format!("allowed.test:{port}");
+    let (c, status) = crate::support::tls::connect(t.leash.addr, &authority).await;
+    assert_eq!(status, 200);
+    // The client reads leash's handshake only once the origin has reset: leash's HTTP/2 preface meets a dead socket.
+    let io = ReadAfter { inner: c.wire.io, gate: Some(reset) };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(t.client_config(&[b"h2"])));
+    let name = rustls::pki_types::ServerName::try_from("allowed.test").unwrap();
+    let tls = within("handshake", connector.connect(name, io)).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.unwrap();
+    let client_task = tokio::spawn(conn);
+    let get = |path: &str| Request::get(format!("https://{authority}{path}")).body(Frames::new(vec![])).unwrap();
+    let resp = within("allowed stream", send.send_request(get("/x"))).await.unwrap();
+    assert_eq!(resp.status(), 502);
+    let text = resp.into_body().collect().await.unwrap().to_bytes();
+    let expected = format!("leash: upstream `{authority}` failed (HTTP/2 handshake failed");
+    assert!(text.starts_with(expected.as_bytes()), "{text:?}");
+    let resp = within("blocked stream", send.send_request(get("/abs/2401.01234"))).await.unwrap();
+    assert_eq!(resp.status(), 403);
+    assert_eq!(resp.headers().get("x-leash-reason").unwrap(), "rule");
+    // The client goes away (its last stream and sender dropped): the tunnel ends and its outcome is logged.
+    drop((resp, send));
+    let _ = within("the client connection to end", client_task).await;
+    let stream = t.leash.decision("/x").await;
+    assert_eq!(
+        (stream["decision"].as_str(), t.leash.outcome(&stream["id"]).await["status"].as_u64()),
+        (Some("allow"), Some(502))
+    );
+    let tunnel = t.leash.decision("allowed.test").await;
+    assert_eq!(tunnel["decision"], "inspect");
+    assert_eq!(t.leash.outcome(&tunnel["id"]).await["status"], 502, "the tunnel's outcome says its upstream failed");
 }
