@@ -9,6 +9,7 @@ use crate::conn::{BufConn, ReadHeadError, Reparse, Source};
 use crate::dial::DialError;
 use crate::forward::{upgrade_value, Plan};
 use crate::headers;
+use crate::refusal::Response;
 use crate::shared::Shared;
 use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead};
 
@@ -34,6 +35,10 @@ pub(crate) enum ExchangeError {
     Upstream(io::Error),
     #[error("{0}")]
     Dial(DialError),
+    /// leash answers by itself, its decision line already written: a re-dial (after the first upstream connection
+    /// went stale or closed) was refused on its destination or on the upstream's certificate, as a first dial is.
+    #[error("{}", .0.body.trim_end())]
+    Answered(Response),
     /// The response had begun reaching the client, or the client itself failed: nothing more can be said.
     #[error("connection ended mid-response: {0}")]
     Midway(io::Error),
@@ -44,6 +49,7 @@ impl ExchangeError {
         match self {
             ExchangeError::Timeout => 504,
             ExchangeError::Dial(e) => e.status(),
+            ExchangeError::Answered(r) => r.status,
             _ => 502,
         }
     }

@@ -85,7 +85,7 @@ where
     if upstream.pooled && sh.log_decision(&attempt(path_only), &decision).is_err() {
         return reply(client, &Response::audit_failed(), false).await;
     }
-    forward(sh, client, head, &plan, key, upstream, &snap, started, id).await
+    forward(sh, client, head, &plan, key, upstream, &snap, &attempt(path_only), started).await
 }
 
 struct Upstream {
@@ -105,12 +105,7 @@ async fn check_and_dial_logged(
     let host = &plan.target.authority.host;
     let addrs = match resolve_checked(&*sh.cfg.resolver, snap, &sh.own, host, plan.port).await {
         Ok(addrs) => addrs,
-        Err(DialError::Refused(reason)) => {
-            let refused = refusal(reason);
-            sh.log_decision(attempt, &refused).map_err(|_| Response::audit_failed())?;
-            let (path, _) = split_query(plan.target.path_and_query);
-            return Err(Response::forbidden(&format!("{}{path}", host.as_str()), reason));
-        }
+        Err(DialError::Refused(reason)) => return Err(destination_refused(sh, attempt, reason)),
         Err(e) => return Err(upstream_failed(sh, attempt, decision, &e, started)),
     };
     sh.log_decision(attempt, decision).map_err(|_| Response::audit_failed())?;
@@ -118,6 +113,15 @@ async fn check_and_dial_logged(
         sh.log_outcome(attempt.id, e.status(), 0, 0, started);
         Response::upstream_failed(e.status(), &format!("{}:{}", attempt.host, attempt.port), &e.to_string())
     })
+}
+
+/// Log and answer a request whose destination check refused the resolved addresses, at a first dial or a re-dial:
+/// a block line (under the request's id) and a 403 naming `<host><path>` of the attempt.
+pub(crate) fn destination_refused(sh: &Shared, attempt: &Attempt<'_>, reason: Reason) -> Response {
+    match sh.log_decision(attempt, &refusal(reason)) {
+        Ok(()) => Response::forbidden(&format!("{}{}", attempt.host, attempt.path.unwrap_or("")), reason),
+        Err(_) => Response::audit_failed(),
+    }
 }
 
 /// A resolution failure of an allowed request: logged as allowed, then its 502 outcome.
@@ -139,8 +143,8 @@ async fn forward<S>(
     key: PoolKey,
     mut upstream: Upstream,
     snap: &Snapshot,
+    attempt: &Attempt<'_>,
     started: Instant,
-    id: u64,
 ) -> Next
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -149,21 +153,32 @@ where
     let mut conn = BufConn::new(upstream.stream);
     let mut result = exchange(sh, client, &mut conn, &request, head, plan).await;
     if matches!(result, Err(ExchangeError::Stale)) && upstream.pooled && plan.framing == BodyFraming::None {
-        let host = &plan.target.authority.host;
-        let fresh = match resolve_checked(&*sh.cfg.resolver, snap, &sh.own, host, plan.port).await {
-            Ok(addrs) => connect_checked(&addrs, plan.port, sh.cfg.limits.connect_timeout).await,
-            Err(e) => Err(e),
-        };
-        match fresh {
+        match redial(sh, snap, plan, attempt).await {
             Ok(stream) => {
                 upstream = Upstream { stream, pooled: false };
                 conn = BufConn::new(upstream.stream);
                 result = exchange(sh, client, &mut conn, &request, head, plan).await;
             }
-            Err(e) => result = Err(ExchangeError::Dial(e)),
+            Err(e) => result = Err(e),
         }
     }
-    finish(sh, client, conn, key, result, started, id).await
+    finish(sh, client, conn, key, result, started, attempt.id).await
+}
+
+/// A fresh connection for a request already logged as allowed whose pooled connection was stale: resolved and
+/// checked again (the answer may have changed), a refusal answered exactly as at a first dial.
+async fn redial(
+    sh: &Shared,
+    snap: &Snapshot,
+    plan: &Plan<'_>,
+    attempt: &Attempt<'_>,
+) -> Result<TcpStream, ExchangeError> {
+    let host = &plan.target.authority.host;
+    let addrs = resolve_checked(&*sh.cfg.resolver, snap, &sh.own, host, plan.port).await.map_err(|e| match e {
+        DialError::Refused(reason) => ExchangeError::Answered(destination_refused(sh, attempt, reason)),
+        e => ExchangeError::Dial(e),
+    })?;
+    connect_checked(&addrs, plan.port, sh.cfg.limits.connect_timeout).await.map_err(ExchangeError::Dial)
 }
 
 /// Log the outcome, return the upstream to the pool when it is clean, and say whether the client may go on.
@@ -207,6 +222,8 @@ where
             let next = if done.client_keep_alive { Next::KeepAlive } else { Next::Close };
             (next, Some(done))
         }
+        // A refusal on a re-dial: its block line is the request's last, as for a refusal on a first dial.
+        Err(ExchangeError::Answered(response)) => (reply(client, &response, false).await, None),
         Err(e) => {
             let status = e.status();
             sh.log_outcome(id, status, 0, 0, started);

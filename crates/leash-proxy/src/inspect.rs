@@ -124,12 +124,7 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
     let upstream = match t.dial_addrs(&addrs, t.tls.upstream_config(alpn)).await {
         Ok(upstream) => upstream,
         Err(UpstreamError::Tls(why)) => {
-            let refused =
-                Decision { verdict: Verdict::Block, reason: Reason::UpstreamTls, rule: decision.rule.clone() };
-            let response = match sh.log_decision(&attempt, &refused) {
-                Ok(()) => Response::upstream_tls(&t.authority(), &why),
-                Err(_) => Response::audit_failed(),
-            };
+            let response = upstream_tls_refused(&t, &attempt, decision.rule.clone(), &why);
             return answer(&t, client, |_| response).await;
         }
         Err(UpstreamError::Dial(e)) => return failed_before_tls(&t, client, &attempt, decision, &e).await,
@@ -170,6 +165,21 @@ async fn failed_before_tls(
         Response::audit_failed()
     };
     answer(t, client, |_| response).await;
+}
+
+/// Log and answer an upstream whose certificate (or TLS itself) failed, at the tunnel's first dial or an HTTP/1.1
+/// re-dial: a `block upstream-tls` line under `attempt`'s id, keeping the rule it was allowed by, and a 502.
+pub(super) fn upstream_tls_refused(
+    t: &Inspected,
+    attempt: &Attempt<'_>,
+    rule: Option<Arc<str>>,
+    why: &str,
+) -> Response {
+    let refused = Decision { verdict: Verdict::Block, reason: Reason::UpstreamTls, rule };
+    match t.sh.log_decision(attempt, &refused) {
+        Ok(()) => Response::upstream_tls(&t.authority(), why),
+        Err(_) => Response::audit_failed(),
+    }
 }
 
 /// Answer a refused tunnel inside TLS: a 403 naming the host and the path the client asked for.

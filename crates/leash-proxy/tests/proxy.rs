@@ -1473,6 +1473,36 @@ async fn upstream_closing_an_idle_kept_alive_connection_is_not_an_error() {
     assert_eq!(w.up.requests().len(), 5);
 }
 
+#[tokio::test]
+async fn a_destination_refused_on_a_redial_gets_the_standard_403() {
+    // Regression: when a pooled connection turned out stale and the name now resolved to an internal address, the
+    // client got a 403 without `X-Leash-Reason` saying the upstream failed, and the log said `allow`, outcome 403.
+    let up = Upstream::with(|r| match r.target.as_str() {
+        // Close the kept-alive connection when the second request arrives on it: stale, so leash dials again.
+        "/second" => Reply::RawThenClose(Vec::new()),
+        _ => Reply::ok("first"),
+    })
+    .await;
+    let w = World::with(up, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(get(&w.url("allowed.test", "/first"))).await;
+    assert_eq!(c.response().await.status, 200);
+    w.leash.resolver.insert("allowed.test", &["10.0.0.1"]);
+    c.send(get(&w.url("allowed.test", "/second"))).await;
+    let r = c.response().await;
+    assert_refused(&r, 403, "internal-destination");
+    assert_eq!(r.first_line(), "leash: allowed.test/second refused by the egress policy (internal-destination)");
+    assert_eq!(w.leash.resolver.asked(), ["allowed.test", "allowed.test"], "checked again before the re-dial");
+    assert_eq!(w.up.connections().await, 1, "only the pooled connection was ever opened");
+    let lines = w.leash.log_until("the re-dial's refusal", |v| v["reason"] == "internal-destination").await;
+    // The allow line (the request went out on the pooled connection), then the re-dial's block line, same id.
+    let second: Vec<_> = lines.iter().filter(|v| v["path"] == "/second").collect();
+    assert_eq!(second.len(), 2, "{lines:#?}");
+    assert_eq!(second[0]["decision"], "allow");
+    assert_eq!((second[1]["decision"].as_str(), second[1]["id"].clone()), (Some("block"), second[0]["id"].clone()));
+    assert!(!lines.iter().any(|v| v["id"] == second[0]["id"] && v.get("status").is_some()), "no outcome line");
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Keep-alive and pipelining: each request decided on its own
 // ---------------------------------------------------------------------------------------------------------------

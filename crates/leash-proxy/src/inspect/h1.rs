@@ -2,6 +2,7 @@
 //! origin-form target read as `https://<SNI host><target>`, every Host required to name the SNI host, and one
 //! upstream TLS session for the tunnel (dialed again, checked again, if the upstream closes it between requests).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -9,11 +10,13 @@ use leash_policy::{ProviderTools, Request, Scheme, Verdict, Via};
 use tokio::io::AsyncWriteExt;
 
 use super::model::{self, Capped, Gate};
-use super::{ClientTls, Inspected, UpstreamError, UpstreamTls};
+use super::{upstream_tls_refused, ClientTls, Inspected, UpstreamError, UpstreamTls};
 use crate::conn::{BufConn, Reparse};
+use crate::dial::DialError;
 use crate::exchange::{exchange, ExchangeError, Exchanged};
 use crate::forward::{
-    bad_request, plan, refuse_early, reply, request_head_bytes, settle, split_query, upgrade_value, Next, Plan,
+    bad_request, destination_refused, plan, refuse_early, reply, request_head_bytes, settle, split_query,
+    upgrade_value, Next, Plan,
 };
 use crate::refusal::Response;
 use crate::server::refuse_unreadable;
@@ -28,6 +31,12 @@ const REFRAMED: [&str; 3] = ["content-length", "transfer-encoding", "expect"];
 struct Upstream {
     conn: BufConn<UpstreamTls>,
     reused: bool,
+}
+
+/// A request as its allow line named it, so a refusal on a re-dial is logged under the same id and rule.
+struct Logged<'a> {
+    attempt: Attempt<'a>,
+    rule: Option<Arc<str>>,
 }
 
 /// Serve requests until the client closes or a request ends the connection; returns bytes up and down.
@@ -111,11 +120,12 @@ async fn request(
         }
     };
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
+    let logged = Logged { attempt: attempt(path_only), rule: decision.rule.clone() };
     // INVARIANT: logged before a byte of the request goes up.
-    if sh.log_decision_stripped(&attempt(path_only), &model::forwarded(&decision, &stripped), listed).is_err() {
+    if sh.log_decision_stripped(&logged.attempt, &model::forwarded(&decision, &stripped), listed).is_err() {
         return reply(client, &Response::audit_failed(), false).await;
     }
-    let result = forward(t, client, head, &plan, &bytes, upstream).await;
+    let result = forward(t, client, head, &plan, &bytes, upstream, &logged).await;
     finish(t, client, result, upstream, totals, started, id).await
 }
 
@@ -238,12 +248,13 @@ async fn forward(
     plan: &Plan<'_>,
     bytes: &[u8],
     upstream: &mut Option<Upstream>,
+    logged: &Logged<'_>,
 ) -> Result<Exchanged, ExchangeError> {
     let mut attempts = 0;
     loop {
         attempts += 1;
         if upstream.is_none() {
-            *upstream = Some(redial(t).await?);
+            *upstream = Some(redial(t, logged).await?);
         }
         let Some(up) = upstream.as_mut() else { continue };
         let reused = up.reused;
@@ -257,11 +268,19 @@ async fn forward(
     }
 }
 
-async fn redial(t: &Inspected) -> Result<Upstream, ExchangeError> {
+/// A fresh upstream session for a request already logged as allowed, resolved and checked again: a destination
+/// refusal (403 `internal-destination`) or a certificate failure (502 `upstream-tls`) is logged and answered exactly
+/// as at the tunnel's first dial, under the request's id.
+async fn redial(t: &Inspected, logged: &Logged<'_>) -> Result<Upstream, ExchangeError> {
     match t.dial(t.tls.upstream_http1()).await {
         Ok(tls) => Ok(Upstream { conn: BufConn::new(tls), reused: false }),
+        Err(UpstreamError::Dial(DialError::Refused(reason))) => {
+            Err(ExchangeError::Answered(destination_refused(&t.sh, &logged.attempt, reason)))
+        }
         Err(UpstreamError::Dial(e)) => Err(ExchangeError::Dial(e)),
-        Err(UpstreamError::Tls(why)) => Err(ExchangeError::BadResponse(format!("upstream TLS failed: {why}"))),
+        Err(UpstreamError::Tls(why)) => {
+            Err(ExchangeError::Answered(upstream_tls_refused(t, &logged.attempt, logged.rule.clone(), &why)))
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use rustls::{ClientConfig, RootCertStore};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio_rustls::client::TlsStream;
-use tokio_rustls::TlsConnector;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::support::client::read_response;
 use crate::support::http::Wire;
@@ -311,6 +311,81 @@ async fn upstream_with_an_untrusted_certificate_gets_502_upstream_tls() {
     assert!(t.tls.origin.requests().is_empty(), "no request was sent over the unverified session");
     let d = t.leash.decision("allowed.test").await;
     assert_eq!((d["decision"].as_str(), d["reason"].as_str()), (Some("block"), Some("upstream-tls")));
+}
+
+/// An inspected tunnel to an origin that answers its first request with `Connection: close`, so the next request
+/// on the tunnel dials the upstream again; returns the tunnel after that first request.
+async fn tunnel_after_a_closing_response(t: &Inspecting) -> Wire<TlsStream<tokio::net::TcpStream>> {
+    let mut wire = Wire::new(t.tunnel("allowed.test", &[b"http/1.1"]).await);
+    let first = format!("GET /first HTTP/1.1\r\nHost: {}\r\n\r\n", t.target("allowed.test"));
+    wire.io.write_all(first.as_bytes()).await.unwrap();
+    wire.io.flush().await.unwrap();
+    assert_eq!(within("the first response", read_response(&mut wire, "GET")).await.unwrap().status, 200);
+    wire
+}
+
+async fn closing_origin_scene() -> Inspecting {
+    let ca = TestCa::new();
+    let closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nfirst".to_vec();
+    let tls = TlsUpstream::with(&ca, move |_| Reply::RawThenClose(closing.clone())).await;
+    Inspecting::with(ca, tls, |p| blocklist(&[BLOCKED], &[80], &[p])).await
+}
+
+/// `GET /second` on `wire`; the response.
+async fn second_request(t: &Inspecting, wire: &mut Wire<TlsStream<tokio::net::TcpStream>>) -> Resp {
+    let second = format!("GET /second HTTP/1.1\r\nHost: {}\r\n\r\n", t.target("allowed.test"));
+    wire.io.write_all(second.as_bytes()).await.unwrap();
+    wire.io.flush().await.unwrap();
+    within("the second response", read_response(wire, "GET")).await.unwrap()
+}
+
+/// The decision lines of `path`: the allow line, then the re-dial's block line under the same id.
+fn allow_then_block<'a>(lines: &'a [Value], path: &str, reason: &str) -> Vec<&'a Value> {
+    let d: Vec<_> = decisions(lines).into_iter().filter(|v| v["path"] == path).collect();
+    assert_eq!(d.len(), 2, "{lines:#?}");
+    assert_eq!(d[0]["decision"], "allow");
+    assert_eq!((d[1]["decision"].as_str(), d[1]["reason"].as_str()), (Some("block"), Some(reason)));
+    assert_eq!(d[1]["id"], d[0]["id"]);
+    d
+}
+
+#[tokio::test]
+async fn a_destination_refused_on_a_redial_inside_a_tunnel_gets_the_standard_403() {
+    // Regression: the re-dial's refusal came out as a 403 without `X-Leash-Reason` saying the upstream failed, and
+    // the log said `allow` with outcome 403.
+    let t = closing_origin_scene().await;
+    let mut wire = tunnel_after_a_closing_response(&t).await;
+    t.leash.resolver.insert("allowed.test", &["10.0.0.1"]);
+    let r = second_request(&t, &mut wire).await;
+    assert_refused(&r, 403, "internal-destination");
+    assert_eq!(r.first_line(), "leash: allowed.test/second refused by the egress policy (internal-destination)");
+    assert_eq!(t.origin_targets(), ["/first"]);
+    assert_eq!(t.tls.connections().await, 1, "the refused address was never dialled");
+    let lines = t.leash.log_until("the re-dial's refusal", |v| v["reason"] == "internal-destination").await;
+    allow_then_block(&lines, "/second", "internal-destination");
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_on_a_redial_inside_a_tunnel_gets_502_upstream_tls() {
+    // Regression: the re-dial's certificate failure was a 502 without `X-Leash-Reason` and logged as an outcome only.
+    let t = closing_origin_scene().await;
+    let mut wire = tunnel_after_a_closing_response(&t).await;
+    // The name now leads to a server at the same port whose certificate comes from a CA leash does not trust.
+    let stranger = TestCa::new();
+    let acceptor = TlsAcceptor::from(Arc::new(stranger.server_config(&["allowed.test"])));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.2", t.tls.port())).await.unwrap();
+    let impostor = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        acceptor.accept(tcp).await.is_err()
+    });
+    t.leash.resolver.insert("allowed.test", &["127.0.0.2"]);
+    let r = second_request(&t, &mut wire).await;
+    assert_refused(&r, 502, "upstream-tls");
+    assert!(r.text().contains("failed TLS verification"), "{}", r.text());
+    assert!(within("the impostor's handshake", impostor).await.unwrap(), "leash refused the impostor's certificate");
+    let lines = t.leash.log_until("the re-dial's refusal", |v| v["reason"] == "upstream-tls").await;
+    let d = allow_then_block(&lines, "/second", "upstream-tls");
+    assert_eq!(d[1]["method"], "GET");
 }
 
 #[tokio::test]
