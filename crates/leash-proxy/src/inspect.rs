@@ -1,11 +1,12 @@
 //! Inspected tunnels: TLS terminated with a leaf from the run's CA, every inner request (every HTTP/2 stream)
 //! decided on its own, and leash's own answers given inside TLS so a client that trusts the CA can read them.
 //!
-//! Order for an allowed tunnel to an inspected host: resolve the SNI name once and check the addresses; dial exactly
-//! those; complete TLS with the upstream (verified, offering the client's ALPN protocols); log the tunnel (`inspect`,
-//! or `block upstream-tls`); complete TLS with the client, agreeing to the protocol the upstream chose; then serve
-//! HTTP/1.1 ([`h1`]) or HTTP/2 ([`h2`]). Nothing the client sends inside TLS reaches the upstream before its request
-//! was decided and logged.
+//! Order for an allowed tunnel to an inspected host: resolve the SNI name once and check the addresses; log the
+//! tunnel (`inspect`: as a spliced tunnel is logged before it is dialled, no upstream connection is opened when the
+//! log cannot be written); dial exactly the checked addresses; complete TLS with the upstream (verified, offering the
+//! client's ALPN protocols; a failure adds a `block upstream-tls` line under the tunnel's id); complete TLS with the
+//! client, agreeing to the protocol the upstream chose; then serve HTTP/1.1 ([`h1`]) or HTTP/2 ([`h2`]). Nothing the
+//! client sends inside TLS reaches the upstream before its request was decided and logged.
 
 mod h1;
 mod h2;
@@ -119,20 +120,24 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
             let logged = sh.log_decision(&attempt, &refusal(reason));
             return answer_refusal(&t, client, reason, logged.is_ok()).await;
         }
-        Err(e) => return failed_before_tls(&t, client, &attempt, decision, &e).await,
+        Err(e) => {
+            let logged = sh.log_decision(&attempt, decision).is_ok();
+            return dial_failed(&t, client, &e, logged).await;
+        }
     };
+    // INVARIANT: the tunnel is logged before an upstream connection is opened, so before any byte of the client's
+    // reaches one.
+    if sh.log_decision(&attempt, decision).is_err() {
+        return answer(&t, client, |_| Response::audit_failed()).await;
+    }
     let upstream = match t.dial_addrs(&addrs, t.tls.upstream_config(alpn)).await {
         Ok(upstream) => upstream,
         Err(UpstreamError::Tls(why)) => {
             let response = upstream_tls_refused(&t, &attempt, decision.rule.clone(), &why);
             return answer(&t, client, |_| response).await;
         }
-        Err(UpstreamError::Dial(e)) => return failed_before_tls(&t, client, &attempt, decision, &e).await,
+        Err(UpstreamError::Dial(e)) => return dial_failed(&t, client, &e, true).await,
     };
-    // INVARIANT: the tunnel is logged before any byte of the client's reaches the upstream.
-    if sh.log_decision(&attempt, decision).is_err() {
-        return answer(&t, client, |_| Response::audit_failed()).await;
-    }
     let chosen = upstream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
     let Some(client) = accept(&t, client, t.tls.server_config(chosen.as_deref())).await else {
         return sh.log_outcome(t.id, 0, 0, 0, t.started);
@@ -148,18 +153,11 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
     sh.log_outcome(id, status, up, down, started);
 }
 
-/// A resolution or connection failure of an allowed tunnel: logged as allowed with its failure outcome, answered
-/// with 502/504 inside TLS.
-async fn failed_before_tls(
-    t: &Inspected,
-    client: BufConn<TcpStream>,
-    attempt: &Attempt<'_>,
-    decision: &Decision,
-    e: &DialError,
-) {
-    let sh = &t.sh;
-    let response = if sh.log_decision(attempt, decision).is_ok() {
-        sh.log_outcome(t.id, e.status(), 0, 0, t.started);
+/// A resolution or connection failure of an allowed tunnel whose decision line was written (`logged`): its failure
+/// outcome logged, answered with 502/504 inside TLS; 503 when the decision could not be logged.
+async fn dial_failed(t: &Inspected, client: BufConn<TcpStream>, e: &DialError, logged: bool) {
+    let response = if logged {
+        t.sh.log_outcome(t.id, e.status(), 0, 0, t.started);
         Response::upstream_failed(e.status(), &t.authority(), &e.to_string())
     } else {
         Response::audit_failed()

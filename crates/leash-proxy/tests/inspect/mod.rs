@@ -309,8 +309,11 @@ async fn upstream_with_an_untrusted_certificate_gets_502_upstream_tls() {
     assert_refused(&r, 502, "upstream-tls");
     assert!(r.text().contains("failed TLS verification"), "{}", r.text());
     assert!(t.tls.origin.requests().is_empty(), "no request was sent over the unverified session");
-    let d = t.leash.decision("allowed.test").await;
-    assert_eq!((d["decision"].as_str(), d["reason"].as_str()), (Some("block"), Some("upstream-tls")));
+    // The tunnel is logged (`inspect`) before it is dialled; the certificate failure adds a block line, same id.
+    let lines = t.leash.log_until("the upstream-tls line", |v| v["reason"] == "upstream-tls").await;
+    let d = decisions(&lines);
+    assert_eq!(d.iter().map(|v| v["decision"].as_str().unwrap()).collect::<Vec<_>>(), ["inspect", "block"]);
+    assert_eq!((d[1]["id"].clone(), d[1]["host"].as_str()), (d[0]["id"].clone(), Some("allowed.test")));
 }
 
 /// An inspected tunnel to an origin that answers its first request with `Connection: close`, so the next request
@@ -386,6 +389,21 @@ async fn an_untrusted_certificate_on_a_redial_inside_a_tunnel_gets_502_upstream_
     let lines = t.leash.log_until("the re-dial's refusal", |v| v["reason"] == "upstream-tls").await;
     let d = allow_then_block(&lines, "/second", "upstream-tls");
     assert_eq!(d[1]["method"], "GET");
+}
+
+#[tokio::test]
+async fn audit_write_failure_opens_no_upstream_connection_for_an_inspected_tunnel() {
+    // Regression: an inspected tunnel dialled its upstream and completed TLS with it before writing its line.
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let leash = Leash::builder(&blocklist(&[BLOCKED], &[80], &[tls.port()]))
+        .inspecting(&ca.pem)
+        .audit_at(std::path::Path::new("/dev/full"))
+        .start()
+        .await;
+    let t = Inspecting { ca, tls, leash };
+    assert_refused(&t.get("allowed.test", "/x").await, 503, "audit-failed");
+    t.tls.assert_untouched().await;
 }
 
 #[tokio::test]
