@@ -407,6 +407,31 @@ async fn audit_write_failure_opens_no_upstream_connection_for_an_inspected_tunne
 }
 
 #[tokio::test]
+async fn an_inspected_name_resolving_to_an_unexempted_loopback_address_gets_403_inside_tls() {
+    // Every other inspection test exempts all of 127.0.0.0/8; here only the origin's 127.0.0.1 is.
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let port = tls.port();
+    let policy = format!(
+        "network:\n  mode: blocklist\n  blocked_urls: [\"{BLOCKED}\"]\n  ports: [80]\n  tunnel_ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"
+    );
+    let t = Inspecting::with(ca, tls, |_| policy).await;
+    // Something listens where the name now leads, to show it is never dialled.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.2", port)).await.unwrap();
+    t.leash.resolver.insert("allowed.test", &["127.0.0.2"]);
+    let r = t.get("allowed.test", "/x").await;
+    assert_refused(&r, 403, "internal-destination");
+    assert_eq!(r.first_line(), "leash: allowed.test/x refused by the egress policy (internal-destination)");
+    let d = t.leash.decision("allowed.test").await;
+    assert_eq!((d["decision"].as_str(), d["reason"].as_str()), (Some("block"), Some("internal-destination")));
+    t.tls.assert_untouched().await;
+    // A connection of our own is the first the listener accepts: none came before it.
+    let probe = tokio::net::TcpStream::connect(("127.0.0.2", port)).await.unwrap();
+    let (_, from) = within("the probe", listener.accept()).await.unwrap();
+    assert_eq!(from, probe.local_addr().unwrap(), "nothing dialled the internal address");
+}
+
+#[tokio::test]
 async fn tunnel_refused_on_its_sni_is_answered_403_inside_tls() {
     // The CONNECT names an allowed host, the ClientHello another: refused on the SNI, said inside TLS.
     let ca = TestCa::new();
