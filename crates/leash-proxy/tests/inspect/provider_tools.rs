@@ -3,13 +3,17 @@
 //! each provider's shapes through leash. Stripped bodies arrive without the tools and with function tools intact,
 //! refused ones never arrive, each removal is in the log, and responses stream chunk by chunk.
 
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ::http::Request;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Frame;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
@@ -181,6 +185,19 @@ async fn bodies_leash_cannot_read_are_refused_under_strip() {
 }
 
 #[tokio::test]
+async fn a_chunked_upload_over_the_bound_is_refused_while_it_is_read() {
+    // No Content-Length to refuse on: the bound is met while the chunks are read (HTTP/1.1's streamed branch).
+    let t = scene("strip").await;
+    let big = format!("{{\"model\":\"m\",\"pad\":\"{}\"}}", "x".repeat(100 * 1024));
+    let out = post(&t, "/v1/messages", &big, &["-H", "Transfer-Encoding: chunked"]).await;
+    assert_eq!((out.status, out.head.header("x-leash-reason")), (403, Some("provider-tools")), "{}", out.stderr);
+    assert!(out.text().contains("larger than 65536 bytes"), "{}", out.text());
+    assert!(t.tls.origin.requests().is_empty(), "nothing reached the model API");
+    let d = t.leash.decision("/v1/messages").await;
+    assert_eq!((d["decision"].as_str(), d["reason"].as_str()), (Some("block"), Some("provider-tools")));
+}
+
+#[tokio::test]
 async fn allow_passes_bodies_untouched_through_a_spliced_tunnel() {
     let t = scene("allow").await;
     let body = r#"{"tools": [{"type": "web_search_20250305", "name": "web_search"}], "mcp_servers": []}"#;
@@ -316,4 +333,43 @@ async fn h2_streams_are_stripped_refused_when_compressed_and_logged() {
     let get = Request::get(format!("https://models.test:{}/v1beta/models", origin.port)).body(Frames::new(vec![]));
     assert_eq!(within("bodiless stream", send.send_request(get.unwrap())).await.unwrap().status(), 200);
     assert_eq!(origin.seen().len(), 2, "only the stripped and the bodiless stream reached the model API");
+}
+
+/// A request body that sends one data frame and then never another, nor its end.
+struct Stalled(Option<Bytes>);
+
+impl hyper::body::Body for Stalled {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.0.take() {
+            Some(first) => Poll::Ready(Some(Ok(Frame::data(first)))),
+            None => Poll::Pending,
+        }
+    }
+}
+
+#[tokio::test]
+async fn h2_a_declared_length_over_the_bound_is_refused_before_the_body_is_read() {
+    let (origin, t) = h2_scene().await;
+    let (c, status) = crate::support::tls::connect(t.leash.addr, &format!("models.test:{}", origin.port)).await;
+    assert_eq!(status, 200);
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(t.client_config(&[b"h2"])));
+    let name = rustls::pki_types::ServerName::try_from("models.test").unwrap();
+    let tls = within("handshake", connector.connect(name, c.wire.io)).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await.unwrap();
+    tokio::spawn(conn);
+    // 100 KiB declared, 1 KiB sent, the rest never: only the declaration can be refused on (a read would time out).
+    let req = Request::post(format!("https://models.test:{}/v1/messages", origin.port))
+        .header("content-length", (100 * 1024).to_string())
+        .body(Stalled(Some(Bytes::from(vec![b' '; 1024]))))
+        .unwrap();
+    let resp = within("the refusal", send.send_request(req)).await.unwrap();
+    assert_eq!(resp.status(), 403);
+    assert_eq!(resp.headers().get("x-leash-reason").unwrap(), "provider-tools");
+    let text = within("the refusal's body", resp.into_body().collect()).await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&text).contains("larger than 65536 bytes"), "{}", String::from_utf8_lossy(&text));
+    assert!(origin.seen().is_empty(), "nothing reached the model API");
+    assert_eq!(t.leash.decision("/v1/messages").await["reason"], "provider-tools");
 }
