@@ -547,6 +547,22 @@ fn leash_run_leaves_no_way_out_but_the_proxy() {
     assert!(seen.iter().all(|l| l.contains("GET /run ") || l.contains("GET /transparent ")), "{seen:?}");
     s.assert_never_resolved(&[DENIED, "direct-dns.attack.test", "udp.attack.test", "sandbox-lookup.attack.test"]);
     assert!(s.queries().iter().any(|q| q.starts_with("ok.attack.test ")), "the allowed name went through DNS");
+    // The log holds every decision, the transparent listeners' too: the two allowed requests, and a refusal for
+    // the denied one through the proxy and for each of the four proxy-unaware attempts.
+    let decisions: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l.get("decision").is_some())
+        .collect();
+    let summary: Vec<String> =
+        decisions.iter().map(|l| format!("{} {} {} {}", l["decision"], l["host"], l["path"], l["reason"])).collect();
+    let allowed: Vec<&Value> = decisions.iter().filter(|l| l["decision"] == "allow").collect();
+    assert_eq!(allowed.len(), 2, "{summary:#?}");
+    assert!(allowed.iter().all(|l| l["host"] == OK), "{summary:#?}");
+    let refused: Vec<&Value> = decisions.iter().filter(|l| l["decision"] == "block").collect();
+    assert_eq!(refused.len(), 5, "{summary:#?}");
+    assert!(refused.iter().all(|l| l["host"] == DENIED), "{summary:#?}");
 }
 
 #[test]

@@ -653,14 +653,14 @@ except urllib.error.HTTPError as e:
 try:
     import requests
 except ImportError:
-    print("200 origin-tls /req")
+    print("MISSING python3-requests")
 else:
     r = requests.get("https://docs.test:{port}/req", timeout=10)
     print(r.status_code, r.text)
 "#
     );
     let node = format!(
-        "if command -v node >/dev/null; then node -e 'fetch(\"https://docs.test:{port}/node\").then(r => r.text()).then(console.log)'; else echo 'origin-tls /node'; fi"
+        "if command -v node >/dev/null; then node -e 'fetch(\"https://docs.test:{port}/node\").then(r => r.text()).then(console.log)'; else echo 'MISSING node'; fi"
     );
     let script = format!("python3 -c '{}' && {node}", python.replace('\'', "'\\''"));
     let o = Command::new(LEASH)
@@ -669,10 +669,28 @@ else:
         .args(["--", "sh", "-c", &script])
         .output()
         .unwrap();
-    assert_eq!(
-        stdout(&o),
-        "origin-tls /ok\n403 rule\n200 origin-tls /req\norigin-tls /node\n",
-        "stderr: {}",
-        stderr(&o)
-    );
+    // A client missing here fails the test (CI installs them) unless LEASH_ALLOW_MISSING_CLIENTS=1 says to skip it.
+    let out = stdout(&o);
+    let missing: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("MISSING ")).collect();
+    if !missing.is_empty() {
+        assert_eq!(
+            std::env::var("LEASH_ALLOW_MISSING_CLIENTS").as_deref(),
+            Ok("1"),
+            "clients missing: {missing:?} (install them, or set LEASH_ALLOW_MISSING_CLIENTS=1 to skip them)"
+        );
+        eprintln!("SKIPPED: {missing:?} not installed; their fetches were not tried");
+    }
+    let expected = [
+        ("", "origin-tls /ok"),
+        ("", "403 rule"),
+        ("python3-requests", "200 origin-tls /req"),
+        ("node", "origin-tls /node"),
+    ];
+    let want: String = expected
+        .iter()
+        .map(
+            |(client, line)| if missing.contains(client) { format!("MISSING {client}\n") } else { format!("{line}\n") },
+        )
+        .collect();
+    assert_eq!(out, want, "stderr: {}", stderr(&o));
 }
