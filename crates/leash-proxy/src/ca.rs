@@ -189,6 +189,51 @@ mod tests {
         assert_eq!(ca.cached_leaves(), LEAF_CACHE);
     }
 
+    /// `openssl ARGS` on files in `dir`; its status and standard output.
+    fn openssl(dir: &std::path::Path, args: &[&str]) -> (bool, String) {
+        let o = std::process::Command::new("openssl").args(args).current_dir(dir).output().unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
+    #[test]
+    fn leaves_are_what_strict_clients_accept() {
+        let ca = CertAuthority::generate().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.cert_pem()).unwrap();
+        let mut serials = Vec::new();
+        for (i, name) in ["a.b.c.example.com", "other.example"].iter().enumerate() {
+            let der = format!("leaf{i}.der");
+            std::fs::write(dir.path().join(&der), ca.leaf(name).unwrap().cert[0].as_ref()).unwrap();
+            let pem = format!("leaf{i}.pem");
+            assert!(openssl(dir.path(), &["x509", "-inform", "DER", "-in", &der, "-out", &pem]).0);
+            // Valid since a little before now (a client whose clock lags a few seconds accepts it) and now.
+            let a_bit_ago = (std::time::SystemTime::now() - std::time::Duration::from_secs(30))
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+                .to_string();
+            let verify = ["verify", "-CAfile", "ca.pem", "-purpose", "sslserver", "-verify_hostname", name];
+            assert!(openssl(dir.path(), &[&verify[..], &["-attime", &a_bit_ago, &pem]].concat()).0, "{name}");
+            assert!(openssl(dir.path(), &[&verify[..], &[&pem]].concat()).0, "{name}");
+            // At most 90 days: it expires within 90 days and a minute from now.
+            let checkend = ["x509", "-in", &pem, "-noout", "-checkend"];
+            assert!(openssl(dir.path(), &[&checkend[..], &["0"]].concat()).0, "not yet expired");
+            assert!(!openssl(dir.path(), &[&checkend[..], &["7776060"]].concat()).0, "valid beyond 90 days");
+            let (ok, text) = openssl(dir.path(), &["x509", "-in", &pem, "-noout", "-text"]);
+            assert!(ok);
+            for wanted in ["Subject Key Identifier", "Authority Key Identifier", "TLS Web Server Authentication"] {
+                assert!(text.contains(wanted), "{wanted} missing: {text}");
+            }
+            assert!(text.contains(&format!("DNS:{name}")) && !text.contains("DNS:*"), "exactly the name: {text}");
+            let (ok, serial) = openssl(dir.path(), &["x509", "-in", &pem, "-noout", "-serial"]);
+            assert!(ok);
+            let hex = serial.trim().trim_start_matches("serial=").to_owned();
+            assert!(hex.len() >= 24 && hex.chars().any(|c| c != '0'), "a random serial of ~128 bits: {hex}");
+            serials.push(hex);
+        }
+        assert_ne!(serials[0], serials[1], "serials are random, not counted from a fixed start");
+    }
+
     #[test]
     fn pem_holds_no_private_key() {
         let ca = CertAuthority::generate().unwrap();
