@@ -193,7 +193,16 @@ impl Proxy {
         Command::new("kill").args(["-s", sig, &self.child.id().to_string()]).status().unwrap();
     }
 
-    fn wait(mut self) -> Option<i32> {
+    /// Wait for the exit, then return the status and everything leash wrote on stderr.
+    fn wait_with_stderr(mut self) -> (Option<i32>, String) {
+        let mut err = self.child.stderr.take().unwrap();
+        let code = self.wait();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut err, &mut text).unwrap();
+        (code, text)
+    }
+
+    fn wait(&mut self) -> Option<i32> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Some(s) = self.child.try_wait().unwrap() {
@@ -227,7 +236,7 @@ fn proxy_allows_refuses_and_logs_then_stops_cleanly_on_sigterm() {
     assert_eq!(proxy.curl(&format!("http://docs.test:{port}/a")), "200");
     assert_eq!(proxy.curl(&format!("http://other.test:{port}/b?secret=1")), "403");
     proxy.signal("TERM");
-    assert_eq!(proxy.wait(), Some(0));
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
     let lines = log_lines(&log);
     assert_eq!(lines.len(), 3, "allow + outcome + block: {lines:?}");
     assert_eq!(lines[0]["decision"], "allow");
@@ -236,6 +245,30 @@ fn proxy_allows_refuses_and_logs_then_stops_cleanly_on_sigterm() {
     assert_eq!(lines[2]["path"], "/b?secret=1", "refused requests keep their query");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&log).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn proxy_says_on_stderr_why_it_refused_and_why_a_reload_failed_then_stops_on_sigint() {
+    let port = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(
+        dir.path(),
+        "p.yaml",
+        &format!("network:\n  mode: allowlist\n  allowed_hosts: [docs.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"),
+    );
+    let log = dir.path().join("audit.jsonl");
+    let proxy = Proxy::start(&policy, &log, &["--resolve", "docs.test:127.0.0.1"]);
+    assert_eq!(proxy.curl(&format!("http://other.test:{port}/x")), "403");
+    write(dir.path(), "p.yaml", "network:\n  mode: allowlist\n  blocked_urls: [x.test]\n");
+    proxy.signal("HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(proxy.curl(&format!("http://docs.test:{port}/y")), "200", "the old policy is kept");
+    proxy.signal("INT");
+    let (code, err) = proxy.wait_with_stderr();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("other.test") && err.contains("not-allowed"), "a warning per refusal: {err}");
+    assert!(err.contains("blocked_urls"), "the reload failure says which entry: {err}");
+    assert_eq!(log_lines(&log).iter().filter(|l| l.get("decision").is_some()).count(), 2, "both requests logged");
 }
 
 #[test]
