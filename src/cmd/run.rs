@@ -51,6 +51,8 @@ pub fn run(args: RunArgs) -> Exit {
     spec.env.extend(ca_files.env());
     let ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
     spec.tcp_listeners.extend(ports.into_iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
+    // A signal sent once the command runs but before forwarding is armed waits, rather than ending leash.
+    let hold = leash_sandbox::hold_forwarded_signals().map_err(|e| tracing::warn!("{e}")).ok();
     let sandbox = match Sandbox::spawn(spec) {
         Ok(s) => s,
         Err(e) => {
@@ -59,7 +61,7 @@ pub fn run(args: RunArgs) -> Exit {
         }
     };
     let config = config(policy, pins, Arc::new(audit), inspection);
-    let exit = supervise(sandbox, config);
+    let exit = supervise(sandbox, config, hold);
     drop(ca_files);
     exit
 }
@@ -94,12 +96,14 @@ fn child_env(inherited: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsSt
 
 /// Serve the proxy on the sandbox's listener (and the transparent ones) until the command has exited, then drain,
 /// flush and report.
-fn supervise(mut sandbox: Sandbox, config: ProxyConfig) -> Exit {
+fn supervise(mut sandbox: Sandbox, config: ProxyConfig, hold: Option<leash_sandbox::SignalHold>) -> Exit {
     let mut tcp = std::mem::take(&mut sandbox.tcp).into_iter();
     let listener = tcp.next();
     let transparent: Vec<_> = tcp.filter_map(|l| l.set_nonblocking(true).ok().map(|()| l)).collect();
     let dns_socket = sandbox.udp.pop();
     let _forwarding = sandbox.forward_signals().map_err(|e| tracing::warn!("signals are not forwarded: {e}"));
+    // Armed: a signal held since the spawn is delivered now, and forwarded; the runtime's threads block none.
+    drop(hold);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -211,6 +211,21 @@ pub fn netns_interfaces(pid: u32) -> Result<Vec<String>, SandboxError> {
     imp::netns_interfaces(pid)
 }
 
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread until the returned guard is dropped. Take it before
+/// [`Sandbox::spawn`] and drop it once [`Sandbox::forward_signals`] is armed: a signal sent in between (the command
+/// may already be running) then waits, and is forwarded, instead of ending leash with its default action. Call it
+/// while the calling thread is the process's only one (else another thread takes the signal). The sandbox's init
+/// sets its own mask, so the command starts with none blocked.
+pub fn hold_forwarded_signals() -> Result<SignalHold, SandboxError> {
+    imp::hold_forwarded_signals().map(|inner| SignalHold { _inner: inner })
+}
+
+/// Held signals (see [`hold_forwarded_signals`]); dropping it restores the thread's previous mask, delivering them.
+#[derive(Debug)]
+pub struct SignalHold {
+    _inner: imp::Hold,
+}
+
 /// Makes leash non-dumpable (`PR_SET_DUMPABLE` 0): no core dumps, and only a process with `CAP_SYS_PTRACE` over
 /// leash's user namespace may ptrace it or read its `/proc/PID/mem`. Call it first thing in `main`.
 pub fn harden_self() -> Result<(), SandboxError> {

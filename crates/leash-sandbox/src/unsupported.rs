@@ -30,6 +30,13 @@ pub(crate) fn netns_interfaces(_pid: u32) -> Result<Vec<String>, SandboxError> {
     Err(SandboxError::Unsupported { os: std::env::consts::OS })
 }
 
+#[derive(Debug)]
+pub(crate) struct Hold;
+
+pub(crate) fn hold_forwarded_signals() -> Result<Hold, SandboxError> {
+    Err(SandboxError::Unsupported { os: std::env::consts::OS })
+}
+
 pub(crate) fn forward_signals(child: &Child) -> Result<Forwarding, SandboxError> {
     match *child {}
 }

@@ -64,6 +64,13 @@ pub(crate) fn spawn(spec: SandboxSpec) -> Result<(Child, Vec<TcpListener>, Vec<U
     Ok((child, tcp, udp))
 }
 
+pub(crate) use self::signals::Hold;
+
+/// Blocks the forwarded signals in this thread until the guard drops.
+pub(crate) fn hold_forwarded_signals() -> Result<Hold, SandboxError> {
+    signals::hold()
+}
+
 /// Arms signal forwarding to `child`.
 pub(crate) fn forward_signals(child: &Child) -> Result<Forwarding, SandboxError> {
     signals::arm(child.pid)

@@ -46,6 +46,44 @@ pub(super) fn arm(pid: i32) -> Result<Forwarding, SandboxError> {
     Ok(Forwarding { previous, pid })
 }
 
+/// The forwarded signals blocked in this thread; dropping it restores the mask found.
+pub(crate) struct Hold {
+    previous: libc::sigset_t,
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hold").finish_non_exhaustive()
+    }
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread.
+pub(super) fn hold() -> Result<Hold, SandboxError> {
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset before use; `previous` is written by the call.
+    unsafe {
+        let mut set: libc::sigset_t = zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in FORWARDED {
+            libc::sigaddset(&mut set, signal);
+        }
+        let mut previous: libc::sigset_t = zeroed();
+        match libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut previous) {
+            0 => Ok(Hold { previous }),
+            errno => Err(SandboxError::Control {
+                what: "hold the forwarded signals of",
+                source: io::Error::from_raw_os_error(errno),
+            }),
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        // SAFETY: `previous` is the mask pthread_sigmask returned.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut()) };
+    }
+}
+
 /// Disarms forwarding to `pid` (before it is reaped, so the pid cannot have been reused).
 pub(super) fn disarm(pid: i32) {
     let _ = TARGET.compare_exchange(pid, 0, Ordering::SeqCst, Ordering::SeqCst);
