@@ -5,9 +5,14 @@
 //! ALPN is matched end to end: the upstream is offered what the client offered (of `h2` and `http/1.1`), and the
 //! client is then given exactly the protocol the upstream chose, so each inspected tunnel speaks one protocol on
 //! both sides and nothing is translated.
+//!
+//! The system trust store is loaded on the first inspected upstream connection, not at start: parsing it (and, with
+//! `SSL_CERT_DIR` set, opening every file of the directory) cost `leash run` milliseconds before its command could
+//! start, and its memory stays unpaid by a run that inspects nothing. `--upstream-ca` files are read at start, so a
+//! bad one still stops leash there.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls::pki_types::CertificateDer;
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -58,10 +63,14 @@ pub struct Inspection {
     server_h2: Arc<ServerConfig>,
     server_http1: Arc<ServerConfig>,
     server_plain: Arc<ServerConfig>,
-    /// Upstream-facing, by what the client offered: both, `h2` only, `http/1.1` only, neither.
-    upstream: [Arc<ClientConfig>; 4],
-    /// The system roots, PEM, for the CA bundle clients are given.
-    system_roots_pem: String,
+    /// Upstream-facing, by what the client offered (both, `h2` only, `http/1.1` only, neither), trusting the
+    /// `--upstream-ca` files alone; also what [`Inspection::upstream`] falls back to.
+    upstream_extra: [Arc<ClientConfig>; 4],
+    /// The same trusting the system roots too, built on first use when `system_roots` was asked for.
+    upstream_system: OnceLock<[Arc<ClientConfig>; 4]>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    system_roots: bool,
+    extra_roots: Vec<CertificateDer<'static>>,
 }
 
 impl Inspection {
@@ -69,7 +78,10 @@ impl Inspection {
     pub fn new(trust: &UpstreamTrust) -> Result<Self, TlsSetupError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let ca = Arc::new(CertAuthority::generate()?);
-        let (roots, system_roots_pem) = roots(trust)?;
+        let extra_roots = extra_roots(&trust.extra_ca_files)?;
+        if !trust.system_roots && extra_roots.is_empty() {
+            return Err(TlsSetupError::NoRoots);
+        }
         let resolver = Arc::new(LeafResolver(ca.clone()));
         let server = |alpn: &[&[u8]]| -> Result<Arc<ServerConfig>, TlsSetupError> {
             let mut cfg = ServerConfig::builder_with_provider(provider.clone())
@@ -79,21 +91,41 @@ impl Inspection {
             cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
             Ok(Arc::new(cfg))
         };
-        let client = |alpn: &[&[u8]]| -> Result<Arc<ClientConfig>, TlsSetupError> {
-            let mut cfg = ClientConfig::builder_with_provider(provider.clone())
-                .with_safe_default_protocol_versions()?
-                .with_root_certificates(roots.clone())
-                .with_no_client_auth();
-            cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-            Ok(Arc::new(cfg))
-        };
         Ok(Self {
             server_h2: server(&[ALPN_H2])?,
             server_http1: server(&[ALPN_HTTP1])?,
             server_plain: server(&[])?,
-            upstream: [client(&[ALPN_H2, ALPN_HTTP1])?, client(&[ALPN_H2])?, client(&[ALPN_HTTP1])?, client(&[])?],
+            upstream_extra: client_configs(&provider, store(&extra_roots))?,
+            upstream_system: OnceLock::new(),
+            provider,
+            system_roots: trust.system_roots,
+            extra_roots,
             ca,
-            system_roots_pem,
+        })
+    }
+
+    /// The four upstream configurations, loading the system roots the first time they are needed.
+    fn upstream(&self) -> &[Arc<ClientConfig>; 4] {
+        if !self.system_roots {
+            return &self.upstream_extra;
+        }
+        self.upstream_system.get_or_init(|| {
+            let mut roots = store(&self.extra_roots);
+            let found = rustls_native_certs::load_native_certs();
+            for e in &found.errors {
+                tracing::warn!("system trust store: {e}");
+            }
+            // Distribution bundles carry a few certificates webpki cannot parse; skipping them is what browsers do.
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 && self.extra_roots.is_empty() {
+                tracing::error!("no trusted root at all: the system store is empty and no --upstream-ca was given");
+            }
+            // Building can only fail as it already succeeded at start (protocol versions); the stricter
+            // configuration trusting fewer roots is then kept.
+            client_configs(&self.provider, roots).unwrap_or_else(|e| {
+                tracing::error!("upstream TLS with the system roots: {e}; trusting --upstream-ca files only");
+                self.upstream_extra.clone()
+            })
         })
     }
 
@@ -107,8 +139,13 @@ impl Inspection {
     }
 
     /// System roots followed by the run's CA, PEM: one bundle for `SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`, ...
+    /// The system part is the bundle file the system's OpenSSL reads (`SSL_CERT_FILE`, else the distribution's), as
+    /// is; only where there is none are the system's roots gathered and written out one by one.
     pub fn bundle_pem(&self) -> String {
-        let mut out = self.system_roots_pem.clone();
+        let mut out = system_bundle_pem();
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
         out.push_str(self.ca.cert_pem());
         out
     }
@@ -123,12 +160,12 @@ impl Inspection {
             (false, true) => 2,
             (false, false) => 3,
         };
-        self.upstream[i].clone()
+        self.upstream()[i].clone()
     }
 
     /// The upstream configuration for a re-dial of an HTTP/1.1 tunnel.
     pub(crate) fn upstream_http1(&self) -> Arc<ClientConfig> {
-        self.upstream[2].clone()
+        self.upstream()[2].clone()
     }
 
     /// The client-facing configuration that agrees to `alpn` (the upstream's choice), or to none.
@@ -146,30 +183,54 @@ impl Inspection {
     }
 }
 
-/// The root store: system roots (when asked) and every extra CA file; the system part also as PEM.
-fn roots(trust: &UpstreamTrust) -> Result<(Arc<RootCertStore>, String), TlsSetupError> {
+/// The four upstream configurations (ALPN: both, `h2`, `http/1.1`, none) trusting `roots`.
+fn client_configs(
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+    roots: RootCertStore,
+) -> Result<[Arc<ClientConfig>; 4], TlsSetupError> {
+    let roots = Arc::new(roots);
+    let client = |alpn: &[&[u8]]| -> Result<Arc<ClientConfig>, TlsSetupError> {
+        let mut cfg = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots.clone())
+            .with_no_client_auth();
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Arc::new(cfg))
+    };
+    Ok([client(&[ALPN_H2, ALPN_HTTP1])?, client(&[ALPN_H2])?, client(&[ALPN_HTTP1])?, client(&[])?])
+}
+
+/// A root store of certificates already checked by [`extra_roots`].
+fn store(certs: &[CertificateDer<'static>]) -> RootCertStore {
     let mut store = RootCertStore::empty();
-    let mut system_pem = String::new();
-    if trust.system_roots {
-        let found = rustls_native_certs::load_native_certs();
-        for e in &found.errors {
-            tracing::warn!("system trust store: {e}");
-        }
-        for cert in found.certs {
-            system_pem.push_str(&pem::encode(&pem::Pem::new("CERTIFICATE", cert.to_vec())));
-            // Distribution bundles carry a few certificates webpki cannot parse; skipping them is what browsers do.
-            let _ = store.add(cert);
-        }
-    }
-    for path in &trust.extra_ca_files {
+    store.add_parsable_certificates(certs.iter().cloned());
+    store
+}
+
+/// Every `--upstream-ca` file's certificates, each one checked as a trust anchor now, so a bad file stops leash.
+fn extra_roots(files: &[PathBuf]) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
+    let mut all = Vec::new();
+    for path in files {
         for cert in read_ca_file(path)? {
-            store.add(cert).map_err(|e| TlsSetupError::BadCertificate(path.clone(), e.to_string()))?;
+            RootCertStore::empty()
+                .add(cert.clone())
+                .map_err(|e| TlsSetupError::BadCertificate(path.clone(), e.to_string()))?;
+            all.push(cert);
         }
     }
-    if store.is_empty() {
-        return Err(TlsSetupError::NoRoots);
+    Ok(all)
+}
+
+/// The system's CA bundle as PEM text: the file its OpenSSL reads, else the roots gathered one by one.
+fn system_bundle_pem() -> String {
+    let probed = openssl_probe::probe();
+    if let Some(text) = probed.cert_file.and_then(|file| std::fs::read_to_string(file).ok()) {
+        if text.contains("-----BEGIN CERTIFICATE-----") {
+            return text;
+        }
     }
-    Ok((Arc::new(store), system_pem))
+    let found = rustls_native_certs::load_native_certs();
+    found.certs.iter().map(|cert| pem::encode(&pem::Pem::new("CERTIFICATE", cert.to_vec()))).collect()
 }
 
 /// The certificates of a PEM file; other blocks (keys) are ignored, none at all is an error.
