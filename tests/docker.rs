@@ -279,6 +279,102 @@ fn docker_run_leaves_no_direct_way_out() {
     assert_eq!(out, "['127.0.0.2']\nchecked\n", "an allowed name resolves to the container-local address only");
 }
 
+/// A neighbour container on a Docker network this test makes: TCP on 8080 and UDP on 53, each hit printed.
+const NEIGHBOUR: &str = r#"
+import socket, threading, sys
+def udp():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 53))
+    while True:
+        data, peer = u.recvfrom(512); print("UDP-HIT", peer[0], flush=True); u.sendto(data, peer)
+threading.Thread(target=udp, daemon=True).start()
+t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); t.bind(("0.0.0.0", 8080)); t.listen()
+print("ready", flush=True)
+while True:
+    c, peer = t.accept(); req = c.recv(200).split(b"\r\n")[0].decode(errors="replace")
+    print("TCP-HIT", peer[0], req, flush=True); c.sendall(b"HTTP/1.0 200 OK\r\n\r\nneighbour"); c.close()
+"#;
+
+/// From inside: the neighbour by address over TCP (ignoring the proxy, and through it), and a DNS query to it.
+const TO_NEIGHBOUR: &str = r#"
+import socket, subprocess, sys
+ip = sys.argv[1]
+try:
+    s = socket.create_connection((ip, 8080), timeout=3); s.sendall(b"GET /direct HTTP/1.0\r\n\r\n"); print("TCP", s.recv(100))
+except OSError as e:
+    print("tcp refused", type(e).__name__)
+try:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3)
+    u.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04evil\x04test\x00\x00\x01\x00\x01", (ip, 53))
+    print("UDP", u.recvfrom(512))
+except OSError as e:
+    print("udp refused", type(e).__name__)
+out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "5", f"http://{ip}:8080/proxied"], capture_output=True, text=True)
+print("proxied", out.stdout)
+"#;
+
+#[test]
+fn docker_run_cannot_reach_a_neighbour_container_by_address_over_tcp_or_udp() {
+    if !docker_ready() {
+        return;
+    }
+    let id = std::process::id();
+    let (net, label) = (format!("leash-test-neighbours-{id}"), label("neighbour"));
+    let docker = |args: &[&str]| bounded(Command::new("docker").args(args));
+    assert!(docker(&["network", "create", "--internal", "--label", &label, &net]).status.success());
+    let started = docker(&["run", "-d", "--network", &net, "--label", &label, IMAGE, "python3", "-c", NEIGHBOUR]);
+    let neighbour = stdout(&started).trim().to_owned();
+    let cleanup = || {
+        docker(&["rm", "-f", &neighbour]);
+        docker(&["network", "rm", &net]);
+    };
+    let ip =
+        stdout(&docker(&["inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", &neighbour]))
+            .trim()
+            .to_owned();
+    // Control: a plain container on the same network reaches the neighbour, so a miss below means leash held.
+    let control = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        &net,
+        "--label",
+        &label,
+        IMAGE,
+        "curl",
+        "-s",
+        "--max-time",
+        "10",
+        "--retry",
+        "5",
+        "--retry-connrefused",
+        &format!("http://{ip}:8080/control"),
+    ]);
+    let o = bounded(Command::new(LEASH).args([
+        "docker",
+        "run",
+        "--allow",
+        "docs.test",
+        "--label",
+        &label,
+        IMAGE,
+        "python3",
+        "-c",
+        TO_NEIGHBOUR,
+        &ip,
+    ]));
+    let hits = stdout(&docker(&["logs", &neighbour]));
+    cleanup();
+    assert_eq!(stdout(&control), "neighbour", "the control did not reach the neighbour: {}", stderr(&control));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("tcp refused") && out.contains("udp refused"), "{out}");
+    assert!(out.contains("proxied 403"), "an IP literal through the proxy is refused: {out}");
+    let hit_lines: Vec<&str> = hits.lines().filter(|l| l.contains("HIT")).collect();
+    assert_eq!(hit_lines.len(), 1, "only the control reached the neighbour: {hits}");
+    assert!(hit_lines[0].contains("/control"), "{hits}");
+    assert_eq!(leftovers(&label), "", "a container was left behind");
+}
+
 #[test]
 fn docker_run_proxy_unaware_clients_are_decided_at_the_transparent_listener() {
     if !docker_ready() {
