@@ -1973,6 +1973,24 @@ async fn audit_log_deleted_while_running_is_created_again_at_its_path() {
 }
 
 #[tokio::test]
+async fn audit_log_moved_away_is_followed_back_to_its_path_within_half_a_second() {
+    let w = allowing(&["allowed.test"]).await;
+    assert_eq!(w.get("allowed.test", "/before").await.status, 200);
+    w.leash.log_until("the first outcome", |v| v.get("status").is_some()).await;
+    let moved = w.leash.log_path.with_extension("jsonl.1");
+    std::fs::rename(&w.leash.log_path, &moved).unwrap();
+    // logrotate without a SIGHUP: the moved file keeps what it holds, and after the path check's interval the next
+    // line goes to a new file at the log's path.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(w.get("allowed.test", "/after").await.status, 200);
+    let lines = w.leash.log_until("the second outcome", |v| v.get("status").is_some()).await;
+    let paths: Vec<_> = lines.iter().filter_map(|v| v["path"].as_str()).collect();
+    assert_eq!(paths, ["/after"], "{lines:?}");
+    let old = std::fs::read_to_string(&moved).unwrap();
+    assert!(old.contains("/before") && !old.contains("/after"), "{old}");
+}
+
+#[tokio::test]
 async fn audit_log_whose_directory_is_gone_refuses_the_request() {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
