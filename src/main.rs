@@ -54,17 +54,24 @@ fn raise_fd_limit() {
     }
 }
 
+/// Below this many concurrent connections, a lowered bound is worth a warning.
+const FEW_CONNECTIONS: usize = 1024;
+
 /// `limits` with the connection bound lowered to what the open-file limit (raised above) can serve: past it, accepts
 /// and upstream dials fail with EMFILE and an ordinary request gets a 502; under it, connections wait in the backlog.
 pub(crate) fn fit_open_files(limits: leash_proxy::Limits) -> leash_proxy::Limits {
     let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX);
     let (fitted, lowered) = limits.within_open_files(open_files);
-    if lowered {
+    // A warning only where the bound is low enough to matter to an ordinary run; leash run prints its warnings
+    // beside the command's output, so a note about thousands of connections is for RUST_LOG=info.
+    if lowered && fitted.max_connections < FEW_CONNECTIONS {
         tracing::warn!(
-            "the open-file limit ({open_files}) allows {} concurrent connections; raise it (LimitNOFILE, ulimit -n) \
-             for more",
+            "the open-file limit ({open_files}) allows only {} concurrent connections; raise it (LimitNOFILE, \
+             ulimit -n) for more",
             fitted.max_connections
         );
+    } else if lowered {
+        tracing::info!("the open-file limit ({open_files}) allows {} concurrent connections", fitted.max_connections);
     }
     fitted
 }

@@ -8,7 +8,7 @@
 #[path = "attacks/scene.rs"]
 mod scene;
 
-use scene::{text, Scene, METADATA, WORLD_V4, WORLD_V6};
+use scene::{text, Scene, METADATA, OWN_PUBLIC_V4, WORLD_V4, WORLD_V6};
 use serde_json::{json, Value};
 
 const LEASH: &str = env!("CARGO_BIN_EXE_leash");
@@ -145,6 +145,32 @@ fn a_name_rebound_to_loopback_after_the_check_is_never_dialed_there() {
     assert_eq!(first(&results[0]).0, 200, "the first answer pointed at the world: {results:?}");
     let edge: Vec<String> = s.origin_events().into_iter().filter(|l| l.starts_with("edge ")).collect();
     assert_eq!(edge, Vec::<String>::new(), "leash's own loopback was reached");
+}
+
+#[test]
+fn a_name_answering_this_hosts_own_public_address_is_refused() {
+    let Some(mut s) = Scene::new() else { return };
+    // leash's namespace holds a public address (no internal range covers it); a name answering it must be refused
+    // as leash's own, or an allowed name could reach services listening on the proxy's host.
+    let added = std::process::Command::new("ip")
+        .args(["-n", &s.edge, "addr", "add", &format!("{OWN_PUBLIC_V4}/32"), "dev", "lo"])
+        .status()
+        .unwrap();
+    assert!(added.success());
+    let p = s.proxy(&allowlist(&[OK, "self.attack.test"]));
+    let probes = vec![
+        get("http://self.attack.test/own", "self.attack.test"),
+        connect("self.attack.test:443", Some("self.attack.test")),
+    ];
+    let results = s.probe(&p, &probes);
+    assert_eq!(first(&results[0]), (403, "internal-destination".into()), "{}", results[0]);
+    assert_tunnel_refused(&results[1]);
+    let log = std::fs::read_to_string(s.path("audit.jsonl")).unwrap();
+    let refusals = log.lines().filter(|l| l.contains("self.attack.test") && l.contains("internal-destination")).count();
+    assert_eq!(refusals, 2, "the request and the tunnel are both refused as internal: {log}");
+    // Control: the allowed world host is still reached by the same proxy.
+    let control = s.probe(&p, &[get(&format!("http://{OK}/control"), OK)]);
+    assert_eq!(control[0]["responses"][0]["body"], "origin /control", "{}", control[0]);
 }
 
 #[test]

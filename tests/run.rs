@@ -205,3 +205,17 @@ fn inline_allow_and_block_rules_decide_the_run() {
     assert_eq!(fetch("--block", "evil.test", "evil.test"), ("403".into(), vec!["block rule".into()]));
     assert_eq!(fetch("--block", "evil.test", "docs.test"), ("403".into(), vec!["block internal-destination".into()]));
 }
+
+#[test]
+fn a_quiet_command_leaves_stderr_to_itself() {
+    if !sandbox_available() {
+        return;
+    }
+    // leash run shares the terminal with the command: with no request made, nothing of leash's belongs there.
+    let o = Command::new(LEASH)
+        .args(["run", "--allow", "docs.test", "--", "sh", "-c", "echo out; echo err >&2"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!((stdout(&o).as_str(), stderr(&o).as_str()), ("out\n", "err\n"));
+}

@@ -49,6 +49,9 @@ async fn serve(args: ProxyArgs) -> Exit {
         Ok(i) => i,
         Err(code) => return code,
     };
+    if args.tls.ca_cert_out.is_none() && args.tls.ca_bundle_out.is_none() {
+        tracing::info!("TLS inspection: the run's CA certificate is not written anywhere (--ca-cert-out FILE)");
+    }
     let policy = PolicyHandle::new(loaded.policy);
     let config = ProxyConfig {
         policy: policy.clone(),
@@ -90,7 +93,7 @@ pub(crate) fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Exit> {
     }
     match &args.ca_cert_out {
         Some(path) => tracing::info!("TLS inspection: the run's CA certificate is in `{}`", path.display()),
-        None => tracing::info!("TLS inspection: the run's CA certificate is not written anywhere (--ca-cert-out FILE)"),
+        None => tracing::debug!("TLS inspection: the run's CA certificate is not written anywhere"),
     }
     Ok(Arc::new(inspection))
 }

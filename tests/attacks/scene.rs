@@ -27,6 +27,9 @@ pub const WORLD_V4: &str = "10.200.0.2";
 pub const HIDDEN_V4: &str = "10.200.0.3";
 pub const WORLD_V6: &str = "fd00:200::2";
 pub const METADATA: &str = "169.254.169.254";
+/// A public (documentation-range) address some tests give leash's own namespace: not internal by range, only by
+/// being leash's own.
+pub const OWN_PUBLIC_V4: &str = "198.51.100.7";
 const EDGE_V4: &str = "10.200.0.1";
 const EDGE_V6: &str = "fd00:200::1";
 
@@ -47,6 +50,7 @@ fn dns_table() -> Value {
         "v6hidden.attack.test": ["fd00:200::3"],
         "mapped.attack.test": ["::ffff:127.0.0.1"],
         "flip.attack.test": [[WORLD_V4], ["127.0.0.1"]],
+        "self.attack.test": [OWN_PUBLIC_V4],
     })
 }
 
