@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
     long_about = "leash decides what a sandboxed agent may reach on the network. `leash proxy` runs an HTTP/HTTPS \
                   egress proxy that enforces a policy file (an allowlist of hosts, or a blocklist of hosts and URL \
                   prefixes), answers refusals with 403 and writes every decision to a JSONL audit log.",
-    after_help = "Examples:\n  leash check examples/allowlist.yaml\n  leash explain --policy examples/blocklist.yaml https://arxiv.org/abs/2401.01234\n  leash proxy --policy examples/allowlist.yaml --listen 127.0.0.1:3128 --log audit.jsonl\n\nLogging: RUST_LOG=debug (default info) controls what leash prints on stderr."
+    after_help = "Examples:\n  leash check examples/allowlist.yaml\n  leash explain --policy examples/blocklist.yaml https://arxiv.org/abs/2401.01234\n  leash proxy --policy examples/allowlist.yaml --listen 127.0.0.1:3128 --log audit.jsonl\n\nLogging: RUST_LOG=debug (default info; warn for `leash run` and `leash docker run`) controls what leash prints on stderr."
 )]
 pub struct Cli {
     #[command(subcommand)]

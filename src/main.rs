@@ -13,7 +13,12 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    init_logging();
+    // A wrapped command shares leash's terminal: there, only warnings (refusals among them) are leash's to print.
+    let wraps_a_command = matches!(
+        cli.command,
+        cli::Command::Run(_) | cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Run(_) })
+    );
+    init_logging(if wraps_a_command { "warn" } else { "info" });
     raise_fd_limit();
     let code = match cli.command {
         cli::Command::Proxy(args) => cmd::proxy::run(args),
@@ -28,10 +33,10 @@ fn main() -> ExitCode {
     code.into()
 }
 
-/// Diagnostics and refusal warnings go to stderr, filtered by `RUST_LOG` (default `info`).
-fn init_logging() {
+/// Diagnostics and refusal warnings go to stderr, filtered by `RUST_LOG` (else by `default`).
+fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
