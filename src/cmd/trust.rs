@@ -47,6 +47,7 @@ impl CaFiles {
             None if Path::new(SHM).is_dir() => PathBuf::from(SHM),
             _ => std::env::temp_dir(),
         };
+        sweep_leftovers(&base);
         let dir = new_dir(&base).or_else(|_| new_dir(&std::env::temp_dir()))?;
         let files = CaFiles { bundle: dir.join("bundle.pem"), ca: dir.join("ca.pem"), dir };
         write_public(&files.ca, inspection.ca_pem())?;
@@ -69,6 +70,28 @@ impl Drop for CaFiles {
     }
 }
 
+/// Remove the CA directories of earlier runs whose leash is gone without removing them (killed with SIGKILL, say):
+/// ours by name and owner, and no process of that id left. On a tmpfs each holds 200 kB of memory until a reboot.
+fn sweep_leftovers(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    let me = rustix::process::geteuid().as_raw();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(leftover_pid) else { continue };
+        let ours = entry.metadata().is_ok_and(|m| m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == me);
+        if ours && !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The leash pid in a CA directory's name (`leash-run-PID-NANOS`).
+fn leftover_pid(name: &str) -> Option<u32> {
+    let (pid, nanos) = name.strip_prefix("leash-run-")?.split_once('-')?;
+    (nanos.len() == 8 && nanos.bytes().all(|b| b.is_ascii_hexdigit())).then_some(())?;
+    pid.parse().ok()
+}
+
 /// A directory of our own: `create_dir` fails rather than reuse one that exists (another user's, say).
 fn new_dir(base: &Path) -> std::io::Result<PathBuf> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
@@ -80,4 +103,35 @@ fn new_dir(base: &Path) -> std::io::Result<PathBuf> {
 fn write_public(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::write(path, text)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_leash_run_directories_name_a_pid() {
+        assert_eq!(leftover_pid("leash-run-4242-0afd67b8"), Some(4242));
+        for other in
+            ["leash-run-4242", "leash-run-x-0afd67b8", "leash-run-4242-0afd67", "leash-run-1-zzzzzzzz", "tmux-0"]
+        {
+            assert_eq!(leftover_pid(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn directories_of_dead_runs_are_swept_and_live_ones_kept() {
+        let base = tempfile::tempdir().unwrap();
+        // A pid above the kernel's maximum is never alive; our own is.
+        let dead = base.path().join("leash-run-4194305-0afd67b8");
+        let alive = base.path().join(format!("leash-run-{}-0afd67b8", std::process::id()));
+        let unrelated = base.path().join("leash-run-notes");
+        for dir in [&dead, &alive, &unrelated] {
+            std::fs::create_dir(dir).unwrap();
+            std::fs::write(dir.join("bundle.pem"), "x").unwrap();
+        }
+        sweep_leftovers(base.path());
+        assert!(!dead.exists(), "a dead run's directory is removed");
+        assert!(alive.exists() && unrelated.exists());
+    }
 }
