@@ -70,7 +70,8 @@ pub struct Inspection {
     upstream_system: OnceLock<[Arc<ClientConfig>; 4]>,
     provider: Arc<rustls::crypto::CryptoProvider>,
     system_roots: bool,
-    extra_roots: Vec<CertificateDer<'static>>,
+    /// The `--upstream-ca` certificates, to which the system roots are added on first use.
+    extra_roots: RootCertStore,
 }
 
 impl Inspection {
@@ -95,7 +96,7 @@ impl Inspection {
             server_h2: server(&[ALPN_H2])?,
             server_http1: server(&[ALPN_HTTP1])?,
             server_plain: server(&[])?,
-            upstream_extra: client_configs(&provider, store(&extra_roots))?,
+            upstream_extra: client_configs(&provider, extra_roots.clone())?,
             upstream_system: OnceLock::new(),
             provider,
             system_roots: trust.system_roots,
@@ -110,7 +111,7 @@ impl Inspection {
             return &self.upstream_extra;
         }
         self.upstream_system.get_or_init(|| {
-            let mut roots = store(&self.extra_roots);
+            let mut roots = self.extra_roots.clone();
             let found = rustls_native_certs::load_native_certs();
             for e in &found.errors {
                 tracing::warn!("system trust store: {e}");
@@ -200,25 +201,15 @@ fn client_configs(
     Ok([client(&[ALPN_H2, ALPN_HTTP1])?, client(&[ALPN_H2])?, client(&[ALPN_HTTP1])?, client(&[])?])
 }
 
-/// A root store of certificates already checked by [`extra_roots`].
-fn store(certs: &[CertificateDer<'static>]) -> RootCertStore {
+/// Every `--upstream-ca` file's certificates as trust anchors, each one checked now, so a bad file stops leash.
+fn extra_roots(files: &[PathBuf]) -> Result<RootCertStore, TlsSetupError> {
     let mut store = RootCertStore::empty();
-    store.add_parsable_certificates(certs.iter().cloned());
-    store
-}
-
-/// Every `--upstream-ca` file's certificates, each one checked as a trust anchor now, so a bad file stops leash.
-fn extra_roots(files: &[PathBuf]) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
-    let mut all = Vec::new();
     for path in files {
         for cert in read_ca_file(path)? {
-            RootCertStore::empty()
-                .add(cert.clone())
-                .map_err(|e| TlsSetupError::BadCertificate(path.clone(), e.to_string()))?;
-            all.push(cert);
+            store.add(cert).map_err(|e| TlsSetupError::BadCertificate(path.clone(), e.to_string()))?;
         }
     }
-    Ok(all)
+    Ok(store)
 }
 
 /// The system's CA bundle as PEM text: the file its OpenSSL reads, else the roots gathered one by one.
