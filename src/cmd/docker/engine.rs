@@ -193,12 +193,10 @@ impl VolumeFacts {
     /// Why mounting this volume would bring a host path in, if it would: a driver other than `local`, or a local
     /// volume created to mount a host path or device (`o=bind`, `device=…`).
     pub fn host_path(&self) -> Option<String> {
-        if !self.driver.eq_ignore_ascii_case("local") {
+        if !super::options::is_local_driver(&self.driver) {
             return Some(format!("its driver `{}` can mount host paths leash cannot check", self.driver));
         }
-        let (key, value) = self.options.iter().find(|(k, v)| {
-            k.eq_ignore_ascii_case("device") || (k.eq_ignore_ascii_case("o") && v.to_lowercase().contains("bind"))
-        })?;
+        let (key, value) = self.options.iter().find(|(k, v)| super::options::binds_host_path(k, v))?;
         Some(format!("it was created with `{key}={value}`, which mounts a host path or device"))
     }
 }

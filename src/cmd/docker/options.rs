@@ -276,7 +276,7 @@ fn apply(out: &mut RunOptions, name: &'static str, value: Option<String>) -> Res
         "pid" if v.starts_with("container:") => Some(WHY_PID_CONTAINER),
         "userns" if v == "host" => Some(WHY_USERNS_HOST),
         "volumes-from" => Some(WHY_VOLUMES_FROM),
-        "volume-driver" if go_lowercase(v) != "local" => Some(WHY_VOLUME_DRIVER),
+        "volume-driver" if !is_local_driver(v) => Some(WHY_VOLUME_DRIVER),
         "use-api-socket" if on => Some(WHY_API_SOCKET),
         "cap-add" => {
             cap_add(out, &normalised, v);
@@ -362,8 +362,7 @@ fn mount(out: &mut RunOptions, normalised: &str, value: &str) -> Result<(), Usag
             "volume-driver" => driver = Some(val),
             "volume-opt" => {
                 let (opt, opt_value) = val.split_once('=').unwrap_or((val, ""));
-                let opt = go_lowercase(opt);
-                if opt == "device" || (opt == "o" && go_lowercase(opt_value).contains("bind")) {
+                if binds_host_path(opt, opt_value) {
                     host_volume = Some(val);
                 }
             }
@@ -379,7 +378,7 @@ fn mount(out: &mut RunOptions, normalised: &str, value: &str) -> Result<(), Usag
             format!("`volume-opt={opt}` has the volume driver mount a host path or device, which leash cannot check"),
         );
     }
-    if let Some(driver) = driver.filter(|d| go_lowercase(d) != "local") {
+    if let Some(driver) = driver.filter(|d| !is_local_driver(d)) {
         refuse(out, format!("`volume-driver={driver}`: {WHY_VOLUME_DRIVER}"));
     }
     match kind.as_str() {
@@ -443,6 +442,18 @@ fn csv_fields(record: &str) -> Option<Vec<String>> {
             return Some(fields);
         }
     }
+}
+
+/// True if a local volume's driver option `key=value` has it mount a host path or device (`device=…`, an `o=` with
+/// `bind`): for `--mount … volume-opt=` and for a volume that already exists (`docker.rs`).
+pub fn binds_host_path(key: &str, value: &str) -> bool {
+    let key = go_lowercase(key);
+    key == "device" || (key == "o" && go_lowercase(value).contains("bind"))
+}
+
+/// True for the one volume driver leash can check, `local`; a plugin can mount any host path.
+pub fn is_local_driver(driver: &str) -> bool {
+    go_lowercase(driver) == "local"
 }
 
 /// Go's `strings.ToLower`: Unicode simple lowercasing, one rune for one, so `İ` (U+0130) becomes a plain `i`
