@@ -327,11 +327,19 @@ fn loose_target(target: &str) -> (String, u16, &str) {
         "https" => 443,
         _ => 0,
     };
+    let (host, port) = loose_authority(authority, default);
+    (host, port, path)
+}
+
+/// Host and port of an authority that may not parse, for the log only: the port it names, else `default`, and the
+/// host as sent before it, lowercased (`Ex.com:81` → `ex.com`, 81; `[::1]` → `[::1]`; `a@b` → `a@b`).
+pub(crate) fn loose_authority(authority: &str, default: u16) -> (String, u16) {
     match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || p.parse::<u16>().is_ok() => {
-            (h.to_ascii_lowercase(), p.parse().unwrap_or(default), path)
-        }
-        _ => (authority.to_ascii_lowercase(), default, path),
+        Some((h, p)) if !h.contains(':') || h.ends_with(']') => match p.parse() {
+            Ok(port) => (h.to_ascii_lowercase(), port),
+            Err(_) => (authority.to_ascii_lowercase(), default),
+        },
+        _ => (authority.to_ascii_lowercase(), default),
     }
 }
 
@@ -397,5 +405,15 @@ mod tests {
         assert_eq!(loose_target("http://a%2eb/"), ("a%2eb".into(), 80, "/"));
         assert_eq!(loose_target("https://user@h"), ("user@h".into(), 443, "/"));
         assert_eq!(loose_target("ftp://h/f"), ("h".into(), 0, "/f"));
+    }
+
+    #[test]
+    fn loose_authority_reads_the_port_when_there_is_one() {
+        assert_eq!(loose_authority("User@Allowed.test:443", 0), ("user@allowed.test".into(), 443));
+        assert_eq!(loose_authority("allowed.test", 0), ("allowed.test".into(), 0));
+        assert_eq!(loose_authority("allowed.test", 80), ("allowed.test".into(), 80));
+        assert_eq!(loose_authority("[::1]:8443", 0), ("[::1]".into(), 8443));
+        assert_eq!(loose_authority("::1", 0), ("::1".into(), 0));
+        assert_eq!(loose_authority("h:port", 0), ("h:port".into(), 0));
     }
 }

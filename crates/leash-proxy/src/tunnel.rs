@@ -14,7 +14,7 @@ use crate::audit::refusal;
 use crate::config::Snapshot;
 use crate::conn::{BufConn, ReadHeadError, Reparse};
 use crate::dial::{connect_checked, resolve_checked, DialError};
-use crate::forward::reply;
+use crate::forward::{loose_authority, reply};
 use crate::inspect::{self, answer_in_tls, Inspected};
 use crate::refusal::Response;
 use crate::relay;
@@ -38,7 +38,7 @@ pub(crate) async fn handle(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, hea
     let (target, port) = match connect_target(head) {
         Ok(t) => t,
         Err((response, reason)) => {
-            let (host, port) = loose_authority(&head.target);
+            let (host, port) = loose_authority(&head.target, 0);
             let attempt = Attempt { id, method: "CONNECT", host: &host, port, path: None, peer };
             let response =
                 if sh.log_decision(&attempt, &refusal(reason)).is_ok() { response } else { Response::audit_failed() };
@@ -82,18 +82,6 @@ fn connect_target(head: &RequestHead) -> Result<(Host, u16), (Response, Reason)>
             Err((Response::bad_request(400, "CONNECT target needs a port (`host:443`)"), Reason::BadRequest))
         }
         Err(_) => Err((Response::forbidden(&head.target, Reason::BadHost), Reason::BadHost)),
-    }
-}
-
-/// Host and port of a CONNECT target that may not parse, for the log only: the port it names (0 when none), the host
-/// as sent before it, lowercased (`[::1]:443` → `[::1]`, 443; `a@b` → `a@b`, 0).
-fn loose_authority(target: &str) -> (String, u16) {
-    match target.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') || h.ends_with(']') => match p.parse() {
-            Ok(port) => (h.to_ascii_lowercase(), port),
-            Err(_) => (target.to_ascii_lowercase(), 0),
-        },
-        _ => (target.to_ascii_lowercase(), 0),
     }
 }
 
@@ -284,19 +272,5 @@ async fn drain_and_close(mut client: BufConn<TcpStream>) {
             Ok(Ok(n)) if n > 0 => drained += n,
             _ => break,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loose_authority_reads_the_port_when_there_is_one() {
-        assert_eq!(loose_authority("User@Allowed.test:443"), ("user@allowed.test".into(), 443));
-        assert_eq!(loose_authority("allowed.test"), ("allowed.test".into(), 0));
-        assert_eq!(loose_authority("[::1]:8443"), ("[::1]".into(), 8443));
-        assert_eq!(loose_authority("::1"), ("::1".into(), 0));
-        assert_eq!(loose_authority("h:port"), ("h:port".into(), 0));
     }
 }
