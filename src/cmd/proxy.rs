@@ -91,9 +91,8 @@ pub(crate) fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Exit> {
             Exit::Usage
         })?;
     }
-    match &args.ca_cert_out {
-        Some(path) => tracing::info!("TLS inspection: the run's CA certificate is in `{}`", path.display()),
-        None => tracing::debug!("TLS inspection: the run's CA certificate is not written anywhere"),
+    if let Some(path) = &args.ca_cert_out {
+        tracing::info!("TLS inspection: the run's CA certificate is in `{}`", path.display());
     }
     Ok(Arc::new(inspection))
 }

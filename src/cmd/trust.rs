@@ -25,6 +25,8 @@ pub const BUNDLE_VARS: [&str; 12] = [
     "NIX_SSL_CERT_FILE",
     "DENO_CERT",
 ];
+/// The start of every CA directory's name, `leash-run-PID-NANOS` (see [`new_dir`], [`leftover_pid`]).
+const DIR_PREFIX: &str = "leash-run-";
 /// Where the files go when `TMPDIR` is not set: a tmpfs on Linux.
 const SHM: &str = "/dev/shm";
 /// Node adds this file's CAs to its own roots, so it names the run's CA alone.
@@ -87,7 +89,7 @@ fn sweep_leftovers(base: &Path) {
 
 /// The leash pid in a CA directory's name (`leash-run-PID-NANOS`).
 fn leftover_pid(name: &str) -> Option<u32> {
-    let (pid, nanos) = name.strip_prefix("leash-run-")?.split_once('-')?;
+    let (pid, nanos) = name.strip_prefix(DIR_PREFIX)?.split_once('-')?;
     (nanos.len() == 8 && nanos.bytes().all(|b| b.is_ascii_hexdigit())).then_some(())?;
     pid.parse().ok()
 }
@@ -95,7 +97,7 @@ fn leftover_pid(name: &str) -> Option<u32> {
 /// A directory of our own: `create_dir` fails rather than reuse one that exists (another user's, say).
 fn new_dir(base: &Path) -> std::io::Result<PathBuf> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let dir = base.join(format!("leash-run-{}-{nanos:08x}", std::process::id()));
+    let dir = base.join(format!("{DIR_PREFIX}{}-{nanos:08x}", std::process::id()));
     std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
     Ok(dir)
 }
