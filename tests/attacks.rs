@@ -8,7 +8,7 @@
 #[path = "attacks/scene.rs"]
 mod scene;
 
-use scene::{text, Scene, METADATA, OWN_PUBLIC_V4, WORLD_V4, WORLD_V6};
+use scene::{text, Proxy, Scene, METADATA, OWN_PUBLIC_V4, WORLD_V4, WORLD_V6};
 use serde_json::{json, Value};
 
 const LEASH: &str = env!("CARGO_BIN_EXE_leash");
@@ -292,32 +292,44 @@ const SECRET_SPELLINGS: &[&str] = &[
     "/x%5c..%5csecret",
 ];
 
+/// Each of `refused`, asked of `ok.attack.test` in plain HTTP and inside an inspected tunnel (the client trusts the
+/// run's CA), gets 403 `reason`; the two `controls` (a path in plain HTTP, one inside TLS) reach the origin as sent,
+/// and nothing else reaches it.
+fn assert_paths_refused_plain_and_inside_tls(
+    s: &Scene,
+    p: &Proxy,
+    refused: &[&str],
+    reason: &str,
+    controls: [&str; 2],
+) {
+    let plain: Vec<Value> = refused.iter().map(|path| get(&format!("http://{OK}{path}"), OK)).collect();
+    assert_refused(&s.probe(p, &plain), &plain, 403, reason);
+    let ca = text(&p.ca);
+    let inner = |path: &str| {
+        json!({"connect": "ok.attack.test:443", "sni": OK, "cafile": ca,
+               "send": format!("GET {path} HTTP/1.1\r\nHost: {OK}\r\n\r\n")})
+    };
+    let tls: Vec<Value> = refused.iter().map(|path| inner(path)).collect();
+    for (r, path) in s.probe(p, &tls).iter().zip(refused) {
+        assert_eq!(r["tls"], "ok", "the client trusts the run's CA: {r}");
+        assert_eq!(first(r), (403, reason.into()), "inside TLS {path}: {r}");
+    }
+    let results = s.probe(p, &[get(&format!("http://{OK}{}", controls[0]), OK), inner(controls[1])]);
+    for (r, path) in results.iter().zip(controls) {
+        assert_eq!(r["responses"][0]["body"], format!("origin {path}"), "{r}");
+    }
+    let requests = s.requests();
+    assert_eq!(requests.len(), 2, "only the controls reached the origin: {requests:?}");
+}
+
 #[test]
 fn path_respellings_are_refused_in_plain_http_and_inside_tls() {
     let Some(mut s) = Scene::new() else { return };
     let p = s.proxy(&format!(
         "network:\n  mode: blocklist\n  blocked_urls: [ok.attack.test/secret]\n  allow_destinations: [{WORLD_V4}/32]\n"
     ));
-    let plain: Vec<Value> = SECRET_SPELLINGS.iter().map(|path| get(&format!("http://{OK}{path}"), OK)).collect();
-    assert_refused(&s.probe(&p, &plain), &plain, 403, "rule");
-    let ca = text(&p.ca);
-    let inner = |path: &str| {
-        json!({"connect": "ok.attack.test:443", "sni": OK, "cafile": ca,
-               "send": format!("GET {path} HTTP/1.1\r\nHost: {OK}\r\n\r\n")})
-    };
-    let tls: Vec<Value> = SECRET_SPELLINGS.iter().map(|path| inner(path)).collect();
-    let results = s.probe(&p, &tls);
-    for (r, path) in results.iter().zip(SECRET_SPELLINGS) {
-        assert_eq!(r["tls"], "ok", "the client trusts the run's CA: {r}");
-        assert_eq!(first(r), (403, "rule".into()), "inside TLS {path}: {r}");
-    }
     // Controls: the same host on another path is reached, in plain HTTP and inside TLS.
-    let controls = vec![get(&format!("http://{OK}/public"), OK), inner("/public-tls")];
-    let results = s.probe(&p, &controls);
-    assert_eq!(results[0]["responses"][0]["body"], "origin /public", "{}", results[0]);
-    assert_eq!(results[1]["responses"][0]["body"], "origin /public-tls", "{}", results[1]);
-    let requests = s.requests();
-    assert_eq!(requests.len(), 2, "only the controls reached the origin: {requests:?}");
+    assert_paths_refused_plain_and_inside_tls(&s, &p, SECRET_SPELLINGS, "rule", ["/public", "/public-tls"]);
 }
 
 /// Spellings that leash canonicalises to a path under `/pub/` but that a server keeping `%2F`, `\` or `;` as data,
@@ -340,24 +352,14 @@ fn an_allow_prefix_admits_no_spelling_a_server_may_read_outside_it() {
     let p = s.proxy(&format!(
         "network:\n  mode: allowlist\n  allowed_urls: [ok.attack.test/pub/]\n  allow_destinations: [{WORLD_V4}/32]\n"
     ));
-    let plain: Vec<Value> = PREFIX_ESCAPES.iter().map(|path| get(&format!("http://{OK}{path}"), OK)).collect();
-    assert_refused(&s.probe(&p, &plain), &plain, 403, "ambiguous-path");
-    let ca = text(&p.ca);
-    let inner = |path: &str| {
-        json!({"connect": "ok.attack.test:443", "sni": OK, "cafile": ca,
-               "send": format!("GET {path} HTTP/1.1\r\nHost: {OK}\r\n\r\n")})
-    };
-    let tls: Vec<Value> = PREFIX_ESCAPES.iter().map(|path| inner(path)).collect();
-    for (r, path) in s.probe(&p, &tls).iter().zip(PREFIX_ESCAPES) {
-        assert_eq!(first(r), (403, "ambiguous-path".into()), "inside TLS {path}: {r}");
-    }
     // Controls: plain spellings under the prefix, and an encoded `/` below it, reach the origin as sent.
-    let controls = vec![get(&format!("http://{OK}/pub/x"), OK), inner("/pub/group%2Fproject")];
-    let results = s.probe(&p, &controls);
-    assert_eq!(results[0]["responses"][0]["body"], "origin /pub/x", "{}", results[0]);
-    assert_eq!(results[1]["responses"][0]["body"], "origin /pub/group%2Fproject", "{}", results[1]);
-    let requests = s.requests();
-    assert_eq!(requests.len(), 2, "only the controls reached the origin: {requests:?}");
+    assert_paths_refused_plain_and_inside_tls(
+        &s,
+        &p,
+        PREFIX_ESCAPES,
+        "ambiguous-path",
+        ["/pub/x", "/pub/group%2Fproject"],
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{https_material, log_lines, origin, stderr, stdout, HttpsOrigin};
+use common::{https_material, log_lines, origin, sandbox_available, stderr, stdout, HttpsOrigin};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -157,6 +157,11 @@ fn explain_uses_the_profile_asked_for() {
 
 // ---- proxy
 
+/// An allowlist of `host` on `port`, with the host's loopback (where the tests' origins listen) exempt.
+fn loopback_allowlist(host: &str, port: u16) -> String {
+    format!("network:\n  mode: allowlist\n  allowed_hosts: [{host}]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n")
+}
+
 struct Proxy {
     child: Child,
     addr: String,
@@ -226,11 +231,7 @@ impl Drop for Proxy {
 fn proxy_allows_refuses_and_logs_then_stops_cleanly_on_sigterm() {
     let port = origin();
     let dir = tempfile::tempdir().unwrap();
-    let policy = write(
-        dir.path(),
-        "p.yaml",
-        &format!("network:\n  mode: allowlist\n  allowed_hosts: [docs.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"),
-    );
+    let policy = write(dir.path(), "p.yaml", &loopback_allowlist("docs.test", port));
     let log = dir.path().join("audit.jsonl");
     let proxy = Proxy::start(&policy, &log, &["--resolve", "docs.test:127.0.0.1"]);
     assert_eq!(proxy.curl(&format!("http://docs.test:{port}/a")), "200");
@@ -251,11 +252,7 @@ fn proxy_allows_refuses_and_logs_then_stops_cleanly_on_sigterm() {
 fn proxy_says_on_stderr_why_it_refused_and_why_a_reload_failed_then_stops_on_sigint() {
     let port = origin();
     let dir = tempfile::tempdir().unwrap();
-    let policy = write(
-        dir.path(),
-        "p.yaml",
-        &format!("network:\n  mode: allowlist\n  allowed_hosts: [docs.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"),
-    );
+    let policy = write(dir.path(), "p.yaml", &loopback_allowlist("docs.test", port));
     let log = dir.path().join("audit.jsonl");
     let proxy = Proxy::start(&policy, &log, &["--resolve", "docs.test:127.0.0.1"]);
     assert_eq!(proxy.curl(&format!("http://other.test:{port}/x")), "403");
@@ -275,11 +272,7 @@ fn proxy_says_on_stderr_why_it_refused_and_why_a_reload_failed_then_stops_on_sig
 fn proxy_reopens_its_audit_log_on_sighup_after_logrotate_moved_it() {
     let port = origin();
     let dir = tempfile::tempdir().unwrap();
-    let policy = write(
-        dir.path(),
-        "p.yaml",
-        &format!("network:\n  mode: allowlist\n  allowed_hosts: [one.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"),
-    );
+    let policy = write(dir.path(), "p.yaml", &loopback_allowlist("one.test", port));
     let (log, rotated) = (dir.path().join("audit.jsonl"), dir.path().join("audit.jsonl.1"));
     let proxy = Proxy::start(&policy, &log, &["--resolve", "one.test:127.0.0.1"]);
     assert_eq!(proxy.curl(&format!("http://one.test:{port}/before")), "200");
@@ -303,14 +296,11 @@ fn proxy_reopens_its_audit_log_on_sighup_after_logrotate_moved_it() {
 fn proxy_reloads_on_sighup_and_keeps_the_old_policy_when_the_new_one_is_invalid() {
     let port = origin();
     let dir = tempfile::tempdir().unwrap();
-    let text = |host: &str| {
-        format!("network:\n  mode: allowlist\n  allowed_hosts: [{host}]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n")
-    };
-    let policy = write(dir.path(), "p.yaml", &text("one.test"));
+    let policy = write(dir.path(), "p.yaml", &loopback_allowlist("one.test", port));
     let log = dir.path().join("audit.jsonl");
     let proxy = Proxy::start(&policy, &log, &["--resolve", "one.test:127.0.0.1", "--resolve", "two.test:127.0.0.1"]);
     assert_eq!(proxy.curl(&format!("http://two.test:{port}/")), "403");
-    write(dir.path(), "p.yaml", &text("two.test"));
+    write(dir.path(), "p.yaml", &loopback_allowlist("two.test", port));
     proxy.signal("HUP");
     let deadline = Instant::now() + Duration::from_secs(10);
     while proxy.curl(&format!("http://two.test:{port}/")) != "200" {
@@ -370,25 +360,8 @@ fn every_subcommand_help_teaches_with_an_example() {
 
 // ---- run
 
-/// Namespaces are needed; where the kernel refuses them the test says so loudly, and fails when CI requires them.
-fn sandbox_available() -> bool {
-    let ok = Command::new("unshare").args(["-rn", "true"]).status().map(|s| s.success()).unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var_os("LEASH_REQUIRE_SANDBOX").is_none(),
-            "namespaces unavailable but LEASH_REQUIRE_SANDBOX is set"
-        );
-        eprintln!("SKIPPED: this kernel refuses user/network namespaces; `leash run` tests did not run");
-    }
-    ok
-}
-
 fn run_policy(dir: &Path, port: u16) -> PathBuf {
-    write(
-        dir,
-        "run.yaml",
-        &format!("network:\n  mode: allowlist\n  allowed_hosts: [docs.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"),
-    )
+    write(dir, "run.yaml", &loopback_allowlist("docs.test", port))
 }
 
 /// Start an origin on the host's loopback, run `sh -c SCRIPT(port)` under `leash run` with an allowlist naming

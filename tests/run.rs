@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{log_lines, stderr, stdout};
+use common::{log_lines, sandbox_available, stderr, stdout};
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -13,19 +13,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LEASH: &str = env!("CARGO_BIN_EXE_leash");
-
-/// Namespaces are needed; where the kernel refuses them the test says so loudly, and fails when CI requires them.
-fn sandbox_available() -> bool {
-    let ok = Command::new("unshare").args(["-rn", "true"]).status().map(|s| s.success()).unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var_os("LEASH_REQUIRE_SANDBOX").is_none(),
-            "namespaces unavailable but LEASH_REQUIRE_SANDBOX is set"
-        );
-        eprintln!("SKIPPED: this kernel refuses user/network namespaces; `leash run` tests did not run");
-    }
-    ok
-}
 
 /// A command that would leave a mark if it ran.
 fn marking(dir: &Path) -> (String, std::path::PathBuf) {

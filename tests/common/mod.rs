@@ -1,5 +1,6 @@
-//! What the binary's test suites share (`tests/cli.rs`, `tests/docker.rs`): origins on the host's loopback (plain
-//! HTTP, and HTTPS with a throw-away CA made by openssl), output and audit-log readers. Each suite uses a part.
+//! What the binary's test suites share (`tests/cli.rs`, `tests/docker.rs`, `tests/run.rs`): origins on the host's
+//! loopback (plain HTTP, and HTTPS with a throw-away CA made by openssl), output and audit-log readers, the check
+//! that namespaces can be made. Each suite uses a part.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -101,4 +102,17 @@ impl Drop for HttpsOrigin {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Namespaces are needed; where the kernel refuses them the test says so loudly, and fails when CI requires them.
+pub fn sandbox_available() -> bool {
+    let ok = Command::new("unshare").args(["-rn", "true"]).status().map(|s| s.success()).unwrap_or(false);
+    if !ok {
+        assert!(
+            std::env::var_os("LEASH_REQUIRE_SANDBOX").is_none(),
+            "namespaces unavailable but LEASH_REQUIRE_SANDBOX is set"
+        );
+        eprintln!("SKIPPED: this kernel refuses user/network namespaces; `leash run` tests did not run");
+    }
+    ok
 }
