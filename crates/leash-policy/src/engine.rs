@@ -327,7 +327,9 @@ impl Policy {
     /// different stages, or not at all) and the literal reading (split on raw `/` only) is admitted too. Between
     /// those two readings every server's falls: the prefix's own segments are plain, so no reading moves them.
     fn every_reading_admitted(&self, name: &Name, path: &CanonicalPath) -> bool {
-        if self.rules.host_rule(name.as_str()).is_some() {
+        // The common case first, with no second look-up: a path spelled as its canonical form reads one way only.
+        let spelled_canonically = path.literal_reading().is_none() && !path.had_dot_segments();
+        if spelled_canonically || self.rules.host_rule(name.as_str()).is_some() {
             return true;
         }
         !path.had_dot_segments()
