@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use leash_proxy::{AuditLog, Inspection, Limits, PolicyHandle, ProxyConfig, SystemResolver, UpstreamTrust};
@@ -83,13 +83,17 @@ pub(crate) fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Exit> {
         eprintln!("leash: cannot set up TLS inspection: {e}");
         Exit::Usage
     })?;
-    let outputs = [(&args.ca_cert_out, inspection.ca_pem().to_owned()), (&args.ca_bundle_out, inspection.bundle_pem())];
-    for (path, pem) in outputs {
-        let Some(path) = path else { continue };
-        write_public_file(path, &pem).map_err(|e| {
+    let written = |path: &Path, result: std::io::Result<()>| {
+        result.map_err(|e| {
             eprintln!("leash: cannot write `{}`: {e}", path.display());
             Exit::Usage
-        })?;
+        })
+    };
+    if let Some(path) = &args.ca_cert_out {
+        written(path, write_atomically(path, &|tmp| write_public(tmp, inspection.ca_pem())))?;
+    }
+    if let Some(path) = &args.ca_bundle_out {
+        written(path, write_atomically(path, &|tmp| inspection.write_bundle(tmp)))?;
     }
     if let Some(path) = &args.ca_cert_out {
         tracing::info!("TLS inspection: the run's CA certificate is in `{}`", path.display());
@@ -97,17 +101,21 @@ pub(crate) fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Exit> {
     Ok(Arc::new(inspection))
 }
 
-/// Write a certificate file readable by everyone (it holds no secret), atomically: a reader polling for it never
-/// sees half a file.
-fn write_public_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+/// Write a certificate file with `write` (which leaves it readable by everyone: it holds no secret), atomically: a
+/// reader polling for it never sees half a file.
+fn write_atomically(path: &Path, write: &dyn Fn(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp-{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, text)?;
-    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
+    write(&tmp).and_then(|()| std::fs::rename(&tmp, path)).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
+}
+
+/// `text` in a new file at `path`, mode 0644.
+pub(crate) fn write_public(path: &Path, text: &str) -> std::io::Result<()> {
+    std::fs::write(path, text)?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
 }
 
 /// The audit log: the file given (mode 0600, appended), else standard output. Failing to open it stops leash.

@@ -10,7 +10,7 @@ use leash_proxy::{PolicyHandle, ProxyConfig, TRANSPARENT_ADDR};
 use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
-use crate::cmd::sandboxed::{config, proxy_parts};
+use crate::cmd::sandboxed::{config, proxy_parts, Pins};
 use crate::cmd::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 use crate::exit::Exit;
 
@@ -33,17 +33,12 @@ pub fn run(args: RunArgs) -> Exit {
         Ok(parts) => parts,
         Err(code) => return code,
     };
-    // The CA exists before the command starts, so its trust files are in place before it can read them. (The
-    // sandbox's init is a copy of leash made at spawn; it is non-dumpable and owned by leash's user namespace.)
-    let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
-    let inspection = match crate::cmd::proxy::inspection(&tls) {
-        Ok(i) => i,
-        Err(code) => return code,
-    };
-    let ca_files = match CaFiles::write(&inspection) {
+    // The CA files are named now, so the command's environment can point at them; they are written while the
+    // sandbox's namespaces are built, and exist before the command starts.
+    let ca_files = match CaFiles::create() {
         Ok(files) => files,
         Err(e) => {
-            eprintln!("leash: the command was not run: cannot write the run's CA files: {e}");
+            eprintln!("leash: the command was not run: cannot create the run's CA directory: {e}");
             return Exit::SandboxFailed;
         }
     };
@@ -51,19 +46,58 @@ pub fn run(args: RunArgs) -> Exit {
     spec.env.extend(ca_files.env());
     let ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
     spec.tcp_listeners.extend(ports.into_iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
-    // A signal sent once the command runs but before forwarding is armed waits, rather than ending leash.
+    // The init is cloned before the CA's key exists, so its copy of leash's memory never holds it.
+    let pending = match Sandbox::prepare(spec) {
+        Ok(p) => p,
+        Err(e) => return not_run(e),
+    };
+    // On an early return, dropping `pending` ends the init: the command never starts.
+    let config = match proxy_config(&args, policy, pins, audit, &ca_files) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    // A signal sent once the command runs but before forwarding is armed waits, rather than ending leash. Taken
+    // before the runtime's threads exist, which inherit it, so only the main thread ever takes those signals.
     let hold = leash_sandbox::hold_forwarded_signals().map_err(|e| tracing::warn!("{e}")).ok();
-    let sandbox = match Sandbox::spawn(spec) {
-        Ok(s) => s,
+    // The runtime is built while the init starts the command.
+    let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
+    let (sandbox, runtime) = match pending.start_with(runtime) {
+        Ok(started) => started,
+        Err(e) => return not_run(e),
+    };
+    let runtime = match runtime {
+        Ok(rt) => rt,
         Err(e) => {
-            eprintln!("leash: the command was not run: {e}");
-            return Exit::SandboxFailed;
+            eprintln!("leash: cannot start the async runtime: {e}; stopping the command");
+            return finish(sandbox.signal(9).and_then(|()| sandbox.wait()));
         }
     };
-    let config = config(policy, pins, Arc::new(audit), inspection);
-    let exit = supervise(sandbox, config, hold);
+    let exit = supervise(sandbox, config, hold, runtime);
     drop(ca_files);
     exit
+}
+
+/// The run's CA, its files for the command, and the proxy's configuration around them. An unusable
+/// `--upstream-ca` is exit 2, like a usage error.
+fn proxy_config(
+    args: &RunArgs,
+    policy: leash_policy::Policy,
+    pins: Pins,
+    audit: leash_proxy::AuditLog,
+    ca_files: &CaFiles,
+) -> Result<ProxyConfig, Exit> {
+    let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
+    let inspection = crate::cmd::proxy::inspection(&tls)?;
+    if let Err(e) = ca_files.write(&inspection) {
+        eprintln!("leash: the command was not run: cannot write the run's CA files: {e}");
+        return Err(Exit::SandboxFailed);
+    }
+    Ok(config(policy, pins, Arc::new(audit), inspection))
+}
+
+fn not_run(e: leash_sandbox::SandboxError) -> Exit {
+    eprintln!("leash: the command was not run: {e}");
+    Exit::SandboxFailed
 }
 
 /// The sandbox: CMD, its environment, the proxy's listener inside, the DNS stub's socket and a resolv.conf that points
@@ -96,21 +130,19 @@ fn child_env(inherited: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsSt
 
 /// Serve the proxy on the sandbox's listener (and the transparent ones) until the command has exited, then drain,
 /// flush and report.
-fn supervise(mut sandbox: Sandbox, config: ProxyConfig, hold: Option<leash_sandbox::SignalHold>) -> Exit {
+fn supervise(
+    mut sandbox: Sandbox,
+    config: ProxyConfig,
+    hold: Option<leash_sandbox::SignalHold>,
+    runtime: tokio::runtime::Runtime,
+) -> Exit {
     let mut tcp = std::mem::take(&mut sandbox.tcp).into_iter();
     let listener = tcp.next();
     let transparent: Vec<_> = tcp.filter_map(|l| l.set_nonblocking(true).ok().map(|()| l)).collect();
     let dns_socket = sandbox.udp.pop();
     let _forwarding = sandbox.forward_signals().map_err(|e| tracing::warn!("signals are not forwarded: {e}"));
-    // Armed: a signal held since the spawn is delivered now, and forwarded; the runtime's threads block none.
+    // Armed: a signal held since the spawn is delivered now, and forwarded.
     drop(hold);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leash: cannot start the async runtime: {e}; stopping the command");
-            return finish(sandbox.signal(9).and_then(|()| sandbox.wait()));
-        }
-    };
     let sandbox = Arc::new(sandbox);
     let waiter = sandbox.clone();
     let status = runtime.block_on(async move {
@@ -136,6 +168,8 @@ fn supervise(mut sandbox: Sandbox, config: ProxyConfig, hold: Option<leash_sandb
         }
         status.map_err(Some)
     });
+    // Every connection is finished and logged: the threads need not be waited for.
+    runtime.shutdown_background();
     match status {
         Ok(s) => Exit::Command(u8::try_from(s.code()).unwrap_or(255)),
         Err(e) => finish(Err(e.unwrap_or(leash_sandbox::SandboxError::InitDied("no proxy listener".into())))),

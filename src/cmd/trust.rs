@@ -3,10 +3,12 @@
 //! when the run ends.
 
 use std::ffi::OsString;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use leash_proxy::Inspection;
+
+use crate::cmd::proxy::write_public;
 
 /// Variables that name a CA bundle for the clients that read them: OpenSSL (curl, Python's ssl, Ruby, wget), Python
 /// requests, curl, git, pip, cargo, the AWS SDKs, gRPC, httplib2, gcloud, Nix, Deno. Each is pointed at the bundle
@@ -40,9 +42,9 @@ pub struct CaFiles {
 }
 
 impl CaFiles {
-    /// Write `ca.pem` and `bundle.pem` into a new directory under /dev/shm or `TMPDIR` (mode 0755, files
-    /// 0644: they hold no secret, and the command may run as another user id).
-    pub fn write(inspection: &Inspection) -> std::io::Result<CaFiles> {
+    /// A new directory under /dev/shm or `TMPDIR` (mode 0755) for `ca.pem` and `bundle.pem`, which [`CaFiles::write`]
+    /// writes later: the command's environment can name them before the CA exists.
+    pub fn create() -> std::io::Result<CaFiles> {
         // In memory where there is a tmpfs for it: writing, then removing, a 200 kB bundle on a disk filesystem was a
         // tenth of `leash run`'s start-up. TMPDIR, when set, is the user's choice and wins.
         let base = match std::env::var_os("TMPDIR") {
@@ -51,10 +53,13 @@ impl CaFiles {
         };
         sweep_leftovers(&base);
         let dir = new_dir(&base).or_else(|_| new_dir(&std::env::temp_dir()))?;
-        let files = CaFiles { bundle: dir.join("bundle.pem"), ca: dir.join("ca.pem"), dir };
-        write_public(&files.ca, inspection.ca_pem())?;
-        write_public(&files.bundle, &inspection.bundle_pem())?;
-        Ok(files)
+        Ok(CaFiles { bundle: dir.join("bundle.pem"), ca: dir.join("ca.pem"), dir })
+    }
+
+    /// Writes the CA and the bundle, mode 0644: they hold no secret, and the command may run as another user id.
+    pub fn write(&self, inspection: &Inspection) -> std::io::Result<()> {
+        write_public(&self.ca, inspection.ca_pem())?;
+        inspection.write_bundle(&self.bundle)
     }
 
     /// The environment entries that point clients at these files.
@@ -68,7 +73,11 @@ impl CaFiles {
 
 impl Drop for CaFiles {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // Three system calls where nothing else was put there (the command, same uid, could have).
+        let _ = (std::fs::remove_file(&self.ca), std::fs::remove_file(&self.bundle));
+        if std::fs::remove_dir(&self.dir).is_err() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -100,11 +109,6 @@ fn new_dir(base: &Path) -> std::io::Result<PathBuf> {
     let dir = base.join(format!("{DIR_PREFIX}{}-{nanos:08x}", std::process::id()));
     std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
     Ok(dir)
-}
-
-fn write_public(path: &Path, text: &str) -> std::io::Result<()> {
-    std::fs::write(path, text)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
 }
 
 #[cfg(test)]

@@ -139,16 +139,34 @@ impl Inspection {
         self.ca.cert_pem()
     }
 
-    /// System roots followed by the run's CA, PEM: one bundle for `SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`, ...
-    /// The system part is the bundle file the system's OpenSSL reads (`SSL_CERT_FILE`, else the distribution's), as
-    /// is; only where there is none are the system's roots gathered and written out one by one.
-    pub fn bundle_pem(&self) -> String {
-        let mut out = system_bundle_pem();
-        if !out.is_empty() && !out.ends_with('\n') {
-            out.push('\n');
+    /// Writes `path` (created or truncated, mode 0644: nothing in it is secret): the system roots followed by the run's
+    /// CA, PEM, one bundle for `SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`, ... The system part is the bundle file the
+    /// system's OpenSSL reads (`SSL_CERT_FILE`, else the distribution's), copied as is by the kernel (`leash run`
+    /// writes it at every start); only where there is none are the system's roots gathered and written one by one.
+    pub fn write_bundle(&self, path: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::{FileExt, PermissionsExt};
+        let copied = match openssl_probe::probe().cert_file {
+            Some(system) => std::fs::copy(system, path).unwrap_or(0),
+            None => 0,
+        };
+        // Not truncated: it holds the copied roots (or is emptied below when nothing was copied).
+        let mut file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        if copied == 0 {
+            file.set_len(0)?;
+            let found = rustls_native_certs::load_native_certs();
+            let roots: String =
+                found.certs.iter().map(|cert| pem::encode(&pem::Pem::new("CERTIFICATE", cert.to_vec()))).collect();
+            file.write_all(roots.as_bytes())?;
         }
-        out.push_str(self.ca.cert_pem());
-        out
+        let end = file.metadata()?.len();
+        let mut last = [b'\n'];
+        if end > 0 {
+            file.read_exact_at(&mut last, end - 1)?;
+        }
+        let separator: &[u8] = if last == [b'\n'] { b"" } else { b"\n" };
+        file.write_all_at(&[separator, self.ca.cert_pem().as_bytes()].concat(), end)
     }
 
     /// The upstream configuration offering what the client offered (of `h2`, `http/1.1`).
@@ -210,18 +228,6 @@ fn extra_roots(files: &[PathBuf]) -> Result<RootCertStore, TlsSetupError> {
         }
     }
     Ok(store)
-}
-
-/// The system's CA bundle as PEM text: the file its OpenSSL reads, else the roots gathered one by one.
-fn system_bundle_pem() -> String {
-    let probed = openssl_probe::probe();
-    if let Some(text) = probed.cert_file.and_then(|file| std::fs::read_to_string(file).ok()) {
-        if text.contains("-----BEGIN CERTIFICATE-----") {
-            return text;
-        }
-    }
-    let found = rustls_native_certs::load_native_certs();
-    found.certs.iter().map(|cert| pem::encode(&pem::Pem::new("CERTIFICATE", cert.to_vec()))).collect()
 }
 
 /// The certificates of a PEM file; other blocks (keys) are ignored, none at all is an error.

@@ -88,6 +88,8 @@ pub enum Step {
     DisableIpv6,
     /// Bind-mounting the resolv.conf contents over /etc/resolv.conf.
     MountResolvConf,
+    /// Receiving from leash the sockets to mask and the word to start the command.
+    AwaitLeash,
     /// Bind-mounting /dev/null over a host Unix socket.
     MaskUnixSocket(PathBuf),
     /// Binding a TCP listener inside the sandbox.
@@ -134,6 +136,7 @@ impl fmt::Display for Step {
             Step::LoopbackUp => f.write_str("set the sandbox's loopback interface up"),
             Step::DisableIpv6 => f.write_str("disable IPv6 in the sandbox's network namespace"),
             Step::MountResolvConf => f.write_str("bind-mount the sandbox's /etc/resolv.conf"),
+            Step::AwaitLeash => f.write_str("receive the sockets to mask and the go-ahead from leash"),
             Step::MaskUnixSocket(p) => write!(f, "mask the host Unix socket `{}`", p.display()),
             Step::BindTcp(a) => write!(f, "bind TCP `{a}` inside the sandbox"),
             Step::BindUdp(a) => write!(f, "bind UDP `{a}` inside the sandbox"),

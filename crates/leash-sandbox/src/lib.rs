@@ -7,8 +7,9 @@
 //! maps its ids (`0 <uid> 1`), makes itself non-dumpable, creates a private **mount namespace** and a **network
 //! namespace** holding only `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through
 //! `net.ipv6.conf.{all,default,lo}.disable_ipv6`, so no IPv6 at all, not even `::1`), mounts its own **/proc**,
-//! bind-mounts the given contents over `/etc/resolv.conf`, masks host Unix sockets (below), binds the
-//! requested TCP listeners and UDP sockets and sends them to leash with `SCM_RIGHTS`. It then forks the command,
+//! bind-mounts the given contents over `/etc/resolv.conf`, masks the host Unix sockets leash names (below; leash
+//! looks for them while init builds the namespaces), and waits for leash's go-ahead; then it binds the requested TCP
+//! listeners and UDP sockets, sends them to leash with `SCM_RIGHTS`, and forks the command,
 //! which first enters a **second user and mount namespace** (mapping back to the caller's uid and gid) and then
 //! `execve`s. That nesting is what makes the set-up stick: the sandbox's mounts become locked (the command cannot
 //! unmount the masks, the resolv.conf or /proc), and the command holds no capability over the sandbox's network
@@ -40,11 +41,12 @@
 //! path a `connect` names, and refusing `socket(AF_UNIX)` altogether breaks ordinary programs.
 //!
 //! # Threads and fork
-//! `Sandbox::spawn` may be called from any thread of a multi-threaded process (a tokio runtime included). All
-//! allocation happens before the raw `clone`; the child runs only raw system calls (no allocation, no locks, no
-//! glibc `fork` handlers: it forks the command with a raw `clone` too) until `execve`. The init is a copy of leash's
-//! memory at the time of the call; it is non-dumpable and its memory belongs to leash's user namespace, so nothing in
-//! the sandbox can ptrace it or read `/proc/1/mem` — still, call `spawn` before loading secrets where you can.
+//! `Sandbox::prepare` (and `spawn`) may be called from any thread of a multi-threaded process (a tokio runtime
+//! included). All allocation happens before the raw `clone`; the child runs only raw system calls (no allocation, no
+//! locks, no glibc `fork` handlers: it forks the command with a raw `clone` too) until `execve`. The init is a copy
+//! of leash's memory at `prepare`; it is non-dumpable and its memory belongs to leash's user namespace, so nothing in
+//! the sandbox can ptrace it or read `/proc/1/mem` — still, call `prepare` before loading secrets where you can
+//! (`leash run` generates its CA after it).
 //! Without root, init is dumpable for the few system calls that write its id maps (a non-dumpable process's /proc
 //! files belong to root); nothing runs in the sandbox yet, but a same-user host process allowed to ptrace could
 //! attach in that moment.
@@ -150,12 +152,47 @@ pub struct Sandbox {
     child: imp::Child,
 }
 
-impl Sandbox {
-    /// Sets up the namespaces, binds the sockets inside, and starts the command. Returns once the command's
+/// A sandbox being set up: its init builds the namespaces while the caller prepares what the command will need
+/// (files its environment names, say). The command starts only at [`PendingSandbox::start`]; dropping this value
+/// instead ends the init, and nothing ever ran.
+#[derive(Debug)]
+pub struct PendingSandbox {
+    inner: imp::Pending,
+}
+
+impl PendingSandbox {
+    /// The host pid of the sandbox's init.
+    pub fn pid(&self) -> u32 {
+        self.inner.pid()
+    }
+
+    /// Masks the host's sockets, binds the sockets inside, and starts the command. Returns once the command's
     /// `execve` succeeded; on any error nothing runs and nothing is left behind.
+    pub fn start(self) -> Result<Sandbox, SandboxError> {
+        self.start_with(|| ()).map(|(sandbox, ())| sandbox)
+    }
+
+    /// [`PendingSandbox::start`], running `meanwhile` in this thread while the init starts the command (after the
+    /// go-ahead, before the command's `execve` is confirmed). Its result is dropped if the start fails.
+    pub fn start_with<T>(self, meanwhile: impl FnOnce() -> T) -> Result<(Sandbox, T), SandboxError> {
+        let (child, tcp, udp, value) = self.inner.start_with(meanwhile)?;
+        Ok((Sandbox { tcp, udp, child }, value))
+    }
+}
+
+impl Sandbox {
+    /// Sets up the namespaces, binds the sockets inside, and starts the command: [`Sandbox::prepare`] then
+    /// [`PendingSandbox::start`]. Returns once the command's `execve` succeeded; on any error nothing runs and
+    /// nothing is left behind.
     pub fn spawn(spec: SandboxSpec) -> Result<Sandbox, SandboxError> {
-        let (child, tcp, udp) = imp::spawn(spec)?;
-        Ok(Sandbox { tcp, udp, child })
+        Sandbox::prepare(spec)?.start()
+    }
+
+    /// Clones the sandbox's init, which starts building the namespaces, and meanwhile looks for the host sockets to
+    /// mask; returns without waiting for the init. A failure the init meets is reported by `start`. Everything the
+    /// command needs from outside (its environment, its program) is fixed here.
+    pub fn prepare(spec: SandboxSpec) -> Result<PendingSandbox, SandboxError> {
+        imp::prepare(spec).map(|inner| PendingSandbox { inner })
     }
 
     /// The host pid of the sandbox's init (the command's parent, PID 1 inside).
@@ -212,8 +249,8 @@ pub fn netns_interfaces(pid: u32) -> Result<Vec<String>, SandboxError> {
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread until the returned guard is dropped. Take it before
-/// [`Sandbox::spawn`] and drop it once [`Sandbox::forward_signals`] is armed: a signal sent in between (the command
-/// may already be running) then waits, and is forwarded, instead of ending leash with its default action. Call it
+/// [`Sandbox::spawn`] (or [`PendingSandbox::start`]) and drop it once [`Sandbox::forward_signals`] is armed: a signal
+/// sent in between (the command may already be running) then waits, and is forwarded, instead of ending leash with its default action. Call it
 /// while the calling thread is the process's only one (else another thread takes the signal). The sandbox's init
 /// sets its own mask, so the command starts with none blocked.
 pub fn hold_forwarded_signals() -> Result<SignalHold, SandboxError> {

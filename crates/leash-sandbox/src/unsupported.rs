@@ -1,4 +1,4 @@
-//! The backend for platforms without one yet (macOS and others): `spawn` refuses with `Unsupported`, so `leash run`
+//! The backend for platforms without one yet (macOS and others): `prepare` refuses with `Unsupported`, so `leash run`
 //! never starts a command unprotected. A real backend (for example macOS's sandbox profiles) replaces this module
 //! behind the same functions and `Child` methods.
 
@@ -14,8 +14,25 @@ pub(crate) enum Child {}
 #[derive(Debug)]
 pub(crate) struct Forwarding;
 
-pub(crate) fn spawn(_spec: SandboxSpec) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
+/// No sandbox being set up either.
+#[derive(Debug)]
+pub(crate) enum Pending {}
+
+pub(crate) fn prepare(_spec: SandboxSpec) -> Result<Pending, SandboxError> {
     Err(SandboxError::Unsupported { os: std::env::consts::OS })
+}
+
+impl Pending {
+    pub(crate) fn pid(&self) -> u32 {
+        match *self {}
+    }
+
+    pub(crate) fn start_with<T>(
+        self,
+        _meanwhile: impl FnOnce() -> T,
+    ) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>, T), SandboxError> {
+        match self {}
+    }
 }
 
 pub(crate) fn bind_in_netns(

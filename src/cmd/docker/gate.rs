@@ -51,13 +51,8 @@ impl Gate {
 
     /// The run's CA and the bundle, 0644 (no secret in them; the container's user may be anyone).
     pub(super) fn write_ca(&self, inspection: &Inspection) -> std::io::Result<()> {
-        use std::os::unix::fs::PermissionsExt;
-        for (name, pem) in [(CA_FILE, inspection.ca_pem().to_owned()), (BUNDLE_FILE, inspection.bundle_pem())] {
-            let path = self.dir.join(name);
-            std::fs::write(&path, pem)?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-        }
-        Ok(())
+        crate::cmd::proxy::write_public(&self.dir.join(CA_FILE), inspection.ca_pem())?;
+        inspection.write_bundle(&self.dir.join(BUNDLE_FILE))
     }
 }
 

@@ -8,7 +8,7 @@ use std::ffi::CStr;
 use libc::{c_int, pid_t};
 
 use super::plan::{IdMaps, Plan};
-use super::proto::{ChildStep, Msg, RECORD_LEN};
+use super::proto::{self, ChildStep, Msg, Order, ORDER_LEN, RECORD_LEN};
 use super::sys::{self, Errno};
 
 /// Backlog of each TCP listener inside: generous for bursts of connects; the kernel caps it at `somaxconn`.
@@ -70,12 +70,14 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     sys::unshare(libc::CLONE_NEWNET).map_err(at(ChildStep::NetNs, 0))?;
     let proc_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     sys::mount(Some(c"proc"), c"/proc", Some(c"proc"), proc_flags).map_err(at(ChildStep::MountProc, 0))?;
-    sys::loopback_up().map_err(at(ChildStep::LoopbackUp, 0))?;
+    // IPv6 off before `lo` comes up, so `::1` never exists (and is not added only to be removed).
     disable_ipv6()?;
+    sys::loopback_up().map_err(at(ChildStep::LoopbackUp, 0))?;
     if let Some(source) = &plan.resolv_source {
         sys::mount(Some(source), c"/etc/resolv.conf", None, libc::MS_BIND).map_err(at(ChildStep::ResolvConf, 0))?;
     }
-    mask_sockets(plan)?;
+    // Leash finds the sockets to mask and writes the command's CA files meanwhile.
+    mask_sockets_until_go(plan)?;
     hand_over_sockets(plan)
 }
 
@@ -104,16 +106,28 @@ fn disable_ipv6() -> Result<(), Fail> {
     Ok(())
 }
 
-/// Bind-mounts /dev/null over each host socket. A socket gone since the scan, or one this user cannot even look up
-/// (so cannot connect to either), is skipped.
-fn mask_sockets(plan: &Plan) -> Result<(), Fail> {
-    for (i, path) in plan.masks.iter().enumerate() {
-        match sys::mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
-            Ok(()) | Err(libc::ENOENT | libc::EACCES) => {}
-            Err(errno) => return Err(at(ChildStep::MaskSocket, i)(errno)),
+/// Bind-mounts /dev/null over each host socket leash names, until leash says `Go`. A socket gone since leash's
+/// scan, or one this user cannot even look up (so cannot connect to either), is skipped.
+fn mask_sockets_until_go(plan: &Plan) -> Result<(), Fail> {
+    let mut record = [0u8; ORDER_LEN];
+    let mut index = 0;
+    loop {
+        let len = sys::recv_record(plan.channel, &mut record).map_err(at(ChildStep::AwaitGo, 0))?;
+        match record.get(..len).and_then(Order::decode) {
+            Some(Order::Go) => return Ok(()),
+            Some(Order::Mask(paths)) => {
+                for path in proto::mask_paths(paths) {
+                    match sys::mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
+                        Ok(()) | Err(libc::ENOENT | libc::EACCES) => {}
+                        Err(errno) => return Err(at(ChildStep::MaskSocket, index)(errno)),
+                    }
+                    index += 1;
+                }
+            }
+            // Leash gone (end of file) or a record it never sends.
+            None => return Err(at(ChildStep::AwaitGo, 0)(libc::EPROTO)),
         }
     }
-    Ok(())
 }
 
 /// Binds every socket, sends them all to leash in one record, and closes init's copies.

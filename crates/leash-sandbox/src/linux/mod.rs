@@ -38,20 +38,25 @@ pub(crate) struct Child {
     exit: Mutex<Option<ExitStatus>>,
 }
 
-/// Starts a sandbox; see `Sandbox::spawn`.
-pub(crate) fn spawn(spec: SandboxSpec) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
+/// A sandbox whose init is building its namespaces; see `Sandbox::prepare`.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    child: Child,
+    facts: SpecFacts,
+    /// Removed once init has mounted it.
+    resolv: Option<TempFile>,
+}
+
+/// Clones the init, then finds the host's sockets to mask while it builds the namespaces; see `Sandbox::prepare`.
+pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
     if spec.tcp_listeners.len() + spec.udp_sockets.len() > MAX_SOCKETS {
         return Err(SandboxError::InvalidSpec(format!("at most {MAX_SOCKETS} sockets can be handed out")));
     }
     let program = plan::resolve_program(&spec)?;
-    let masks = masks::sockets_to_mask(&spec.allow_unix_sockets);
-    if !masks.is_empty() && !fs::metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device()) {
-        return Err(setup(Step::MaskUnixSocket(PathBuf::from("/dev/null")), io::ErrorKind::NotFound.into()));
-    }
-    let mut resolv = spec.resolv_conf.as_deref().map(TempFile::create).transpose()?.flatten();
+    let resolv = spec.resolv_conf.as_deref().map(TempFile::create).transpose()?.flatten();
     let (ours, theirs) = seqpacket_pair()?;
-    let plan = Plan::build(&spec, &program, &masks, resolv.as_ref().map(TempFile::path), theirs.as_raw_fd())?;
-    let facts = SpecFacts::new(&spec, program, masks);
+    let plan = Plan::build(&spec, &program, resolv.as_ref().map(TempFile::path), theirs.as_raw_fd())?;
+    let mut facts = SpecFacts::new(&spec, &program);
     let pid = match sys::raw_fork((libc::CLONE_NEWUSER | libc::CLONE_NEWPID) as u64) {
         Ok(0) => init::run(&plan),
         Ok(pid) => pid,
@@ -59,9 +64,40 @@ pub(crate) fn spawn(spec: SandboxSpec) -> Result<(Child, Vec<TcpListener>, Vec<U
     };
     drop(theirs);
     drop(plan);
+    // From here an early return drops `child`, which kills and reaps the init.
     let child = Child { pid, channel: ours, exit: Mutex::new(None) };
-    let (tcp, udp) = child.handshake(&spec, &facts, &mut resolv)?;
-    Ok((child, tcp, udp))
+    facts.masks = masks::sockets_to_mask(&spec.allow_unix_sockets);
+    if !facts.masks.is_empty() && !fs::metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device()) {
+        return Err(setup(Step::MaskUnixSocket(PathBuf::from("/dev/null")), io::ErrorKind::NotFound.into()));
+    }
+    Ok(Pending { child, facts, resolv })
+}
+
+impl Pending {
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// Hands init the sockets to mask and the go-ahead, runs `meanwhile`, then waits for the sockets and the
+    /// command's `execve`.
+    pub(crate) fn start_with<T>(
+        mut self,
+        meanwhile: impl FnOnce() -> T,
+    ) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>, T), SandboxError> {
+        for record in proto::orders(&self.facts.masks) {
+            match sys::send_with_fds(self.child.channel.as_raw_fd(), &record, &[]) {
+                Ok(()) => {}
+                // Init is gone: the handshake below reads why.
+                Err(libc::EPIPE | libc::ECONNRESET) => break,
+                Err(errno) => {
+                    return Err(SandboxError::Control { what: "write to", source: io::Error::from_raw_os_error(errno) })
+                }
+            }
+        }
+        let value = meanwhile();
+        let (tcp, udp) = self.child.handshake(&self.facts, &mut self.resolv)?;
+        Ok((self.child, tcp, udp, value))
+    }
 }
 
 pub(crate) use self::signals::Hold;
@@ -94,7 +130,6 @@ impl Child {
     /// it is mounted. Any failure leaves `self` to be killed and reaped by `Drop`.
     fn handshake(
         &self,
-        spec: &SandboxSpec,
         facts: &SpecFacts,
         resolv: &mut Option<TempFile>,
     ) -> Result<(Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
@@ -104,7 +139,7 @@ impl Child {
             match msg {
                 Some(Msg::Sockets) if sockets.is_none() => {
                     *resolv = None;
-                    sockets = Some(split_sockets(fds, spec.tcp_listeners.len(), spec.udp_sockets.len())?);
+                    sockets = Some(split_sockets(fds, facts.tcp.len(), facts.udp.len())?);
                 }
                 Some(Msg::ExecOk) => {
                     return sockets.ok_or_else(|| SandboxError::InitDied("no sockets were handed over".into()));
@@ -282,6 +317,7 @@ fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
 
 /// A file holding resolv.conf contents for the init to bind-mount; removed on drop (once mounted, the mount keeps
 /// the contents). `None` when the host has no /etc/resolv.conf to mount over.
+#[derive(Debug)]
 struct TempFile {
     path: PathBuf,
 }

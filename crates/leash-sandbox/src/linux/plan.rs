@@ -52,7 +52,6 @@ pub(super) struct Plan {
     /// The command's namespace: the caller's uid and gid again, mapped onto the sandbox's 0.
     pub(super) inner_ids: IdMaps,
     pub(super) resolv_source: Option<CString>,
-    pub(super) masks: Vec<CString>,
     pub(super) tcp: Vec<libc::sockaddr_in>,
     pub(super) udp: Vec<libc::sockaddr_in>,
     /// The command's stdin, stdout, stderr: duplicates numbered >= 3, or `None` to inherit.
@@ -68,7 +67,6 @@ impl Plan {
     pub(super) fn build(
         spec: &SandboxSpec,
         program: &Path,
-        masks: &[PathBuf],
         resolv_source: Option<&Path>,
         channel: c_int,
     ) -> Result<Plan, SandboxError> {
@@ -91,10 +89,6 @@ impl Plan {
             resolv_source: resolv_source
                 .map(|p| cstring(p.as_os_str().as_bytes(), "the resolv.conf path"))
                 .transpose()?,
-            masks: masks
-                .iter()
-                .map(|p| cstring(p.as_os_str().as_bytes(), "a socket path"))
-                .collect::<Result<_, _>>()?,
             tcp: spec.tcp_listeners.iter().map(sockaddr).collect(),
             udp: spec.udp_sockets.iter().map(sockaddr).collect(),
             stdio: [dup(&spec.stdin)?, dup(&spec.stdout)?, dup(&spec.stderr)?],

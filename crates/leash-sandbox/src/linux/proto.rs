@@ -1,13 +1,19 @@
-//! The messages the sandbox's init sends leash over their SOCK_SEQPACKET pair: fixed 16-byte records (tag, step,
-//! index, value), so the child builds them on its stack. The sockets travel as SCM_RIGHTS on the `Sockets` record.
+//! The messages over the SOCK_SEQPACKET pair between leash and the sandbox's init. From init: fixed 16-byte records
+//! (tag, step, index, value), so the child builds them on its stack; the sockets travel as SCM_RIGHTS on the
+//! `Sockets` record. From leash, once: the socket paths to mask, in records of at most `ORDER_LEN` bytes (a tag, then
+//! NUL-terminated paths), and then `Go`, which lets init start the command.
 
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use crate::error::Step;
 use crate::SandboxSpec;
 
 /// Size of every record.
 pub(super) const RECORD_LEN: usize = 16;
+
+/// Largest record leash sends init; init receives into a buffer of this size on its stack.
+pub(super) const ORDER_LEN: usize = 16 * 1024;
 
 /// What a record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +32,55 @@ const TAG_SOCKETS: u32 = 1;
 const TAG_EXEC_OK: u32 = 2;
 const TAG_FAILED: u32 = 3;
 const TAG_EXIT: u32 = 4;
+
+/// What leash tells init.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Order<'a> {
+    /// Mask these paths: NUL-terminated, back to back.
+    Mask(&'a [u8]),
+    /// Start the command: everything it needs outside the sandbox is in place.
+    Go,
+}
+
+const ORDER_MASK: u32 = 1;
+const ORDER_GO: u32 = 2;
+
+impl<'a> Order<'a> {
+    /// Parses a record; `None` for anything malformed (a mask record must end with a NUL).
+    pub(super) fn decode(bytes: &'a [u8]) -> Option<Order<'a>> {
+        let tag = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
+        let rest = bytes.get(4..)?;
+        match tag {
+            ORDER_MASK if rest.last() == Some(&0) => Some(Order::Mask(rest)),
+            ORDER_GO if rest.is_empty() => Some(Order::Go),
+            _ => None,
+        }
+    }
+}
+
+/// The records that hand init the paths to mask, then `Go`. Every path fits a record (the kernel's `PATH_MAX` is far
+/// below `ORDER_LEN`); one holding a NUL byte cannot name a file, so it is never found by the walk.
+pub(super) fn orders(masks: &[PathBuf]) -> Vec<Vec<u8>> {
+    let mut records = Vec::new();
+    let mut current = ORDER_MASK.to_ne_bytes().to_vec();
+    for path in masks.iter().map(|p| p.as_os_str().as_bytes()) {
+        if current.len() + path.len() + 1 > ORDER_LEN && current.len() > 4 {
+            records.push(std::mem::replace(&mut current, ORDER_MASK.to_ne_bytes().to_vec()));
+        }
+        current.extend_from_slice(path);
+        current.push(0);
+    }
+    if current.len() > 4 {
+        records.push(current);
+    }
+    records.push(ORDER_GO.to_ne_bytes().to_vec());
+    records
+}
+
+/// The paths of a `Mask` record's payload.
+pub(super) fn mask_paths(payload: &[u8]) -> impl Iterator<Item = &std::ffi::CStr> {
+    payload.split_inclusive(|&b| b == 0).filter_map(|p| std::ffi::CStr::from_bytes_with_nul(p).ok())
+}
 
 impl Msg {
     /// The record's bytes.
@@ -79,6 +134,7 @@ pub(super) enum ChildStep {
     LoopbackUp,
     DisableIpv6,
     ResolvConf,
+    AwaitGo,
     MaskSocket,
     BindTcp,
     BindUdp,
@@ -95,7 +151,7 @@ pub(super) enum ChildStep {
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 24] = [
+    const ALL: [ChildStep; 25] = [
         ChildStep::CloseFds,
         ChildStep::Harden,
         ChildStep::Setgroups,
@@ -107,6 +163,7 @@ impl ChildStep {
         ChildStep::LoopbackUp,
         ChildStep::DisableIpv6,
         ChildStep::ResolvConf,
+        ChildStep::AwaitGo,
         ChildStep::MaskSocket,
         ChildStep::BindTcp,
         ChildStep::BindUdp,
@@ -141,6 +198,7 @@ impl ChildStep {
             ChildStep::LoopbackUp => Step::LoopbackUp,
             ChildStep::DisableIpv6 => Step::DisableIpv6,
             ChildStep::ResolvConf => Step::MountResolvConf,
+            ChildStep::AwaitGo => Step::AwaitLeash,
             ChildStep::MaskSocket => Step::MaskUnixSocket(spec.masks.get(index).cloned().unwrap_or_default()),
             ChildStep::BindTcp => spec.tcp.get(index).map_or(Step::HandOverSockets, |a| Step::BindTcp(*a)),
             ChildStep::BindUdp => spec.udp.get(index).map_or(Step::HandOverSockets, |a| Step::BindUdp(*a)),
@@ -169,11 +227,11 @@ pub(super) struct SpecFacts {
 }
 
 impl SpecFacts {
-    pub(super) fn new(spec: &SandboxSpec, program: PathBuf, masks: Vec<PathBuf>) -> SpecFacts {
+    pub(super) fn new(spec: &SandboxSpec, program: &Path) -> SpecFacts {
         SpecFacts {
-            program,
+            program: program.to_path_buf(),
             cwd: spec.cwd.clone(),
-            masks,
+            masks: Vec::new(),
             tcp: spec.tcp_listeners.clone(),
             udp: spec.udp_sockets.clone(),
         }
@@ -182,6 +240,7 @@ impl SpecFacts {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::panic)]
     use super::*;
 
     #[test]
@@ -193,5 +252,30 @@ mod tests {
         }
         assert_eq!(Msg::decode(&[0u8; RECORD_LEN]), None);
         assert_eq!(Msg::decode(&[1u8; 3]), None);
+    }
+
+    #[test]
+    fn mask_orders_carry_every_path_once_in_order_then_go() {
+        let masks: Vec<PathBuf> = (0..2000).map(|i| PathBuf::from(format!("/run/user/1000/socket-{i:05}"))).collect();
+        let records = orders(&masks);
+        assert!(records.len() > 2, "2000 paths need several records");
+        assert!(records.iter().all(|r| r.len() <= ORDER_LEN));
+        assert_eq!(records.last().map(|r| Order::decode(r)), Some(Some(Order::Go)));
+        let mut got = Vec::new();
+        for record in &records[..records.len() - 1] {
+            let Some(Order::Mask(payload)) = Order::decode(record) else { panic!("not a mask record") };
+            got.extend(mask_paths(payload).map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p.to_bytes()))));
+        }
+        assert_eq!(got, masks);
+        assert_eq!(orders(&[]), vec![ORDER_GO.to_ne_bytes().to_vec()], "no masks: only Go");
+    }
+
+    #[test]
+    fn malformed_orders_are_refused() {
+        let mut unterminated = ORDER_MASK.to_ne_bytes().to_vec();
+        unterminated.extend_from_slice(b"/run/x");
+        for bad in [&b""[..], &[9, 0, 0, 0][..], &unterminated[..], &[2, 0, 0, 0, 1][..]] {
+            assert_eq!(Order::decode(bad), None, "{bad:?}");
+        }
     }
 }

@@ -132,6 +132,21 @@ pub(super) fn read(fd: c_int, buf: &mut [u8]) -> SysResult<usize> {
     }
 }
 
+/// Receives one SOCK_SEQPACKET record into `buf`; `Ok(0)` at end of file. A record longer than `buf` is an error
+/// (`EMSGSIZE`), not silently cut.
+pub(super) fn recv_record(fd: c_int, buf: &mut [u8]) -> SysResult<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of its length; MSG_TRUNC makes the call return the record's real length.
+        let ret = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_TRUNC) };
+        match check_long(ret as libc::c_long) {
+            Ok(n) if n as usize > buf.len() => return Err(libc::EMSGSIZE),
+            Ok(n) => return Ok(n as usize),
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// close_range(2) over `first..=last` with `flags`, falling back to a loop where the kernel lacks it.
 fn close_range(first: c_uint, last: c_uint, flags: c_uint) -> SysResult<()> {
     if first > last {
