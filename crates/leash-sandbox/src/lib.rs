@@ -9,7 +9,7 @@
 //! `net.ipv6.conf.{all,default,lo}.disable_ipv6`, so no IPv6 at all, not even `::1`), mounts its own **/proc**,
 //! bind-mounts the given contents over `/etc/resolv.conf`, masks the host Unix sockets leash names (below; leash
 //! looks for them while init builds the namespaces), and waits for leash's go-ahead; then it binds the requested TCP
-//! listeners and UDP sockets, sends them to leash with `SCM_RIGHTS`, and forks the command,
+//! listeners and UDP sockets, sends them to leash with `SCM_RIGHTS`, and starts the command,
 //! which first enters a **second user and mount namespace** (mapping back to the caller's uid and gid) and then
 //! `execve`s. That nesting is what makes the set-up stick: the sandbox's mounts become locked (the command cannot
 //! unmount the masks, the resolv.conf or /proc), and the command holds no capability over the sandbox's network
@@ -43,7 +43,8 @@
 //! # Threads and fork
 //! `Sandbox::prepare` (and `spawn`) may be called from any thread of a multi-threaded process (a tokio runtime
 //! included). All allocation happens before the raw `clone`; the child runs only raw system calls (no allocation, no
-//! locks, no glibc `fork` handlers: it forks the command with a raw `clone` too) until `execve`. The init is a copy
+//! locks, no glibc `fork` handlers: it starts the command with `clone(CLONE_VM | CLONE_VFORK)` on a stack allocated
+//! beforehand) until `execve`. The init is a copy
 //! of leash's memory at `prepare`; it is non-dumpable and its memory belongs to leash's user namespace, so nothing in
 //! the sandbox can ptrace it or read `/proc/1/mem` — still, call `prepare` before loading secrets where you can
 //! (`leash run` generates its CA after it).

@@ -408,9 +408,17 @@ fn helper_unprivileged_leash() {
     // As `leash run` does: a non-dumpable parent is what made the id maps fail without root.
     harden_self().unwrap();
     let script = "echo uid=$(id -u); grep CapEff /proc/self/status; cat /proc/sys/net/ipv6/conf/all/disable_ipv6; \
-                  cat /etc/resolv.conf; n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done; echo $n";
-    let Some(out) = sh(script).resolv_conf("nameserver 127.0.0.1\n").output() else { return };
-    print!("{}", out.stdout);
+                  cat /etc/resolv.conf; n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done; echo $n; while :; do sleep 0.05; done";
+    let Some(mut run) = sh(script).resolv_conf("nameserver 127.0.0.1\n").start() else { return };
+    for _ in 0..5 {
+        println!("{}", run.line());
+    }
+    // init, a copy of leash's memory, is dumpable only while it (and the command, which shares that memory until
+    // `execve`) writes its id maps: a process of the same user outside, this one, cannot read it.
+    let init = std::fs::read(format!("/proc/{}/environ", run.sandbox.pid()));
+    println!("init {}", if init.is_ok() { "readable" } else { "private" });
+    run.sandbox.signal(libc::SIGKILL).unwrap();
+    run.finish();
 }
 
 #[test]
@@ -437,7 +445,8 @@ fn an_ordinary_user_gets_the_same_sandbox() {
         support::skip::<()>(&format!("an unprivileged sandbox did not start: {stderr}"));
         return;
     }
-    for expected in ["uid=65534\n", "CapEff:\t0000000000000000\n", "\n1\nnameserver 127.0.0.1\n2\n"] {
+    let expected = ["uid=65534\n", "CapEff:\t0000000000000000\n", "\n1\nnameserver 127.0.0.1\n2\n", "init private\n"];
+    for expected in expected {
         assert!(stdout.contains(expected), "{expected:?} missing from: {stdout}");
     }
 }

@@ -1,5 +1,5 @@
 //! The child side: code that runs in the cloned process, which is PID 1 of the sandbox's pid namespace. It builds
-//! the namespaces, hands the sockets over, forks the command into its own nested user namespace, then reaps and
+//! the namespaces, hands the sockets over, starts the command in its own nested user namespace, then reaps and
 //! forwards signals until the command exits. Between `clone` and `execve` it only calls `sys` (no allocation, no
 //! locks) and reads the parent-built `Plan`; it leaves by `_exit`, never by returning or unwinding.
 
@@ -82,9 +82,9 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
 }
 
 /// Writes `setgroups` (deny), `uid_map`, `gid_map` of the calling process's user namespace. A non-dumpable
-/// process's /proc files belong to root, so without root the process first becomes dumpable (it inherited
-/// leash's non-dumpable flag). No process of the sandbox exists yet at that moment; the caller makes init
-/// non-dumpable again right after, and the command's `execve` replaces its memory.
+/// process's /proc files belong to root, so without root the process is dumpable while it writes them (it
+/// inherited leash's non-dumpable flag), and non-dumpable again after. For init, no process of the sandbox exists
+/// yet at that moment; for the command, init is suspended and nothing else of the sandbox runs.
 fn map_ids(plan: &Plan, maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail> {
     let [setgroups, uid_map, gid_map] = steps;
     if plan.dumpable_for_maps {
@@ -92,7 +92,12 @@ fn map_ids(plan: &Plan, maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail
     }
     sys::write_file(c"/proc/self/setgroups", b"deny").map_err(at(setgroups, 0))?;
     sys::write_file(c"/proc/self/uid_map", maps.uid_map.as_bytes()).map_err(at(uid_map, 0))?;
-    sys::write_file(c"/proc/self/gid_map", maps.gid_map.as_bytes()).map_err(at(gid_map, 0))
+    sys::write_file(c"/proc/self/gid_map", maps.gid_map.as_bytes()).map_err(at(gid_map, 0))?;
+    // The flag belongs to the memory, which the command shares with init until `execve`.
+    if plan.dumpable_for_maps {
+        sys::set_non_dumpable().map_err(at(ChildStep::Harden, 0))?;
+    }
+    Ok(())
 }
 
 fn disable_ipv6() -> Result<(), Fail> {
@@ -161,17 +166,20 @@ fn bind_all(plan: &Plan, fds: &mut [c_int], len: &mut usize) -> Result<(), Fail>
     Ok(())
 }
 
-/// Forks the command and waits for its `execve`: the close-on-exec pipe reads empty on success, or carries the
+/// Starts the command and waits for its `execve`: the close-on-exec pipe reads empty on success, or carries the
 /// failure record. Returns the command's pid and init's signalfd.
+///
+/// The command shares init's memory (on its own stack) until `execve`, and init waits meanwhile: copying an address
+/// space only to drop it at `execve` was a tenth of `leash run`'s start-up.
 fn start_command(plan: &Plan) -> Result<(pid_t, c_int), Fail> {
     let signals = sys::signalfd(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
     let (read_end, write_end) = sys::pipe().map_err(at(ChildStep::ForkCommand, 0))?;
-    let pid = sys::raw_fork(0).map_err(at(ChildStep::ForkCommand, 0))?;
-    if pid == 0 {
-        let fail = command(plan);
-        let _ = sys::write_all(write_end, &fail.record());
-        sys::exit(FAILED);
-    }
+    let mut start = CommandStart { plan, write_end };
+    let arg: *mut CommandStart = &mut start;
+    // SAFETY: the plan's stack is used by nothing else; `start` lives on init's stack, which stays put while init is
+    // suspended; `command_entry` only reads shared memory and leaves by `execve` or `exit`.
+    let pid = unsafe { sys::vfork_on(plan.command_stack.top(), command_entry, arg.cast()) }
+        .map_err(at(ChildStep::ForkCommand, 0))?;
     sys::close(write_end);
     for fd in (0..3).map(|i| plan.stdio_fd(i)).filter(|&fd| fd >= 0) {
         sys::close(fd);
@@ -193,7 +201,23 @@ fn start_command(plan: &Plan) -> Result<(pid_t, c_int), Fail> {
     }
 }
 
-/// In the forked command: nested namespaces, stdio, signals, cwd, descriptors, then `execve`. Returns only the
+/// What the command's process starts with.
+struct CommandStart<'a> {
+    plan: &'a Plan,
+    /// Where a failure record goes; closed by a successful `execve`.
+    write_end: c_int,
+}
+
+/// The command's process, from `clone` to `execve` (or `exit` after reporting a failure).
+extern "C" fn command_entry(arg: *mut libc::c_void) -> c_int {
+    // SAFETY: `arg` is init's `CommandStart`, alive while init is suspended (CLONE_VFORK).
+    let start = unsafe { &*(arg as *const CommandStart) };
+    let fail = command(start.plan);
+    let _ = sys::write_all(start.write_end, &fail.record());
+    sys::exit(FAILED)
+}
+
+/// In the command's process: nested namespaces, stdio, signals, cwd, descriptors, then `execve`. Returns only the
 /// failure.
 fn command(plan: &Plan) -> Fail {
     match command_setup(plan) {

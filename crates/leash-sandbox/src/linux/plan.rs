@@ -35,6 +35,29 @@ impl CStrings {
     }
 }
 
+/// Where the command runs between init's `clone` and its `execve`, in init's memory (see `init::start_command`).
+pub(super) struct Stack {
+    _memory: Vec<u8>,
+    /// The 16-byte aligned end: stacks grow down.
+    top: *mut libc::c_void,
+}
+
+impl Stack {
+    /// Far more than the command's set-up uses; pages never touched cost nothing.
+    const LEN: usize = 256 * 1024;
+
+    fn new() -> Stack {
+        let mut memory = vec![0u8; Stack::LEN];
+        let end = memory.as_mut_ptr().wrapping_add(Stack::LEN);
+        let top = end.wrapping_sub(end as usize % 16).cast();
+        Stack { _memory: memory, top }
+    }
+
+    pub(super) fn top(&self) -> *mut libc::c_void {
+        self.top
+    }
+}
+
 /// The `setgroups`, `uid_map` and `gid_map` lines for one user namespace.
 pub(super) struct IdMaps {
     pub(super) uid_map: CString,
@@ -57,6 +80,7 @@ pub(super) struct Plan {
     /// The command's stdin, stdout, stderr: duplicates numbered >= 3, or `None` to inherit.
     stdio: [Option<OwnedFd>; 3],
     pub(super) channel: c_int,
+    pub(super) command_stack: Stack,
     /// Whether the id maps need a dumpable moment (see `init::map_ids`): only without root, whose /proc files
     /// stay writable while non-dumpable.
     pub(super) dumpable_for_maps: bool,
@@ -93,6 +117,7 @@ impl Plan {
             udp: spec.udp_sockets.iter().map(sockaddr).collect(),
             stdio: [dup(&spec.stdin)?, dup(&spec.stdout)?, dup(&spec.stderr)?],
             channel,
+            command_stack: Stack::new(),
             dumpable_for_maps: current_uid() != 0,
         })
     }

@@ -62,6 +62,22 @@ pub(super) fn raw_fork(flags: u64) -> SysResult<pid_t> {
     }
 }
 
+/// Runs `child(arg)` in a new process that shares this one's memory, on the stack below `stack_top`, and returns its
+/// pid once it has called `execve` or exited (`CLONE_VM | CLONE_VFORK`, as posix_spawn does): no copy of the address
+/// space is made, nor torn down at `execve`. The caller is suspended meanwhile.
+///
+/// # Safety
+/// `stack_top` is the 16-byte aligned end of memory that nothing else uses while the child runs; `child` may only
+/// read memory it shares, must leave by `execve` or `exit`, and never returns or unwinds into this stack.
+pub(super) unsafe fn vfork_on(
+    stack_top: *mut c_void,
+    child: extern "C" fn(*mut c_void) -> c_int,
+    arg: *mut c_void,
+) -> SysResult<pid_t> {
+    // SAFETY: the caller guarantees the stack and the child's conduct; glibc's clone wrapper runs no fork handlers.
+    check(unsafe { libc::clone(child, stack_top, libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, arg) })
+}
+
 /// The older clone(2) for kernels (or seccomp profiles) without clone3; a null stack means fork semantics.
 fn raw_clone(flags: u64) -> SysResult<pid_t> {
     #[cfg(target_arch = "s390x")]
