@@ -8,7 +8,7 @@
 #                                   # 4 GiB each way (~2 min after the build; the 120 s response time-out runs beside)
 #   sudo bench/faults.sh --quick    # 1,000 / 1,000 / 200 / 256 MiB (as long: the response time-out sets the pace)
 #   sudo bench/faults.sh --only=sigterm,kill9   # some steps: held tunnels slowloris big upstream full-log sigterm kill9
-#   LEASH_BIN=target/release/leash sudo -E bench/faults.sh   # an existing binary instead of `cargo build --release`
+#   LEASH_BIN=target/x86_64-unknown-linux-gnu/release/leash sudo -E bench/faults.sh   # an existing binary instead of `cargo build --release`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +16,7 @@ if [ "${1:-}" != "--inside" ]; then
   [ "$(id -u)" = 0 ] || { echo "bench/faults.sh needs root (network and mount namespaces, a tmpfs mount)" >&2; exit 2; }
   if [ -z "${LEASH_BIN:-}" ]; then
     cargo build --release --bin leash
-    LEASH_BIN="${CARGO_TARGET_DIR:-target}/release/leash"
+    LEASH_BIN="${CARGO_TARGET_DIR:-target}/$(rustc -vV | sed -n 's/^host: //p')/release/leash"
   fi
   LEASH_BIN=$(readlink -f "$LEASH_BIN")
   export LEASH_BIN
