@@ -57,10 +57,13 @@ pub fn run(args: RunArgs) -> Exit {
         Err(code) => return code,
     };
     // A signal sent once the command runs but before forwarding is armed waits, rather than ending leash. Taken
-    // before the runtime's threads exist, which inherit it, so only the main thread ever takes those signals.
+    // before any other thread exists (the runtime's blocking pool, the waiter), which inherit it, so only the main
+    // thread ever takes those signals.
     let hold = leash_sandbox::hold_forwarded_signals().map_err(|e| tracing::warn!("{e}")).ok();
-    // The runtime is built while the init starts the command.
-    let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
+    // The runtime is built while the init starts the command. One thread: starting, waking and ending worker
+    // threads was a sixth of `leash run -- true` (6.7 -> 5.7 ms), and one sandbox's traffic fits one core (tunnels are
+    // spliced by the kernel; bench/RESULTS.md has the figures from inside `leash run`).
+    let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build();
     let (sandbox, runtime) = match pending.start_with(runtime) {
         Ok(started) => started,
         Err(e) => return not_run(e),
@@ -168,7 +171,7 @@ fn supervise(
         }
         status.map_err(Some)
     });
-    // Every connection is finished and logged: the threads need not be waited for.
+    // Every connection is finished and logged: the blocking pool's threads (name lookups) need not be waited for.
     runtime.shutdown_background();
     match status {
         Ok(s) => Exit::Command(u8::try_from(s.code()).unwrap_or(255)),

@@ -7,9 +7,9 @@
 //! maps its ids (`0 <uid> 1`), makes itself non-dumpable, creates a private **mount namespace** and a **network
 //! namespace** holding only `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through
 //! `net.ipv6.conf.{all,default,lo}.disable_ipv6`, so no IPv6 at all, not even `::1`), mounts its own **/proc**,
-//! bind-mounts the given contents over `/etc/resolv.conf`, masks the host Unix sockets leash names (below; leash
-//! looks for them while init builds the namespaces), and waits for leash's go-ahead; then it binds the requested TCP
-//! listeners and UDP sockets, sends them to leash with `SCM_RIGHTS`, and starts the command,
+//! bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners and UDP sockets and
+//! sends them to leash with `SCM_RIGHTS`, masks the host Unix sockets leash names (below; leash looks for them while
+//! init builds the namespaces) until leash's go-ahead, and then starts the command,
 //! which first enters a **second user and mount namespace** (mapping back to the caller's uid and gid) and then
 //! `execve`s. That nesting is what makes the set-up stick: the sandbox's mounts become locked (the command cannot
 //! unmount the masks, the resolv.conf or /proc), and the command holds no capability over the sandbox's network

@@ -76,9 +76,9 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     if let Some(source) = &plan.resolv_source {
         sys::mount(Some(source), c"/etc/resolv.conf", None, libc::MS_BIND).map_err(at(ChildStep::ResolvConf, 0))?;
     }
+    hand_over_sockets(plan)?;
     // Leash finds the sockets to mask and writes the command's CA files meanwhile.
-    mask_sockets_until_go(plan)?;
-    hand_over_sockets(plan)
+    mask_sockets_until_go(plan)
 }
 
 /// Writes `setgroups` (deny), `uid_map`, `gid_map` of the calling process's user namespace. A non-dumpable
