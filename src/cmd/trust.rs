@@ -58,8 +58,7 @@ impl CaFiles {
 
     /// Writes the CA and the bundle, mode 0644: they hold no secret, and the command may run as another user id.
     pub fn write(&self, inspection: &Inspection) -> std::io::Result<()> {
-        write_public(&self.ca, inspection.ca_pem())?;
-        inspection.write_bundle(&self.bundle)
+        write_trust_files(inspection, &self.ca, &self.bundle)
     }
 
     /// The environment entries that point clients at these files.
@@ -79,6 +78,13 @@ impl Drop for CaFiles {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// The run's CA at `ca` and the bundle (system roots plus the CA) at `bundle`, mode 0644: they hold no secret, and the
+/// command (`leash run`) or the container's user (`leash docker run`) may be anyone.
+pub fn write_trust_files(inspection: &Inspection, ca: &Path, bundle: &Path) -> std::io::Result<()> {
+    write_public(ca, inspection.ca_pem())?;
+    inspection.write_bundle(bundle)
 }
 
 /// Remove the CA directories of earlier runs whose leash is gone without removing them (killed with SIGKILL, say):

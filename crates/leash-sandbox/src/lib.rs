@@ -44,10 +44,9 @@
 //! `Sandbox::prepare` (and `spawn`) may be called from any thread of a multi-threaded process (a tokio runtime
 //! included). All allocation happens before the raw `clone`; the child runs only raw system calls (no allocation, no
 //! locks, no glibc `fork` handlers: it starts the command with `clone(CLONE_VM | CLONE_VFORK)` on a stack allocated
-//! beforehand) until `execve`. The init is a copy
-//! of leash's memory at `prepare`; it is non-dumpable and its memory belongs to leash's user namespace, so nothing in
-//! the sandbox can ptrace it or read `/proc/1/mem` — still, call `prepare` before loading secrets where you can
-//! (`leash run` generates its CA after it).
+//! beforehand) until `execve`. The init is a copy of leash's memory at `prepare`; it is non-dumpable and its memory
+//! belongs to leash's user namespace, so nothing in the sandbox can ptrace it or read `/proc/1/mem` — still, call
+//! `prepare` before loading secrets where you can (`leash run` generates its CA after it).
 //! Without root, init is dumpable for the few system calls that write its id maps (a non-dumpable process's /proc
 //! files belong to root); nothing runs in the sandbox yet, but a same-user host process allowed to ptrace could
 //! attach in that moment.
@@ -162,11 +161,6 @@ pub struct PendingSandbox {
 }
 
 impl PendingSandbox {
-    /// The host pid of the sandbox's init.
-    pub fn pid(&self) -> u32 {
-        self.inner.pid()
-    }
-
     /// Masks the host's sockets, binds the sockets inside, and starts the command. Returns once the command's
     /// `execve` succeeded; on any error nothing runs and nothing is left behind.
     pub fn start(self) -> Result<Sandbox, SandboxError> {
@@ -251,9 +245,9 @@ pub fn netns_interfaces(pid: u32) -> Result<Vec<String>, SandboxError> {
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread until the returned guard is dropped. Take it before
 /// [`Sandbox::spawn`] (or [`PendingSandbox::start`]) and drop it once [`Sandbox::forward_signals`] is armed: a signal
-/// sent in between (the command may already be running) then waits, and is forwarded, instead of ending leash with its default action. Call it
-/// while the calling thread is the process's only one (else another thread takes the signal). The sandbox's init
-/// sets its own mask, so the command starts with none blocked.
+/// sent in between (the command may already be running) then waits, and is forwarded, instead of ending leash with
+/// its default action. Call it while the calling thread is the process's only one (else another thread takes the
+/// signal). The sandbox's init sets its own mask, so the command starts with none blocked.
 pub fn hold_forwarded_signals() -> Result<SignalHold, SandboxError> {
     imp::hold_forwarded_signals().map(|inner| SignalHold { _inner: inner })
 }

@@ -51,8 +51,7 @@ impl Gate {
 
     /// The run's CA and the bundle, 0644 (no secret in them; the container's user may be anyone).
     pub(super) fn write_ca(&self, inspection: &Inspection) -> std::io::Result<()> {
-        crate::cmd::proxy::write_public(&self.dir.join(CA_FILE), inspection.ca_pem())?;
-        inspection.write_bundle(&self.dir.join(BUNDLE_FILE))
+        crate::cmd::trust::write_trust_files(inspection, &self.dir.join(CA_FILE), &self.dir.join(BUNDLE_FILE))
     }
 }
 

@@ -74,10 +74,6 @@ pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
 }
 
 impl Pending {
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.pid()
-    }
-
     /// Hands init the sockets to mask and the go-ahead, runs `meanwhile`, then waits for the sockets and the
     /// command's `execve`.
     pub(crate) fn start_with<T>(
