@@ -16,6 +16,27 @@ use crate::wire::Parsed;
 /// Bytes asked of the socket per read while a head is being assembled.
 const HEAD_READ: usize = 8 * 1024;
 
+/// When leash closes a connection, it reads and discards at most this much of what the client still sends...
+const LINGER_BYTES: usize = 64 * 1024;
+/// ...for at most this long.
+const LINGER_TIME: Duration = Duration::from_millis(500);
+
+/// Close in an orderly way: shut our side down (FIN; `close_notify` first over TLS), then discard what the client
+/// still sends, bounded, until its end. Closing with unread bytes in the socket makes the kernel send a reset, and a
+/// reset can destroy a refusal (a 403 sent while the client was still uploading) before the client reads it.
+pub(crate) async fn close_gracefully<S: AsyncRead + AsyncWrite + Unpin>(io: &mut S) {
+    let _ = io.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let mut drained = 0usize;
+    let deadline = tokio::time::Instant::now() + LINGER_TIME;
+    while drained < LINGER_BYTES {
+        match tokio::time::timeout_at(deadline, io.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => drained += n,
+            _ => break,
+        }
+    }
+}
+
 /// A buffer larger than this is released once empty, so idle keep-alive connections stay small.
 const KEEP_CAPACITY: usize = 16 * 1024;
 

@@ -25,7 +25,7 @@ use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
 
 use crate::audit::refusal;
 use crate::config::Snapshot;
-use crate::conn::{BufConn, Reparse, TlsIo};
+use crate::conn::{close_gracefully, BufConn, Reparse, TlsIo};
 use crate::dial::{connect_checked, resolve_checked, DialError};
 use crate::forward::split_query;
 use crate::refusal::Response;
@@ -238,7 +238,7 @@ pub(crate) async fn answer_in_tls(
     };
     let response = respond(&path);
     let _ = conn.io.write_all(&response.to_bytes(false)).await;
-    let _ = conn.io.shutdown().await;
+    close_gracefully(&mut conn.io).await;
 }
 
 /// A TLS failure (as opposed to the connection failing under it).

@@ -14,7 +14,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::audit::refusal;
 use crate::config::ProxyConfig;
-use crate::conn::{BufConn, ReadHeadError, Reparse};
+use crate::conn::{close_gracefully, BufConn, ReadHeadError, Reparse};
 use crate::forward::{self, reply, Next};
 use crate::refusal::Response;
 use crate::shared::{Attempt, Shared};
@@ -200,7 +200,10 @@ async fn connection(
         if head.method == "CONNECT" {
             return tunnel::handle(sh, client, &head, peer).await;
         }
-        if forward::handle(sh, &mut client, &head, peer).await == Next::Close || *stop.borrow() {
+        if forward::handle(sh, &mut client, &head, peer).await == Next::Close {
+            return close_gracefully(&mut client.io).await;
+        }
+        if *stop.borrow() {
             return;
         }
     }

@@ -4,15 +4,15 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use leash_policy::{parse_authority, parse_host, Authority, ClientHelloFacts, Decision, Host, Reason, Verdict};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::audit::refusal;
 use crate::config::Snapshot;
-use crate::conn::{BufConn, ReadHeadError, Reparse};
+use crate::conn::{close_gracefully, BufConn, ReadHeadError, Reparse};
 use crate::dial::{connect_checked, resolve_checked, DialError};
 use crate::forward::{loose_authority, reply};
 use crate::inspect::{self, answer_in_tls, Inspected};
@@ -22,12 +22,6 @@ use crate::shared::{Attempt, Shared};
 use crate::wire::client_hello::{parse_client_hello, ClientHello, ServerName};
 use crate::wire::http_head::RequestHead;
 use crate::wire::Parsed;
-
-/// After refusing a tunnel, read and discard at most this much of what the client still sends, so the close is
-/// an orderly FIN rather than a reset that could hide the refusal.
-const DRAIN_BYTES: usize = 64 * 1024;
-/// ...for at most this long.
-const DRAIN_TIME: Duration = Duration::from_millis(500);
 
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
@@ -261,16 +255,7 @@ fn facts_of(hello: Option<&ClientHello>) -> ClientHelloFacts<'_> {
     }
 }
 
-/// Close a refused tunnel in an orderly way: FIN our side, discard what the client still sends (bounded).
+/// Close a refused tunnel in an orderly way (see [`close_gracefully`]).
 async fn drain_and_close(mut client: BufConn<TcpStream>) {
-    let _ = client.io.shutdown().await;
-    let mut sink = [0u8; 4096];
-    let mut drained = 0usize;
-    let deadline = tokio::time::Instant::now() + DRAIN_TIME;
-    while drained < DRAIN_BYTES {
-        match tokio::time::timeout_at(deadline, client.io.read(&mut sink)).await {
-            Ok(Ok(n)) if n > 0 => drained += n,
-            _ => break,
-        }
-    }
+    close_gracefully(&mut client.io).await;
 }

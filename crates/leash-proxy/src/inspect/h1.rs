@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::model::{self, Capped, Gate};
 use super::{upstream_tls_refused, ClientTls, Inspected, UpstreamError, UpstreamTls};
-use crate::conn::{BufConn, Reparse};
+use crate::conn::{close_gracefully, BufConn, Reparse};
 use crate::dial::DialError;
 use crate::exchange::{exchange, ExchangeError, Exchanged};
 use crate::forward::{
@@ -61,7 +61,7 @@ pub(super) async fn serve(t: &Inspected, client: ClientTls, upstream: UpstreamTl
             break;
         }
     }
-    let _ = client.io.shutdown().await;
+    close_gracefully(&mut client.io).await;
     totals
 }
 
