@@ -57,7 +57,7 @@ pub fn run(args: RunArgs) -> Exit {
         Err(code) => return code,
     };
     // A signal sent once the command runs but before forwarding is armed waits, rather than ending leash. Taken
-    // before any other thread exists (the runtime's blocking pool, the waiter), which inherit it, so only the main
+    // before any other thread exists (the runtime's blocking pool), which inherits it, so only the main
     // thread ever takes those signals.
     let hold = leash_sandbox::hold_forwarded_signals().map_err(|e| tracing::warn!("{e}")).ok();
     // The runtime is built while the init starts the command. One thread: starting, waking and ending worker
@@ -143,40 +143,49 @@ fn supervise(
     let listener = tcp.next();
     let transparent: Vec<_> = tcp.filter_map(|l| l.set_nonblocking(true).ok().map(|()| l)).collect();
     let dns_socket = sandbox.udp.pop();
-    let _forwarding = sandbox.forward_signals().map_err(|e| tracing::warn!("signals are not forwarded: {e}"));
+    let forwarding = sandbox.forward_signals().map_err(|e| tracing::warn!("signals are not forwarded: {e}"));
     // Armed: a signal held since the spawn is delivered now, and forwarded.
     drop(hold);
-    let sandbox = Arc::new(sandbox);
-    let waiter = sandbox.clone();
-    let status = runtime.block_on(async move {
-        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        std::thread::spawn(move || {
-            let _ = done_tx.send(waiter.wait());
-        });
-        let Some(listener) = listener.and_then(|l| l.set_nonblocking(true).ok().map(|()| l)) else {
-            return Err(None);
-        };
-        let listener = tokio::net::TcpListener::from_std(listener).map_err(|_| None)?;
-        let transparent = transparent.into_iter().filter_map(|l| tokio::net::TcpListener::from_std(l).ok()).collect();
-        let dns_stop = start_dns(dns_socket, config.policy.clone());
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let proxy = tokio::spawn(leash_proxy::serve_with_transparent(listener, transparent, config, async move {
-            let _ = stop_rx.await;
-        }));
-        let status = done_rx.await.map_err(|_| None)?;
-        drop(dns_stop);
-        let _ = stop_tx.send(());
-        if let Ok(Err(e)) = proxy.await {
-            tracing::error!("proxy: {e}");
-        }
-        status.map_err(Some)
-    });
+    let status = runtime.block_on(serve_until_exit(&sandbox, listener, transparent, dns_socket, config));
     // Every connection is finished and logged: the blocking pool's threads (name lookups) need not be waited for.
     runtime.shutdown_background();
+    drop(forwarding);
     match status {
-        Ok(s) => Exit::Command(u8::try_from(s.code()).unwrap_or(255)),
-        Err(e) => finish(Err(e.unwrap_or(leash_sandbox::SandboxError::InitDied("no proxy listener".into())))),
+        // Init is tearing the sandbox's namespaces down; leash need not wait for that to exit.
+        Ok(s) => {
+            sandbox.detach();
+            Exit::Command(u8::try_from(s.code()).unwrap_or(255))
+        }
+        // Dropping the sandbox ends it.
+        Err(e) => finish(Err(e)),
     }
+}
+
+/// The proxy, the transparent listeners and the DNS stub, served until the sandbox reports its end.
+async fn serve_until_exit(
+    sandbox: &Sandbox,
+    listener: Option<std::net::TcpListener>,
+    transparent: Vec<std::net::TcpListener>,
+    dns_socket: Option<std::net::UdpSocket>,
+    config: ProxyConfig,
+) -> Result<leash_sandbox::ExitStatus, leash_sandbox::SandboxError> {
+    let listener = listener
+        .and_then(|l| l.set_nonblocking(true).ok().map(|()| l))
+        .and_then(|l| tokio::net::TcpListener::from_std(l).ok())
+        .ok_or_else(|| leash_sandbox::SandboxError::InitDied("no proxy listener".into()))?;
+    let transparent = transparent.into_iter().filter_map(|l| tokio::net::TcpListener::from_std(l).ok()).collect();
+    let dns_stop = start_dns(dns_socket, config.policy.clone());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let proxy = tokio::spawn(leash_proxy::serve_with_transparent(listener, transparent, config, async move {
+        let _ = stop_rx.await;
+    }));
+    let status = sandbox.wait_async().await;
+    drop(dns_stop);
+    let _ = stop_tx.send(());
+    if let Ok(Err(e)) = proxy.await {
+        tracing::error!("proxy: {e}");
+    }
+    status
 }
 
 /// Serve the DNS stub on the sandbox's UDP socket until the returned sender is dropped (when the command has exited).

@@ -102,7 +102,7 @@ pub enum Step {
     InitSignals,
     /// Forking the command off the sandbox's init.
     ForkCommand,
-    /// The command's own user and mount namespace (which locks the sandbox's mounts).
+    /// The command's own user namespace (which leaves it no capability over the sandbox's mounts and network).
     CreateCommandNamespace,
     /// `uid_map` and friends of the command's user namespace.
     MapCommandIds(&'static str),
@@ -143,7 +143,7 @@ impl fmt::Display for Step {
             Step::HandOverSockets => f.write_str("hand the sandbox's sockets to leash"),
             Step::InitSignals => f.write_str("set up signal handling in the sandbox's init"),
             Step::ForkCommand => f.write_str("fork the command inside the sandbox"),
-            Step::CreateCommandNamespace => f.write_str("create the command's user and mount namespace"),
+            Step::CreateCommandNamespace => f.write_str("create the command's user namespace"),
             Step::MapCommandIds(file) => write!(f, "write the command's /proc/self/{file}"),
             Step::RedirectStdio => f.write_str("set up the command's stdin, stdout and stderr"),
             Step::ChangeDir(p) => write!(f, "change to the working directory `{}`", p.display()),

@@ -9,19 +9,20 @@
 //! `net.ipv6.conf.{all,default,lo}.disable_ipv6`, so no IPv6 at all, not even `::1`), mounts its own **/proc**,
 //! bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners and UDP sockets and
 //! sends them to leash with `SCM_RIGHTS`, masks the host Unix sockets leash names (below; leash looks for them while
-//! init builds the namespaces) until leash's go-ahead, and then starts the command,
-//! which first enters a **second user and mount namespace** (mapping back to the caller's uid and gid) and then
-//! `execve`s. That nesting is what makes the set-up stick: the sandbox's mounts become locked (the command cannot
-//! unmount the masks, the resolv.conf or /proc), and the command holds no capability over the sandbox's network
-//! namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`, `CAP_NET_BIND_SERVICE` there). Capabilities it gets (as root, or
-//! by creating further namespaces) hold only over namespaces it owns. Any 127.0.0.0/8 address can be bound inside
-//! since the whole /8 is routed to `lo`.
+//! init builds the namespaces) until leash's go-ahead, and then starts the command, which first enters a **second
+//! user namespace** (mapping back to the caller's uid and gid) and then `execve`s. That nesting is what makes the
+//! set-up stick: the sandbox's mount and network namespaces belong to init's user namespace, so the command cannot
+//! unmount the masks, the resolv.conf or /proc (a mount namespace it creates copies them locked), and it holds no
+//! capability over the sandbox's network namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`, `CAP_NET_BIND_SERVICE`
+//! there). Capabilities it gets (as root, or by creating further namespaces) hold only over namespaces it owns. Any
+//! 127.0.0.0/8 address can be bound inside since the whole /8 is routed to `lo`.
 //!
 //! Init stays PID 1: it reaps orphans, forwards every signal a process sends it (leash's `Sandbox::signal`, or the
-//! SIGINT/SIGTERM/SIGHUP `forward_signals` passes on) to the command, ignores those a terminal sends,
-//! and when the command exits reports its status and exits, whereupon the kernel kills every process left in the
-//! pid namespace before leash's `wait` returns. It also exits (ending the sandbox) if leash dies. File descriptors
-//! other than stdio are closed in init and marked close-on-exec for the command.
+//! SIGINT/SIGTERM/SIGHUP `forward_signals` passes on) to the command, ignores those a terminal sends, and when the
+//! command exits kills and reaps every process left in the pid namespace, reports the command's status, and exits
+//! (tearing the namespaces down while leash goes on). It also exits (ending the sandbox, whose processes the kernel
+//! then kills) if leash dies. File descriptors other than stdio are closed in init and marked close-on-exec for the
+//! command.
 //!
 //! # Unix sockets: what is masked and what is not
 //! Covered: every filesystem socket that is (a) listed in leash's network namespace's `/proc/net/unix` at spawn
@@ -30,7 +31,7 @@
 //! six levels deep and of /tmp, /var/tmp and /dev/shm two levels deep (a socket in a directory of its own, like
 //! `/tmp/tmux-0/default`), at most `MASK_WALK_BUDGET` entries, which catches sockets bound in other network
 //! namespaces (containers). Each is covered by a bind mount of /dev/null, so a connect gets `ECONNREFUSED`; the
-//! command cannot unmount it (locked, see above). Sockets named in `allow_unix_sockets` (compared by device and
+//! command cannot unmount it (see above). Sockets named in `allow_unix_sockets` (compared by device and
 //! inode) are left alone.
 //! Abstract sockets need nothing: they belong to a network namespace, and the sandbox has its own.
 //!
@@ -78,7 +79,7 @@ pub use error::{SandboxError, Step};
 
 use std::ffi::OsString;
 use std::net::{SocketAddrV4, TcpListener, UdpSocket};
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
 /// Most TCP listeners plus UDP sockets one sandbox hands out (bounds the SCM_RIGHTS buffer in the child).
@@ -208,9 +209,38 @@ impl Sandbox {
     }
 
     /// Blocks until the command exits and every other process in the sandbox is gone; returns the command's status.
-    /// Safe to call from one thread while another calls `signal`; later calls return the same status.
+    /// Safe to call from one thread while another calls `signal`; later calls return the same status. The init may
+    /// still be tearing the namespaces down: dropping the sandbox waits for that (see [`Sandbox::detach`]).
     pub fn wait(&self) -> Result<ExitStatus, SandboxError> {
         self.child.wait()
+    }
+
+    /// A descriptor that becomes readable when the sandbox has ended, for an event loop to watch: [`Sandbox::wait`]
+    /// then returns at once. Only poll it; reading it is `wait`'s.
+    pub fn exit_fd(&self) -> BorrowedFd<'_> {
+        self.child.exit_fd()
+    }
+
+    /// [`Sandbox::wait`] on a tokio runtime, without a thread blocked aside: the runtime watches [`Sandbox::exit_fd`].
+    #[cfg(feature = "tokio")]
+    pub async fn wait_async(&self) -> Result<ExitStatus, SandboxError> {
+        let fd = self.exit_fd();
+        let watch = |source: std::io::Error| SandboxError::Control { what: "watch", source };
+        // SAFETY: a `BorrowedFd` is open, and names the same open file, for as long as the `AsyncFd` that holds it
+        // (both live in this call, within the borrow of `self`).
+        let ended = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+            .map_err(|e| watch(e.into()))?;
+        ended.readable().await.map_err(watch)?.retain_ready();
+        drop(ended);
+        self.wait()
+    }
+
+    /// Drops an ended sandbox without waiting for its init to finish exiting (tearing down its namespaces takes a
+    /// few hundred microseconds): for a process about to exit, after [`Sandbox::wait`] returned. The init is then a
+    /// zombie until this process exits, when the kernel hands it to a reaper. Before `wait` returned, this is a plain
+    /// drop: the sandbox is ended and its init reaped.
+    pub fn detach(self) {
+        self.child.detach()
     }
 }
 

@@ -70,4 +70,12 @@ impl Child {
     pub(crate) fn wait(&self) -> Result<ExitStatus, SandboxError> {
         match *self {}
     }
+
+    pub(crate) fn exit_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match *self {}
+    }
+
+    pub(crate) fn detach(self) {
+        match self {}
+    }
 }

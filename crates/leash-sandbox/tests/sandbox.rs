@@ -8,6 +8,7 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -197,6 +198,28 @@ fn answer_nxdomain(stub: &UdpSocket, count: usize) -> Vec<String> {
     seen
 }
 
+#[test]
+fn the_mounts_stay_even_in_a_mount_namespace_of_the_commands_own() {
+    let dir = tempfile::Builder::new().prefix("leash-unmount").tempdir_in("/tmp").unwrap();
+    let path = dir.path().join("relay.sock");
+    let _relay = UnixListener::bind(&path).unwrap();
+    let undo = format!(
+        "for p in /etc/resolv.conf /proc {sock}; do umount $p 2>/dev/null && echo unmounted $p; \
+         umount -l $p 2>/dev/null && echo detached $p; done",
+        sock = path.display()
+    );
+    let connect =
+        format!("import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}'); print('connected')", path.display());
+    // In the sandbox's mount namespace, then in a user and mount namespace the command makes (where it holds every
+    // capability), then checking what is still in place there.
+    let script = format!(
+        "{undo}; unshare -Urm bash -c \"echo own namespace; {undo}; head -1 /etc/resolv.conf; \
+         python3 -c \\\"{connect}\\\" 2>/dev/null || echo refused\""
+    );
+    let Some(out) = sh(&script).resolv_conf("nameserver 127.0.0.1\n").output() else { return };
+    assert_eq!(out.stdout, "own namespace\nnameserver 127.0.0.1\nrefused\n", "stderr: {}", out.stderr);
+}
+
 // ---- host Unix sockets ----
 
 #[test]
@@ -262,9 +285,60 @@ fn death_by_sigkill_maps_to_137() {
 fn a_child_left_running_is_gone_when_the_command_exits() {
     let mark = format!("leash-orphan-{}", std::process::id());
     let script = format!("{}; echo started", orphan(&mark));
-    let Some(stdout) = sh(&script).success() else { return };
-    assert_eq!(stdout, "started\n");
+    let Some(mut run) = sh(&script).start() else { return };
+    assert_eq!(run.line(), "started");
+    assert_eq!(run.sandbox.wait().unwrap(), ExitStatus::Exited(0));
+    // Checked as `wait` returns, before the sandbox is dropped or its output read to the end.
     assert!(!processes_named(&mark), "the orphan outlived the sandbox");
+}
+
+#[test]
+fn a_process_that_keeps_forking_is_gone_when_the_command_exits() {
+    // A background loop forking marked sleepers as fast as it can: init must catch every one, also those forked
+    // while the others were being killed, before it reports the command's end.
+    let mark = format!("leash-forker-{}", std::process::id());
+    let script = format!(
+        "bash -c 'while :; do (exec -a {mark} sleep 1000) & done' {mark} & \
+         until pgrep -f -c {mark} | grep -qv '^[01]$'; do sleep 0.01; done; echo started"
+    );
+    let Some(mut run) = sh(&script).start() else { return };
+    assert_eq!(run.line(), "started");
+    assert_eq!(run.sandbox.wait().unwrap(), ExitStatus::Exited(0));
+    assert!(!processes_named(&mark), "a forked process outlived the sandbox");
+}
+
+#[test]
+fn the_exit_descriptor_turns_readable_when_the_sandbox_ends_and_drop_reaps_the_init() {
+    let script = "trap 'exit 4' USR1; echo ready; while :; do sleep 0.05; done";
+    let Some(mut run) = sh(script).start() else { return };
+    assert_eq!(run.line(), "ready");
+    let poll = |timeout_ms: i32| {
+        let mut fds = [libc::pollfd { fd: run.sandbox.exit_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        // SAFETY: `fds` is valid for its length.
+        unsafe { libc::poll(fds.as_mut_ptr(), 1, timeout_ms) }
+    };
+    assert_eq!(poll(0), 0, "readable while the command runs");
+    run.sandbox.signal(libc::SIGUSR1).unwrap();
+    assert_eq!(poll(30_000), 1, "not readable after the command's end");
+    let init = run.sandbox.pid() as libc::pid_t;
+    let out = run.finish();
+    assert_eq!(out.status, ExitStatus::Exited(4));
+    // SAFETY: a status out-pointer is valid; WNOHANG never blocks.
+    let found = unsafe { libc::waitpid(init, &mut 0, libc::WNOHANG) };
+    assert_eq!((found, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ECHILD)), "init not reaped");
+}
+
+#[test]
+fn detach_leaves_an_ended_init_to_the_kernel_without_waiting() {
+    let Some(run) = sh("exit 0").start() else { return };
+    let init = run.sandbox.pid() as libc::pid_t;
+    assert_eq!(run.sandbox.wait().unwrap(), ExitStatus::Exited(0));
+    run.sandbox.detach();
+    // Still this process's child, exiting or a zombie: reaped here, as the kernel's reaper would once leash exits.
+    let mut status = 0;
+    // SAFETY: a status out-pointer is valid.
+    assert_eq!(unsafe { libc::waitpid(init, &mut status, 0) }, init);
+    assert!(libc::WIFEXITED(status), "init ended on its own: {status:#x}");
 }
 
 /// Runs in a child process of `the_sandbox_ends_when_leash_dies`, standing in for leash: starts a sandbox whose

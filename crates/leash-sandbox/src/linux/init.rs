@@ -231,9 +231,11 @@ fn command(plan: &Plan) -> Fail {
 }
 
 fn command_setup(plan: &Plan) -> Result<(), Fail> {
-    // INVARIANT: a second user namespace locks every mount made above and leaves the command no capability
-    // over the sandbox's network namespace.
-    sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS).map_err(at(ChildStep::CommandNs, 0))?;
+    // INVARIANT: a second user namespace leaves the command no capability over the sandbox's mount and network
+    // namespaces, which init's namespace owns: it cannot unmount or mount there, and a mount namespace it creates
+    // copies every mount made above locked. (A mount namespace of its own would cost a copy of the mount table at
+    // start and its teardown at exit, and lock nothing more.)
+    sys::unshare(libc::CLONE_NEWUSER).map_err(at(ChildStep::CommandNs, 0))?;
     map_ids(plan, &plan.inner_ids, [ChildStep::CommandSetgroups, ChildStep::CommandUidMap, ChildStep::CommandGidMap])?;
     for target in 0..3 {
         let fd = plan.stdio_fd(target as usize);
@@ -249,7 +251,9 @@ fn command_setup(plan: &Plan) -> Result<(), Fail> {
     sys::cloexec_from_3().map_err(at(ChildStep::CloseFds, 0))
 }
 
-/// Init's loop: reap every child, forward signals a process sent, end when the command ends or leash goes.
+/// Init's loop: reap every child, forward signals a process sent, end when the command ends or leash goes. When the
+/// command ends, init ends every process left before it reports: once leash reads the status, nothing of the sandbox
+/// runs, and init's own exit (which tears the namespaces down) goes on beside leash's.
 fn supervise(channel: c_int, command: pid_t, signals: c_int) -> c_int {
     let mut fds = [
         libc::pollfd { fd: channel, events: libc::POLLIN, revents: 0 },
@@ -265,6 +269,7 @@ fn supervise(channel: c_int, command: pid_t, signals: c_int) -> c_int {
         let signal = info.ssi_signo as c_int;
         if signal == libc::SIGCHLD {
             if let Some(status) = reap(command) {
+                end_every_other_process();
                 let _ = sys::send_with_fds(channel, &Msg::Exit { status }.encode(), &[]);
                 return shell_code(status);
             }
@@ -288,6 +293,19 @@ fn reap(command: pid_t) -> Option<c_int> {
         }
     }
     found
+}
+
+/// Kills every process in the sandbox but init and reaps them, until init has no child left. Each round kills again,
+/// so a process forked while the last one was dying goes too; orphans come to init (PID 1), so no child left means no
+/// process left.
+fn end_every_other_process() {
+    loop {
+        // ESRCH (nothing left to kill) is fine: the wait below then finds no child.
+        let _ = sys::kill(-1, libc::SIGKILL);
+        if sys::waitpid(-1, 0).is_err() {
+            return;
+        }
+    }
 }
 
 /// A raw wait status as a shell exit code (128 + signal for a signal death).

@@ -13,7 +13,7 @@ mod sys;
 use std::fs;
 use std::io::{self, Write};
 use std::net::{TcpListener, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,8 +34,17 @@ pub(crate) use self::signals::Forwarding;
 pub(crate) struct Child {
     pid: pid_t,
     channel: OwnedFd,
-    /// Set once the init is reaped; the lock also keeps `signal` from racing the reap.
-    exit: Mutex<Option<ExitStatus>>,
+    /// The lock also keeps `signal` from racing the reap.
+    state: Mutex<Ended>,
+}
+
+/// How far the sandbox has ended.
+#[derive(Debug, Default)]
+struct Ended {
+    /// The command's status, once init reported it (or died).
+    status: Option<ExitStatus>,
+    /// Init reaped (its pid may be reused), or left to be reaped once leash exits.
+    reaped: bool,
 }
 
 /// A sandbox whose init is building its namespaces; see `Sandbox::prepare`.
@@ -65,7 +74,7 @@ pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
     drop(theirs);
     drop(plan);
     // From here an early return drops `child`, which kills and reaps the init.
-    let child = Child { pid, channel: ours, exit: Mutex::new(None) };
+    let child = Child { pid, channel: ours, state: Mutex::new(Ended::default()) };
     facts.masks = masks::sockets_to_mask(&spec.allow_unix_sockets);
     if !facts.masks.is_empty() && !fs::metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device()) {
         return Err(setup(Step::MaskUnixSocket(PathBuf::from("/dev/null")), io::ErrorKind::NotFound.into()));
@@ -151,72 +160,92 @@ impl Child {
 
     /// After an early end: reap the init and describe how it ended.
     fn reap_now(&self) -> String {
-        match sys::waitpid(self.pid, 0) {
-            Ok((_, status)) => {
-                let status = exit_status(status);
-                *self.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(status);
+        let mut state = self.lock();
+        match self.reap(&mut state) {
+            Ok(status) => {
+                state.status = Some(status);
                 format!("exit status {}", status.code())
             }
-            Err(errno) => io::Error::from_raw_os_error(errno).to_string(),
+            Err(e) => e.to_string(),
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ended> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) fn signal(&self, signal: i32) -> Result<(), SandboxError> {
-        let exit = self.exit.lock().unwrap_or_else(|e| e.into_inner());
-        if exit.is_some() {
+        let state = self.lock();
+        if state.status.is_some() || state.reaped {
             return Ok(());
         }
         sys::kill(self.pid, signal)
             .map_err(|errno| SandboxError::Control { what: "signal", source: io::Error::from_raw_os_error(errno) })
     }
 
-    /// Waits without reaping (so `signal` stays safe meanwhile), then reaps under the lock.
+    /// Readable once init has reported the command's status, or died.
+    pub(crate) fn exit_fd(&self) -> BorrowedFd<'_> {
+        self.channel.as_fd()
+    }
+
+    /// Waits for the channel without the lock (so `signal` stays usable meanwhile), then reads the status under it.
+    /// Init reports only once every other process of the sandbox is gone; it is reaped later (see `Drop`), as its own
+    /// exit, which tears the namespaces down, need not hold leash up.
     pub(crate) fn wait(&self) -> Result<ExitStatus, SandboxError> {
-        wait_exited(self.pid)?;
-        let mut exit = self.exit.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(status) = *exit {
+        wait_readable(self.channel.as_raw_fd())?;
+        let mut state = self.lock();
+        if let Some(status) = state.status {
             return Ok(status);
         }
+        let status = match recv_record(self.channel.as_raw_fd(), true) {
+            Ok((Some(Msg::Exit { status }), _)) => exit_status(status),
+            // Init died without a report (killed): its own end is the command's.
+            _ => self.reap(&mut state)?,
+        };
+        state.status = Some(status);
+        Ok(status)
+    }
+
+    /// Leaves an ended init to the kernel: it stays a zombie until this process exits (or is reaped by `Drop` if
+    /// the process goes on). Before the end is known, nothing changes: `Drop` kills and reaps as always.
+    pub(crate) fn detach(self) {
+        let mut state = self.lock();
+        if state.status.is_some() && !state.reaped {
+            signals::disarm(self.pid);
+            state.reaped = true;
+        }
+    }
+
+    /// Reaps init (disarming signal forwarding first, so no signal can reach a reused pid) and returns how it ended.
+    fn reap(&self, state: &mut Ended) -> Result<ExitStatus, SandboxError> {
         signals::disarm(self.pid);
         let (_, raw) = sys::waitpid(self.pid, 0)
             .map_err(|errno| SandboxError::Control { what: "wait for", source: io::Error::from_raw_os_error(errno) })?;
-        let status = match recv_record(self.channel.as_raw_fd(), true) {
-            Ok((Some(Msg::Exit { status }), _)) => exit_status(status),
-            _ => exit_status(raw),
-        };
-        *exit = Some(status);
-        Ok(status)
+        state.reaped = true;
+        Ok(exit_status(raw))
     }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
-        let exit = self.exit.get_mut().unwrap_or_else(|e| e.into_inner());
-        if exit.is_none() {
-            signals::disarm(self.pid);
-            let _ = sys::kill(self.pid, libc::SIGKILL);
-            let _ = sys::waitpid(self.pid, 0);
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if state.reaped {
+            return;
         }
+        signals::disarm(self.pid);
+        // After its report init is exiting on its own; before it, this ends the sandbox.
+        if state.status.is_none() {
+            let _ = sys::kill(self.pid, libc::SIGKILL);
+        }
+        let _ = sys::waitpid(self.pid, 0);
     }
 }
 
-/// Blocks until `pid` has exited, leaving it a zombie (`WNOWAIT`).
-fn wait_exited(pid: pid_t) -> Result<(), SandboxError> {
-    loop {
-        // SAFETY: siginfo_t is plain data, written by waitid.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `info` is valid for writes; P_PID with our own child.
-        let ret = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT) };
-        match (ret, sys::errno()) {
-            (0, _) => return Ok(()),
-            (_, libc::EINTR) => {}
-            // Already reaped by an earlier `wait`: the status is recorded.
-            (_, libc::ECHILD) => return Ok(()),
-            (_, errno) => {
-                return Err(SandboxError::Control { what: "wait for", source: io::Error::from_raw_os_error(errno) })
-            }
-        }
-    }
+/// Blocks until `fd` is readable (or hung up).
+fn wait_readable(fd: RawFd) -> Result<(), SandboxError> {
+    let mut fds = [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }];
+    sys::poll(&mut fds)
+        .map_err(|errno| SandboxError::Control { what: "wait for", source: io::Error::from_raw_os_error(errno) })
 }
 
 fn exit_status(raw: i32) -> ExitStatus {
