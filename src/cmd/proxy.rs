@@ -57,7 +57,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         policy: policy.clone(),
         audit,
         resolver: Arc::new(SystemResolver::new(pins)),
-        own_addrs: leash_proxy::local_interface_addrs().into(),
+        own_addrs: leash_proxy::OwnAddrs::Host,
         limits: crate::fit_open_files(Limits::default()),
         inspection: Some(inspection),
     };

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use leash_policy::Policy;
-use leash_proxy::{AuditLog, Inspection, Limits, PolicyHandle, ProxyConfig, SystemResolver};
+use leash_proxy::{AuditLog, Inspection, Limits, OwnAddrs, PolicyHandle, ProxyConfig, SystemResolver};
 
 use crate::cli::SandboxProxyArgs;
 use crate::exit::Exit;
@@ -45,7 +45,7 @@ pub fn config(policy: Policy, pins: Pins, audit: Arc<AuditLog>, inspection: Arc<
         policy: PolicyHandle::new(policy),
         audit,
         resolver: Arc::new(SystemResolver::new(pins)),
-        own_addrs: leash_proxy::local_interface_addrs().into(),
+        own_addrs: OwnAddrs::Host,
         limits: crate::fit_open_files(Limits::default()),
         inspection: Some(inspection),
     }

@@ -133,14 +133,24 @@ pub fn connections_for_open_files(open_files: u64) -> usize {
     usize::try_from(fit).unwrap_or(usize::MAX).max(1)
 }
 
+/// The host's own addresses, which no upstream may be.
+#[derive(Clone, Debug)]
+pub enum OwnAddrs {
+    /// Exactly these.
+    Given(Arc<[IpAddr]>),
+    /// This host's interface addresses, read from the kernel when the first upstream is checked: a run that never
+    /// dials does not pay for reading them at start (a fortieth of `leash run -- true`).
+    Host,
+}
+
 /// Everything [`crate::serve`] needs.
 #[derive(Clone)]
 pub struct ProxyConfig {
     pub policy: PolicyHandle,
     pub audit: Arc<AuditLog>,
     pub resolver: Arc<dyn Resolve>,
-    /// This host's interface addresses and the proxy's own listening addresses: never dialed, whatever DNS says.
-    pub own_addrs: Arc<[IpAddr]>,
+    /// This host's interface addresses: never dialed, whatever DNS says (nor the proxy's listening addresses).
+    pub own_addrs: OwnAddrs,
     pub limits: Limits,
     /// TLS inspection (the run's CA, both TLS sides). `None`: a tunnel that needs inspection is refused
     /// (`needs-inspection`), never let through unseen.

@@ -30,7 +30,7 @@ mod tunnel;
 pub mod wire;
 
 pub use audit::AuditLog;
-pub use config::{Limits, PolicyHandle, ProxyConfig};
+pub use config::{Limits, OwnAddrs, PolicyHandle, ProxyConfig};
 pub use dns::{serve_dns, transparent_ports, TRANSPARENT_ADDR};
 pub use netinfo::local_interface_addrs;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};

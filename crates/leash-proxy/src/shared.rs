@@ -2,20 +2,22 @@
 //! (before anything is forwarded; a refusal is also a warning on stderr) and, for allowed requests, its outcome.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use leash_policy::{Decision, Verdict};
 
 use crate::audit::{now_rfc3339, verdict_word, AuditError, DecisionEntry, OutcomeEntry};
-use crate::config::ProxyConfig;
+use crate::config::{OwnAddrs, ProxyConfig};
 use crate::pool::Pool;
 
 pub(crate) struct Shared {
     pub cfg: ProxyConfig,
     pub pool: Pool,
-    /// `cfg.own_addrs` plus the addresses this proxy listens on.
-    pub own: Arc<[IpAddr]>,
+    /// The addresses this proxy listens on (specified ones), never dialed.
+    listening: Vec<IpAddr>,
+    /// `cfg.own_addrs` plus `listening`, made on first use.
+    own: OnceLock<Box<[IpAddr]>>,
 }
 
 /// What the log says a request asked for.
@@ -30,10 +32,21 @@ pub(crate) struct Attempt<'a> {
 
 impl Shared {
     pub fn new(cfg: ProxyConfig, listening: &[SocketAddr]) -> Self {
-        let mut own: Vec<IpAddr> = cfg.own_addrs.to_vec();
-        own.extend(listening.iter().map(|a| a.ip()).filter(|ip| !ip.is_unspecified()));
+        let listening = listening.iter().map(|a| a.ip()).filter(|ip| !ip.is_unspecified()).collect();
         let pool = Pool::new(cfg.limits.pool_per_host, cfg.limits.pool_idle);
-        Self { cfg, pool, own: own.into() }
+        Self { cfg, pool, listening, own: OnceLock::new() }
+    }
+
+    /// The addresses no upstream may be: the host's own and the proxy's listening ones.
+    pub fn own(&self) -> &[IpAddr] {
+        self.own.get_or_init(|| {
+            let mut own = match &self.cfg.own_addrs {
+                OwnAddrs::Given(addrs) => addrs.to_vec(),
+                OwnAddrs::Host => crate::netinfo::local_interface_addrs(),
+            };
+            own.extend_from_slice(&self.listening);
+            own.into()
+        })
     }
 
     /// Record a decision. A refusal is also a warning on stderr, so an operator watching the terminal sees it.
@@ -85,5 +98,45 @@ impl Shared {
         if let Err(e) = self.cfg.audit.outcome(&entry) {
             tracing::error!("{e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::collections::HashMap;
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::{Limits, PolicyHandle};
+    use crate::{AuditLog, SystemResolver};
+
+    fn shared(own_addrs: OwnAddrs, listening: &[&str]) -> Shared {
+        let cfg = ProxyConfig {
+            policy: PolicyHandle::new(leash_policy::Policy::from_inline(&[], &[]).unwrap()),
+            audit: Arc::new(AuditLog::stderr()),
+            resolver: Arc::new(SystemResolver::new(HashMap::new())),
+            own_addrs,
+            limits: Limits::default(),
+            inspection: None,
+        };
+        let listening: Vec<SocketAddr> = listening.iter().map(|a| a.parse().unwrap()).collect();
+        Shared::new(cfg, &listening)
+    }
+
+    #[test]
+    fn no_upstream_may_be_a_given_address_or_where_the_proxy_listens() {
+        let given = OwnAddrs::Given(Arc::from(vec![IpAddr::from([192, 0, 2, 7])]));
+        let sh = shared(given, &["198.51.100.1:3128", "0.0.0.0:80"]);
+        assert_eq!(sh.own(), [IpAddr::from([192, 0, 2, 7]), IpAddr::from([198, 51, 100, 1])]);
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_are_read_when_first_needed() {
+        let sh = shared(OwnAddrs::Host, &["203.0.113.9:3128"]);
+        let own = sh.own();
+        assert!(own.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)), "{own:?}");
+        assert_eq!(own.last(), Some(&IpAddr::from([203, 0, 113, 9])));
     }
 }

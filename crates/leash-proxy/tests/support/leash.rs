@@ -138,7 +138,7 @@ impl Builder {
             policy: handle.clone(),
             audit,
             resolver: resolver.clone(),
-            own_addrs: Arc::from(Vec::new()),
+            own_addrs: leash_proxy::OwnAddrs::Given(Arc::from(Vec::new())),
             limits: self.limits,
             inspection: inspection.clone(),
         };
