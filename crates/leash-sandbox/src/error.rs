@@ -84,7 +84,7 @@ pub enum Step {
     MountProc,
     /// Setting `lo` up.
     LoopbackUp,
-    /// `net.ipv6.conf.*.disable_ipv6` in the sandbox's network namespace.
+    /// `net.ipv6.conf.all.disable_ipv6` in the sandbox's network namespace.
     DisableIpv6,
     /// Bind-mounting the resolv.conf contents over /etc/resolv.conf.
     MountResolvConf,

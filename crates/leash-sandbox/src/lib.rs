@@ -6,11 +6,11 @@
 //! leash `clone`s the sandbox's **init** with `CLONE_NEWUSER | CLONE_NEWPID` (always, also as root), which then:
 //! maps its ids (`0 <uid> 1`), makes itself non-dumpable, creates a private **mount namespace** and a **network
 //! namespace** holding only `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through
-//! `net.ipv6.conf.{all,default,lo}.disable_ipv6`, so no IPv6 at all, not even `::1`), mounts its own **/proc**,
-//! bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners and UDP sockets and
-//! sends them to leash with `SCM_RIGHTS`, masks the host Unix sockets leash names (below; leash looks for them while
-//! init builds the namespaces) until leash's go-ahead, and then starts the command, which first enters a **second
-//! user namespace** (mapping back to the caller's uid and gid) and then `execve`s. That nesting is what makes the
+//! `net.ipv6.conf.all.disable_ipv6`, which sets `default` and `lo` too, so no IPv6 at all, not even `::1`), mounts
+//! its own **/proc**, bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners and
+//! UDP sockets and sends them to leash with `SCM_RIGHTS`, masks the host Unix sockets leash names (below; leash looks
+//! for them while init builds the namespaces) until leash's go-ahead, and then starts the command, which first
+//! enters a **second user namespace** (mapping back to the caller's uid and gid) and then `execve`s. That nesting is what makes the
 //! set-up stick: the sandbox's mount and network namespaces belong to init's user namespace, so the command cannot
 //! unmount the masks, the resolv.conf or /proc (a mount namespace it creates copies them locked), and it holds no
 //! capability over the sandbox's network namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`, `CAP_NET_BIND_SERVICE`

@@ -37,10 +37,11 @@ fn ipv6_connect_fails_even_to_loopback() {
     let Some(mut host) = TestHost::new() else { return };
     let mut events = host.tcp_server(8080);
     let code = format!(
-        "import socket\nfor addr in ['{HOST_V6}', '::1']:\n    try:\n        socket.create_connection((addr, 8080), timeout=5)\n        print('connected', addr)\n    except OSError as e:\n        print('refused', addr, e.errno)\ntry:\n    socket.socket(socket.AF_INET6).bind(('::1', 0))\n    print('bound ::1')\nexcept OSError as e:\n    print('no ::1', e.errno)"
+        "import socket\nfor f in ['all', 'default', 'lo']:\n    print(f, open(f'/proc/sys/net/ipv6/conf/{{f}}/disable_ipv6').read().strip())\nfor addr in ['{HOST_V6}', '::1']:\n    try:\n        socket.create_connection((addr, 8080), timeout=5)\n        print('connected', addr)\n    except OSError as e:\n        print('refused', addr, e.errno)\ntry:\n    socket.socket(socket.AF_INET6).bind(('::1', 0))\n    print('bound ::1')\nexcept OSError as e:\n    print('no ::1', e.errno)"
     );
     let Some(run) = host.spawn_from_outside(python(&code)) else { return };
     let out = run.finish();
+    assert!(out.stdout.starts_with("all 1\ndefault 1\nlo 1\n"), "IPv6 switched off everywhere: {}", out.stdout);
     assert!(!out.stdout.contains("connected"), "stdout: {}", out.stdout);
     assert_eq!(out.stdout.matches("refused").count(), 2, "stdout: {}\nstderr: {}", out.stdout, out.stderr);
     assert!(out.stdout.ends_with(&format!("no ::1 {}\n", libc::EADDRNOTAVAIL)), "IPv6 is disabled: {}", out.stdout);

@@ -17,12 +17,9 @@ const LISTEN_BACKLOG: c_int = 1024;
 const LEASH_GONE: c_int = 128 + libc::SIGKILL;
 /// What a child exits with after reporting a failed step.
 const FAILED: c_int = 127;
-/// The IPv6 switches of the sandbox's network namespace; `all` missing means the kernel has no IPv6.
-const DISABLE_IPV6: [&CStr; 3] = [
-    c"/proc/sys/net/ipv6/conf/all/disable_ipv6",
-    c"/proc/sys/net/ipv6/conf/default/disable_ipv6",
-    c"/proc/sys/net/ipv6/conf/lo/disable_ipv6",
-];
+/// The IPv6 switch of the sandbox's network namespace: writing `all` sets `default` and every interface's too
+/// (the kernel's ip-sysctl documentation); missing means the kernel has no IPv6.
+const DISABLE_IPV6: &CStr = c"/proc/sys/net/ipv6/conf/all/disable_ipv6";
 
 /// A failed step, small enough to live on the stack and travel as a record.
 #[derive(Clone, Copy)]
@@ -101,14 +98,10 @@ fn map_ids(plan: &Plan, maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail
 }
 
 fn disable_ipv6() -> Result<(), Fail> {
-    for (i, file) in DISABLE_IPV6.iter().enumerate() {
-        match sys::write_file(file, b"1") {
-            Ok(()) => {}
-            Err(libc::ENOENT) if i == 0 => return Ok(()),
-            Err(errno) => return Err(at(ChildStep::DisableIpv6, i)(errno)),
-        }
+    match sys::write_file(DISABLE_IPV6, b"1") {
+        Ok(()) | Err(libc::ENOENT) => Ok(()),
+        Err(errno) => Err(at(ChildStep::DisableIpv6, 0)(errno)),
     }
-    Ok(())
 }
 
 /// Bind-mounts /dev/null over each host socket leash names, until leash says `Go`. A socket gone since leash's
