@@ -482,6 +482,18 @@ fn run_reports_a_signal_death_as_128_plus_n_and_ends_leftover_processes() {
 }
 
 #[test]
+fn run_works_when_started_with_stdin_and_stdout_closed() {
+    if !sandbox_available() {
+        return;
+    }
+    // leash's own descriptors then take the numbers 0 and 1: nothing may mistake them for stdio.
+    let script = format!("exec 0<&- 1>&-; exec {LEASH} run -- sh -c 'echo inside >&2; exit 3'");
+    let o = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "stderr: {}", stderr(&o));
+    assert!(stderr(&o).contains("inside"), "stderr: {}", stderr(&o));
+}
+
+#[test]
 fn run_with_an_inline_allowlist_and_blocklist_mixed_is_an_error() {
     let o = leash(&["run", "--allow", "a.test", "--block", "b.test", "--", "true"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

@@ -174,7 +174,12 @@ fn start_command(plan: &Plan) -> Result<(pid_t, c_int), Fail> {
     let pid = unsafe { sys::vfork_on(plan.command_stack.top(), command_entry, arg.cast()) }
         .map_err(at(ChildStep::ForkCommand, 0))?;
     sys::close(write_end);
-    for fd in (0..3).map(|i| plan.stdio_fd(i)).filter(|&fd| fd >= 0) {
+    // Init never reads or writes stdio: the command's output reaches its end when the command and its children
+    // are done, not when init (which leash does not wait for) has finished exiting. Where leash started with stdio
+    // closed, init's own descriptors may hold those numbers: they stay.
+    let own = [plan.channel, signals, read_end];
+    let inherited = (0..3).filter(|fd| !own.contains(fd));
+    for fd in inherited.chain((0..3).map(|i| plan.stdio_fd(i)).filter(|&fd| fd >= 0)) {
         sys::close(fd);
     }
     let mut record = [0u8; RECORD_LEN];
