@@ -9,5 +9,5 @@ cd "$HERE/.."
 cargo build --release --quiet
 BENCH_SKIP_PEERS_INSTALL="${BENCH_SKIP_PEERS_INSTALL:-1}" bash "$HERE/install/all.sh" || true
 bin=$(mktemp /tmp/leash-bench.XXXXXX)
-cp "target/$(rustc -vV | sed -n 's/^host: //p')/release/leash" "$bin"
+cp "${CARGO_TARGET_DIR:-target}/$(rustc -vV | sed -n 's/^host: //p')/release/leash" "$bin"
 LEASH_BIN="$bin" exec "$HERE/run.sh" --only squid,tinyproxy,leash --no-wrappers "$@"
