@@ -29,8 +29,6 @@ pub const BUNDLE_VARS: [&str; 12] = [
 ];
 /// The start of every CA directory's name, `leash-run-PID-NANOS` (see [`new_dir`], [`leftover_pid`]).
 const DIR_PREFIX: &str = "leash-run-";
-/// Where the files go when `TMPDIR` is not set: a tmpfs on Linux.
-const SHM: &str = "/dev/shm";
 /// Node adds this file's CAs to its own roots, so it names the run's CA alone.
 pub const NODE_VAR: &str = "NODE_EXTRA_CA_CERTS";
 
@@ -46,11 +44,8 @@ impl CaFiles {
     /// writes later: the command's environment can name them before the CA exists.
     pub fn create() -> std::io::Result<CaFiles> {
         // In memory where there is a tmpfs for it: writing, then removing, a 200 kB bundle on a disk filesystem was a
-        // tenth of `leash run`'s start-up. TMPDIR, when set, is the user's choice and wins.
-        let base = match std::env::var_os("TMPDIR") {
-            None if Path::new(SHM).is_dir() => PathBuf::from(SHM),
-            _ => std::env::temp_dir(),
-        };
+        // tenth of `leash run`'s start-up.
+        let base = leash_sandbox::scratch_dir();
         sweep_leftovers(&base);
         let dir = new_dir(&base).or_else(|_| new_dir(&std::env::temp_dir()))?;
         Ok(CaFiles { bundle: dir.join("bundle.pem"), ca: dir.join("ca.pem"), dir })

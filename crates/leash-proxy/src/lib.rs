@@ -32,7 +32,6 @@ pub mod wire;
 pub use audit::AuditLog;
 pub use config::{Limits, OwnAddrs, PolicyHandle, ProxyConfig};
 pub use dns::{serve_dns, transparent_ports, TRANSPARENT_ADDR};
-pub use netinfo::local_interface_addrs;
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
 pub use server::{serve, serve_with_transparent};
 pub use tls::{Inspection, TlsSetupError, UpstreamTrust};

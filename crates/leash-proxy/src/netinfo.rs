@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Every local IPv4 and IPv6 interface address this process's network namespace has. Unreadable procfs yields an
 /// empty list (the internal ranges are refused regardless).
-pub fn local_interface_addrs() -> Vec<IpAddr> {
+pub(crate) fn local_interface_addrs() -> Vec<IpAddr> {
     let mut addrs = ipv4_from_fib_trie(&std::fs::read_to_string("/proc/net/fib_trie").unwrap_or_default());
     addrs.extend(ipv6_from_if_inet6(&std::fs::read_to_string("/proc/net/if_inet6").unwrap_or_default()));
     addrs.sort();

@@ -10,12 +10,12 @@
 //! its own **/proc**, bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners and
 //! UDP sockets and sends them to leash with `SCM_RIGHTS`, masks the host Unix sockets leash names (below; leash looks
 //! for them while init builds the namespaces) until leash's go-ahead, and then starts the command, which first
-//! enters a **second user namespace** (mapping back to the caller's uid and gid) and then `execve`s. That nesting is what makes the
-//! set-up stick: the sandbox's mount and network namespaces belong to init's user namespace, so the command cannot
-//! unmount the masks, the resolv.conf or /proc (a mount namespace it creates copies them locked), and it holds no
-//! capability over the sandbox's network namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`, `CAP_NET_BIND_SERVICE`
-//! there). Capabilities it gets (as root, or by creating further namespaces) hold only over namespaces it owns. Any
-//! 127.0.0.0/8 address can be bound inside since the whole /8 is routed to `lo`.
+//! enters a **second user namespace** (mapping back to the caller's uid and gid) and then `execve`s. That nesting is
+//! what makes the set-up stick: the sandbox's mount and network namespaces belong to init's user namespace, so the
+//! command cannot unmount the masks, the resolv.conf or /proc (a mount namespace it creates copies them locked), and
+//! it holds no capability over the sandbox's network namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`,
+//! `CAP_NET_BIND_SERVICE` there). Capabilities it gets (as root, or by creating further namespaces) hold only over
+//! namespaces it owns. Any 127.0.0.0/8 address can be bound inside since the whole /8 is routed to `lo`.
 //!
 //! Init stays PID 1: it reaps orphans, forwards every signal a process sends it (leash's `Sandbox::signal`, or the
 //! SIGINT/SIGTERM/SIGHUP `forward_signals` passes on) to the command, ignores those a terminal sends, and when the
@@ -31,8 +31,8 @@
 //! six levels deep and of /tmp, /var/tmp and /dev/shm two levels deep (a socket in a directory of its own, like
 //! `/tmp/tmux-0/default`), at most `MASK_WALK_BUDGET` entries, which catches sockets bound in other network
 //! namespaces (containers). Each is covered by a bind mount of /dev/null, so a connect gets `ECONNREFUSED`; the
-//! command cannot unmount it (see above). Sockets named in `allow_unix_sockets` (compared by device and
-//! inode) are left alone.
+//! command cannot unmount it (see above). Sockets named in `allow_unix_sockets` (compared by device and inode) are
+//! left alone.
 //! Abstract sockets need nothing: they belong to a network namespace, and the sandbox has its own.
 //!
 //! Not covered: a socket created after spawn, or recreated by a restarting daemon (the kernel drops a mount whose
@@ -286,6 +286,16 @@ pub fn hold_forwarded_signals() -> Result<SignalHold, SandboxError> {
 #[derive(Debug)]
 pub struct SignalHold {
     _inner: imp::Hold,
+}
+
+/// Where short-lived files for a sandbox's command go (the resolv.conf to mount, `leash run`'s CA files): /dev/shm
+/// where it is a directory, a tmpfs, since creating and removing files on a disk filesystem's /tmp was a measurable
+/// part of a start; `TMPDIR`, when set, is the user's choice and wins; else the temporary directory.
+pub fn scratch_dir() -> PathBuf {
+    match std::env::var_os("TMPDIR") {
+        None if std::path::Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+        _ => std::env::temp_dir(),
+    }
 }
 
 /// Makes leash non-dumpable (`PR_SET_DUMPABLE` 0): no core dumps, and only a process with `CAP_SYS_PTRACE` over

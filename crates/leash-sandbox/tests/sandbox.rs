@@ -285,12 +285,7 @@ fn death_by_sigkill_maps_to_137() {
 #[test]
 fn a_child_left_running_is_gone_when_the_command_exits() {
     let mark = format!("leash-orphan-{}", std::process::id());
-    let script = format!("{}; echo started", orphan(&mark));
-    let Some(mut run) = sh(&script).start() else { return };
-    assert_eq!(run.line(), "started");
-    assert_eq!(run.sandbox.wait().unwrap(), ExitStatus::Exited(0));
-    // Checked as `wait` returns, before the sandbox is dropped or its output read to the end.
-    assert!(!processes_named(&mark), "the orphan outlived the sandbox");
+    assert_nothing_named_outlives_wait(&format!("{}; echo started", orphan(&mark)), &mark);
 }
 
 #[test]
@@ -302,10 +297,16 @@ fn a_process_that_keeps_forking_is_gone_when_the_command_exits() {
         "bash -c 'while :; do (exec -a {mark} sleep 1000) & done' {mark} & \
          until pgrep -f -c {mark} | grep -qv '^[01]$'; do sleep 0.01; done; echo started"
     );
-    let Some(mut run) = sh(&script).start() else { return };
+    assert_nothing_named_outlives_wait(&script, &mark);
+}
+
+/// Runs `script`, which says `started` once its processes named `mark` run, then exits 0; no host process is named
+/// `mark` as `wait` returns (checked before the sandbox is dropped or its output read to the end).
+fn assert_nothing_named_outlives_wait(script: &str, mark: &str) {
+    let Some(mut run) = sh(script).start() else { return };
     assert_eq!(run.line(), "started");
     assert_eq!(run.sandbox.wait().unwrap(), ExitStatus::Exited(0));
-    assert!(!processes_named(&mark), "a forked process outlived the sandbox");
+    assert!(!processes_named(mark), "a process of the sandbox outlived it");
 }
 
 #[test]

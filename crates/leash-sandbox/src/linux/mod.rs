@@ -355,7 +355,7 @@ impl TempFile {
             return Ok(None);
         }
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = temp_base().join(format!("leash-resolv-{}-{n}.conf", std::process::id()));
+        let path = crate::scratch_dir().join(format!("leash-resolv-{}-{n}.conf", std::process::id()));
         let _ = fs::remove_file(&path);
         let write = || -> io::Result<()> {
             let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&path)?;
@@ -369,15 +369,6 @@ impl TempFile {
 
     fn path(&self) -> &Path {
         &self.path
-    }
-}
-
-/// /dev/shm where it is a directory (a tmpfs: creating a file on a disk filesystem's /tmp took a twentieth of `leash
-/// run -- true`), unless `TMPDIR` names the user's choice; else the temporary directory.
-fn temp_base() -> PathBuf {
-    match std::env::var_os("TMPDIR") {
-        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
-        _ => std::env::temp_dir(),
     }
 }
 
