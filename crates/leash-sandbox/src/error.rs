@@ -92,6 +92,9 @@ pub enum Step {
     AwaitLeash,
     /// Bind-mounting /dev/null over a host Unix socket.
     MaskUnixSocket(PathBuf),
+    /// Giving the init back leash's CPU affinity (it ran on leash's other CPUs while both built the sandbox), so the
+    /// command inherits it.
+    RestoreCpuAffinity,
     /// Binding a TCP listener inside the sandbox.
     BindTcp(SocketAddrV4),
     /// Binding a UDP socket inside the sandbox.
@@ -138,6 +141,7 @@ impl fmt::Display for Step {
             Step::MountResolvConf => f.write_str("bind-mount the sandbox's /etc/resolv.conf"),
             Step::AwaitLeash => f.write_str("receive the sockets to mask and the go-ahead from leash"),
             Step::MaskUnixSocket(p) => write!(f, "mask the host Unix socket `{}`", p.display()),
+            Step::RestoreCpuAffinity => f.write_str("give the sandbox's init back leash's CPU affinity"),
             Step::BindTcp(a) => write!(f, "bind TCP `{a}` inside the sandbox"),
             Step::BindUdp(a) => write!(f, "bind UDP `{a}` inside the sandbox"),
             Step::HandOverSockets => f.write_str("hand the sandbox's sockets to leash"),

@@ -442,6 +442,38 @@ print('ptrace', libc.ptrace(16, 1, 0, 0), ctypes.get_errno())";
 }
 
 #[test]
+fn the_command_and_init_run_on_exactly_the_cpus_leash_had() {
+    // Init is moved off leash's CPU while both build the sandbox, and must take leash's affinity back before the
+    // command starts. Checked with this thread's whole affinity, then pinned to one CPU (nothing to move to).
+    let all = thread_affinity();
+    let last = *all.last().unwrap();
+    for cpus in [all.clone(), vec![last]] {
+        set_thread_affinity(&cpus);
+        let code = "import os; print(sorted(os.sched_getaffinity(0)), sorted(os.sched_getaffinity(1)))";
+        let Some(stdout) = python(code).success() else { return };
+        assert_eq!(stdout.trim(), format!("{cpus:?} {cpus:?}"), "the command's CPUs, then init's");
+    }
+    set_thread_affinity(&all);
+}
+
+fn thread_affinity() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; the kernel fills at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }, 0);
+    // SAFETY: CPU_ISSET reads one bit below CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect()
+}
+
+fn set_thread_affinity(cpus: &[usize]) {
+    // SAFETY: as above; CPU_SET writes one bit below CPU_SETSIZE.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) }, 0);
+}
+
+#[test]
 fn harden_self_makes_leash_non_dumpable() {
     harden_self().unwrap();
     // SAFETY: PR_GET_DUMPABLE takes no pointers.

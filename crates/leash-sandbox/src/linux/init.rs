@@ -55,6 +55,9 @@ pub(super) fn run(plan: &Plan) -> ! {
 
 /// Namespaces, mounts, network and sockets, in the order the crate docs give.
 fn setup(plan: &Plan) -> Result<(), Fail> {
+    if let Some(spread) = &plan.spread {
+        spread.leave_parent_cpu();
+    }
     let (keep, len) = plan.init_keeps();
     sys::close_all_except(keep.get(..len).unwrap_or_default()).map_err(at(ChildStep::CloseFds, 0))?;
     sys::set_signal_mask(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
@@ -75,7 +78,9 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     }
     hand_over_sockets(plan)?;
     // Leash finds the sockets to mask and writes the command's CA files meanwhile.
-    mask_sockets_until_go(plan)
+    mask_sockets_until_go(plan)?;
+    // Leash moved init before it said go: the command now inherits leash's CPUs, not fewer.
+    plan.spread.as_ref().map_or(Ok(()), |spread| spread.restore()).map_err(at(ChildStep::RestoreAffinity, 0))
 }
 
 /// Writes `setgroups` (deny), `uid_map`, `gid_map` of the calling process's user namespace. A non-dumpable

@@ -2,6 +2,7 @@
 //! the sockets and the `execve` result over a SOCK_SEQPACKET pair, and later waits for, signals or kills the init.
 //! The child side lives in `init`; the crate docs describe the namespaces.
 
+mod cpus;
 mod init;
 mod masks;
 mod netns;
@@ -72,6 +73,9 @@ pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
         Err(errno) => return Err(setup(Step::CreateUserNamespace, io::Error::from_raw_os_error(errno))),
     };
     drop(theirs);
+    if let Some(spread) = &plan.spread {
+        spread.move_init(pid);
+    }
     drop(plan);
     // From here an early return drops `child`, which kills and reaps the init.
     let child = Child { pid, channel: ours, state: Mutex::new(Ended::default()) };

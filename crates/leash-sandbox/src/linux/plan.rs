@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use libc::{c_char, c_int};
 
+use super::cpus::Spread;
 use crate::{SandboxError, SandboxSpec};
 
 /// The `PATH` searched when the command's environment has none (the usual login default).
@@ -84,6 +85,8 @@ pub(super) struct Plan {
     /// Whether the id maps need a dumpable moment (see `init::map_ids`): only without root, whose /proc files
     /// stay writable while non-dumpable.
     pub(super) dumpable_for_maps: bool,
+    /// Where the init runs while leash works beside it; `None` with a single CPU.
+    pub(super) spread: Option<Spread>,
 }
 
 impl Plan {
@@ -119,6 +122,7 @@ impl Plan {
             channel,
             command_stack: Stack::new(),
             dumpable_for_maps: current_uid() != 0,
+            spread: Spread::of_caller(),
         })
     }
 

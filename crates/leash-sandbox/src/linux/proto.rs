@@ -136,6 +136,7 @@ pub(super) enum ChildStep {
     ResolvConf,
     AwaitGo,
     MaskSocket,
+    RestoreAffinity,
     BindTcp,
     BindUdp,
     HandOver,
@@ -151,7 +152,7 @@ pub(super) enum ChildStep {
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 25] = [
+    const ALL: [ChildStep; 26] = [
         ChildStep::CloseFds,
         ChildStep::Harden,
         ChildStep::Setgroups,
@@ -165,6 +166,7 @@ impl ChildStep {
         ChildStep::ResolvConf,
         ChildStep::AwaitGo,
         ChildStep::MaskSocket,
+        ChildStep::RestoreAffinity,
         ChildStep::BindTcp,
         ChildStep::BindUdp,
         ChildStep::HandOver,
@@ -200,6 +202,7 @@ impl ChildStep {
             ChildStep::ResolvConf => Step::MountResolvConf,
             ChildStep::AwaitGo => Step::AwaitLeash,
             ChildStep::MaskSocket => Step::MaskUnixSocket(spec.masks.get(index).cloned().unwrap_or_default()),
+            ChildStep::RestoreAffinity => Step::RestoreCpuAffinity,
             ChildStep::BindTcp => spec.tcp.get(index).map_or(Step::HandOverSockets, |a| Step::BindTcp(*a)),
             ChildStep::BindUdp => spec.udp.get(index).map_or(Step::HandOverSockets, |a| Step::BindUdp(*a)),
             ChildStep::HandOver => Step::HandOverSockets,

@@ -218,6 +218,33 @@ pub(super) fn cloexec_from_3() -> SysResult<()> {
     close_range(3, c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC)
 }
 
+/// The calling thread's CPU affinity (sched_getaffinity(2)).
+pub(super) fn affinity() -> SysResult<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { zeroed() };
+    let size = size_of::<libc::cpu_set_t>();
+    // SAFETY: the kernel writes at most `size` bytes into `set`.
+    check_long(unsafe { libc::syscall(libc::SYS_sched_getaffinity, 0, size, &mut set as *mut libc::cpu_set_t) })
+        .map(|_| set)
+}
+
+/// sched_setaffinity(2) of `pid` (0: the calling thread).
+pub(super) fn set_affinity(pid: pid_t, set: &libc::cpu_set_t) -> SysResult<()> {
+    let size = size_of::<libc::cpu_set_t>();
+    // SAFETY: the kernel reads at most `size` bytes of `set`.
+    check_long(unsafe { libc::syscall(libc::SYS_sched_setaffinity, pid, size, set as *const libc::cpu_set_t) })
+        .map(drop)
+}
+
+/// The CPU the caller runs on (getcpu(2)).
+pub(super) fn current_cpu() -> SysResult<u32> {
+    let mut cpu: c_uint = 0;
+    let no_node = ptr::null_mut::<c_uint>();
+    // SAFETY: getcpu writes one unsigned int; the node and cache pointers may be null.
+    check_long(unsafe { libc::syscall(libc::SYS_getcpu, &mut cpu as *mut c_uint, no_node, ptr::null_mut::<c_void>()) })
+        .map(|_| cpu)
+}
+
 /// prctl(PR_SET_DUMPABLE, 0).
 pub(super) fn set_non_dumpable() -> SysResult<()> {
     set_dumpable(false)
