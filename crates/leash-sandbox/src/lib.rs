@@ -51,6 +51,9 @@
 //! Without root, init is dumpable for the few system calls that write its id maps (a non-dumpable process's /proc
 //! files belong to root); nothing runs in the sandbox yet, but a same-user host process allowed to ptrace could
 //! attach in that moment.
+//! While leash and init work side by side after the clone, init runs on leash's other CPUs (the scheduler would
+//! queue it behind leash); it takes back the calling thread's affinity before the command starts, so the command
+//! runs on exactly the CPUs of the thread that called `prepare`.
 //! `Sandbox::forward_signals` installs process-wide handlers: don't also register SIGINT/SIGTERM/SIGHUP elsewhere
 //! (for example with `tokio::signal`) while it is armed.
 //!
