@@ -457,20 +457,25 @@ fn the_command_and_init_run_on_exactly_the_cpus_leash_had() {
 }
 
 fn thread_affinity() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; the kernel fills at most its size.
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }, 0);
+    // SAFETY: the kernel writes at most the size passed into `set`.
+    let ret = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(ret, 0);
     // SAFETY: CPU_ISSET reads one bit below CPU_SETSIZE.
     (0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect()
 }
 
 fn set_thread_affinity(cpus: &[usize]) {
-    // SAFETY: as above; CPU_SET writes one bit below CPU_SETSIZE.
+    // SAFETY: as above.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &cpu in cpus {
+        // SAFETY: CPU_SET writes one bit below CPU_SETSIZE (the CPUs come from `thread_affinity`).
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
-    assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) }, 0);
+    // SAFETY: the kernel reads at most the size passed of `set`.
+    let ret = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    assert_eq!(ret, 0);
 }
 
 #[test]
