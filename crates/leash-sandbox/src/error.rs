@@ -86,6 +86,8 @@ pub enum Step {
     LoopbackUp,
     /// `net.ipv6.conf.all.disable_ipv6` in the sandbox's network namespace.
     DisableIpv6,
+    /// Making /proc/sys, /proc/sysrq-trigger or /sys read-only in the sandbox.
+    MakeReadOnly(&'static str),
     /// Bind-mounting the resolv.conf contents over /etc/resolv.conf.
     MountResolvConf,
     /// Receiving from leash the sockets to mask and the word to start the command.
@@ -138,6 +140,7 @@ impl fmt::Display for Step {
             Step::MountProc => f.write_str("mount the sandbox's own /proc"),
             Step::LoopbackUp => f.write_str("set the sandbox's loopback interface up"),
             Step::DisableIpv6 => f.write_str("disable IPv6 in the sandbox's network namespace"),
+            Step::MakeReadOnly(path) => write!(f, "make `{path}` read-only in the sandbox"),
             Step::MountResolvConf => f.write_str("bind-mount the sandbox's /etc/resolv.conf"),
             Step::AwaitLeash => f.write_str("receive the sockets to mask and the go-ahead from leash"),
             Step::MaskUnixSocket(p) => write!(f, "mask the host Unix socket `{}`", p.display()),

@@ -7,7 +7,10 @@
 //! maps its ids (`0 <uid> 1`), makes itself non-dumpable, creates a private **mount namespace** and a **network
 //! namespace** holding only `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through
 //! `net.ipv6.conf.all.disable_ipv6`, which sets `default` and `lo` too, so no IPv6 at all, not even `::1`), mounts
-//! its own **/proc**, bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners and
+//! its own **/proc**, makes `/proc/sys`, `/proc/sysrq-trigger` and `/sys` (with every mount below it) read-only
+//! (the command's uid owns the sandbox's network namespace, and under root is the host's root for file
+//! permissions: it could otherwise turn IPv6 back on, or the host's sysctls), bind-mounts the given contents over
+//! `/etc/resolv.conf`, binds the requested TCP listeners and
 //! UDP sockets and sends them to leash with `SCM_RIGHTS`, masks the host Unix sockets leash names (below; leash looks
 //! for them while init builds the namespaces) until leash's go-ahead, and then starts the command, which first
 //! enters a **second user namespace** (mapping back to the caller's uid and gid) and then `execve`s. That nesting is
@@ -65,7 +68,7 @@
 //! # What this crate does not do
 //! It knows nothing of policies, HTTP or DNS: the caller serves the sockets (proxy, DNS stub, transparent
 //! listeners), builds the command's whole environment and writes any CA bundle where the command can read it. It does
-//! not restrict the filesystem beyond the masks above, nor limit resources.
+//! not restrict the filesystem beyond the masks and the read-only kernel files above, nor limit resources.
 
 mod error;
 #[cfg(target_os = "linux")]

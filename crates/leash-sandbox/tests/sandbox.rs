@@ -50,6 +50,32 @@ fn ipv6_connect_fails_even_to_loopback() {
 }
 
 #[test]
+fn the_command_cannot_turn_ipv6_back_on_or_any_other_kernel_knob() {
+    // The command's uid owns the sandbox's network namespace (and is the host's root when leash runs as root):
+    // without read-only mounts it could write these. Opening for writing is enough to tell, and writes nothing.
+    let code = "import errno, os
+try:
+    with open('/proc/sys/net/ipv6/conf/all/disable_ipv6', 'w') as f: f.write('0')
+    print('ipv6 switch written')
+except OSError as e: print('ipv6 switch', errno.errorcode[e.errno])
+print('disable_ipv6', open('/proc/sys/net/ipv6/conf/all/disable_ipv6').read().strip())
+for p in ['/proc/sys/kernel/printk_ratelimit', '/proc/sys/vm/drop_caches', '/proc/sysrq-trigger',
+          '/sys/kernel/mm/transparent_hugepage/enabled', '/sys/power/state', '/sys/fs/cgroup/cgroup.procs']:
+    if not os.path.exists(p): continue
+    try: os.close(os.open(p, os.O_WRONLY)); print(p, 'writable')
+    except OSError as e: print(p, errno.errorcode[e.errno])";
+    let Some(stdout) = python(code).success() else { return };
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("ipv6 switch EROFS"));
+    assert_eq!(lines.next(), Some("disable_ipv6 1"));
+    let rest: Vec<&str> = lines.collect();
+    assert!(rest.len() >= 2, "the sysctls at least: {stdout}");
+    for line in rest {
+        assert!(line.ends_with(" EROFS"), "read-only, whatever the uid: {line}");
+    }
+}
+
+#[test]
 fn udp_to_a_resolver_on_a_test_host_never_arrives() {
     let Some(mut host) = TestHost::new() else { return };
     let mut events = host.udp_server(53);

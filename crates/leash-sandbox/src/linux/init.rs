@@ -73,6 +73,7 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     // IPv6 off before `lo` comes up, so `::1` never exists (and is not added only to be removed).
     disable_ipv6()?;
     sys::loopback_up().map_err(at(ChildStep::LoopbackUp, 0))?;
+    read_only_kernel_files()?;
     if let Some(source) = &plan.resolv_source {
         sys::mount(Some(source), c"/etc/resolv.conf", None, libc::MS_BIND).map_err(at(ChildStep::ResolvConf, 0))?;
     }
@@ -98,6 +99,30 @@ fn map_ids(plan: &Plan, maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail
     // The flag belongs to the memory, which the command shares with init until `execve`.
     if plan.dumpable_for_maps {
         sys::set_non_dumpable().map_err(at(ChildStep::Harden, 0))?;
+    }
+    Ok(())
+}
+
+/// Makes /proc/sys, /proc/sysrq-trigger and /sys (with what is mounted below it) read-only, once IPv6 is off. The
+/// command holds no capability, but its uid is leash's, the owner of the sandbox's network namespace: without this it
+/// could turn that namespace's sysctls (IPv6 back on), and under root also the host's (kernel.*, vm.*) and the
+/// sysrq trigger and sysfs files any root-owned process may write. A path that does not exist (no sysrq, no /sys
+/// mounted) has nothing to protect.
+fn read_only_kernel_files() -> Result<(), Fail> {
+    for (index, path) in proto::READ_ONLY_PATHS.into_iter().enumerate() {
+        let fail = at(ChildStep::ReadOnly, index);
+        let result = if path.to_bytes().starts_with(b"/proc/") {
+            // Not mount points of their own in the new /proc: bound onto themselves first.
+            sys::mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC).and_then(|()| sys::make_read_only(path))
+        } else {
+            sys::make_read_only(path)
+        };
+        match result {
+            // Missing, or (for /sys) a plain directory, not a mount.
+            Ok(()) | Err(libc::ENOENT) => {}
+            Err(libc::EINVAL) if !path.to_bytes().starts_with(b"/proc/") => {}
+            Err(errno) => return Err(fail(errno)),
+        }
     }
     Ok(())
 }

@@ -133,6 +133,7 @@ pub(super) enum ChildStep {
     MountProc,
     LoopbackUp,
     DisableIpv6,
+    ReadOnly,
     ResolvConf,
     AwaitGo,
     MaskSocket,
@@ -152,7 +153,7 @@ pub(super) enum ChildStep {
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 26] = [
+    const ALL: [ChildStep; 27] = [
         ChildStep::CloseFds,
         ChildStep::Harden,
         ChildStep::Setgroups,
@@ -163,6 +164,7 @@ impl ChildStep {
         ChildStep::MountProc,
         ChildStep::LoopbackUp,
         ChildStep::DisableIpv6,
+        ChildStep::ReadOnly,
         ChildStep::ResolvConf,
         ChildStep::AwaitGo,
         ChildStep::MaskSocket,
@@ -199,6 +201,9 @@ impl ChildStep {
             ChildStep::MountProc => Step::MountProc,
             ChildStep::LoopbackUp => Step::LoopbackUp,
             ChildStep::DisableIpv6 => Step::DisableIpv6,
+            ChildStep::ReadOnly => Step::MakeReadOnly(
+                READ_ONLY_PATHS.get(index).map_or("/proc/sys", |p| p.to_str().unwrap_or("/proc/sys")),
+            ),
             ChildStep::ResolvConf => Step::MountResolvConf,
             ChildStep::AwaitGo => Step::AwaitLeash,
             ChildStep::MaskSocket => Step::MaskUnixSocket(spec.masks.get(index).cloned().unwrap_or_default()),
@@ -218,6 +223,9 @@ impl ChildStep {
         }
     }
 }
+
+/// What init makes read-only in the sandbox, in order (`init::read_only_kernel_files`).
+pub(super) const READ_ONLY_PATHS: [&std::ffi::CStr; 3] = [c"/proc/sys", c"/proc/sysrq-trigger", c"/sys"];
 
 /// What the parent keeps of the spec to name a failed step.
 #[derive(Debug, Default)]

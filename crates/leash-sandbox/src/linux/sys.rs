@@ -103,6 +103,50 @@ pub(super) fn mount(src: Option<&CStr>, target: &CStr, fstype: Option<&CStr>, fl
     check(unsafe { libc::mount(src, target.as_ptr(), fstype, flags, ptr::null()) }).map(drop)
 }
 
+/// `struct mount_attr` of mount_setattr(2), first version.
+#[repr(C)]
+#[derive(Default)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `MOUNT_ATTR_RDONLY` of mount_setattr(2).
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+
+/// Makes the mount at `path`, and every mount below it, read-only: mount_setattr(2) with `AT_RECURSIVE`, or on a
+/// kernel older than 5.12 a read-only bind remount of that one mount, keeping the flags it has (a mount namespace
+/// owned by a user namespace may add `ro` but not drop `nosuid`, `nodev`, `noexec` or the atime flags).
+pub(super) fn make_read_only(path: &CStr) -> SysResult<()> {
+    let mut attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, ..MountAttr::default() };
+    let flags = libc::AT_RECURSIVE as c_uint;
+    // SAFETY: `path` is NUL-terminated; `attr` is a valid mount_attr of the size passed.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_mount_setattr, libc::AT_FDCWD, path.as_ptr(), flags, &mut attr, size_of::<MountAttr>())
+    };
+    match check_long(ret) {
+        Err(libc::ENOSYS) => {}
+        other => return other.map(drop),
+    }
+    // SAFETY: statfs64 is plain data, filled by the kernel.
+    let mut stat: libc::statfs64 = unsafe { zeroed() };
+    // SAFETY: `path` is NUL-terminated and `stat` is valid for writes.
+    check(unsafe { libc::statfs64(path.as_ptr(), &mut stat) })?;
+    let kept = [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ];
+    let has = stat.f_flags as c_ulong;
+    let flags = kept.iter().filter(|(st, _)| has & st != 0).fold(0, |acc, (_, ms)| acc | ms);
+    mount(None, path, None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags)
+}
+
 /// open(2), always with `O_CLOEXEC`.
 pub(super) fn open(path: &CStr, flags: c_int) -> SysResult<c_int> {
     // SAFETY: `path` is NUL-terminated; no mode is needed without O_CREAT.
