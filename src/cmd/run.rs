@@ -141,7 +141,7 @@ fn supervise(
 ) -> Exit {
     let mut tcp = std::mem::take(&mut sandbox.tcp).into_iter();
     let listener = tcp.next();
-    let transparent: Vec<_> = tcp.filter_map(|l| l.set_nonblocking(true).ok().map(|()| l)).collect();
+    let transparent: Vec<_> = tcp.collect();
     let dns_socket = sandbox.udp.pop();
     let forwarding = sandbox.forward_signals().map_err(|e| tracing::warn!("signals are not forwarded: {e}"));
     // Armed: a signal held since the spawn is delivered now, and forwarded.
@@ -170,10 +170,9 @@ async fn serve_until_exit(
     config: ProxyConfig,
 ) -> Result<leash_sandbox::ExitStatus, leash_sandbox::SandboxError> {
     let listener = listener
-        .and_then(|l| l.set_nonblocking(true).ok().map(|()| l))
-        .and_then(|l| tokio::net::TcpListener::from_std(l).ok())
+        .and_then(on_runtime)
         .ok_or_else(|| leash_sandbox::SandboxError::InitDied("no proxy listener".into()))?;
-    let transparent = transparent.into_iter().filter_map(|l| tokio::net::TcpListener::from_std(l).ok()).collect();
+    let transparent = transparent.into_iter().filter_map(on_runtime).collect();
     let dns_stop = start_dns(dns_socket, config.policy.clone());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let proxy = tokio::spawn(leash_proxy::serve_with_transparent(listener, transparent, config, async move {
@@ -186,6 +185,12 @@ async fn serve_until_exit(
         tracing::error!("proxy: {e}");
     }
     status
+}
+
+/// A listener the sandbox handed over, registered with the runtime; `None` if it cannot be.
+fn on_runtime(listener: std::net::TcpListener) -> Option<tokio::net::TcpListener> {
+    listener.set_nonblocking(true).ok()?;
+    tokio::net::TcpListener::from_std(listener).ok()
 }
 
 /// Serve the DNS stub on the sandbox's UDP socket until the returned sender is dropped (when the command has exited).

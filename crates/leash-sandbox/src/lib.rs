@@ -10,15 +10,15 @@
 //! its own **/proc**, makes `/proc/sys`, `/proc/sysrq-trigger` and `/sys` (with every mount below it) read-only
 //! (the command's uid owns the sandbox's network namespace, and under root is the host's root for file
 //! permissions: it could otherwise turn IPv6 back on, or the host's sysctls), bind-mounts the given contents over
-//! `/etc/resolv.conf`, binds the requested TCP listeners and
-//! UDP sockets and sends them to leash with `SCM_RIGHTS`, masks the host Unix sockets leash names (below; leash looks
-//! for them while init builds the namespaces) until leash's go-ahead, and then starts the command, which first
-//! enters a **second user namespace** (mapping back to the caller's uid and gid) and then `execve`s. That nesting is
-//! what makes the set-up stick: the sandbox's mount and network namespaces belong to init's user namespace, so the
-//! command cannot unmount the masks, the resolv.conf or /proc (a mount namespace it creates copies them locked), and
-//! it holds no capability over the sandbox's network namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`,
-//! `CAP_NET_BIND_SERVICE` there). Capabilities it gets (as root, or by creating further namespaces) hold only over
-//! namespaces it owns. Any 127.0.0.0/8 address can be bound inside since the whole /8 is routed to `lo`.
+//! `/etc/resolv.conf`, binds the requested TCP listeners and UDP sockets and sends them to leash with `SCM_RIGHTS`,
+//! masks the host Unix sockets leash names (below; leash looks for them while init builds the namespaces) until
+//! leash's go-ahead, and then starts the command, which first enters a **second user namespace** (mapping back to
+//! the caller's uid and gid) and then `execve`s. That nesting is what makes the set-up stick: the sandbox's mount and
+//! network namespaces belong to init's user namespace, so the command cannot unmount the masks, the resolv.conf or
+//! /proc (a mount namespace it creates copies them locked), and it holds no capability over the sandbox's network
+//! namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`, `CAP_NET_BIND_SERVICE` there). Capabilities it gets (as root, or by
+//! creating further namespaces) hold only over namespaces it owns. Any 127.0.0.0/8 address can be bound inside since
+//! the whole /8 is routed to `lo`.
 //!
 //! Init stays PID 1: it reaps orphans, forwards every signal a process sends it (leash's `Sandbox::signal`, or the
 //! SIGINT/SIGTERM/SIGHUP `forward_signals` passes on) to the command, ignores those a terminal sends, and when the

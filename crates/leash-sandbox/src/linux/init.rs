@@ -110,18 +110,18 @@ fn map_ids(plan: &Plan, maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail
 /// mounted) has nothing to protect.
 fn read_only_kernel_files() -> Result<(), Fail> {
     for (index, path) in proto::READ_ONLY_PATHS.into_iter().enumerate() {
-        let fail = at(ChildStep::ReadOnly, index);
-        let result = if path.to_bytes().starts_with(b"/proc/") {
-            // Not mount points of their own in the new /proc: bound onto themselves first.
+        // Files of the new /proc are no mount points: each is bound onto itself first. /sys is one, or, where
+        // nothing is mounted there, a plain directory (EINVAL) with nothing to protect.
+        let in_proc = path.to_bytes().starts_with(b"/proc/");
+        let result = if in_proc {
             sys::mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC).and_then(|()| sys::make_read_only(path))
         } else {
             sys::make_read_only(path)
         };
         match result {
-            // Missing, or (for /sys) a plain directory, not a mount.
             Ok(()) | Err(libc::ENOENT) => {}
-            Err(libc::EINVAL) if !path.to_bytes().starts_with(b"/proc/") => {}
-            Err(errno) => return Err(fail(errno)),
+            Err(libc::EINVAL) if !in_proc => {}
+            Err(errno) => return Err(at(ChildStep::ReadOnly, index)(errno)),
         }
     }
     Ok(())
