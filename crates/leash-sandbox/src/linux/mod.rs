@@ -302,11 +302,18 @@ fn recv_record(fd: RawFd, dont_wait: bool) -> Result<(Option<Msg>, Vec<OwnedFd>)
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&control) as _;
     let flags = libc::MSG_CMSG_CLOEXEC | if dont_wait { libc::MSG_DONTWAIT } else { 0 };
+    // An init that exits with our orders still unread leaves ECONNRESET pending on our end, and a SOCK_SEQPACKET
+    // receive reports that error before any queued record: the `Failed` record that says why would be lost. The
+    // error is reported once, so one retry reads what init sent, then end of file.
+    let mut reset_seen = false;
     let n = loop {
         // SAFETY: `msg` points at live buffers of the sizes it states.
         let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
-        if n >= 0 || sys::errno() != libc::EINTR {
-            break n;
+        match sys::errno() {
+            _ if n >= 0 => break n,
+            libc::EINTR => {}
+            libc::ECONNRESET if !reset_seen => reset_seen = true,
+            _ => break n,
         }
     };
     if n < 0 {
@@ -379,5 +386,25 @@ impl TempFile {
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::proto::{ChildStep, Msg};
+    use super::*;
+
+    #[test]
+    fn a_failure_record_is_read_although_init_left_orders_unread() {
+        let (ours, theirs) = seqpacket_pair().unwrap();
+        sys::send_with_fds(ours.as_raw_fd(), &proto::orders(&[])[0], &[]).unwrap();
+        let failed = Msg::Failed { step: ChildStep::BindTcp, index: 1, errno: libc::EADDRINUSE };
+        sys::send_with_fds(theirs.as_raw_fd(), &failed.encode(), &[]).unwrap();
+        // Closing with our order unread sets ECONNRESET on our end, which the kernel reports before the record.
+        drop(theirs);
+        assert_eq!(recv_record(ours.as_raw_fd(), false).unwrap().0, Some(failed));
+        assert_eq!(recv_record(ours.as_raw_fd(), false).unwrap().0, None, "then end of file");
     }
 }
