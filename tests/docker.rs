@@ -61,15 +61,27 @@ fn leftovers(label: &str) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_owned()
 }
 
-/// The IDs of the Docker networks there are now (none when Docker does not answer).
+/// Name prefix of the networks tests make on purpose (the neighbour test), which run alongside the others.
+const TEST_NETWORK_PREFIX: &str = "leash-test-";
+
+/// The IDs of the Docker networks there are now, less those tests make on purpose (none when Docker does not
+/// answer).
 fn networks() -> BTreeSet<String> {
-    let o = Command::new("docker").args(["network", "ls", "-q", "--no-trunc"]).output();
-    o.map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect()).unwrap_or_default()
+    let o = Command::new("docker").args(["network", "ls", "--no-trunc", "--format", "{{.ID}} {{.Name}}"]).output();
+    let listing = o.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    listing
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(_, name)| !name.starts_with(TEST_NETWORK_PREFIX))
+        .map(|(id, _)| id.to_owned())
+        .collect()
 }
 
 /// Asserts that no network has appeared since `before` was taken: leash's containers have `--network none`, and a
 /// run must leave no network behind either.
 fn assert_no_new_network(before: &BTreeSet<String>) {
+    // Docker always has its `bridge`, `host` and `none` networks: an empty listing means the check saw nothing.
+    assert!(!before.is_empty(), "`docker network ls` listed no network");
     let new: Vec<_> = networks().difference(before).cloned().collect();
     assert!(new.is_empty(), "a network was left behind: {new:?}");
 }
@@ -318,7 +330,7 @@ fn docker_run_cannot_reach_a_neighbour_container_by_address_over_tcp_or_udp() {
         return;
     }
     let id = std::process::id();
-    let (net, label) = (format!("leash-test-neighbours-{id}"), label("neighbour"));
+    let (net, label) = (format!("{TEST_NETWORK_PREFIX}neighbours-{id}"), label("neighbour"));
     let docker = |args: &[&str]| bounded(Command::new("docker").args(args));
     assert!(docker(&["network", "create", "--internal", "--label", &label, &net]).status.success());
     let started = docker(&["run", "-d", "--network", &net, "--label", &label, IMAGE, "python3", "-c", NEIGHBOUR]);
