@@ -309,8 +309,10 @@ fn recv_record(fd: RawFd, dont_wait: bool) -> Result<(Option<Msg>, Vec<OwnedFd>)
     let n = loop {
         // SAFETY: `msg` points at live buffers of the sizes it states.
         let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+        if n >= 0 {
+            break n;
+        }
         match sys::errno() {
-            _ if n >= 0 => break n,
             libc::EINTR => {}
             libc::ECONNRESET if !reset_seen => reset_seen = true,
             _ => break n,
