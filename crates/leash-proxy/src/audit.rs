@@ -63,7 +63,10 @@ pub struct DecisionEntry<'a> {
     pub stripped: Option<&'a [String]>,
 }
 
-/// The outcome record of an allowed request, joined to its decision by `id`.
+/// The outcome record of an allowed request, joined to its decision by `id`: `status` is the upstream's (leash's
+/// own 502 or 504 when the upstream failed, even mid-response), `bytes_up` and `bytes_down` what was relayed each
+/// way. A client that hangs up mid-response is no failure: its outcome has the upstream's status and the bytes
+/// relayed until it went away (over HTTP/1.1 as over HTTP/2).
 #[derive(Debug, Serialize)]
 pub struct OutcomeEntry {
     pub id: u64,

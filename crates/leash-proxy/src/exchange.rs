@@ -1,7 +1,11 @@
 //! One request/response exchange with an upstream: the head and body go up while the response comes down (so
 //! `Expect: 100-continue` and early responses work), 1xx responses are passed on, a 101 switches to a byte relay.
+//! A client that goes away while its final response is being relayed ends the exchange, not as a failure: its
+//! outcome keeps the upstream's status and the bytes relayed each way until then (as a reset HTTP/2 stream's does).
 
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -39,7 +43,9 @@ pub(crate) enum ExchangeError {
     /// went stale or closed) was refused on its destination or on the upstream's certificate, as a first dial is.
     #[error("{}", .0.body.trim_end())]
     Answered(Response),
-    /// The response had begun reaching the client, or the client itself failed: nothing more can be said.
+    /// The response had begun reaching the client and the upstream failed, or the client failed before the final
+    /// response (reading its body, writing a 1xx): nothing more can be said. (A client that goes away during the
+    /// final response is no error: see [`Relayed::client_gone`].)
     #[error("connection ended mid-response: {0}")]
     Midway(io::Error),
 }
@@ -67,6 +73,8 @@ struct Relayed {
     framing: BodyFraming,
     upstream_close: bool,
     upgraded: bool,
+    /// A write to the client failed during the final response (it hung up): `down` is what it accepted before.
+    client_gone: bool,
 }
 
 /// Send `request` (and the client's body) up, relay the response down. The upstream is a plain TCP connection
@@ -94,6 +102,9 @@ where
         with_body(sh, client, upstream, head, plan).await?
     };
     let up = request.len() as u64 + body_sent.unwrap_or(0);
+    if relayed.client_gone {
+        return Ok(done(relayed.status, up, relayed.down, false, false));
+    }
     if relayed.upgraded && upgrade_value(head).is_some() {
         let (a, b) = tokio::io::copy_bidirectional(client, upstream).await.unwrap_or((0, 0));
         return Ok(done(relayed.status, up + a, relayed.down + b, false, false));
@@ -215,18 +226,62 @@ where
     };
     let closing = !client_keep_alive || framing == BodyFraming::UntilClose;
     let head_bytes = response_head_bytes(head, closing && !upgraded);
-    client.write_all(&head_bytes).await.map_err(ExchangeError::Midway)?;
-    let body = match framing {
-        BodyFraming::ContentLength(n) => down.copy_exact(client, n).await,
-        BodyFraming::Chunked => down.relay_chunked(client).await,
-        BodyFraming::UntilClose => down.copy_to_end(client).await,
-        BodyFraming::None => Ok(0),
-    }
-    .map_err(ExchangeError::Midway)?;
-    // A TLS writer may still hold the last records; a TCP flush is free.
-    client.flush().await.map_err(ExchangeError::Midway)?;
+    let mut to = ToClient { inner: client, written: 0, failed: false };
+    let relayed = async {
+        to.write_all(&head_bytes).await?;
+        match framing {
+            BodyFraming::ContentLength(n) => down.copy_exact(&mut to, n).await?,
+            BodyFraming::Chunked => down.relay_chunked(&mut to).await?,
+            BodyFraming::UntilClose => down.copy_to_end(&mut to).await?,
+            BodyFraming::None => 0,
+        };
+        // A TLS writer may still hold the last records; a TCP flush is free.
+        to.flush().await
+    };
+    let client_gone = match relayed.await {
+        Ok(()) => false,
+        Err(_) if to.failed => true,
+        Err(e) => return Err(ExchangeError::Midway(e)),
+    };
     let upstream_close = !head.is_persistent();
-    Ok(Relayed { status: head.status, down: head_bytes.len() as u64 + body, framing, upstream_close, upgraded })
+    Ok(Relayed { status: head.status, down: to.written, framing, upstream_close, upgraded, client_gone })
+}
+
+/// The client's side of a final response: counts the bytes it accepted and notes a failed write, so a client that
+/// hangs up is told from an upstream that fails, and the outcome keeps what reached the client.
+struct ToClient<'a, W> {
+    inner: &'a mut W,
+    written: u64,
+    failed: bool,
+}
+
+impl<W> ToClient<'_, W> {
+    fn note<T>(&mut self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if let Poll::Ready(Err(_)) = &polled {
+            self.failed = true;
+        }
+        polled
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for ToClient<'_, W> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut *self.inner).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = polled {
+            self.written += n as u64;
+        }
+        self.note(polled)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let polled = Pin::new(&mut *self.inner).poll_flush(cx);
+        self.note(polled)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let polled = Pin::new(&mut *self.inner).poll_shutdown(cx);
+        self.note(polled)
+    }
 }
 
 /// The response head passed to the client: end-to-end headers in order (repeated `Set-Cookie` kept).

@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
-use support::client::{exchange, request};
+use support::client::{exchange, read_first_event, request};
 use support::origin::{dead_port, pattern_body};
 use support::tls::{connect, https_get, Writes};
 use support::*;
@@ -1869,6 +1869,34 @@ async fn audit_ids_are_unique_and_outcomes_join_them() {
         assert_eq!(d["decision"], "allow");
     }
     assert_eq!(lines.iter().filter(|v| v.get("status").is_some()).count(), 3);
+}
+
+/// The first event of the event streams of the hang-up tests, and the keep-alive the origin sends after it.
+pub const FIRST_EVENT: &[u8] = b"event: token\ndata: first\n\n";
+pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// Regression (issue 19, finding 10): a client hanging up in the middle of an HTTP/1.1 response (an SSE stream it
+/// closed after one event) was logged `status 502, bytes 0/0`, although the upstream had answered 200 and received
+/// the whole request. The outcome says what happened: the upstream's status, the request bytes sent up and the
+/// response bytes written to the client before it went away.
+#[tokio::test]
+async fn a_client_hanging_up_mid_response_is_recorded_with_the_upstreams_status_and_bytes() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let events =
+        move |_: &Recorded| Reply::Events { first: FIRST_EVENT.to_vec(), gate: g.clone(), next: KEEP_ALIVE.to_vec() };
+    let w = World::with(Upstream::with(events).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(request("GET", &w.url("allowed.test", "/events"), &["Accept: text/event-stream"], "")).await;
+    let received = read_first_event(&mut c.wire, FIRST_EVENT).await;
+    drop(c);
+    // The stream goes on (keep-alives) to a client that is gone.
+    gate.notify_one();
+    let d = w.leash.decision("/events").await;
+    let o = w.leash.outcome(&d["id"]).await;
+    let sent_up = w.up.only_request().head.raw.len() as u64 + 4;
+    assert_eq!((o["status"].as_u64(), o["bytes_up"].as_u64()), (Some(200), Some(sent_up)), "{o}");
+    assert!(o["bytes_down"].as_u64().unwrap() >= received, "at least what the client read ({received}): {o}");
 }
 
 #[tokio::test]

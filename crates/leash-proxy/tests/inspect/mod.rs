@@ -15,11 +15,12 @@ use tokio::io::AsyncWriteExt;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::support::client::read_response;
+use crate::support::client::{read_first_event, read_response};
 use crate::support::http::Wire;
 use crate::support::origin::pattern_body;
 use crate::support::tls::connect;
 use crate::support::*;
+use crate::{FIRST_EVENT, KEEP_ALIVE};
 
 /// The path rule most tests refuse; `allowed.test` is inspected because of it.
 const BLOCKED: &str = "allowed.test/abs/2401.01234";
@@ -514,6 +515,37 @@ async fn allowed_urls_admit_only_their_prefix_at_a_slash_boundary() {
     assert_refused(&t.get("allowed.test", "/Rust-Lang/cargo").await, 403, "not-allowed");
     assert_refused(&t.get("allowed.test", "/").await, 403, "not-allowed");
     assert_eq!(t.origin_targets(), ["/rust-lang/cargo", "/rust-lang"]);
+}
+
+/// Regression (issue 19, finding 10), inside TLS: a client hanging up in the middle of an inspected HTTP/1.1
+/// response (an SSE stream it closed after one event) was logged `status 502, bytes 0/0`. The outcome keeps the
+/// upstream's status and the bytes relayed each way before the hang-up.
+#[tokio::test]
+async fn a_client_hanging_up_mid_response_inside_tls_is_recorded_with_the_upstreams_status_and_bytes() {
+    let ca = TestCa::new();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let events =
+        move |_: &Recorded| Reply::Events { first: FIRST_EVENT.to_vec(), gate: g.clone(), next: KEEP_ALIVE.to_vec() };
+    let tls = TlsUpstream::with(&ca, events).await;
+    let t = Inspecting::with(ca, tls, |p| blocklist(&[BLOCKED], &[80], &[p])).await;
+    let mut tls = t.tunnel("allowed.test", &[b"http/1.1"]).await;
+    let head =
+        format!("GET /events HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n", t.target("allowed.test"));
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut wire = Wire::new(tls);
+    let received = read_first_event(&mut wire, FIRST_EVENT).await;
+    drop(wire);
+    // The stream goes on (keep-alives) to a client that is gone.
+    gate.notify_one();
+    let d = t.leash.decision("/events").await;
+    let o = t.leash.outcome(&d["id"]).await;
+    let requests = t.tls.origin.requests();
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    let sent_up = requests[0].head.raw.len() as u64 + 4;
+    assert_eq!((o["status"].as_u64(), o["bytes_up"].as_u64()), (Some(200), Some(sent_up)), "{o}");
+    assert!(o["bytes_down"].as_u64().unwrap() >= received, "at least what the client read ({received}): {o}");
 }
 
 #[tokio::test]

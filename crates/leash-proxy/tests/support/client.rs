@@ -196,3 +196,18 @@ pub async fn curl(proxy: SocketAddr, args: &[&str]) -> CurlOut {
         exit: out.status.code(),
     }
 }
+
+/// Read a response head and then exactly `event` as one chunk (the first event of an event stream); returns the
+/// bytes read off `wire` for both.
+pub async fn read_first_event<S: AsyncRead + Unpin>(wire: &mut Wire<S>, event: &[u8]) -> u64 {
+    let head = within("the response head", wire.head()).await.expect("read the head").expect("a head");
+    assert!(head.start.contains(" 200 "), "{}", head.raw);
+    assert!(head.has_token("transfer-encoding", "chunked"), "{}", head.raw);
+    let mut chunk = format!("{:x}\r\n", event.len()).into_bytes();
+    chunk.extend_from_slice(event);
+    chunk.extend_from_slice(b"\r\n");
+    let mut got = Body::new();
+    within("the first event", wire.exact(chunk.len() as u64, &mut |d| got.push(d))).await.expect("the first event");
+    assert_eq!(got, Body::of(&chunk), "the first event, as one chunk");
+    (head.raw.len() + 4 + chunk.len()) as u64
+}

@@ -20,6 +20,9 @@ use super::within;
 /// A silent origin holds the connection at most this long (longer than any test's response timeout).
 const SILENT_HOLD: Duration = Duration::from_secs(20);
 
+/// Between two events of a [`Reply::Events`] stream after its gate opened (a paced stream, as SSE keep-alives are).
+const EVENT_PACE: Duration = Duration::from_millis(10);
+
 /// Bytes per write when an origin streams a large body.
 const STREAM_PIECE: usize = 64 * 1024;
 
@@ -63,6 +66,9 @@ pub enum Reply {
     Pattern { len: u64, chunked: bool },
     /// `first`, then wait for `gate`, then `rest` (Content-Length of both): proves the proxy streams.
     Gated { first: Vec<u8>, gate: Arc<Notify>, rest: Vec<u8> },
+    /// A chunked `200` whose first chunk is `first`; once `gate` opens, `next` as a chunk every few milliseconds
+    /// until a write fails (an event stream whose reader went away and whose proxy closed it).
+    Events { first: Vec<u8>, gate: Arc<Notify>, next: Vec<u8> },
     /// Never answer; hold the connection (for 504).
     Silent,
     /// Reset the connection (RST) without answering (for 502).
@@ -290,6 +296,23 @@ where
             within("the test to open the gate", gate.notified()).await;
             io.write_all(&rest).await?;
         }
+        Reply::Events { first, gate, next } => {
+            io.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .await?;
+            io.write_all(&chunk(&first)).await?;
+            io.flush().await?;
+            within("the test to open the gate", gate.notified()).await;
+            let next = chunk(&next);
+            let ended = within("the proxy to close the event stream", async {
+                loop {
+                    if let Err(e) = io.write_all(&next).await.and(io.flush().await) {
+                        return e;
+                    }
+                    tokio::time::sleep(EVENT_PACE).await;
+                }
+            });
+            return Err(ended.await);
+        }
         Reply::Silent => {
             // Hold until the proxy gives up (closes) or the hold ends.
             let _ =
@@ -303,6 +326,14 @@ where
     }
     io.flush().await?;
     Ok(true)
+}
+
+/// `data` as one chunk of a chunked body.
+fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
 }
 
 async fn stream_pattern<S: AsyncWrite + Unpin>(io: &mut S, len: u64, chunked: bool) -> io::Result<()> {
