@@ -90,10 +90,10 @@ pub enum Step {
     MakeReadOnly(&'static str),
     /// Bind-mounting the resolv.conf contents over /etc/resolv.conf.
     MountResolvConf,
-    /// Receiving from leash the sockets to mask and the word to start the command.
+    /// Receiving from leash the paths to hide and the word to start the command.
     AwaitLeash,
-    /// Bind-mounting /dev/null over a host Unix socket.
-    MaskUnixSocket(PathBuf),
+    /// Bind-mounting /dev/null over a path the command must not reach (the audit log).
+    HidePath(PathBuf),
     /// Giving the init back leash's CPU affinity (it ran on leash's other CPUs while both built the sandbox), so the
     /// command inherits it.
     RestoreCpuAffinity,
@@ -123,6 +123,22 @@ pub enum Step {
     EnterNetns(u32),
     /// Listing the interfaces of a network namespace.
     ListInterfaces,
+    /// `unshare(CLONE_NEWIPC)`.
+    CreateIpcNamespace,
+    /// Mounting the IPC namespace's own mqueue filesystem on /dev/mqueue.
+    MountMqueue,
+    /// Bind-mounting /dev/null over a kernel file that writes to the host (`/dev/kmsg`).
+    HideKernelFile(&'static str),
+    /// `setsid` for the command.
+    NewSession,
+    /// A new session keyring for the command.
+    NewKeyring,
+    /// Installing the command's seccomp filter.
+    InstallSeccomp,
+    /// Handing the seccomp filter's listener to init.
+    HandOverSeccompListener,
+    /// Checking that init can take a descriptor of the command's (`pidfd_getfd`).
+    ProbePidfdGetfd,
 }
 
 impl fmt::Display for Step {
@@ -142,8 +158,8 @@ impl fmt::Display for Step {
             Step::DisableIpv6 => f.write_str("disable IPv6 in the sandbox's network namespace"),
             Step::MakeReadOnly(path) => write!(f, "make `{path}` read-only in the sandbox"),
             Step::MountResolvConf => f.write_str("bind-mount the sandbox's /etc/resolv.conf"),
-            Step::AwaitLeash => f.write_str("receive the sockets to mask and the go-ahead from leash"),
-            Step::MaskUnixSocket(p) => write!(f, "mask the host Unix socket `{}`", p.display()),
+            Step::AwaitLeash => f.write_str("receive the paths to hide and the go-ahead from leash"),
+            Step::HidePath(p) => write!(f, "hide `{}` in the sandbox", p.display()),
             Step::RestoreCpuAffinity => f.write_str("give the sandbox's init back leash's CPU affinity"),
             Step::BindTcp(a) => write!(f, "bind TCP `{a}` inside the sandbox"),
             Step::BindUdp(a) => write!(f, "bind UDP `{a}` inside the sandbox"),
@@ -158,6 +174,14 @@ impl fmt::Display for Step {
             Step::OpenNetns(pid) => write!(f, "open the network namespace of process {pid}"),
             Step::EnterNetns(pid) => write!(f, "enter the network namespace of process {pid}"),
             Step::ListInterfaces => f.write_str("list the network namespace's interfaces"),
+            Step::CreateIpcNamespace => f.write_str("create an IPC namespace"),
+            Step::MountMqueue => f.write_str("mount the sandbox's own /dev/mqueue"),
+            Step::HideKernelFile(path) => write!(f, "hide `{path}` in the sandbox"),
+            Step::NewSession => f.write_str("start the command in a session of its own"),
+            Step::NewKeyring => f.write_str("give the command a session keyring of its own"),
+            Step::InstallSeccomp => f.write_str("install the command's seccomp filter"),
+            Step::HandOverSeccompListener => f.write_str("hand the seccomp filter's listener to the sandbox's init"),
+            Step::ProbePidfdGetfd => f.write_str("take a descriptor of another process (pidfd_getfd)"),
         }
     }
 }
@@ -192,6 +216,14 @@ fn hint(step: &Step, source: &io::Error) -> &'static str {
             "; entering another process's network namespace needs root (CAP_SYS_ADMIN and CAP_SYS_PTRACE)"
         }
         Step::BindTcp(_) | Step::BindUdp(_) => "; pass a loopback address (127.0.0.0/8) that no other socket uses",
+        Step::InstallSeccomp | Step::ProbePidfdGetfd if source.raw_os_error() == Some(libc::ENOSYS) => {
+            "; leash confines the command's connections with seccomp user notification and pidfd_getfd, which need \
+             Linux 5.6 or later; without them it does not run the command"
+        }
+        Step::InstallSeccomp | Step::ProbePidfdGetfd if denied => {
+            "; a seccomp filter or pidfd_getfd is refused here (a container's seccomp profile, or Yama's \
+             ptrace_scope 3): allow them, or run leash on the host"
+        }
         _ => "",
     }
 }

@@ -4,45 +4,46 @@
 //!
 //! # What the Linux backend sets up
 //! leash `clone`s the sandbox's **init** with `CLONE_NEWUSER | CLONE_NEWPID` (always, also as root), which then:
-//! maps its ids (`0 <uid> 1`), makes itself non-dumpable, creates a private **mount namespace** and a **network
+//! maps its ids (`0 <uid> 1`), makes itself non-dumpable, creates a private **mount namespace**, a **network
 //! namespace** holding only `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through
-//! `net.ipv6.conf.all.disable_ipv6`, which sets `default` and `lo` too, so no IPv6 at all, not even `::1`), mounts
-//! its own **/proc**, makes `/proc/sys`, `/proc/sysrq-trigger` and `/sys` (with every mount below it) read-only
-//! (the command's uid owns the sandbox's network namespace, and under root is the host's root for file
-//! permissions: it could otherwise turn IPv6 back on, or the host's sysctls), bind-mounts the given contents over
-//! `/etc/resolv.conf`, binds the requested TCP listeners and UDP sockets and sends them to leash with `SCM_RIGHTS`,
-//! masks the host Unix sockets leash names (below; leash looks for them while init builds the namespaces) until
-//! leash's go-ahead, and then starts the command, which first enters a **second user namespace** (mapping back to
-//! the caller's uid and gid) and then `execve`s. That nesting is what makes the set-up stick: the sandbox's mount and
-//! network namespaces belong to init's user namespace, so the command cannot unmount the masks, the resolv.conf or
-//! /proc (a mount namespace it creates copies them locked), and it holds no capability over the sandbox's network
-//! namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`, `CAP_NET_BIND_SERVICE` there). Capabilities it gets (as root, or by
-//! creating further namespaces) hold only over namespaces it owns. Any 127.0.0.0/8 address can be bound inside since
-//! the whole /8 is routed to `lo`.
+//! `net.ipv6.conf.all.disable_ipv6`, which sets `default` and `lo` too, so no IPv6 at all, not even `::1`) and an
+//! **IPC namespace** (SysV and POSIX message queues, semaphores, shared memory; a fresh mqueue filesystem on
+//! /dev/mqueue), mounts its own **/proc**, makes the kernel's writable settings read-only (`/proc/sys`,
+//! `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus`, `/proc/fs` and `/sys` with every mount below it: the command's uid
+//! owns the sandbox's network namespace, and under root is the host's root for file permissions, so it could
+//! otherwise turn IPv6 back on, or the host's sysctls and interrupt routing) and hides `/dev/kmsg` (the host's kernel
+//! log) under /dev/null, bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners
+//! and UDP sockets and sends them to leash with `SCM_RIGHTS`, hides the paths leash names (the audit log) under
+//! /dev/null until leash's go-ahead, and then starts the command, which first enters a **second user namespace**
+//! (mapping back to the caller's uid and gid), a **session** of its own (no controlling terminal, its own process
+//! group) with a new **session keyring**, installs its **seccomp filter**, and `execve`s. That nesting is what makes
+//! the set-up stick: the sandbox's mount and network namespaces belong to init's user namespace, so the command
+//! cannot unmount the hidden paths, the resolv.conf or /proc (a mount namespace it creates copies them locked), and
+//! it holds no capability over the sandbox's network namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`,
+//! `CAP_NET_BIND_SERVICE` there). Capabilities it gets (as root, or by creating further namespaces) hold only over
+//! namespaces it owns. Any 127.0.0.0/8 address can be bound inside since the whole /8 is routed to `lo`.
 //!
-//! Init stays PID 1: it reaps orphans, forwards every signal a process sends it (leash's `Sandbox::signal`, or the
-//! SIGINT/SIGTERM/SIGHUP `forward_signals` passes on) to the command, ignores those a terminal sends, and when the
-//! command exits kills and reaps every process left in the pid namespace, reports the command's status, and exits
-//! (tearing the namespaces down while leash goes on). It also exits (ending the sandbox, whose processes the kernel
-//! then kills) if leash dies. File descriptors other than stdio are closed in init and marked close-on-exec for the
-//! command.
+//! Init stays PID 1: it reaps orphans, makes the command's connections (below), forwards every signal it gets to
+//! the command — a process's (leash's `Sandbox::signal`, or the SIGINT/SIGTERM/SIGHUP `forward_signals` passes on)
+//! to the command, a terminal's (init shares leash's process group, the command does not) to the command's process
+//! group, a terminal's stop as SIGSTOP — and when the command exits kills and reaps every process left in the pid
+//! namespace, reports the command's status, and exits (tearing the namespaces down while leash goes on). It also
+//! exits (ending the sandbox, whose processes the kernel then kills) if leash dies. File descriptors other than
+//! stdio are closed in init and marked close-on-exec for the command.
 //!
-//! # Unix sockets: what is masked and what is not
-//! Covered: every filesystem socket that is (a) listed in leash's network namespace's `/proc/net/unix` at spawn
-//! (every socket bound by a host process in leash's netns, whatever its directory: the Docker socket, nscd,
-//! systemd-resolved's varlink socket, D-Bus, ssh-agent, a local relay), or (b) found by a walk of /run and /var/run
-//! six levels deep and of /tmp, /var/tmp and /dev/shm two levels deep (a socket in a directory of its own, like
-//! `/tmp/tmux-0/default`), at most `MASK_WALK_BUDGET` entries, which catches sockets bound in other network
-//! namespaces (containers). Each is covered by a bind mount of /dev/null, so a connect gets `ECONNREFUSED`; the
-//! command cannot unmount it (see above). Sockets named in `allow_unix_sockets` (compared by device and inode) are
-//! left alone.
-//! Abstract sockets need nothing: they belong to a network namespace, and the sandbox has its own.
-//!
-//! Not covered: a socket created after spawn, or recreated by a restarting daemon (the kernel drops a mount whose
-//! mountpoint is unlinked in another namespace, so the new socket is reachable); a socket bound in another network
-//! namespace outside the walked directories, or deeper than the walk; another path to a masked socket (a hard
-//! link, or the same filesystem mounted elsewhere). A seccomp filter cannot close these gaps: it cannot read the
-//! path a `connect` names, and refusing `socket(AF_UNIX)` altogether breaks ordinary programs.
+//! # The seccomp filter, and Unix sockets
+//! The filter (`linux/seccomp.rs` says each rule and why) refuses socket families that leave the network namespace
+//! (`AF_VSOCK` reaches the hypervisor; only Unix, IPv4, IPv6 and netlink are allowed), Unix datagram sockets,
+//! `TIOCSTI`/`TIOCLINUX`, io_uring and `request_key`, and hands every `connect` to init. Init makes the connection
+//! itself on a duplicate of the caller's socket, so what it checked is what is connected: a **filesystem Unix
+//! socket** is reached only if it is named in `allow_unix_sockets` (compared by device and inode) or listens in the
+//! sandbox's own network namespace (the command's own servers); any other gets `ECONNREFUSED`, whatever path names
+//! it — relative, linked into place, bound in another mount namespace, created after the sandbox started. Nothing
+//! is looked for at start, so nothing can be missed. Abstract Unix sockets need nothing: they belong to a network
+//! namespace, and the sandbox has its own. Costs: each `connect` is a round trip to init (microseconds); a
+//! connection that would wait for a full backlog waits at most two seconds; 32-bit (i386, x32) system calls get
+//! `ENOSYS`. Needs Linux 5.6 (user notification, `pidfd_getfd`, `openat2`); on an older kernel the command does not
+//! start.
 //!
 //! # Threads and fork
 //! `Sandbox::prepare` (and `spawn`) may be called from any thread of a multi-threaded process (a tokio runtime
@@ -68,7 +69,7 @@
 //! # What this crate does not do
 //! It knows nothing of policies, HTTP or DNS: the caller serves the sockets (proxy, DNS stub, transparent
 //! listeners), builds the command's whole environment and writes any CA bundle where the command can read it. It does
-//! not restrict the filesystem beyond the masks and the read-only kernel files above, nor limit resources.
+//! not restrict the filesystem beyond the hidden paths and the read-only kernel files above, nor limit resources.
 
 mod error;
 #[cfg(target_os = "linux")]
@@ -90,9 +91,6 @@ use std::path::PathBuf;
 
 /// Most TCP listeners plus UDP sockets one sandbox hands out (bounds the SCM_RIGHTS buffer in the child).
 pub const MAX_SOCKETS: usize = 16;
-/// How many directory entries the walk for Unix sockets visits at most, so a crowded /run cannot slow start-up
-/// (each directory costs a few microseconds; a typical /run has a few dozen).
-pub const MASK_WALK_BUDGET: usize = 4096;
 
 /// What to run and what to hand out. `Default` is an empty spec: no program, no environment, no sockets.
 #[derive(Debug, Default)]
@@ -112,8 +110,11 @@ pub struct SandboxSpec {
     /// Contents for /etc/resolv.conf inside (e.g. `nameserver 127.0.0.1`); `None` leaves the host's. Where the host
     /// has no /etc/resolv.conf nothing is mounted: glibc then asks 127.0.0.1 anyway.
     pub resolv_conf: Option<String>,
-    /// Filesystem Unix sockets the command may still reach; every other one found is masked (see the crate docs).
+    /// Filesystem Unix sockets of the host's the command may connect to; it reaches no other but its own (see the
+    /// crate docs).
     pub allow_unix_sockets: Vec<PathBuf>,
+    /// Files the command must neither read nor write (the audit log): each is covered by /dev/null inside.
+    pub hide_paths: Vec<PathBuf>,
     /// The command's stdin; `None` inherits leash's.
     pub stdin: Option<OwnedFd>,
     /// The command's stdout; `None` inherits leash's.
@@ -168,7 +169,7 @@ pub struct PendingSandbox {
 }
 
 impl PendingSandbox {
-    /// Masks the host's sockets, binds the sockets inside, and starts the command. Returns once the command's
+    /// Hides the paths asked for, binds the sockets inside, and starts the command. Returns once the command's
     /// `execve` succeeded; on any error nothing runs and nothing is left behind.
     pub fn start(self) -> Result<Sandbox, SandboxError> {
         self.start_with(|| ()).map(|(sandbox, ())| sandbox)
@@ -190,8 +191,7 @@ impl Sandbox {
         Sandbox::prepare(spec)?.start()
     }
 
-    /// Clones the sandbox's init, which starts building the namespaces, and meanwhile looks for the host sockets to
-    /// mask; returns without waiting for the init. A failure the init meets is reported by `start`. Everything the
+    /// Clones the sandbox's init, which starts building the namespaces; returns without waiting for it. A failure the init meets is reported by `start`. Everything the
     /// command needs from outside (its environment, its program) is fixed here.
     pub fn prepare(spec: SandboxSpec) -> Result<PendingSandbox, SandboxError> {
         imp::prepare(spec).map(|inner| PendingSandbox { inner })
@@ -208,8 +208,8 @@ impl Sandbox {
     }
 
     /// Until the guard drops, SIGINT, SIGTERM and SIGHUP sent to leash by a process are forwarded to the command.
-    /// A SIGINT from the terminal is not forwarded (the command, in the same process group, got it already) but no
-    /// longer kills leash, so leash outlives the command and reports its status.
+    /// A SIGINT from the terminal is not forwarded (the init, in leash's process group, got it too and passes it on)
+    /// but no longer kills leash, so leash outlives the command and reports its status.
     pub fn forward_signals(&self) -> Result<SignalForwarding, SandboxError> {
         imp::forward_signals(&self.child).map(|inner| SignalForwarding { _inner: inner })
     }

@@ -7,6 +7,7 @@ use std::ffi::CStr;
 
 use libc::{c_int, pid_t};
 
+use super::connects;
 use super::plan::{IdMaps, Plan};
 use super::proto::{self, ChildStep, Msg, Order, ORDER_LEN, RECORD_LEN};
 use super::sys::{self, Errno};
@@ -15,6 +16,8 @@ use super::sys::{self, Errno};
 const LISTEN_BACKLOG: c_int = 1024;
 /// What init exits with when leash is gone (the command is then killed along with the namespace): 128 + SIGKILL.
 const LEASH_GONE: c_int = 128 + libc::SIGKILL;
+/// `si_code` of a signal the kernel sent (a terminal's SIGINT, SIGWINCH, SIGTSTP), as opposed to a process.
+const SI_KERNEL: i32 = 0x80;
 /// What a child exits with after reporting a failed step.
 const FAILED: c_int = 127;
 /// The IPv6 switch of the sandbox's network namespace: writing `all` sets `default` and every interface's too
@@ -43,7 +46,7 @@ fn at(step: ChildStep, index: usize) -> impl FnOnce(Errno) -> Fail {
 /// The init's whole life. Never returns.
 pub(super) fn run(plan: &Plan) -> ! {
     let code = match setup(plan).and_then(|()| start_command(plan)) {
-        Ok((command, signals)) => supervise(plan.channel, command, signals),
+        Ok(started) => supervise(plan, started),
         Err(fail) => {
             // Nothing more can be done if leash is not listening.
             let _ = sys::send_with_fds(plan.channel, &fail.record(), &[]);
@@ -68,18 +71,20 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     sys::unshare(libc::CLONE_NEWNS).map_err(at(ChildStep::MountNs, 0))?;
     sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE).map_err(at(ChildStep::MountNs, 0))?;
     sys::unshare(libc::CLONE_NEWNET).map_err(at(ChildStep::NetNs, 0))?;
+    own_ipc_namespace()?;
     let proc_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     sys::mount(Some(c"proc"), c"/proc", Some(c"proc"), proc_flags).map_err(at(ChildStep::MountProc, 0))?;
     // IPv6 off before `lo` comes up, so `::1` never exists (and is not added only to be removed).
     disable_ipv6()?;
     sys::loopback_up().map_err(at(ChildStep::LoopbackUp, 0))?;
     read_only_kernel_files()?;
+    hide_kernel_files()?;
     if let Some(source) = &plan.resolv_source {
         sys::mount(Some(source), c"/etc/resolv.conf", None, libc::MS_BIND).map_err(at(ChildStep::ResolvConf, 0))?;
     }
     hand_over_sockets(plan)?;
-    // Leash finds the sockets to mask and writes the command's CA files meanwhile.
-    mask_sockets_until_go(plan)?;
+    // Leash writes the command's CA files meanwhile.
+    hide_paths_until_go(plan)?;
     // Leash moved init before it said go: the command now inherits leash's CPUs, not fewer.
     plan.spread.as_ref().map_or(Ok(()), |spread| spread.restore()).map_err(at(ChildStep::RestoreAffinity, 0))
 }
@@ -127,6 +132,30 @@ fn read_only_kernel_files() -> Result<(), Fail> {
     Ok(())
 }
 
+/// Hides the host kernel's files that a root-owned process may write and that reach beyond the sandbox
+/// (`/dev/kmsg`: lines in the host's kernel log) under a bind mount of /dev/null. A missing one needs nothing.
+fn hide_kernel_files() -> Result<(), Fail> {
+    for (index, path) in proto::HIDDEN_KERNEL_FILES.into_iter().enumerate() {
+        match sys::mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
+            Ok(()) | Err(libc::ENOENT) => {}
+            Err(errno) => return Err(at(ChildStep::HideKernelFile, index)(errno)),
+        }
+    }
+    Ok(())
+}
+
+/// A new IPC namespace (SysV message queues, semaphores and shared memory, POSIX message queues), owned by init's
+/// user namespace, and a fresh mqueue filesystem on /dev/mqueue where it exists, since the host's one shows the
+/// host's queues. Everything made inside ends with the sandbox.
+fn own_ipc_namespace() -> Result<(), Fail> {
+    sys::unshare(libc::CLONE_NEWIPC).map_err(at(ChildStep::IpcNs, 0))?;
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    match sys::mount(Some(c"mqueue"), c"/dev/mqueue", Some(c"mqueue"), flags) {
+        Ok(()) | Err(libc::ENOENT) => Ok(()),
+        Err(errno) => Err(at(ChildStep::IpcNs, 1)(errno)),
+    }
+}
+
 fn disable_ipv6() -> Result<(), Fail> {
     match sys::write_file(DISABLE_IPV6, b"1") {
         Ok(()) | Err(libc::ENOENT) => Ok(()),
@@ -134,20 +163,20 @@ fn disable_ipv6() -> Result<(), Fail> {
     }
 }
 
-/// Bind-mounts /dev/null over each host socket leash names, until leash says `Go`. A socket gone since leash's
-/// scan, or one this user cannot even look up (so cannot connect to either), is skipped.
-fn mask_sockets_until_go(plan: &Plan) -> Result<(), Fail> {
+/// Bind-mounts /dev/null over each path leash names to hide (the audit log), until leash says `Go`. A path gone
+/// since, or one this user cannot even look up (so cannot open either), is skipped.
+fn hide_paths_until_go(plan: &Plan) -> Result<(), Fail> {
     let mut record = [0u8; ORDER_LEN];
     let mut index = 0;
     loop {
         let len = sys::recv_record(plan.channel, &mut record).map_err(at(ChildStep::AwaitGo, 0))?;
         match record.get(..len).and_then(Order::decode) {
             Some(Order::Go) => return Ok(()),
-            Some(Order::Mask(paths)) => {
-                for path in proto::mask_paths(paths) {
+            Some(Order::Hide(paths)) => {
+                for path in proto::hidden_paths(paths) {
                     match sys::mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
                         Ok(()) | Err(libc::ENOENT | libc::EACCES) => {}
-                        Err(errno) => return Err(at(ChildStep::MaskSocket, index)(errno)),
+                        Err(errno) => return Err(at(ChildStep::HidePath, index)(errno)),
                     }
                     index += 1;
                 }
@@ -190,24 +219,27 @@ fn bind_all(plan: &Plan, fds: &mut [c_int], len: &mut usize) -> Result<(), Fail>
 }
 
 /// Starts the command and waits for its `execve`: the close-on-exec pipe reads empty on success, or carries the
-/// failure record. Returns the command's pid and init's signalfd.
+/// failure record. Returns the command's pid, init's signalfd and the listener of the command's seccomp filter.
 ///
 /// The command shares init's memory (on its own stack) until `execve`, and init waits meanwhile: copying an address
 /// space only to drop it at `execve` was a tenth of `leash run`'s start-up.
-fn start_command(plan: &Plan) -> Result<(pid_t, c_int), Fail> {
+fn start_command(plan: &Plan) -> Result<Started, Fail> {
+    probe_pidfd_getfd(plan)?;
     let signals = sys::signalfd(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
     let (read_end, write_end) = sys::pipe().map_err(at(ChildStep::ForkCommand, 0))?;
-    let mut start = CommandStart { plan, write_end };
+    let (listener_in, listener_out) = sys::seqpacket_pair().map_err(at(ChildStep::ForkCommand, 0))?;
+    let mut start = CommandStart { plan, write_end, listener_out };
     let arg: *mut CommandStart = &mut start;
     // SAFETY: the plan's stack is used by nothing else; `start` lives on init's stack, which stays put while init is
     // suspended; `command_entry` only reads shared memory and leaves by `execve` or `exit`.
     let pid = unsafe { sys::vfork_on(plan.command_stack.top(), command_entry, arg.cast()) }
         .map_err(at(ChildStep::ForkCommand, 0))?;
     sys::close(write_end);
+    sys::close(listener_out);
     // Init never reads or writes stdio: the command's output reaches its end when the command and its children
     // are done, not when init (which leash does not wait for) has finished exiting. Where leash started with stdio
     // closed, init's own descriptors may hold those numbers: they stay.
-    let own = [plan.channel, signals, read_end];
+    let own = [plan.channel, signals, read_end, listener_in];
     let inherited = (0..3).filter(|fd| !own.contains(fd));
     for fd in inherited.chain((0..3).map(|i| plan.stdio_fd(i)).filter(|&fd| fd >= 0)) {
         sys::close(fd);
@@ -216,9 +248,15 @@ fn start_command(plan: &Plan) -> Result<(pid_t, c_int), Fail> {
     let read = sys::read(read_end, &mut record);
     sys::close(read_end);
     match read {
-        Ok(0) => sys::send_with_fds(plan.channel, &Msg::ExecOk.encode(), &[])
-            .map(|()| (pid, signals))
-            .map_err(at(ChildStep::HandOver, 0)),
+        Ok(0) => {
+            // The command sent its filter's listener before its `execve` succeeded.
+            let listener = sys::recv_fd(listener_in).map_err(at(ChildStep::Seccomp, 1));
+            sys::close(listener_in);
+            let listener = listener?;
+            sys::send_with_fds(plan.channel, &Msg::ExecOk.encode(), &[])
+                .map(|()| Started { command: pid, signals, listener })
+                .map_err(at(ChildStep::HandOver, 0))
+        }
         _ => {
             let _ = sys::waitpid(pid, 0);
             match Msg::decode(&record) {
@@ -229,26 +267,47 @@ fn start_command(plan: &Plan) -> Result<(pid_t, c_int), Fail> {
     }
 }
 
+/// What init watches once the command runs.
+struct Started {
+    command: pid_t,
+    signals: c_int,
+    /// Where the command's `connect` calls arrive (`connects`).
+    listener: c_int,
+}
+
+/// Init makes every connection for the command with `pidfd_getfd` (Linux 5.6); on an older kernel the sandbox
+/// cannot confine Unix sockets, and the command does not start.
+fn probe_pidfd_getfd(plan: &Plan) -> Result<(), Fail> {
+    let pidfd = sys::pidfd_open(1).map_err(at(ChildStep::Seccomp, 2))?;
+    let copy = sys::pidfd_getfd(pidfd, plan.channel);
+    sys::close(pidfd);
+    sys::close(copy.map_err(at(ChildStep::Seccomp, 2))?);
+    Ok(())
+}
+
 /// What the command's process starts with.
 struct CommandStart<'a> {
     plan: &'a Plan,
     /// Where a failure record goes; closed by a successful `execve`.
     write_end: c_int,
+    /// Where the seccomp filter's listener goes, for init.
+    listener_out: c_int,
 }
 
 /// The command's process, from `clone` to `execve` (or `exit` after reporting a failure).
 extern "C" fn command_entry(arg: *mut libc::c_void) -> c_int {
     // SAFETY: `arg` is init's `CommandStart`, alive while init is suspended (CLONE_VFORK).
     let start = unsafe { &*(arg as *const CommandStart) };
-    let fail = command(start.plan);
+    let fail = command(start);
     let _ = sys::write_all(start.write_end, &fail.record());
     sys::exit(FAILED)
 }
 
-/// In the command's process: nested namespaces, stdio, signals, cwd, descriptors, then `execve`. Returns only the
-/// failure.
-fn command(plan: &Plan) -> Fail {
-    match command_setup(plan) {
+/// In the command's process: nested namespaces, session, stdio, signals, cwd, descriptors, the seccomp filter, then
+/// `execve`. Returns only the failure.
+fn command(start: &CommandStart) -> Fail {
+    let plan = start.plan;
+    match command_setup(plan).and_then(|()| confine(start)) {
         Ok(()) => Fail {
             step: ChildStep::Exec,
             index: 0,
@@ -265,6 +324,12 @@ fn command_setup(plan: &Plan) -> Result<(), Fail> {
     // start and its teardown at exit, and lock nothing more.)
     sys::unshare(libc::CLONE_NEWUSER).map_err(at(ChildStep::CommandNs, 0))?;
     map_ids(plan, &plan.inner_ids, [ChildStep::CommandSetgroups, ChildStep::CommandUidMap, ChildStep::CommandGidMap])?;
+    // INVARIANT: the command has a session of its own: no controlling terminal to push input into (TIOCSTI), and a
+    // process group of its own, so `kill(0, ...)` reaches nothing of the caller's. Init forwards a terminal's
+    // signals instead.
+    sys::setsid().map_err(at(ChildStep::NewSession, 0))?;
+    // INVARIANT: a keyring of its own: the caller's session keyring holds the caller's keys.
+    sys::join_new_session_keyring().map_err(at(ChildStep::NewSession, 1))?;
     for target in 0..3 {
         let fd = plan.stdio_fd(target as usize);
         if fd >= 0 {
@@ -279,19 +344,41 @@ fn command_setup(plan: &Plan) -> Result<(), Fail> {
     sys::cloexec_from_3().map_err(at(ChildStep::CloseFds, 0))
 }
 
-/// Init's loop: reap every child, forward signals a process sent, end when the command ends or leash goes. When the
-/// command ends, init ends every process left before it reports: once leash reads the status, nothing of the sandbox
-/// runs, and init's own exit (which tears the namespaces down) goes on beside leash's.
-fn supervise(channel: c_int, command: pid_t, signals: c_int) -> c_int {
+/// Installs the seccomp filter (the command holds every capability in its own user namespace until `execve`, so
+/// no `no_new_privs` is needed, and set-uid programs inside keep working) and hands its listener to init.
+fn confine(start: &CommandStart) -> Result<(), Fail> {
+    let listener = sys::install_filter(&start.plan.filter).map_err(at(ChildStep::Seccomp, 0))?;
+    let sent = sys::send_with_fds(start.listener_out, b"L", &[listener]).map_err(at(ChildStep::Seccomp, 1));
+    sys::close(listener);
+    sent
+}
+
+/// Init's loop: reap every child, make the connections the command asks for, forward signals, end when the command
+/// ends or leash goes. When the command ends, init ends every process left before it reports: once leash reads the
+/// status, nothing of the sandbox runs, and init's own exit (which tears the namespaces down) goes on beside
+/// leash's.
+fn supervise(plan: &Plan, started: Started) -> c_int {
+    let Started { command, signals, listener } = started;
+    let channel = plan.channel;
     let mut fds = [
         libc::pollfd { fd: channel, events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: signals, events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: listener, events: libc::POLLIN, revents: 0 },
     ];
     loop {
         fds.iter_mut().for_each(|p| p.revents = 0);
         if sys::poll(&mut fds).is_err() || fds[0].revents != 0 {
             // Leash never writes after the hand-over: readable or hung up means it is gone.
             return LEASH_GONE;
+        }
+        if fds[2].revents & libc::POLLIN != 0 {
+            connects::answer_one(listener, &plan.allowed_sockets);
+        } else if fds[2].revents != 0 {
+            // No process is left under the filter: nothing more will come.
+            fds[2].fd = -1;
+        }
+        if fds[1].revents == 0 {
+            continue;
         }
         let Ok(info) = sys::read_signal(signals) else { continue };
         let signal = info.ssi_signo as c_int;
@@ -301,11 +388,23 @@ fn supervise(channel: c_int, command: pid_t, signals: c_int) -> c_int {
                 let _ = sys::send_with_fds(channel, &Msg::Exit { status }.encode(), &[]);
                 return shell_code(status);
             }
-        } else if info.ssi_code <= 0 {
-            // Sent by a process (SI_USER, SI_QUEUE, SI_TKILL): forward. A terminal's signal (SI_KERNEL) reached
-            // the command's process group already.
-            let _ = sys::kill(command, signal);
+        } else {
+            // A terminal's signal (SI_KERNEL) went to a process group: it goes to the command's; a process's to the
+            // command.
+            let target = if info.ssi_code == SI_KERNEL { -command } else { command };
+            let _ = sys::kill(target, forwarded(signal));
         }
+    }
+}
+
+/// What init passes on for a signal it got: a process's (leash's `Sandbox::signal`, the caller's shell) or the
+/// terminal's, which no longer reach the command, in a session of its own. The terminal's stop signals would be
+/// dropped by the kernel for a process group with no parent in its session: the command is stopped outright, and
+/// the SIGCONT that `fg` sends leash and init continues it.
+fn forwarded(signal: c_int) -> c_int {
+    match signal {
+        libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => libc::SIGSTOP,
+        other => other,
     }
 }
 

@@ -2,12 +2,13 @@
 //! the sockets and the `execve` result over a SOCK_SEQPACKET pair, and later waits for, signals or kills the init.
 //! The child side lives in `init`; the crate docs describe the namespaces.
 
+mod connects;
 mod cpus;
 mod init;
-mod masks;
 mod netns;
 mod plan;
 mod proto;
+mod seccomp;
 mod signals;
 mod sys;
 
@@ -57,7 +58,7 @@ pub(crate) struct Pending {
     resolv: Option<TempFile>,
 }
 
-/// Clones the init, then finds the host's sockets to mask while it builds the namespaces; see `Sandbox::prepare`.
+/// Clones the init, which builds the namespaces; see `Sandbox::prepare`.
 pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
     if spec.tcp_listeners.len() + spec.udp_sockets.len() > MAX_SOCKETS {
         return Err(SandboxError::InvalidSpec(format!("at most {MAX_SOCKETS} sockets can be handed out")));
@@ -66,7 +67,7 @@ pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
     let resolv = spec.resolv_conf.as_deref().map(TempFile::create).transpose()?.flatten();
     let (ours, theirs) = seqpacket_pair()?;
     let plan = Plan::build(&spec, &program, resolv.as_ref().map(TempFile::path), theirs.as_raw_fd())?;
-    let mut facts = SpecFacts::new(&spec, &program);
+    let facts = SpecFacts::new(&spec, &program);
     let pid = match sys::raw_fork((libc::CLONE_NEWUSER | libc::CLONE_NEWPID) as u64) {
         Ok(0) => init::run(&plan),
         Ok(pid) => pid,
@@ -79,21 +80,21 @@ pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
     drop(plan);
     // From here an early return drops `child`, which kills and reaps the init.
     let child = Child { pid, channel: ours, state: Mutex::new(Ended::default()) };
-    facts.masks = masks::sockets_to_mask(&spec.allow_unix_sockets);
-    if !facts.masks.is_empty() && !fs::metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device()) {
-        return Err(setup(Step::MaskUnixSocket(PathBuf::from("/dev/null")), io::ErrorKind::NotFound.into()));
+    // What init binds over the hidden paths: a missing one would read as "nothing to hide".
+    if !fs::metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device()) {
+        return Err(setup(Step::HidePath(PathBuf::from("/dev/null")), io::ErrorKind::NotFound.into()));
     }
     Ok(Pending { child, facts, resolv })
 }
 
 impl Pending {
-    /// Hands init the sockets to mask and the go-ahead, runs `meanwhile`, then waits for the sockets and the
+    /// Hands init the paths to hide and the go-ahead, runs `meanwhile`, then waits for the sockets and the
     /// command's `execve`.
     pub(crate) fn start_with<T>(
         mut self,
         meanwhile: impl FnOnce() -> T,
     ) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>, T), SandboxError> {
-        for record in proto::orders(&self.facts.masks) {
+        for record in proto::orders(&self.facts.hidden) {
             match sys::send_with_fds(self.child.channel.as_raw_fd(), &record, &[]) {
                 Ok(()) => {}
                 // Init is gone: the handshake below reads why.

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use libc::{c_char, c_int};
 
+use super::connects::SocketId;
 use super::cpus::Spread;
 use crate::{SandboxError, SandboxSpec};
 
@@ -87,6 +88,10 @@ pub(super) struct Plan {
     pub(super) dumpable_for_maps: bool,
     /// Where the init runs while leash works beside it; `None` with a single CPU.
     pub(super) spread: Option<Spread>,
+    /// The command's seccomp filter (`seccomp`).
+    pub(super) filter: Vec<libc::sock_filter>,
+    /// The host's Unix sockets the command may connect to (`SandboxSpec::allow_unix_sockets`, as found at start).
+    pub(super) allowed_sockets: Vec<SocketId>,
 }
 
 impl Plan {
@@ -123,6 +128,8 @@ impl Plan {
             command_stack: Stack::new(),
             dumpable_for_maps: current_uid() != 0,
             spread: Spread::of_caller(),
+            filter: super::seccomp::program(),
+            allowed_sockets: spec.allow_unix_sockets.iter().filter_map(|p| socket_id(p)).collect(),
         })
     }
 
@@ -163,6 +170,13 @@ pub(super) fn resolve_program(spec: &SandboxSpec) -> Result<PathBuf, SandboxErro
         .map(|dir| dir.join(program))
         .find(|candidate| is_executable(candidate))
         .ok_or(SandboxError::ProgramNotFound { program: spec.program.clone(), path })
+}
+
+/// (device, inode) of a socket file, following links; `None` for anything else (a missing path allows nothing).
+fn socket_id(path: &Path) -> Option<SocketId> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::metadata(path).ok()?;
+    meta.file_type().is_socket().then(|| (meta.dev(), meta.ino()))
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -1,6 +1,6 @@
 //! The messages over the SOCK_SEQPACKET pair between leash and the sandbox's init. From init: fixed 16-byte records
 //! (tag, step, index, value), so the child builds them on its stack; the sockets travel as SCM_RIGHTS on the
-//! `Sockets` record. From leash, once: the socket paths to mask, in records of at most `ORDER_LEN` bytes (a tag, then
+//! `Sockets` record. From leash, once: the paths to hide, in records of at most `ORDER_LEN` bytes (a tag, then
 //! NUL-terminated paths), and then `Go`, which lets init start the command.
 
 use std::os::unix::ffi::OsStrExt;
@@ -22,7 +22,7 @@ pub(super) enum Msg {
     Sockets,
     /// The command's `execve` succeeded.
     ExecOk,
-    /// A step failed: which, at which index (mask or socket), with which errno.
+    /// A step failed: which, at which index (hidden path or socket), with which errno.
     Failed { step: ChildStep, index: u32, errno: i32 },
     /// The command ended with this raw wait status.
     Exit { status: i32 },
@@ -36,36 +36,36 @@ const TAG_EXIT: u32 = 4;
 /// What leash tells init.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Order<'a> {
-    /// Mask these paths: NUL-terminated, back to back.
-    Mask(&'a [u8]),
+    /// Hide these paths: NUL-terminated, back to back.
+    Hide(&'a [u8]),
     /// Start the command: everything it needs outside the sandbox is in place.
     Go,
 }
 
-const ORDER_MASK: u32 = 1;
+const ORDER_HIDE: u32 = 1;
 const ORDER_GO: u32 = 2;
 
 impl<'a> Order<'a> {
-    /// Parses a record; `None` for anything malformed (a mask record must end with a NUL).
+    /// Parses a record; `None` for anything malformed (a hide record must end with a NUL).
     pub(super) fn decode(bytes: &'a [u8]) -> Option<Order<'a>> {
         let tag = u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?);
         let rest = bytes.get(4..)?;
         match tag {
-            ORDER_MASK if rest.last() == Some(&0) => Some(Order::Mask(rest)),
+            ORDER_HIDE if rest.last() == Some(&0) => Some(Order::Hide(rest)),
             ORDER_GO if rest.is_empty() => Some(Order::Go),
             _ => None,
         }
     }
 }
 
-/// The records that hand init the paths to mask, then `Go`. Every path fits a record (the kernel's `PATH_MAX` is far
-/// below `ORDER_LEN`); one holding a NUL byte cannot name a file, so it is never found by the walk.
-pub(super) fn orders(masks: &[PathBuf]) -> Vec<Vec<u8>> {
+/// The records that hand init the paths to hide, then `Go`. Every path fits a record (the kernel's `PATH_MAX` is far
+/// below `ORDER_LEN`); one holding a NUL byte cannot name a file (leash takes paths from its arguments).
+pub(super) fn orders(hidden: &[PathBuf]) -> Vec<Vec<u8>> {
     let mut records = Vec::new();
-    let mut current = ORDER_MASK.to_ne_bytes().to_vec();
-    for path in masks.iter().map(|p| p.as_os_str().as_bytes()) {
+    let mut current = ORDER_HIDE.to_ne_bytes().to_vec();
+    for path in hidden.iter().map(|p| p.as_os_str().as_bytes()) {
         if current.len() + path.len() + 1 > ORDER_LEN && current.len() > 4 {
-            records.push(std::mem::replace(&mut current, ORDER_MASK.to_ne_bytes().to_vec()));
+            records.push(std::mem::replace(&mut current, ORDER_HIDE.to_ne_bytes().to_vec()));
         }
         current.extend_from_slice(path);
         current.push(0);
@@ -78,7 +78,7 @@ pub(super) fn orders(masks: &[PathBuf]) -> Vec<Vec<u8>> {
 }
 
 /// The paths of a `Mask` record's payload.
-pub(super) fn mask_paths(payload: &[u8]) -> impl Iterator<Item = &std::ffi::CStr> {
+pub(super) fn hidden_paths(payload: &[u8]) -> impl Iterator<Item = &std::ffi::CStr> {
     payload.split_inclusive(|&b| b == 0).filter_map(|p| std::ffi::CStr::from_bytes_with_nul(p).ok())
 }
 
@@ -136,7 +136,7 @@ pub(super) enum ChildStep {
     ReadOnly,
     ResolvConf,
     AwaitGo,
-    MaskSocket,
+    HidePath,
     RestoreAffinity,
     BindTcp,
     BindUdp,
@@ -150,10 +150,14 @@ pub(super) enum ChildStep {
     RedirectStdio,
     ChangeDir,
     Exec,
+    IpcNs,
+    HideKernelFile,
+    NewSession,
+    Seccomp,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 27] = [
+    const ALL: [ChildStep; 31] = [
         ChildStep::CloseFds,
         ChildStep::Harden,
         ChildStep::Setgroups,
@@ -167,7 +171,7 @@ impl ChildStep {
         ChildStep::ReadOnly,
         ChildStep::ResolvConf,
         ChildStep::AwaitGo,
-        ChildStep::MaskSocket,
+        ChildStep::HidePath,
         ChildStep::RestoreAffinity,
         ChildStep::BindTcp,
         ChildStep::BindUdp,
@@ -181,6 +185,10 @@ impl ChildStep {
         ChildStep::RedirectStdio,
         ChildStep::ChangeDir,
         ChildStep::Exec,
+        ChildStep::IpcNs,
+        ChildStep::HideKernelFile,
+        ChildStep::NewSession,
+        ChildStep::Seccomp,
     ];
 
     fn from_u32(code: u32) -> Option<ChildStep> {
@@ -206,7 +214,7 @@ impl ChildStep {
             ),
             ChildStep::ResolvConf => Step::MountResolvConf,
             ChildStep::AwaitGo => Step::AwaitLeash,
-            ChildStep::MaskSocket => Step::MaskUnixSocket(spec.masks.get(index).cloned().unwrap_or_default()),
+            ChildStep::HidePath => Step::HidePath(spec.hidden.get(index).cloned().unwrap_or_default()),
             ChildStep::RestoreAffinity => Step::RestoreCpuAffinity,
             ChildStep::BindTcp => spec.tcp.get(index).map_or(Step::HandOverSockets, |a| Step::BindTcp(*a)),
             ChildStep::BindUdp => spec.udp.get(index).map_or(Step::HandOverSockets, |a| Step::BindUdp(*a)),
@@ -220,19 +228,37 @@ impl ChildStep {
             ChildStep::RedirectStdio => Step::RedirectStdio,
             ChildStep::ChangeDir => Step::ChangeDir(spec.cwd.clone().unwrap_or_default()),
             ChildStep::Exec => Step::Exec(spec.program.clone()),
+            ChildStep::IpcNs if index == 0 => Step::CreateIpcNamespace,
+            ChildStep::IpcNs => Step::MountMqueue,
+            ChildStep::HideKernelFile => Step::HideKernelFile(
+                HIDDEN_KERNEL_FILES.get(index).map_or("/dev/kmsg", |p| p.to_str().unwrap_or("/dev/kmsg")),
+            ),
+            ChildStep::NewSession if index == 0 => Step::NewSession,
+            ChildStep::NewSession => Step::NewKeyring,
+            ChildStep::Seccomp => match index {
+                0 => Step::InstallSeccomp,
+                1 => Step::HandOverSeccompListener,
+                _ => Step::ProbePidfdGetfd,
+            },
         }
     }
 }
 
-/// What init makes read-only in the sandbox, in order (`init::read_only_kernel_files`).
-pub(super) const READ_ONLY_PATHS: [&std::ffi::CStr; 3] = [c"/proc/sys", c"/proc/sysrq-trigger", c"/sys"];
+/// What init makes read-only in the sandbox, in order (`init::read_only_kernel_files`): the kernel's settings that a
+/// root-owned process may write (the host's, when leash runs as root), interrupt routing among them.
+pub(super) const READ_ONLY_PATHS: [&std::ffi::CStr; 6] =
+    [c"/proc/sys", c"/proc/sysrq-trigger", c"/proc/irq", c"/proc/bus", c"/proc/fs", c"/sys"];
+
+/// What init hides under /dev/null (`init::hide_kernel_files`): `/dev/kmsg` writes lines into the host's kernel log.
+pub(super) const HIDDEN_KERNEL_FILES: [&std::ffi::CStr; 1] = [c"/dev/kmsg"];
 
 /// What the parent keeps of the spec to name a failed step.
 #[derive(Debug, Default)]
 pub(super) struct SpecFacts {
     pub(super) program: PathBuf,
     pub(super) cwd: Option<PathBuf>,
-    pub(super) masks: Vec<PathBuf>,
+    /// The paths hidden on leash's orders (the audit log).
+    pub(super) hidden: Vec<PathBuf>,
     pub(super) tcp: Vec<std::net::SocketAddrV4>,
     pub(super) udp: Vec<std::net::SocketAddrV4>,
 }
@@ -242,7 +268,7 @@ impl SpecFacts {
         SpecFacts {
             program: program.to_path_buf(),
             cwd: spec.cwd.clone(),
-            masks: Vec::new(),
+            hidden: spec.hide_paths.clone(),
             tcp: spec.tcp_listeners.clone(),
             udp: spec.udp_sockets.clone(),
         }
@@ -266,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn mask_orders_carry_every_path_once_in_order_then_go() {
+    fn hide_orders_carry_every_path_once_in_order_then_go() {
         let masks: Vec<PathBuf> = (0..2000).map(|i| PathBuf::from(format!("/run/user/1000/socket-{i:05}"))).collect();
         let records = orders(&masks);
         assert!(records.len() > 2, "2000 paths need several records");
@@ -274,16 +300,16 @@ mod tests {
         assert_eq!(records.last().map(|r| Order::decode(r)), Some(Some(Order::Go)));
         let mut got = Vec::new();
         for record in &records[..records.len() - 1] {
-            let Some(Order::Mask(payload)) = Order::decode(record) else { panic!("not a mask record") };
-            got.extend(mask_paths(payload).map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p.to_bytes()))));
+            let Some(Order::Hide(payload)) = Order::decode(record) else { panic!("not a hide record") };
+            got.extend(hidden_paths(payload).map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p.to_bytes()))));
         }
         assert_eq!(got, masks);
-        assert_eq!(orders(&[]), vec![ORDER_GO.to_ne_bytes().to_vec()], "no masks: only Go");
+        assert_eq!(orders(&[]), vec![ORDER_GO.to_ne_bytes().to_vec()], "nothing to hide: only Go");
     }
 
     #[test]
     fn malformed_orders_are_refused() {
-        let mut unterminated = ORDER_MASK.to_ne_bytes().to_vec();
+        let mut unterminated = ORDER_HIDE.to_ne_bytes().to_vec();
         unterminated.extend_from_slice(b"/run/x");
         for bad in [&b""[..], &[9, 0, 0, 0][..], &unterminated[..], &[2, 0, 0, 0, 1][..]] {
             assert_eq!(Order::decode(bad), None, "{bad:?}");

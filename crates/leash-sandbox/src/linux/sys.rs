@@ -484,6 +484,192 @@ pub(super) fn send_with_fds(fd: c_int, data: &[u8], fds: &[c_int]) -> SysResult<
     }
 }
 
+/// setsid(2): a new session and process group, with no controlling terminal.
+pub(super) fn setsid() -> SysResult<()> {
+    // SAFETY: setsid takes no arguments.
+    check(unsafe { libc::setsid() }).map(drop)
+}
+
+/// keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): a new anonymous session keyring for the caller. A kernel without
+/// keyrings (ENOSYS) has none to share either.
+pub(super) fn join_new_session_keyring() -> SysResult<()> {
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+    // SAFETY: a null name asks for a new anonymous keyring; no other pointer is passed.
+    match check_long(unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, ptr::null::<c_char>()) }) {
+        Ok(_) | Err(libc::ENOSYS) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER): installs `program` on the calling thread
+/// and returns the close-on-exec listener for its user notifications. Needs `CAP_SYS_ADMIN` in the caller's user
+/// namespace (or no_new_privs).
+pub(super) fn install_filter(program: &[libc::sock_filter]) -> SysResult<c_int> {
+    let prog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr() as *mut libc::sock_filter };
+    // SAFETY: `prog` points at `program`, valid for its length, which the kernel copies.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    check_long(ret).map(|fd| fd as c_int)
+}
+
+/// pidfd_open(2), close-on-exec by default.
+pub(super) fn pidfd_open(pid: pid_t) -> SysResult<c_int> {
+    // SAFETY: pidfd_open takes integers only.
+    check_long(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) }).map(|fd| fd as c_int)
+}
+
+/// pidfd_getfd(2): a close-on-exec duplicate of descriptor `fd` of the process behind `pidfd`.
+pub(super) fn pidfd_getfd(pidfd: c_int, fd: c_int) -> SysResult<c_int> {
+    // SAFETY: pidfd_getfd takes integers only.
+    check_long(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) }).map(|fd| fd as c_int)
+}
+
+/// Reads `buf.len()` bytes at `addr` in process `pid`'s memory (process_vm_readv(2)); a short read is `EFAULT`.
+pub(super) fn read_remote(pid: pid_t, addr: u64, buf: &mut [u8]) -> SysResult<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as usize as *mut c_void, iov_len: buf.len() };
+    // SAFETY: `local` describes `buf`, valid for writes of its length; the remote range is only read by the kernel.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    match check_long(n as libc::c_long)? {
+        n if n as usize == buf.len() => Ok(()),
+        _ => Err(libc::EFAULT),
+    }
+}
+
+/// getsockopt(2) of an `int` option.
+pub(super) fn getsockopt_int(fd: c_int, level: c_int, name: c_int) -> SysResult<c_int> {
+    let mut value: c_int = 0;
+    let mut len = size_of::<c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are valid out-pointers of the sizes given.
+    check(unsafe { libc::getsockopt(fd, level, name, (&mut value as *mut c_int).cast(), &mut len) })?;
+    Ok(value)
+}
+
+/// The socket's `SO_SNDTIMEO`, which also bounds a blocking `connect`.
+pub(super) fn send_timeout(fd: c_int) -> SysResult<libc::timeval> {
+    let mut value = libc::timeval { tv_sec: 0, tv_usec: 0 };
+    let mut len = size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are valid out-pointers of the sizes given.
+    check(unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDTIMEO, (&mut value as *mut libc::timeval).cast(), &mut len)
+    })?;
+    Ok(value)
+}
+
+/// Sets the socket's `SO_SNDTIMEO`.
+pub(super) fn set_send_timeout(fd: c_int, value: &libc::timeval) -> SysResult<()> {
+    let len = size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: `value` is a valid timeval of the size given.
+    check(unsafe {
+        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDTIMEO, (value as *const libc::timeval).cast(), len)
+    })
+    .map(drop)
+}
+
+/// connect(2) with raw address bytes (at most a `sockaddr_storage`, as the kernel takes).
+pub(super) fn connect(fd: c_int, addr: &[u8]) -> SysResult<()> {
+    // SAFETY: `addr` is valid for reads of its length; the kernel copies it before use.
+    check(unsafe { libc::connect(fd, addr.as_ptr().cast(), addr.len() as libc::socklen_t) }).map(drop)
+}
+
+/// openat2(2) of `path` under `dir` with `O_PATH | O_CLOEXEC` and the given `RESOLVE_*` flags.
+pub(super) fn open_path_at(dir: c_int, path: &CStr, resolve: u64) -> SysResult<c_int> {
+    // SAFETY: open_how is plain data; all zeroes is a valid value, set below.
+    let mut how: libc::open_how = unsafe { zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
+    // SAFETY: `path` is NUL-terminated and `how` is a valid open_how of the size passed.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_openat2, dir, path.as_ptr(), &how as *const libc::open_how, size_of::<libc::open_how>())
+    };
+    check_long(ret).map(|fd| fd as c_int)
+}
+
+/// fstat(2).
+pub(super) fn fstat(fd: c_int) -> SysResult<libc::stat> {
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: libc::stat = unsafe { zeroed() };
+    // SAFETY: `st` is valid for writes.
+    check(unsafe { libc::fstat(fd, &mut st) })?;
+    Ok(st)
+}
+
+/// SECCOMP_IOCTL_NOTIF_RECV: the next notification (the kernel wants the struct zeroed).
+pub(super) fn notif_recv(listener: c_int) -> SysResult<libc::seccomp_notif> {
+    // SAFETY: seccomp_notif is plain data; all zeroes is what the kernel requires on entry.
+    let mut notif: libc::seccomp_notif = unsafe { zeroed() };
+    // SAFETY: `notif` is a valid seccomp_notif for the kernel to fill.
+    check(unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_RECV as _, &mut notif) })?;
+    Ok(notif)
+}
+
+/// SECCOMP_IOCTL_NOTIF_ID_VALID: whether the notification's task still waits (so its pid is still its own).
+pub(super) fn notif_id_valid(listener: c_int, id: u64) -> bool {
+    // SAFETY: the ioctl reads one u64.
+    unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _, &id) == 0 }
+}
+
+/// SECCOMP_IOCTL_NOTIF_SEND: the system call's result, `error` being 0 or a negative errno.
+pub(super) fn notif_send(listener: c_int, id: u64, error: i32) -> SysResult<()> {
+    let resp = libc::seccomp_notif_resp { id, val: 0, error, flags: 0 };
+    // SAFETY: `resp` is a valid seccomp_notif_resp, only read by the kernel.
+    check(unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND as _, &resp) }).map(drop)
+}
+
+/// A close-on-exec netlink socket of `protocol`.
+pub(super) fn netlink_socket(protocol: c_int) -> SysResult<c_int> {
+    // SAFETY: socket takes integers only.
+    check(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) })
+}
+
+/// send(2) of one datagram.
+pub(super) fn send(fd: c_int, data: &[u8]) -> SysResult<()> {
+    // SAFETY: `data` is valid for reads of its length.
+    check_long(unsafe { libc::send(fd, data.as_ptr().cast(), data.len(), 0) } as libc::c_long).map(drop)
+}
+
+/// A close-on-exec SOCK_SEQPACKET pair.
+pub(super) fn seqpacket_pair() -> SysResult<(c_int, c_int)> {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    check(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
+    Ok((fds[0], fds[1]))
+}
+
+/// Receives one record's single attached descriptor (close-on-exec); `EPROTO` when none came.
+pub(super) fn recv_fd(fd: c_int) -> SysResult<c_int> {
+    /// Room for a cmsghdr and one descriptor, 8-byte aligned.
+    const CMSG_WORDS: usize = size_of::<libc::cmsghdr>() / 8 + 2;
+    let mut control = [0u64; CMSG_WORDS];
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: byte.len() };
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of::<[u64; CMSG_WORDS]>() as _;
+    // SAFETY: `msg` points at live buffers of the sizes it states.
+    check_long(unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) } as libc::c_long)?;
+    // SAFETY: the kernel filled the control buffer within msg_controllen; a SCM_RIGHTS payload holds descriptors.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
+            return Err(libc::EPROTO);
+        }
+        Ok(libc::CMSG_DATA(cmsg).cast::<c_int>().read_unaligned())
+    }
+}
+
 /// Ends the process at once, running no destructor and no atexit handler.
 pub(super) fn exit(code: c_int) -> ! {
     // SAFETY: _exit never returns and touches no Rust state.
