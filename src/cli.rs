@@ -68,7 +68,8 @@ pub struct SandboxProxyArgs {
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
     #[arg(long, value_name = "RULE")]
     pub block: Vec<String>,
-    /// Append the JSONL audit log to FILE (mode 0600); default: standard error (under docker, lines name the container)
+    /// Append the JSONL audit log to FILE (mode 0600), hidden from the command; default: standard error, once the
+    /// command has ended (under docker, lines name the container)
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Answer NAME with ADDR instead of asking DNS (repeatable)
@@ -152,15 +153,26 @@ pub struct DockerAttachArgs {
     NODE_EXTRA_CA_CERTS. Its resolver is a stub that forwards nothing: refused names \
     fail at once, allowed ones resolve to 127.0.0.2, where leash also listens for programs that ignore the proxy \
     variables and decides them the same way. \
-    Host Unix sockets are masked unless named with --allow-unix-socket. leash exits with the command's status \
+    The command reaches no host Unix socket but those named with --allow-unix-socket, runs in a session of its own \
+    (no controlling terminal) with its own IPC namespace and keyring, and cannot open AF_VSOCK or other families. \
+    It inherits leash's environment (API keys and tokens included) unless --clean-env is given. The audit log file \
+    is hidden inside; without --log the records are written to standard error once the command and every process \
+    it left have ended. leash exits with the command's status \
     (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125."
 )]
 pub struct RunArgs {
     #[command(flatten)]
     pub proxy: SandboxProxyArgs,
-    /// Let the command reach this filesystem Unix socket (repeatable; all others are masked)
+    /// Let the command reach this filesystem Unix socket of the host's (repeatable; it reaches no other but its own)
     #[arg(long = "allow-unix-socket", value_name = "PATH")]
     pub allow_unix_socket: Vec<PathBuf>,
+    /// Pass the command only PATH, HOME, USER, LOGNAME, SHELL, TERM, COLORTERM, LANG, LC_*, TZ and TMPDIR of leash's
+    /// environment (plus --keep-env), not API keys, tokens or agent sockets
+    #[arg(long)]
+    pub clean_env: bool,
+    /// With --clean-env, also pass this variable (repeatable)
+    #[arg(long, value_name = "NAME", requires = "clean_env")]
+    pub keep_env: Vec<String>,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

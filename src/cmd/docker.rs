@@ -29,7 +29,7 @@ use self::gate::{Gate, BUNDLE_FILE, CA_FILE, GATE_MOUNT};
 use self::options::RunOptions;
 use self::serve::{bind_inside, refuse_bind, serve_until, with_runtime, Inside, StopSignals, DNS_INSIDE, PROXY_INSIDE};
 use crate::cli::{DockerAttachArgs, DockerRunArgs, TlsArgs};
-use crate::cmd::sandboxed::{config, proxy_parts, Pins};
+use crate::cmd::sandboxed::{config, proxy_parts, replay_deferred_log, Pins};
 use crate::cmd::trust::{BUNDLE_VARS, NODE_VAR};
 use crate::exit::Exit;
 
@@ -52,7 +52,8 @@ pub fn run(args: DockerRunArgs) -> Exit {
         Ok(o) => o,
         Err(code) => return code,
     };
-    let parts = match proxy_parts(&args.proxy) {
+    // The container's output reaches leash's standard error through the docker client.
+    let parts = match proxy_parts(&args.proxy, true) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
@@ -98,9 +99,12 @@ async fn run_container(
     };
     // Each socket is handed out of the container's namespace; a bound like `leash run`'s keeps that small.
     let transparent_ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
-    let config = config(policy, pins, Arc::new(audit.with_container(&container.id)), inspection);
+    let audit = Arc::new(audit.with_container(&container.id));
+    let config = config(policy, pins, audit.clone(), inspection);
     let launch = Launch { interactive: opts.interactive, gated, transparent_ports };
-    supervise(&container, &gate, launch, config, &mut stop).await
+    let exit = supervise(&container, &gate, launch, config, &mut stop).await;
+    replay_deferred_log(&audit);
+    exit
 }
 
 pub fn attach(args: DockerAttachArgs) -> Exit {
@@ -108,7 +112,7 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         eprintln!("leash: {e}");
         return Exit::SandboxFailed;
     }
-    let parts = match proxy_parts(&args.proxy) {
+    let parts = match proxy_parts(&args.proxy, false) {
         Ok(parts) => parts,
         Err(code) => return code,
     };

@@ -10,7 +10,7 @@ use leash_proxy::{PolicyHandle, ProxyConfig, TRANSPARENT_ADDR};
 use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
-use crate::cmd::sandboxed::{config, proxy_parts, Pins};
+use crate::cmd::sandboxed::{config, hidden_log, proxy_parts, replay_deferred_log, Pins};
 use crate::cmd::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 use crate::exit::Exit;
 
@@ -29,10 +29,11 @@ pub fn run(args: RunArgs) -> Exit {
         eprintln!("leash: {e}");
         return Exit::SandboxFailed;
     }
-    let (policy, pins, audit) = match proxy_parts(&args.proxy) {
+    let (policy, pins, audit) = match proxy_parts(&args.proxy, true) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
+    let audit = Arc::new(audit);
     // The CA files are named now, so the command's environment can point at them; they are written while the
     // sandbox's namespaces are built, and exist before the command starts.
     let ca_files = match CaFiles::create() {
@@ -52,7 +53,7 @@ pub fn run(args: RunArgs) -> Exit {
         Err(e) => return not_run(e),
     };
     // On an early return, dropping `pending` ends the init: the command never starts.
-    let config = match proxy_config(&args, policy, pins, audit, &ca_files) {
+    let config = match proxy_config(&args, policy, pins, audit.clone(), &ca_files) {
         Ok(config) => config,
         Err(code) => return code,
     };
@@ -76,6 +77,7 @@ pub fn run(args: RunArgs) -> Exit {
         }
     };
     let exit = supervise(sandbox, config, hold, runtime);
+    replay_deferred_log(&audit);
     drop(ca_files);
     exit
 }
@@ -86,7 +88,7 @@ fn proxy_config(
     args: &RunArgs,
     policy: leash_policy::Policy,
     pins: Pins,
-    audit: leash_proxy::AuditLog,
+    audit: Arc<leash_proxy::AuditLog>,
     ca_files: &CaFiles,
 ) -> Result<ProxyConfig, Exit> {
     let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
@@ -95,7 +97,7 @@ fn proxy_config(
         eprintln!("leash: the command was not run: cannot write the run's CA files: {e}");
         return Err(Exit::SandboxFailed);
     }
-    Ok(config(policy, pins, Arc::new(audit), inspection))
+    Ok(config(policy, pins, audit, inspection))
 }
 
 fn not_run(e: leash_sandbox::SandboxError) -> Exit {
@@ -109,21 +111,36 @@ fn spec(args: &RunArgs) -> SandboxSpec {
     let mut command = args.command.iter();
     let mut spec = SandboxSpec::new(command.next().cloned().unwrap_or_default());
     spec.args = command.cloned().collect();
-    spec.env = child_env(std::env::vars_os());
+    spec.env = child_env(inherited_env(args));
     spec.tcp_listeners = vec![PROXY_INSIDE];
     spec.udp_sockets = vec![DNS_INSIDE];
     spec.resolv_conf = Some("nameserver 127.0.0.1\noptions attempts:1 timeout:1\n".to_owned());
     spec.allow_unix_sockets = args.allow_unix_socket.clone();
+    // INVARIANT: the audit log file is not reachable from inside; leash keeps the only handle that writes it.
+    spec.hide_paths = hidden_log(&args.proxy);
     spec
 }
 
+/// What `--clean-env` keeps of leash's environment: what programs need to run and to show text, and nothing that
+/// names a secret or a way out (tokens, API keys, SSH_AUTH_SOCK, cloud credentials).
+const CLEAN_ENV: [&str; 10] = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "COLORTERM", "LANG", "TZ", "TMPDIR"];
+
+/// leash's environment, or with `--clean-env` only `CLEAN_ENV`, `LC_*` and `--keep-env`.
+fn inherited_env(args: &RunArgs) -> Vec<(OsString, OsString)> {
+    let kept = |name: &OsString| {
+        let name = name.to_string_lossy();
+        CLEAN_ENV.contains(&name.as_ref()) || name.starts_with("LC_") || args.keep_env.iter().any(|k| *k == name)
+    };
+    std::env::vars_os().filter(|(k, _)| !args.clean_env || kept(k)).collect()
+}
+
 /// leash's environment with every proxy variable pointing at the proxy inside and `NO_PROXY` removed.
-fn child_env(inherited: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
+fn child_env(inherited: Vec<(OsString, OsString)>) -> Vec<(OsString, OsString)> {
     let url = OsString::from(format!("http://{PROXY_INSIDE}"));
     // Inherited CA variables would point clients elsewhere than the run's bundle; they are replaced.
     let replaced =
         |k: &OsString| PROXY_VARS.iter().chain(&BUNDLE_VARS).chain(&[NODE_VAR, "NODE_USE_ENV_PROXY"]).any(|v| k == v);
-    let mut env: Vec<(OsString, OsString)> = inherited.filter(|(k, _)| !replaced(k)).collect();
+    let mut env: Vec<(OsString, OsString)> = inherited.into_iter().filter(|(k, _)| !replaced(k)).collect();
     for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
         env.push((var.into(), url.clone()));
     }

@@ -1,6 +1,6 @@
 //! What `leash run` and `leash docker` share: the policy (a file, or inline `--allow`/`--block`; with neither,
-//! nothing is allowed), the `--resolve` pins, the audit log (standard error without `--log`), and the proxy's
-//! configuration around them with TLS inspection on.
+//! nothing is allowed), the `--resolve` pins, the audit log (standard error without `--log`, after the command where
+//! it shares that), and the proxy's configuration around them with TLS inspection on.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -18,9 +18,12 @@ use crate::policy_file::{load_file, print_errors};
 pub type Pins = HashMap<Box<str>, Vec<IpAddr>>;
 
 /// The policy, the pins and the audit log (not yet shared: `leash docker` adds the container ID once known).
+/// Without `--log`, the log goes to standard error; where the sandboxed command shares it (`stderr_shared`), it is
+/// kept aside until [`replay_deferred_log`]: lines written there while the command runs could be forged, interleaved
+/// or read away by it.
 ///
 /// An invalid policy is exit 2, like a usage error: 1 is an ordinary status of the wrapped command.
-pub fn proxy_parts(args: &SandboxProxyArgs) -> Result<(Policy, Pins, AuditLog), Exit> {
+pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<(Policy, Pins, AuditLog), Exit> {
     let policy = match &args.policy {
         Some(path) => load_file(path, args.profile.as_deref()).map_err(|_| Exit::Usage)?.policy,
         None => Policy::from_inline(&args.allow, &args.block).map_err(|errors| {
@@ -30,6 +33,10 @@ pub fn proxy_parts(args: &SandboxProxyArgs) -> Result<(Policy, Pins, AuditLog), 
     };
     let pins = crate::cmd::proxy::parse_pins(&args.resolve)?;
     let audit = match &args.log {
+        None if stderr_shared => AuditLog::deferred(&leash_sandbox::scratch_dir()).map_err(|e| {
+            eprintln!("leash: cannot keep the audit log until the command ends: {e}; pass --log FILE");
+            Exit::SandboxFailed
+        })?,
         None => AuditLog::stderr(),
         Some(path) => AuditLog::open(path).map_err(|e| {
             eprintln!("leash: cannot open the audit log `{}`: {e}; not starting without it", path.display());
@@ -37,6 +44,18 @@ pub fn proxy_parts(args: &SandboxProxyArgs) -> Result<(Policy, Pins, AuditLog), 
         })?,
     };
     Ok((policy, pins, audit))
+}
+
+/// Writes a deferred log's lines to standard error, once nothing of the sandbox runs any more.
+pub fn replay_deferred_log(audit: &AuditLog) {
+    if let Err(e) = audit.replay_deferred(&mut std::io::stderr().lock()) {
+        eprintln!("leash: cannot write the audit log to standard error: {e}");
+    }
+}
+
+/// The files the command must not reach: the audit log, by its absolute path (it exists: it was opened).
+pub fn hidden_log(args: &SandboxProxyArgs) -> Vec<std::path::PathBuf> {
+    args.log.iter().filter_map(|p| std::fs::canonicalize(p).ok()).collect()
 }
 
 /// The proxy's configuration for a sandbox.

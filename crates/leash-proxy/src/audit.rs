@@ -30,8 +30,12 @@ enum Sink {
         unsynced: bool,
     },
     Stdout,
-    /// Standard error (`leash run`, whose standard output is the command's).
+    /// Standard error (`leash proxy`'s and `leash docker attach`'s, which no sandboxed process shares).
     Stderr,
+    /// An unnamed file that [`AuditLog::replay_deferred`] copies to standard error once the sandbox has ended
+    /// (`leash run` without `--log`, whose standard error the command shares: lines written there as they come
+    /// could be forged, interleaved or read away by the command).
+    Deferred(File),
     /// Tests that do not read the log.
     Discard,
 }
@@ -123,6 +127,25 @@ impl AuditLog {
         Self::with_sink(Sink::Discard)
     }
 
+    /// Lines kept in an unnamed file in `dir` (nothing else can open it), for [`AuditLog::replay_deferred`].
+    pub fn deferred(dir: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).mode(0o600).open(dir)?;
+        Ok(Self::with_sink(Sink::Deferred(file)))
+    }
+
+    /// Copies every line kept by a [`AuditLog::deferred`] log to `out`, in order; nothing for another sink. Later
+    /// lines are kept too, for another replay.
+    pub fn replay_deferred(&self, out: &mut dyn Write) -> io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        let Sink::Deferred(file) = &mut *sink else { return Ok(()) };
+        let end = file.stream_position()?;
+        file.seek(SeekFrom::Start(0))?;
+        let copied = io::copy(&mut Read::by_ref(file).take(end), out);
+        file.seek(SeekFrom::Start(end))?;
+        copied.map(drop)
+    }
+
     fn with_sink(sink: Sink) -> Self {
         Self { sink: Mutex::new(sink), next_id: AtomicU64::new(1), container: None }
     }
@@ -158,8 +181,7 @@ impl AuditLog {
                 Ok(())
             }
             Sink::Stdout => io::stdout().flush().map_err(|e| err(Path::new("<stdout>"), e)),
-            Sink::Stderr => Ok(()),
-            Sink::Discard => Ok(()),
+            Sink::Stderr | Sink::Deferred(_) | Sink::Discard => Ok(()),
         }
     }
 
@@ -185,6 +207,7 @@ impl AuditLog {
                 out.write_all(&line).and_then(|()| out.flush()).map_err(|e| err(Path::new("<stdout>"), e))
             }
             Sink::Stderr => io::stderr().lock().write_all(&line).map_err(|e| err(Path::new("<stderr>"), e)),
+            Sink::Deferred(file) => file.write_all(&line).map_err(|e| err(Path::new("<deferred>"), e)),
             Sink::Discard => Ok(()),
         }
     }
