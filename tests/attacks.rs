@@ -8,6 +8,9 @@
 #[path = "attacks/scene.rs"]
 mod scene;
 
+#[path = "attacks/doors.rs"]
+mod doors;
+
 use scene::{text, Proxy, Scene, METADATA, OWN_PUBLIC_V4, WORLD_V4, WORLD_V6};
 use serde_json::{json, Value};
 

@@ -250,7 +250,7 @@ fn the_mounts_stay_even_in_a_mount_namespace_of_the_commands_own() {
 // ---- host Unix sockets ----
 
 #[test]
-fn a_unix_socket_relay_on_the_host_is_masked_unless_allowed() {
+fn a_unix_socket_relay_on_the_host_is_refused_unless_allowed() {
     let dir = tempfile::Builder::new().prefix("leash-relay").tempdir_in("/tmp").unwrap();
     let path = dir.path().join("relay.sock");
     let relay = UnixListener::bind(&path).unwrap();
@@ -265,12 +265,12 @@ fn a_unix_socket_relay_on_the_host_is_masked_unless_allowed() {
 }
 
 #[test]
-fn a_unix_socket_of_another_network_namespace_is_found_by_the_walk() {
+fn a_unix_socket_of_another_network_namespace_is_refused() {
     let Some(host) = TestHost::new() else { return };
     let dir = tempfile::Builder::new().prefix("leash-walk").tempdir_in("/tmp").unwrap();
     // Two levels below /tmp, as deep as the walk goes there.
     let path = dir.path().join("daemon.sock");
-    // Bound in the test host's netns, so absent from leash's /proc/net/unix: only the walk of /tmp finds it.
+    // Bound in the test host's netns, so absent from leash's /proc/net/unix: the old walk of /tmp had to find it.
     let bind = format!("import socket; s=socket.socket(socket.AF_UNIX); s.bind('{}'); s.listen(); print('ready', flush=True); s.accept()", path.display());
     let mut daemon =
         Reaped(host.exec(&host.host, "/usr/bin/python3", &["-c", &bind]).stdout(Stdio::piped()).spawn().unwrap());
