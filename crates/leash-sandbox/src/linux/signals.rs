@@ -100,7 +100,8 @@ impl Drop for Forwarding {
 }
 
 /// Forwards a signal a process sent (si_code <= 0) and any SIGHUP (a hang-up goes to the session leader only); a
-/// terminal's SIGINT reached the command's process group already, and is dropped here so leash lives on.
+/// terminal's SIGINT reached the sandbox's init too (it shares leash's process group), which passes it to the
+/// command's, and is dropped here so leash lives on.
 extern "C" fn handler(signal: c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
     // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo_t (null checked anyway).
     let code = if info.is_null() { 0 } else { unsafe { (*info).si_code } };
