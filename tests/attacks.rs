@@ -11,7 +11,7 @@ mod scene;
 #[path = "attacks/doors.rs"]
 mod doors;
 
-use scene::{text, Proxy, Scene, METADATA, OWN_PUBLIC_V4, WORLD_V4, WORLD_V6};
+use scene::{text, Proxy, Scene, ADDED_PUBLIC_V4, METADATA, OWN_PUBLIC_V4, WORLD_V4, WORLD_V6};
 use serde_json::{json, Value};
 
 const LEASH: &str = env!("CARGO_BIN_EXE_leash");
@@ -174,6 +174,45 @@ fn a_name_answering_this_hosts_own_public_address_is_refused() {
     // Control: the allowed world host is still reached by the same proxy.
     let control = s.probe(&p, &[get(&format!("http://{OK}/control"), OK)]);
     assert_eq!(control[0]["responses"][0]["body"], "origin /control", "{}", control[0]);
+}
+
+#[test]
+fn an_address_added_to_the_host_after_the_first_request_is_refused_as_its_own() {
+    let Some(mut s) = Scene::new() else { return };
+    let p = s.proxy(&allowlist(&[OK, "added.attack.test"]));
+    // The first upstream makes leash read its own addresses.
+    let before = s.probe(&p, &[get(&format!("http://{OK}/first"), OK)]);
+    assert_eq!(before[0]["responses"][0]["body"], "origin /first", "{}", before[0]);
+    // Then the host gains a public address, with an origin on it (so a dial there would show), and a name
+    // answering it must be refused as leash's own like any address it had at the first request.
+    let edge = s.edge.clone();
+    let ip = |verb: &str| {
+        let done = std::process::Command::new("ip")
+            .args(["-n", &edge, "addr", verb, &format!("{ADDED_PUBLIC_V4}/32"), "dev", "lo"])
+            .status()
+            .unwrap();
+        assert!(done.success(), "ip addr {verb}");
+    };
+    ip("add");
+    s.serve(&edge, &["own", ADDED_PUBLIC_V4]);
+    let probes = vec![
+        get("http://added.attack.test/own", "added.attack.test"),
+        connect("added.attack.test:443", Some("added.attack.test")),
+    ];
+    let results = s.probe(&p, &probes);
+    assert_eq!(first(&results[0]), (403, "internal-destination".into()), "{}", results[0]);
+    assert_tunnel_refused(&results[1]);
+    let own: Vec<String> = s.origin_events().into_iter().filter(|l| l.starts_with("own ")).collect();
+    assert_eq!(own, Vec::<String>::new(), "the added address was dialed");
+    let audit = s.audit(&p);
+    let refused =
+        audit.iter().filter(|l| l["host"] == "added.attack.test" && l["reason"] == "internal-destination").count();
+    assert_eq!(refused, 2, "the request and the tunnel are both refused as internal: {audit:?}");
+    // Removed again, the address is no longer leash's own: the name is dialed (and fails: nothing routes there from
+    // leash's namespace), not refused.
+    ip("del");
+    let after = s.probe(&p, &[get("http://added.attack.test/gone", "added.attack.test")]);
+    assert_eq!(first(&after[0]).0, 502, "{}", after[0]);
 }
 
 #[test]

@@ -30,6 +30,9 @@ pub const METADATA: &str = "169.254.169.254";
 /// A public (documentation-range) address some tests give leash's own namespace: not internal by range, only by
 /// being leash's own.
 pub const OWN_PUBLIC_V4: &str = "198.51.100.7";
+/// Another public (documentation-range) address, given to leash's namespace only while leash runs, after it has
+/// read its own addresses.
+pub const ADDED_PUBLIC_V4: &str = "203.0.113.9";
 const EDGE_V4: &str = "10.200.0.1";
 const EDGE_V6: &str = "fd00:200::1";
 
@@ -51,6 +54,7 @@ fn dns_table() -> Value {
         "mapped.attack.test": ["::ffff:127.0.0.1"],
         "flip.attack.test": [[WORLD_V4], ["127.0.0.1"]],
         "self.attack.test": [OWN_PUBLIC_V4],
+        "added.attack.test": [ADDED_PUBLIC_V4],
     })
 }
 

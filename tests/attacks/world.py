@@ -185,6 +185,10 @@ elif role == "edge":
     # leash's own loopback: where a name rebound to 127.0.0.1 would lead.
     for port in (80, 443):
         tcp(port, None, "127.0.0.1")
+elif role == "own":
+    # An origin on an address a test gave leash's namespace: where a name answering it would lead.
+    for port in (80, 443):
+        tcp(port, None, sys.argv[4])
 elif role == "relay":
     relay(sys.argv[4], (sys.argv[5], 80))
 print("ready", flush=True)

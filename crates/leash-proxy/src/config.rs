@@ -139,7 +139,8 @@ pub enum OwnAddrs {
     /// Exactly these.
     Given(Arc<[IpAddr]>),
     /// This host's interface addresses, read from the kernel when the first upstream is checked: a run that never
-    /// dials does not pay for reading them at start (a fortieth of `leash run -- true`).
+    /// dials does not pay for reading them at start (a fortieth of `leash run -- true`). Read again at the next
+    /// check after the kernel reports an address change, so an address the host gains later is refused too.
     Host,
 }
 

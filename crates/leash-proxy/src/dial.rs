@@ -8,7 +8,7 @@ use std::time::Duration;
 use leash_policy::{Host, Policy, Reason};
 use tokio::net::TcpStream;
 
-use crate::resolve::Resolve;
+use crate::shared::Shared;
 
 /// Why no upstream connection was made.
 #[derive(Debug, thiserror::Error)]
@@ -35,23 +35,18 @@ impl DialError {
     }
 }
 
-/// The checked addresses of an allowed host: resolved once and passed by the destination check.
-pub async fn resolve_checked(
-    resolver: &dyn Resolve,
-    policy: &Policy,
-    own: &[IpAddr],
-    host: &Host,
-    port: u16,
-) -> Result<Vec<IpAddr>, DialError> {
+/// The checked addresses of an allowed host: resolved once (by `sh`'s resolver) and passed by the destination check.
+pub async fn resolve_checked(sh: &Shared, policy: &Policy, host: &Host, port: u16) -> Result<Vec<IpAddr>, DialError> {
     let addrs = match host {
         // INVARIANT: a name reaches the resolver only after the policy allowed it; literals never do.
         Host::Name(name) => {
-            resolver.resolve(name, port).await.map_err(|e| DialError::Resolve(name.as_str().to_owned(), e))?
+            sh.cfg.resolver.resolve(name, port).await.map_err(|e| DialError::Resolve(name.as_str().to_owned(), e))?
         }
         Host::Ipv4(ip) => vec![IpAddr::V4(*ip)],
         Host::IpLiteral(_) => return Err(DialError::Refused(Reason::IpLiteral)),
     };
-    policy.check_destination(&addrs, own).map_err(DialError::Refused)?;
+    // The host's own addresses as they are now, after the lookup (which may have taken seconds).
+    policy.check_destination(&addrs, &sh.own()).map_err(DialError::Refused)?;
     Ok(addrs)
 }
 

@@ -103,7 +103,7 @@ async fn check_and_dial_logged(
     started: Instant,
 ) -> Result<TcpStream, Response> {
     let host = &plan.target.authority.host;
-    let addrs = match resolve_checked(&*sh.cfg.resolver, snap, sh.own(), host, plan.port).await {
+    let addrs = match resolve_checked(sh, snap, host, plan.port).await {
         Ok(addrs) => addrs,
         Err(DialError::Refused(reason)) => return Err(destination_refused(sh, attempt, reason)),
         Err(e) => return Err(upstream_failed(sh, attempt, decision, &e, started)),
@@ -174,7 +174,7 @@ async fn redial(
     attempt: &Attempt<'_>,
 ) -> Result<TcpStream, ExchangeError> {
     let host = &plan.target.authority.host;
-    let addrs = resolve_checked(&*sh.cfg.resolver, snap, sh.own(), host, plan.port).await.map_err(|e| match e {
+    let addrs = resolve_checked(sh, snap, host, plan.port).await.map_err(|e| match e {
         DialError::Refused(reason) => ExchangeError::Answered(destination_refused(sh, attempt, reason)),
         e => ExchangeError::Dial(e),
     })?;

@@ -85,7 +85,7 @@ impl Inspected {
 
     async fn checked_addrs(&self) -> Result<Vec<IpAddr>, DialError> {
         let sh = &self.sh;
-        resolve_checked(&*sh.cfg.resolver, &self.snap, sh.own(), &self.host, self.port).await
+        resolve_checked(sh, &self.snap, &self.host, self.port).await
     }
 
     async fn dial_addrs(

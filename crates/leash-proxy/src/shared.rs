@@ -2,22 +2,29 @@
 //! (before anything is forwarded; a refusal is also a warning on stderr) and, for allowed requests, its outcome.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::OnceLock;
+use std::sync::Arc;
 use std::time::Instant;
 
 use leash_policy::{Decision, Verdict};
 
 use crate::audit::{now_rfc3339, verdict_word, AuditError, DecisionEntry, OutcomeEntry};
 use crate::config::{OwnAddrs, ProxyConfig};
+use crate::netinfo::HostAddrs;
 use crate::pool::Pool;
 
 pub(crate) struct Shared {
     pub cfg: ProxyConfig,
     pub pool: Pool,
-    /// The addresses this proxy listens on (specified ones), never dialed.
-    listening: Vec<IpAddr>,
-    /// `cfg.own_addrs` plus `listening`, made on first use.
-    own: OnceLock<Box<[IpAddr]>>,
+    /// `cfg.own_addrs` plus the addresses this proxy listens on (specified ones): never dialed.
+    own: Own,
+}
+
+/// The addresses no upstream may be.
+enum Own {
+    /// Given in the configuration.
+    Fixed(Arc<[IpAddr]>),
+    /// This host's, read when first needed and again after the kernel reports a change.
+    Host(HostAddrs),
 }
 
 /// What the log says a request asked for.
@@ -32,21 +39,22 @@ pub(crate) struct Attempt<'a> {
 
 impl Shared {
     pub fn new(cfg: ProxyConfig, listening: &[SocketAddr]) -> Self {
-        let listening = listening.iter().map(|a| a.ip()).filter(|ip| !ip.is_unspecified()).collect();
+        let listening: Vec<IpAddr> = listening.iter().map(|a| a.ip()).filter(|ip| !ip.is_unspecified()).collect();
         let pool = Pool::new(cfg.limits.pool_per_host, cfg.limits.pool_idle);
-        Self { cfg, pool, listening, own: OnceLock::new() }
+        let own = match &cfg.own_addrs {
+            OwnAddrs::Given(addrs) => Own::Fixed(addrs.iter().chain(&listening).copied().collect()),
+            // Nothing is read (or subscribed to) here: a run that never dials does not pay for it.
+            OwnAddrs::Host => Own::Host(HostAddrs::new(listening)),
+        };
+        Self { cfg, pool, own }
     }
 
-    /// The addresses no upstream may be: the host's own and the proxy's listening ones.
-    pub fn own(&self) -> &[IpAddr] {
-        self.own.get_or_init(|| {
-            let mut own = match &self.cfg.own_addrs {
-                OwnAddrs::Given(addrs) => addrs.to_vec(),
-                OwnAddrs::Host => crate::netinfo::local_interface_addrs(),
-            };
-            own.extend_from_slice(&self.listening);
-            own.into()
-        })
+    /// The addresses no upstream may be now: the host's own and the proxy's listening ones.
+    pub fn own(&self) -> Arc<[IpAddr]> {
+        match &self.own {
+            Own::Fixed(addrs) => Arc::clone(addrs),
+            Own::Host(host) => host.get(),
+        }
     }
 
     /// Record a decision. A refusal is also a warning on stderr, so an operator watching the terminal sees it.
@@ -129,7 +137,7 @@ mod tests {
     fn no_upstream_may_be_a_given_address_or_where_the_proxy_listens() {
         let given = OwnAddrs::Given(Arc::from(vec![IpAddr::from([192, 0, 2, 7])]));
         let sh = shared(given, &["198.51.100.1:3128", "0.0.0.0:80"]);
-        assert_eq!(sh.own(), [IpAddr::from([192, 0, 2, 7]), IpAddr::from([198, 51, 100, 1])]);
+        assert_eq!(*sh.own(), [IpAddr::from([192, 0, 2, 7]), IpAddr::from([198, 51, 100, 1])]);
     }
 
     #[test]

@@ -206,7 +206,7 @@ impl Tunnel<'_> {
     /// Resolve the decided name once, check it, log, dial exactly the checked addresses, replay, relay.
     async fn splice(&self, client: BufConn<TcpStream>, host: &Host, attempt: &Attempt<'_>, decision: &Decision) {
         let sh = self.sh;
-        let addrs = match resolve_checked(&*sh.cfg.resolver, self.snap, sh.own(), host, self.port).await {
+        let addrs = match resolve_checked(sh, self.snap, host, self.port).await {
             Ok(addrs) => addrs,
             Err(DialError::Refused(reason)) => {
                 let _ = sh.log_decision(attempt, &refusal(reason));
