@@ -268,11 +268,13 @@ fn the_commands_own_unix_sockets_and_allowed_host_ones_still_connect() {
         "import os, socket, tempfile\nd = tempfile.mkdtemp()\nl = socket.socket(socket.AF_UNIX)\n\
          l.bind(d + '/own.sock')\nl.listen()\nc = socket.socket(socket.AF_UNIX)\nc.connect(d + '/own.sock')\n\
          os.chdir(d)\nsocket.socket(socket.AF_UNIX).connect('own.sock')\nprint('own connected')\n\
+         import threading\nt = threading.Thread(target=lambda: socket.socket(socket.AF_UNIX).connect('own.sock'))\n\
+         t.start()\nt.join()\nprint('from a thread')\n\
          socket.socket(socket.AF_UNIX).connect({:?})\nprint('allowed connected')",
         host.to_str().unwrap()
     );
     let out = run_python(&["--allow-unix-socket", host.to_str().unwrap()], &code);
-    assert_eq!(text(&out.stdout), "own connected\nallowed connected\n", "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "own connected\nfrom a thread\nallowed connected\n", "{}", text(&out.stderr));
     assert!(server.accepted(), "the allowed socket's server saw the connection");
 }
 

@@ -55,13 +55,43 @@ fn connect_for(listener: c_int, notif: &libc::seccomp_notif, allowed: &[SocketId
         return Err(libc::EINVAL);
     }
     let pid = notif.pid as pid_t;
-    let pidfd = sys::pidfd_open(pid)?;
+    let pidfd = open_caller(pid)?;
     let socket = sys::pidfd_getfd(pidfd, fd as u32 as c_int);
     sys::close(pidfd);
     let socket = socket?;
     let result = read_and_connect(listener, notif, pid, socket, addr_ptr, len as usize, allowed);
     sys::close(socket);
     result
+}
+
+/// A pidfd for the calling thread `tid`, whose descriptor table holds the socket: the thread itself
+/// (`PIDFD_THREAD`), or before Linux 6.9 its thread group (threads share one table unless one unshared it, and such a
+/// thread's connections then fail).
+fn open_caller(tid: pid_t) -> Result<c_int, Errno> {
+    match sys::pidfd_open(tid, true) {
+        Err(libc::EINVAL) => sys::pidfd_open(thread_group(tid)?, false),
+        other => other,
+    }
+}
+
+/// The thread group (process) of thread `tid`, from `/proc/TID/status`.
+fn thread_group(tid: pid_t) -> Result<pid_t, Errno> {
+    let mut path = PathBuf64::new();
+    path.push(b"/proc/");
+    path.push_number(tid as u64);
+    path.push(b"/status");
+    let fd = sys::open(path.as_cstr()?, libc::O_RDONLY)?;
+    let mut buf = [0u8; 1024];
+    let read = sys::read(fd, &mut buf);
+    sys::close(fd);
+    tgid_in(buf.get(..read?).unwrap_or_default()).ok_or(libc::ESRCH)
+}
+
+/// The `Tgid:` field of a `/proc/PID/status` text (it comes in the first few lines).
+fn tgid_in(status: &[u8]) -> Option<pid_t> {
+    let line = status.split(|&b| b == b'\n').find_map(|l| l.strip_prefix(b"Tgid:"))?;
+    let digits = line.iter().skip_while(|b| b.is_ascii_whitespace()).take_while(|b| b.is_ascii_digit());
+    digits.fold(None, |n: Option<pid_t>, &d| Some(n.unwrap_or(0).checked_mul(10)? + pid_t::from(d - b'0')))
 }
 
 fn read_and_connect(
@@ -301,6 +331,16 @@ mod tests {
         let mut inet = (libc::AF_INET as u16).to_ne_bytes().to_vec();
         inet.extend_from_slice(b"/run/x");
         assert_eq!(filesystem_path(libc::AF_UNIX, &inet), None, "the kernel refuses that family itself");
+    }
+
+    #[test]
+    fn the_thread_group_is_read_from_status() {
+        let status = b"Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4250\n";
+        assert_eq!(tgid_in(status), Some(4242));
+        assert_eq!(tgid_in(b"Name:\tx\nPid:\t1\n"), None);
+        assert_eq!(tgid_in(b"Tgid:\t\n"), None);
+        let own = std::process::id() as pid_t;
+        assert_eq!(thread_group(own), Ok(own));
     }
 
     #[test]

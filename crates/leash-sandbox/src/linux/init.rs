@@ -278,7 +278,7 @@ struct Started {
 /// Init makes every connection for the command with `pidfd_getfd` (Linux 5.6); on an older kernel the sandbox
 /// cannot confine Unix sockets, and the command does not start.
 fn probe_pidfd_getfd(plan: &Plan) -> Result<(), Fail> {
-    let pidfd = sys::pidfd_open(1).map_err(at(ChildStep::Seccomp, 2))?;
+    let pidfd = sys::pidfd_open(1, false).map_err(at(ChildStep::Seccomp, 2))?;
     let copy = sys::pidfd_getfd(pidfd, plan.channel);
     sys::close(pidfd);
     sys::close(copy.map_err(at(ChildStep::Seccomp, 2))?);

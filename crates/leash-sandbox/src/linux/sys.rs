@@ -518,10 +518,14 @@ pub(super) fn install_filter(program: &[libc::sock_filter]) -> SysResult<c_int> 
     check_long(ret).map(|fd| fd as c_int)
 }
 
-/// pidfd_open(2), close-on-exec by default.
-pub(super) fn pidfd_open(pid: pid_t) -> SysResult<c_int> {
+/// pidfd_open(2), close-on-exec by default; `thread` asks for `PIDFD_THREAD` (Linux 6.9), which also takes a thread
+/// that is not its group's leader.
+pub(super) fn pidfd_open(pid: pid_t, thread: bool) -> SysResult<c_int> {
+    /// `PIDFD_THREAD`, which is `O_EXCL`.
+    const PIDFD_THREAD: c_uint = libc::O_EXCL as c_uint;
+    let flags = if thread { PIDFD_THREAD } else { 0 };
     // SAFETY: pidfd_open takes integers only.
-    check_long(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) }).map(|fd| fd as c_int)
+    check_long(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, flags) }).map(|fd| fd as c_int)
 }
 
 /// pidfd_getfd(2): a close-on-exec duplicate of descriptor `fd` of the process behind `pidfd`.
