@@ -3,6 +3,7 @@
 //! test asserts the refusal, that the origins saw nothing refused, and that a refused name never reached DNS. The
 //! hostile client (`attacks/client.py`) sends exact bytes, including shapes no HTTP library would send. Where the
 //! kernel refuses namespaces the tests skip loudly; `LEASH_REQUIRE_SANDBOX=1` (set by `.ci/run`) makes that a failure.
+//! `LEASH_UNDER_TEST=/path/to/leash` runs the suite against another build (to show a test fails before its fix).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "attacks/scene.rs"]
@@ -11,10 +12,10 @@ mod scene;
 #[path = "attacks/doors.rs"]
 mod doors;
 
-use scene::{text, Proxy, Scene, ADDED_PUBLIC_V4, METADATA, OWN_PUBLIC_V4, WORLD_V4, WORLD_V6};
-use serde_json::{json, Value};
+use std::time::{Duration, Instant};
 
-const LEASH: &str = env!("CARGO_BIN_EXE_leash");
+use scene::{leash, text, Proxy, Scene, ADDED_PUBLIC_V4, METADATA, OWN_PUBLIC_V4, WORLD_V4, WORLD_V6};
+use serde_json::{json, Value};
 
 /// The name every test refuses; the DNS table has an answer for it, so a lookup would show.
 const DENIED: &str = "denied.attack.test";
@@ -586,7 +587,7 @@ fn leash_run_leaves_no_way_out_but_the_proxy() {
     let log = s.path("audit.jsonl");
     let out = s
         .in_edge("timeout")
-        .args(["60", LEASH, "run", "--policy"])
+        .args(["60", &leash(), "run", "--policy"])
         .arg(&policy)
         .arg("--log")
         .arg(&log)
@@ -772,4 +773,57 @@ fn hostile_bytes_in_requests_leave_one_valid_json_line_each() {
     assert!(audit.iter().all(|l| l["decision"] == "block"), "{audit:#?}");
     s.assert_no_lookup();
     s.assert_origin_untouched();
+}
+
+/// What `until` finds, polled for at most 10 s (a proxy or an origin finishing after the client has gone).
+fn within<T>(what: &str, mut until: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(found) = until() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_client_hanging_up_mid_stream_is_logged_with_the_upstreams_status_and_bytes() {
+    // Issue 19, finding 10: a client that closed an event stream after its first event left an outcome of
+    // `status 502, bytes 0/0`, though the upstream had answered 200 and received the whole request.
+    let Some(mut s) = Scene::new() else { return };
+    // The path rule makes ok.attack.test inspected inside TLS; the event streams are under no rule.
+    let p = s.proxy(&format!(
+        "network:\n  mode: blocklist\n  blocked_urls: [ok.attack.test/secret]\n  allow_destinations: [{WORLD_V4}/32]\n"
+    ));
+    let ca = text(&p.ca);
+    let ask = |target: &str| format!("GET {target} HTTP/1.1\r\nHost: {OK}\r\nAccept: text/event-stream\r\n\r\n");
+    let first_event = "data: first\n\n";
+    let probes = vec![
+        json!({"raw": ask(&format!("http://{OK}/events")), "hang_up_after": first_event}),
+        json!({"connect": "ok.attack.test:443", "sni": OK, "cafile": ca, "send": ask("/events-tls"),
+               "hang_up_after": first_event}),
+    ];
+    let results = s.probe(&p, &probes);
+    for (r, (path, port)) in results.iter().zip([("/events", 80), ("/events-tls", 443)]) {
+        assert_eq!((r["status"].as_u64(), r["seen"].as_bool()), (Some(200), Some(true)), "{path}: {r}");
+        let read = r["read"].as_u64().unwrap();
+        let audit = s.audit(&p);
+        let decision = audit.iter().find(|l| l["path"] == path).unwrap_or_else(|| panic!("{path}: {audit:#?}"));
+        assert_eq!(decision["decision"], "allow", "{decision}");
+        let id = decision["id"].clone();
+        let outcome = within(&format!("the outcome of {path}"), || {
+            s.audit(&p).into_iter().find(|l| l["id"] == id && l.get("status").is_some())
+        });
+        assert_eq!(outcome["status"], 200, "{path}: the upstream's status, not leash's own: {outcome}");
+        assert!(outcome["bytes_up"].as_u64().unwrap() > 0, "{path}: the request went up: {outcome}");
+        assert!(
+            outcome["bytes_down"].as_u64().unwrap() >= read,
+            "{path}: at least what the client read ({read}): {outcome}"
+        );
+        // The stream ended because leash let go of the upstream once its client had gone, not at its time limit.
+        let end = format!("world events-end {port} {path} ");
+        let ended = within(&format!("the end of {path}"), || s.events().into_iter().find(|l| l.starts_with(&end)));
+        assert!(ended.starts_with(&format!("{end}gone ")), "{ended}");
+    }
 }

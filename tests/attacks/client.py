@@ -6,6 +6,9 @@
 #    "nontls": TEXT|null, "send": TEXT|null, "expect": N}
 #       CONNECT, then TLS with that SNI (null: none) and the ClientHello sent as asked, then `send` inside TLS
 #       (or `nontls` as plain bytes instead of TLS); `cafile` verifies the server's certificate for the SNI name
+#   "hang_up_after": TEXT               (either kind) instead of reading responses, read until TEXT (latin-1) has
+#       arrived, then close the connection at once, mid-response: the result has "status" (of the response head read,
+#       0 if none), "read" (bytes read off the connection, inside TLS for a tunnel) and "seen" (whether TEXT came)
 # Results: {"responses": [{"status", "reason", "body"}], "connect": STATUS, "tls": "ok"|"closed"|ERROR, "closed"}
 import json, socket, ssl, sys, time
 
@@ -47,6 +50,23 @@ def read_responses(recv, n):
     return got, closed
 
 
+def read_until(recv, text):
+    """Reads until `text` has arrived (or the connection ends, or TIMEOUT): what a client that hangs up mid-response
+    read before it did."""
+    buf, want = b"", text.encode("latin-1")
+    deadline = time.monotonic() + TIMEOUT
+    while want not in buf and time.monotonic() < deadline:
+        try:
+            chunk = recv()
+        except (socket.timeout, ssl.SSLError, ConnectionError):
+            break
+        if not chunk:
+            break
+        buf += chunk
+    status = int(buf.split(b" ")[1]) if buf.startswith(b"HTTP/") and b" " in buf else 0
+    return {"status": status, "read": len(buf), "seen": want in buf}
+
+
 def dial():
     s = socket.create_connection((proxy_host, int(proxy_port)), timeout=TIMEOUT)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -56,6 +76,10 @@ def dial():
 def raw(probe):
     s = dial()
     s.sendall(probe["raw"].encode("latin-1"))
+    if "hang_up_after" in probe:
+        read = read_until(lambda: s.recv(65536), probe["hang_up_after"])
+        s.close()
+        return read
     got, closed = read_responses(lambda: s.recv(65536), probe.get("expect", 1))
     return {"responses": got, "closed": closed}
 
@@ -154,6 +178,10 @@ def tunnel(probe):
             except ssl.SSLZeroReturnError:
                 return b""
 
+    if "hang_up_after" in probe:
+        read = read_until(recv, probe["hang_up_after"])
+        s.close()
+        return dict(read, connect=status, tls="ok")
     got, closed = read_responses(recv, probe.get("expect", 1))
     return {"connect": status, "tls": "ok", "responses": got, "closed": closed}
 

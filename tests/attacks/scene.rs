@@ -16,7 +16,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-const LEASH: &str = env!("CARGO_BIN_EXE_leash");
+/// The `leash` under test: this build's, or `LEASH_UNDER_TEST=/path/to/leash` (to show a test fails against the
+/// build before its fix, as in `doors.rs`).
+pub fn leash() -> String {
+    std::env::var("LEASH_UNDER_TEST").unwrap_or_else(|_| env!("CARGO_BIN_EXE_leash").to_owned())
+}
+
 const WORLD_PY: &str = include_str!("world.py");
 const CLIENT_PY: &str = include_str!("client.py");
 /// Debian's interpreter: quick to start, as on CI.
@@ -169,7 +174,7 @@ impl Scene {
         let policy = self.file("policy.yaml", policy);
         let (ca, log) = (self.path("leash-ca.pem"), self.path("audit.jsonl"));
         let mut child = self
-            .in_edge(LEASH)
+            .in_edge(&leash())
             .args(["proxy", "--listen", "127.0.0.1:0", "--policy"])
             .arg(&policy)
             .arg("--log")

@@ -3,12 +3,19 @@
 #   ROLE dns NAME TYPE          a DNS query (role "world" only; answers from DIR/dns.json)
 #   ROLE conn PORT PEER         a TCP connection accepted on PORT (before any TLS handshake)
 #   ROLE req PORT LINE | HOST   a request head read on PORT (request line and Host header)
+#   ROLE events-end PORT PATH gone|timeout KEEPALIVES
+#                               an event stream (a path under /events) ended: its client went away, or it ran
+#                               EVENTS_FOR seconds; KEEPALIVES is how many keep-alive events were sent after the first
 #   ROLE unix-conn              a connection on the Unix-socket relay (role "relay")
 # Prints "ready" once every socket is bound.
-import json, os, socket, ssl, sys, threading
+import json, os, socket, ssl, sys, threading, time
 
 role, log_path, work = sys.argv[1], sys.argv[2], sys.argv[3]
 lock = threading.Lock()
+# An event stream's first event, then a keep-alive every EVENTS_PACE seconds for at most EVENTS_FOR seconds.
+FIRST_EVENT = b"event: token\ndata: first\n\n"
+KEEP_ALIVE = b": keep-alive\n\n"
+EVENTS_PACE, EVENTS_FOR = 0.1, 10
 
 
 def log(*words):
@@ -19,8 +26,30 @@ def log(*words):
         os.close(fd)
 
 
+def as_chunk(data):
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def serve_events(conn, port, path):
+    """A server-sent event stream (chunked): the first event at once, then keep-alives until the client goes away
+    (a write fails) or EVENTS_FOR seconds have passed; either way the connection then closes."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n" + as_chunk(FIRST_EVENT))
+    deadline, sent = time.monotonic() + EVENTS_FOR, 0
+    while time.monotonic() < deadline:
+        time.sleep(EVENTS_PACE)
+        try:
+            conn.sendall(as_chunk(KEEP_ALIVE))
+        except OSError:
+            log("events-end", port, path, "gone", sent)
+            return
+        sent += 1
+    log("events-end", port, path, "timeout", sent)
+
+
 def serve_http(conn, port):
-    """Keep-alive HTTP/1.1: logs each head, answers `origin PATH` (Content-Length bodies only)."""
+    """Keep-alive HTTP/1.1: logs each head, answers `origin PATH` (Content-Length bodies only), or an event stream
+    for a path under /events (see serve_events), which ends the connection."""
     buf = b""
     while True:
         while b"\r\n\r\n" not in buf:
@@ -46,6 +75,8 @@ def serve_http(conn, port):
             rest += chunk
         buf = rest[length:]
         path = lines[0].split(" ")[1] if " " in lines[0] else "?"
+        if path.startswith("/events"):
+            return serve_events(conn, port, path)
         body = ("origin " + path).encode()
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
