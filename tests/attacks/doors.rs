@@ -195,23 +195,24 @@ fn assert_refused_and_unseen(server: HostServer, verdict: &str) {
     assert!(!server.accepted(), "the host server saw a connection");
 }
 
-#[test]
-fn a_host_unix_socket_bound_by_a_relative_path_is_refused() {
+/// A host server bound in an unwalked directory as `mode` says; the command connects by the socket's full path.
+fn assert_host_socket_refused(mode: &str) {
     let Some(()) = sandbox() else { return };
     let dir = unwalked_dir();
-    let server = HostServer::start(&[], "relative", dir.path());
+    let server = HostServer::start(&[], mode, dir.path());
     let verdict = connect_from_inside(&dir.path().join("target.sock"));
     assert_refused_and_unseen(server, &verdict);
 }
 
 #[test]
+fn a_host_unix_socket_bound_by_a_relative_path_is_refused() {
+    assert_host_socket_refused("relative");
+}
+
+#[test]
 fn a_host_unix_socket_linked_into_place_is_refused() {
     // OpenSSH's ControlMaster binds a temporary name, links the socket into place and removes the temporary name.
-    let Some(()) = sandbox() else { return };
-    let dir = unwalked_dir();
-    let server = HostServer::start(&[], "linked", dir.path());
-    let verdict = connect_from_inside(&dir.path().join("target.sock"));
-    assert_refused_and_unseen(server, &verdict);
+    assert_host_socket_refused("linked");
 }
 
 #[test]
