@@ -119,6 +119,8 @@ pub struct Policy {
     /// `.x` entries of `model_apis`, without the dot.
     model_subtrees: FastMap<Box<str>, ()>,
     provider_tools: ProviderTools,
+    /// Some tunnel may be inspected (see [`Policy::may_inspect`]).
+    may_inspect: bool,
 }
 
 impl Policy {
@@ -144,6 +146,12 @@ impl Policy {
     /// `network.inspect: all`: every allowed tunnel is inspected.
     pub fn inspect_all(&self) -> bool {
         self.inspect_all
+    }
+
+    /// False when no tunnel can ever be inspected: no `inspect: all`, no path rule, and no model API host whose tools
+    /// are filtered can be allowed. A caller may then do without a CA (`leash run` writes none). Errs towards true.
+    pub fn may_inspect(&self) -> bool {
+        self.may_inspect
     }
 
     /// `network.provider_tools`: what happens to provider-side tools in requests to model API hosts.
@@ -279,6 +287,16 @@ impl Policy {
         }
         rules.finish();
         let (model_exact, model_subtrees) = model_sets(&network.model_apis);
+        let filters_models = network.provider_tools != ProviderTools::Allow;
+        let may_inspect = network.inspect_all
+            || rules.has_path_rules()
+            || (filters_models
+                && match network.mode {
+                    // Every name but the blocked ones is allowed, model APIs among them.
+                    Mode::Blocklist => true,
+                    Mode::Allowlist => allowed_names(&network)
+                        .any(|(name, subtree)| may_cover_model(name, subtree, &model_exact, &model_subtrees)),
+                });
         Policy {
             mode: network.mode,
             ports: network.ports,
@@ -290,6 +308,7 @@ impl Policy {
             model_exact,
             model_subtrees,
             provider_tools: network.provider_tools,
+            may_inspect,
         }
     }
 
@@ -399,6 +418,23 @@ fn model_sets(entries: &[HostPattern]) -> (FastMap<Box<str>, ()>, FastMap<Box<st
         };
     }
     (exact, subtrees)
+}
+
+/// An allowlist's `allowed_hosts` names as (name, covers subdomains); its `allowed_urls` all carry a path.
+fn allowed_names(network: &Network) -> impl Iterator<Item = (&str, bool)> {
+    network.hosts.iter().filter_map(|rule| match &rule.pattern {
+        HostPattern::Exact(name) => Some((name.as_str(), false)),
+        HostPattern::Subtree(name) => Some((name.as_str(), true)),
+        HostPattern::Ipv4(_) => None,
+    })
+}
+
+/// Whether an allowlist entry may allow some model API host: the name is one, or lies under a `.x` model entry, or
+/// (for a `.x` entry) a model host or `.x` model entry lies under it.
+fn may_cover_model(name: &str, subtree: bool, exact: &FastMap<Box<str>, ()>, subtrees: &FastMap<Box<str>, ()>) -> bool {
+    let under = |inner: &str, outer: &str| inner == outer || inner.ends_with(&format!(".{outer}"));
+    let is_model = exact.contains_key(name) || subtrees.keys().any(|t| under(name, t));
+    is_model || (subtree && exact.keys().chain(subtrees.keys()).any(|m| under(m, name)))
 }
 
 /// Two entries spelling one dotted quad name the smaller text, as ties do in the matcher.

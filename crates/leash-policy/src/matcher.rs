@@ -79,6 +79,11 @@ impl Matcher {
         }
     }
 
+    /// Whether any entry carries a path.
+    pub(crate) fn has_path_rules(&self) -> bool {
+        self.hosts.values().any(|rules| !rules.paths.entries.is_empty())
+    }
+
     /// Sort every prefix set; call once after the last `add_*`.
     pub(crate) fn finish(&mut self) {
         for rules in self.hosts.values_mut() {

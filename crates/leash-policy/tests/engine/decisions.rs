@@ -201,3 +201,21 @@ fn decisions_render_their_reason_words() {
     assert_eq!(render(&d), "block port");
     assert_eq!(d.reason.as_str(), "port");
 }
+
+#[test]
+fn a_policy_that_can_never_inspect_says_so() {
+    let may = |text: &str| policy(text).may_inspect();
+    let allow = |hosts: &str, extra: &str| format!("network:\n  mode: allowlist\n  allowed_hosts: [{hosts}]\n{extra}");
+    assert!(!may(&allow("pypi.org, .pythonhosted.org, 192.0.2.7", "")), "no path rule, no model API");
+    assert!(may(&allow("pypi.org", "  allowed_urls: [github.com/rust-lang/]\n")), "a path rule");
+    assert!(may(&allow("pypi.org", "  inspect: all\n")));
+    assert!(may(&allow("api.anthropic.com", "")), "a model API whose tools are filtered");
+    assert!(may(&allow(".anthropic.com", "")), "a subtree holding a model API");
+    assert!(may(&allow(".com", "")), "a subtree holding model APIs");
+    assert!(may(&allow("a.b.x.org", "  model_apis: ['.x.org']\n")), "under a `.x` model entry");
+    assert!(!may(&allow("api.anthropic.com", "  provider_tools: allow\n")), "tools not filtered");
+    assert!(may(BLOCK), "a blocklist allows the model APIs");
+    let no_filter = "network:\n  mode: blocklist\n  blocked_urls: [example.org]\n  provider_tools: allow\n";
+    assert!(!may(no_filter));
+    assert!(may(&format!("{no_filter}  inspect: all\n")));
+}

@@ -421,6 +421,9 @@ fn host_may_pass(g: &Generated, host: &Host) -> bool {
 /// The invariants every decision keeps: an IP literal passes only if listed, and an allowlist passes nothing
 /// without naming the rule that let it.
 fn check_decision(g: &Generated, host: &Host, d: &Decision) -> Result<(), TestCaseError> {
+    if d.verdict == Verdict::Inspect {
+        prop_assert!(g.policy.may_inspect(), "{host:?} inspected, yet no CA would exist: {d:?}\n{}", g.yaml);
+    }
     if d.verdict != Verdict::Block {
         prop_assert!(host_may_pass(g, host), "{host:?} passed: {d:?}\n{}", g.yaml);
         if g.policy.mode() == Mode::Allowlist {
