@@ -61,10 +61,13 @@ fn a_command_that_cannot_be_started_is_exit_125_and_says_so() {
     assert!(err.contains("the command was not run") && err.contains("/nonexistent/agent"), "{err}");
 }
 
-/// The command's environment, as `env -0` prints it inside the sandbox, with `inherited` set in leash's own.
-fn sandbox_env(inherited: &[(&str, &str)]) -> HashMap<String, String> {
+/// The command's environment, as `env -0` prints it inside the sandbox under the rules `policy` (run's options),
+/// with `inherited` set in leash's own.
+fn sandbox_env(policy: &[&str], inherited: &[(&str, &str)]) -> HashMap<String, String> {
     let o = Command::new(LEASH)
-        .args(["run", "--", "env", "-0"])
+        .arg("run")
+        .args(policy)
+        .args(["--", "env", "-0"])
         .envs(inherited.iter().copied())
         .env("RUST_LOG", "warn")
         .output()
@@ -78,15 +81,19 @@ fn every_proxy_variable_names_the_proxy_no_proxy_is_removed_and_ca_variables_nam
     if !sandbox_available() {
         return;
     }
-    let env = sandbox_env(&[
-        ("NO_PROXY", "docs.test"),
-        ("no_proxy", "*"),
-        ("HTTPS_PROXY", "http://elsewhere.test:8080"),
-        ("all_proxy", "socks5://elsewhere.test:1080"),
-        ("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"),
-        ("AWS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"),
-        ("LEASH_TEST_KEPT", "yes"),
-    ]);
+    // A path rule: tunnels to docs.test are inspected, so the run has a CA.
+    let env = sandbox_env(
+        &["--block", "docs.test/private"],
+        &[
+            ("NO_PROXY", "docs.test"),
+            ("no_proxy", "*"),
+            ("HTTPS_PROXY", "http://elsewhere.test:8080"),
+            ("all_proxy", "socks5://elsewhere.test:1080"),
+            ("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"),
+            ("AWS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"),
+            ("LEASH_TEST_KEPT", "yes"),
+        ],
+    );
     for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
         assert_eq!(env.get(var).map(String::as_str), Some("http://127.0.0.1:3128"), "{var}");
     }
@@ -104,6 +111,20 @@ fn every_proxy_variable_names_the_proxy_no_proxy_is_removed_and_ca_variables_nam
     assert!(ca.ends_with("ca.pem"), "{ca}");
     // The files are gone once the run is over.
     assert!(!Path::new(&bundle).exists() && !Path::new(ca).exists(), "the run's CA files were left behind");
+}
+
+#[test]
+fn a_policy_that_never_inspects_makes_no_ca_and_leaves_the_callers_trust_alone() {
+    if !sandbox_available() {
+        return;
+    }
+    let system = "/etc/ssl/certs/ca-certificates.crt";
+    let env = sandbox_env(&["--allow", "docs.test"], &[("SSL_CERT_FILE", system), ("NO_PROXY", "docs.test")]);
+    assert_eq!(env.get("SSL_CERT_FILE").map(String::as_str), Some(system), "the caller's own trust is kept");
+    let run_files: Vec<_> = env.iter().filter(|(_, v)| v.contains("leash-run-")).collect();
+    assert!(run_files.is_empty(), "variables name a run CA that was never made: {run_files:?}");
+    assert_eq!(env.get("HTTPS_PROXY").map(String::as_str), Some("http://127.0.0.1:3128"));
+    assert!(!env.contains_key("NO_PROXY"), "an exemption survived: {env:?}");
 }
 
 /// Start `leash run -- sh -c SCRIPT`, wait until the command prints `ready`, send `signal` to leash itself, and

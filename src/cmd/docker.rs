@@ -100,7 +100,7 @@ async fn run_container(
     // Each socket is handed out of the container's namespace; a bound like `leash run`'s keeps that small.
     let transparent_ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
     let audit = Arc::new(audit.with_container(&container.id));
-    let config = config(policy, pins, audit.clone(), inspection);
+    let config = config(policy, pins, audit.clone(), Some(inspection));
     let launch = Launch { interactive: opts.interactive, gated, transparent_ports };
     let exit = supervise(&container, &gate, launch, config, &mut stop).await;
     replay_deferred_log(&audit);
@@ -154,7 +154,7 @@ async fn attach_container(
         Ok(w) => w,
         Err(e) => return refuse_engine(&e),
     };
-    let config = config(policy, pins, Arc::new(audit.with_container(&state.id)), inspection);
+    let config = config(policy, pins, Arc::new(audit.with_container(&state.id)), Some(inspection));
     println!("listening inside {} on {PROXY_INSIDE}", short(&state.id));
     let (tx, rx) = tokio::sync::oneshot::channel();
     let pid = waiter.pid();

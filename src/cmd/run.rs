@@ -35,16 +35,18 @@ pub fn run(args: RunArgs) -> Exit {
     };
     let audit = Arc::new(audit);
     // The CA files are named now, so the command's environment can point at them; they are written while the
-    // sandbox's namespaces are built, and exist before the command starts.
-    let ca_files = match CaFiles::create() {
+    // sandbox's namespaces are built, and exist before the command starts. A policy that never inspects needs no
+    // CA (an `--upstream-ca` is still read, so a bad one is refused as always).
+    let needs_ca = policy.may_inspect() || !args.proxy.upstream_ca.is_empty();
+    let ca_files = match needs_ca.then(CaFiles::create).transpose() {
         Ok(files) => files,
         Err(e) => {
             eprintln!("leash: the command was not run: cannot create the run's CA directory: {e}");
             return Exit::SandboxFailed;
         }
     };
-    let mut spec = spec(&args);
-    spec.env.extend(ca_files.env());
+    let mut spec = spec(&args, ca_files.is_some());
+    spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
     let ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
     spec.tcp_listeners.extend(ports.into_iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
     // The init is cloned before the CA's key exists, so its copy of leash's memory never holds it.
@@ -53,7 +55,7 @@ pub fn run(args: RunArgs) -> Exit {
         Err(e) => return not_run(e),
     };
     // On an early return, dropping `pending` ends the init: the command never starts.
-    let config = match proxy_config(&args, policy, pins, audit.clone(), &ca_files) {
+    let config = match proxy_config(&args, policy, pins, audit.clone(), ca_files.as_ref()) {
         Ok(config) => config,
         Err(code) => return code,
     };
@@ -82,22 +84,23 @@ pub fn run(args: RunArgs) -> Exit {
     exit
 }
 
-/// The run's CA, its files for the command, and the proxy's configuration around them. An unusable
-/// `--upstream-ca` is exit 2, like a usage error.
+/// The run's CA, its files for the command, and the proxy's configuration around them; without CA files, no
+/// inspection (a tunnel that would need it is refused). An unusable `--upstream-ca` is exit 2, like a usage error.
 fn proxy_config(
     args: &RunArgs,
     policy: leash_policy::Policy,
     pins: Pins,
     audit: Arc<leash_proxy::AuditLog>,
-    ca_files: &CaFiles,
+    ca_files: Option<&CaFiles>,
 ) -> Result<ProxyConfig, Exit> {
+    let Some(ca_files) = ca_files else { return Ok(config(policy, pins, audit, None)) };
     let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
     let inspection = crate::cmd::proxy::inspection(&tls)?;
     if let Err(e) = ca_files.write(&inspection) {
         eprintln!("leash: the command was not run: cannot write the run's CA files: {e}");
         return Err(Exit::SandboxFailed);
     }
-    Ok(config(policy, pins, audit, inspection))
+    Ok(config(policy, pins, audit, Some(inspection)))
 }
 
 fn not_run(e: leash_sandbox::SandboxError) -> Exit {
@@ -107,11 +110,11 @@ fn not_run(e: leash_sandbox::SandboxError) -> Exit {
 
 /// The sandbox: CMD, its environment, the proxy's listener inside, the DNS stub's socket and a resolv.conf that points
 /// at it, on the sandbox's own loopback (refused names fail at once; no lookup ever reaches a real resolver).
-fn spec(args: &RunArgs) -> SandboxSpec {
+fn spec(args: &RunArgs, with_ca: bool) -> SandboxSpec {
     let mut command = args.command.iter();
     let mut spec = SandboxSpec::new(command.next().cloned().unwrap_or_default());
     spec.args = command.cloned().collect();
-    spec.env = child_env(inherited_env(args));
+    spec.env = child_env(inherited_env(args), with_ca);
     spec.tcp_listeners = vec![PROXY_INSIDE];
     spec.udp_sockets = vec![DNS_INSIDE];
     spec.resolv_conf = Some("nameserver 127.0.0.1\noptions attempts:1 timeout:1\n".to_owned());
@@ -134,12 +137,17 @@ fn inherited_env(args: &RunArgs) -> Vec<(OsString, OsString)> {
     std::env::vars_os().filter(|(k, _)| !args.clean_env || kept(k)).collect()
 }
 
-/// leash's environment with every proxy variable pointing at the proxy inside and `NO_PROXY` removed.
-fn child_env(inherited: Vec<(OsString, OsString)>) -> Vec<(OsString, OsString)> {
+/// leash's environment with every proxy variable pointing at the proxy inside and `NO_PROXY` removed; with the
+/// run's CA files (`with_ca`), the CA variables are left to name them.
+fn child_env(inherited: Vec<(OsString, OsString)>, with_ca: bool) -> Vec<(OsString, OsString)> {
     let url = OsString::from(format!("http://{PROXY_INSIDE}"));
-    // Inherited CA variables would point clients elsewhere than the run's bundle; they are replaced.
-    let replaced =
-        |k: &OsString| PROXY_VARS.iter().chain(&BUNDLE_VARS).chain(&[NODE_VAR, "NODE_USE_ENV_PROXY"]).any(|v| k == v);
+    // Inherited CA variables would point clients elsewhere than the run's bundle; they are replaced. Without a CA,
+    // tunnels are spliced and the caller's own trust settings stay right.
+    let replaced = |k: &OsString| {
+        PROXY_VARS.iter().any(|v| k == v)
+            || k == "NODE_USE_ENV_PROXY"
+            || (with_ca && (BUNDLE_VARS.iter().any(|v| k == v) || k == NODE_VAR))
+    };
     let mut env: Vec<(OsString, OsString)> = inherited.into_iter().filter(|(k, _)| !replaced(k)).collect();
     for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
         env.push((var.into(), url.clone()));

@@ -59,13 +59,13 @@ pub fn hidden_log(args: &SandboxProxyArgs) -> Vec<std::path::PathBuf> {
 }
 
 /// The proxy's configuration for a sandbox.
-pub fn config(policy: Policy, pins: Pins, audit: Arc<AuditLog>, inspection: Arc<Inspection>) -> ProxyConfig {
+pub fn config(policy: Policy, pins: Pins, audit: Arc<AuditLog>, inspection: Option<Arc<Inspection>>) -> ProxyConfig {
     ProxyConfig {
         policy: PolicyHandle::new(policy),
         audit,
         resolver: Arc::new(SystemResolver::new(pins)),
         own_addrs: OwnAddrs::Host,
         limits: crate::fit_open_files(Limits::default()),
-        inspection: Some(inspection),
+        inspection,
     }
 }
