@@ -6,6 +6,7 @@ mod cli;
 mod cmd;
 mod exit;
 mod policy_file;
+mod shared;
 
 use std::process::ExitCode;
 

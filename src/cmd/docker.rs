@@ -29,9 +29,9 @@ use self::gate::{Gate, BUNDLE_FILE, CA_FILE, GATE_MOUNT};
 use self::options::RunOptions;
 use self::serve::{bind_inside, refuse_bind, serve_until, with_runtime, Inside, StopSignals, DNS_INSIDE, PROXY_INSIDE};
 use crate::cli::{DockerAttachArgs, DockerRunArgs, TlsArgs};
-use crate::cmd::sandboxed::{config, proxy_parts, replay_deferred_log, Pins};
-use crate::cmd::trust::{BUNDLE_VARS, NODE_VAR};
 use crate::exit::Exit;
+use crate::shared::sandboxed::{config, proxy_parts, replay_deferred_log, Pins};
+use crate::shared::trust::{BUNDLE_VARS, NODE_VAR};
 
 /// How long leash waits for a started container to get its init pid (`docker start` has returned by then on any
 /// sane daemon; the bound keeps a wedged one from hanging leash).
@@ -121,7 +121,7 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         ca_bundle_out: args.ca_bundle_out.clone(),
         upstream_ca: args.proxy.upstream_ca.clone(),
     };
-    let inspection = match crate::cmd::proxy::inspection(&tls) {
+    let inspection = match crate::shared::tls::inspection(&tls) {
         Ok(i) => i,
         Err(code) => return code,
     };

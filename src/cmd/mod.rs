@@ -1,9 +1,8 @@
-//! One module per subcommand; each takes its parsed arguments and returns an [`crate::exit::Exit`].
+//! One module per subcommand; each takes its parsed arguments and returns an [`crate::exit::Exit`]. What several
+//! share is in [`crate::shared`]: no subcommand imports another.
 
 pub mod check;
 pub mod docker;
 pub mod explain;
 pub mod proxy;
 pub mod run;
-pub mod sandboxed;
-pub mod trust;

@@ -1,18 +1,18 @@
 //! `leash proxy`: load the policy, open the audit log, bind, print `listening on ADDR`, serve until SIGINT/SIGTERM,
 //! reload on SIGHUP.
 
-use std::collections::HashMap;
 use std::io::Write;
-use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use leash_proxy::{AuditLog, Inspection, Limits, PolicyHandle, ProxyConfig, SystemResolver, UpstreamTrust};
+use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::{ProxyArgs, TlsArgs};
+use crate::cli::ProxyArgs;
 use crate::exit::Exit;
 use crate::policy_file::{load_file, located};
+use crate::shared::sandboxed::parse_pins;
+use crate::shared::tls::inspection;
 
 pub fn run(args: ProxyArgs) -> Exit {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -75,49 +75,6 @@ async fn serve(args: ProxyArgs) -> Exit {
     }
 }
 
-/// TLS inspection: a new CA for this run, upstream trust, and the CA (or bundle) written where asked. Any failure
-/// stops leash: a policy with path rules cannot be enforced over HTTPS without it.
-pub(crate) fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Exit> {
-    let trust = UpstreamTrust { system_roots: true, extra_ca_files: args.upstream_ca.clone() };
-    let inspection = Inspection::new(&trust).map_err(|e| {
-        eprintln!("leash: cannot set up TLS inspection: {e}");
-        Exit::Usage
-    })?;
-    let written = |path: &Path, result: std::io::Result<()>| {
-        result.map_err(|e| {
-            eprintln!("leash: cannot write `{}`: {e}", path.display());
-            Exit::Usage
-        })
-    };
-    if let Some(path) = &args.ca_cert_out {
-        written(path, write_atomically(path, &|tmp| write_public(tmp, inspection.ca_pem())))?;
-    }
-    if let Some(path) = &args.ca_bundle_out {
-        written(path, write_atomically(path, &|tmp| inspection.write_bundle(tmp)))?;
-    }
-    if let Some(path) = &args.ca_cert_out {
-        tracing::info!("TLS inspection: the run's CA certificate is in `{}`", path.display());
-    }
-    Ok(Arc::new(inspection))
-}
-
-/// Write a certificate file with `write` (which leaves it readable by everyone: it holds no secret), atomically: a
-/// reader polling for it never sees half a file.
-fn write_atomically(path: &Path, write: &dyn Fn(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp-{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    write(&tmp).and_then(|()| std::fs::rename(&tmp, path)).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
-/// `text` in a new file at `path`, mode 0644.
-pub(crate) fn write_public(path: &Path, text: &str) -> std::io::Result<()> {
-    std::fs::write(path, text)?;
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
-}
-
 /// The audit log: the file given (mode 0600, appended), else standard output. Failing to open it stops leash.
 pub(crate) fn open_log(path: Option<&PathBuf>) -> Result<Arc<AuditLog>, Exit> {
     match path {
@@ -127,18 +84,6 @@ pub(crate) fn open_log(path: Option<&PathBuf>) -> Result<Arc<AuditLog>, Exit> {
             Exit::Usage
         }),
     }
-}
-
-pub(crate) fn parse_pins(specs: &[String]) -> Result<HashMap<Box<str>, Vec<IpAddr>>, Exit> {
-    let mut pins: HashMap<Box<str>, Vec<IpAddr>> = HashMap::new();
-    for spec in specs {
-        let (name, ip) = leash_proxy::resolve::parse_pin(spec).map_err(|e| {
-            eprintln!("leash: --resolve {e}");
-            Exit::Usage
-        })?;
-        pins.entry(name).or_default().push(ip);
-    }
-    Ok(pins)
 }
 
 /// Completes on SIGINT or SIGTERM.

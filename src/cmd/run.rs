@@ -10,9 +10,9 @@ use leash_proxy::{PolicyHandle, ProxyConfig, TRANSPARENT_ADDR};
 use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
-use crate::cmd::sandboxed::{config, hidden_log, proxy_parts, replay_deferred_log, Pins};
-use crate::cmd::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 use crate::exit::Exit;
+use crate::shared::sandboxed::{config, hidden_log, proxy_parts, replay_deferred_log, Pins};
+use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 
 /// Where the proxy listens inside the sandbox (the conventional proxy port, on the sandbox's own loopback).
 const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
@@ -95,7 +95,7 @@ fn proxy_config(
 ) -> Result<ProxyConfig, Exit> {
     let Some(ca_files) = ca_files else { return Ok(config(policy, pins, audit, None)) };
     let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
-    let inspection = crate::cmd::proxy::inspection(&tls)?;
+    let inspection = crate::shared::tls::inspection(&tls)?;
     if let Err(e) = ca_files.write(&inspection) {
         eprintln!("leash: the command was not run: cannot write the run's CA files: {e}");
         return Err(Exit::SandboxFailed);

@@ -51,7 +51,7 @@ impl Gate {
 
     /// The run's CA and the bundle, 0644 (no secret in them; the container's user may be anyone).
     pub(super) fn write_ca(&self, inspection: &Inspection) -> std::io::Result<()> {
-        crate::cmd::trust::write_trust_files(inspection, &self.dir.join(CA_FILE), &self.dir.join(BUNDLE_FILE))
+        crate::shared::trust::write_trust_files(inspection, &self.dir.join(CA_FILE), &self.dir.join(BUNDLE_FILE))
     }
 }
 

@@ -1,4 +1,4 @@
-//! What `leash run` and `leash docker` share: the policy (a file, or inline `--allow`/`--block`; with neither,
+//! What `leash run` and `leash docker` share (and, for the `--resolve` pins, `leash proxy`): the policy (a file, or inline `--allow`/`--block`; with neither,
 //! nothing is allowed), the `--resolve` pins, the audit log (standard error without `--log`, after the command where
 //! it shares that), and the proxy's configuration around them with TLS inspection on.
 
@@ -17,6 +17,19 @@ use crate::policy_file::{load_file, print_errors};
 /// `--resolve` answers, by name.
 pub type Pins = HashMap<Box<str>, Vec<IpAddr>>;
 
+/// The `--resolve NAME:IP` pins; a malformed one is exit 2.
+pub fn parse_pins(specs: &[String]) -> Result<Pins, Exit> {
+    let mut pins = Pins::new();
+    for spec in specs {
+        let (name, ip) = leash_proxy::resolve::parse_pin(spec).map_err(|e| {
+            eprintln!("leash: --resolve {e}");
+            Exit::Usage
+        })?;
+        pins.entry(name).or_default().push(ip);
+    }
+    Ok(pins)
+}
+
 /// The policy, the pins and the audit log (not yet shared: `leash docker` adds the container ID once known).
 /// Without `--log`, the log goes to standard error; where the sandboxed command shares it (`stderr_shared`), it is
 /// kept aside until [`replay_deferred_log`]: lines written there while the command runs could be forged, interleaved
@@ -31,7 +44,7 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<(Poli
             Exit::Usage
         })?,
     };
-    let pins = crate::cmd::proxy::parse_pins(&args.resolve)?;
+    let pins = parse_pins(&args.resolve)?;
     let audit = match &args.log {
         None if stderr_shared => AuditLog::deferred(&leash_sandbox::scratch_dir()).map_err(|e| {
             eprintln!("leash: cannot keep the audit log until the command ends: {e}; pass --log FILE");

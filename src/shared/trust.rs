@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use leash_proxy::Inspection;
 
-use crate::cmd::proxy::write_public;
+use crate::shared::tls::write_public;
 
 /// Variables that name a CA bundle for the clients that read them: OpenSSL (curl, Python's ssl, Ruby, wget), Python
 /// requests, curl, git, pip, cargo, the AWS SDKs, gRPC, httplib2, gcloud, Nix, Deno. Each is pointed at the bundle

@@ -1,0 +1,7 @@
+//! Helpers several subcommands share, so that no subcommand imports another: the sandboxed commands' policy, pins,
+//! audit log and proxy configuration ([`sandboxed`]), the run's TLS inspection and its files ([`tls`]), and the CA
+//! handed to a sandboxed command ([`trust`]).
+
+pub mod sandboxed;
+pub mod tls;
+pub mod trust;

@@ -1,0 +1,53 @@
+//! TLS inspection as every subcommand that inspects sets it up: a new CA for the run, upstream trust, and the CA
+//! (or bundle) written where asked, as files readable by everyone and never seen half-written.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use leash_proxy::{Inspection, UpstreamTrust};
+
+use crate::cli::TlsArgs;
+use crate::exit::Exit;
+
+/// TLS inspection: a new CA for this run, upstream trust, and the CA (or bundle) written where asked. Any failure
+/// stops leash: a policy with path rules cannot be enforced over HTTPS without it.
+pub fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Exit> {
+    let trust = UpstreamTrust { system_roots: true, extra_ca_files: args.upstream_ca.clone() };
+    let inspection = Inspection::new(&trust).map_err(|e| {
+        eprintln!("leash: cannot set up TLS inspection: {e}");
+        Exit::Usage
+    })?;
+    let written = |path: &Path, result: std::io::Result<()>| {
+        result.map_err(|e| {
+            eprintln!("leash: cannot write `{}`: {e}", path.display());
+            Exit::Usage
+        })
+    };
+    if let Some(path) = &args.ca_cert_out {
+        written(path, write_atomically(path, &|tmp| write_public(tmp, inspection.ca_pem())))?;
+    }
+    if let Some(path) = &args.ca_bundle_out {
+        written(path, write_atomically(path, &|tmp| inspection.write_bundle(tmp)))?;
+    }
+    if let Some(path) = &args.ca_cert_out {
+        tracing::info!("TLS inspection: the run's CA certificate is in `{}`", path.display());
+    }
+    Ok(Arc::new(inspection))
+}
+
+/// Write a certificate file with `write` (which leaves it readable by everyone: it holds no secret), atomically: a
+/// reader polling for it never sees half a file.
+fn write_atomically(path: &Path, write: &dyn Fn(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    write(&tmp).and_then(|()| std::fs::rename(&tmp, path)).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// `text` in a new file at `path`, mode 0644.
+pub fn write_public(path: &Path, text: &str) -> std::io::Result<()> {
+    std::fs::write(path, text)?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+}
