@@ -1,6 +1,6 @@
 //! Where the init runs while leash and the init build the sandbox side by side: on another CPU than leash's.
 //!
-//! After the clone, leash scans the host's sockets and writes the CA files while the init creates the namespaces;
+//! After the clone, leash writes the CA files and builds its runtime while the init creates the namespaces;
 //! each is about a millisecond of CPU. The scheduler, though, mostly queues a forked child on its parent's CPU and
 //! leaves it there until the parent sleeps, even when another CPU is idle: the two halves then ran one after the
 //! other (traced on the reference machine: the init's first instruction came a millisecond after the clone, once

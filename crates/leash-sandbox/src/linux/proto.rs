@@ -293,8 +293,9 @@ mod tests {
 
     #[test]
     fn hide_orders_carry_every_path_once_in_order_then_go() {
-        let masks: Vec<PathBuf> = (0..2000).map(|i| PathBuf::from(format!("/run/user/1000/socket-{i:05}"))).collect();
-        let records = orders(&masks);
+        let hidden: Vec<PathBuf> =
+            (0..2000).map(|i| PathBuf::from(format!("/home/u/logs/audit-{i:05}.jsonl"))).collect();
+        let records = orders(&hidden);
         assert!(records.len() > 2, "2000 paths need several records");
         assert!(records.iter().all(|r| r.len() <= ORDER_LEN));
         assert_eq!(records.last().map(|r| Order::decode(r)), Some(Some(Order::Go)));
@@ -303,7 +304,7 @@ mod tests {
             let Some(Order::Hide(payload)) = Order::decode(record) else { panic!("not a hide record") };
             got.extend(hidden_paths(payload).map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p.to_bytes()))));
         }
-        assert_eq!(got, masks);
+        assert_eq!(got, hidden);
         assert_eq!(orders(&[]), vec![ORDER_GO.to_ne_bytes().to_vec()], "nothing to hide: only Go");
     }
 
