@@ -4,22 +4,20 @@
 
 use std::path::PathBuf;
 
-use leash_proxy::Inspection;
-
 /// Where the gate directory is mounted (read-only) inside the container.
-pub(super) const GATE_MOUNT: &str = "/run/leash";
+pub const GATE_MOUNT: &str = "/run/leash";
 /// The file whose existence opens the gate.
 const READY_FILE: &str = "ready";
 /// The run's CA, and the system roots plus that CA, in the gate directory (so at `GATE_MOUNT` inside).
-pub(super) const CA_FILE: &str = "ca.pem";
-pub(super) const BUNDLE_FILE: &str = "bundle.pem";
+pub const CA_FILE: &str = "ca.pem";
+pub const BUNDLE_FILE: &str = "bundle.pem";
 /// The gate's tries, `GATE_STEP` apart: leash binds within a second of the start on an idle machine; 30 s covers a
 /// loaded one. After that the container exits 125 without running its command.
 const GATE_STEPS: u32 = 300;
 const GATE_STEP: &str = "0.1";
 
 /// Waits for the ready file (bounded), then runs the real command in its place.
-pub(super) fn script() -> String {
+pub fn script() -> String {
     format!(
         "i=0; while [ ! -e {GATE_MOUNT}/{READY_FILE} ]; do i=$((i+1)); \
          if [ $i -gt {GATE_STEPS} ]; then echo 'leash: the proxy did not come up; not running the command' >&2; \
@@ -29,12 +27,13 @@ pub(super) fn script() -> String {
 
 /// The start-up gate: a private host directory mounted read-only in the container; `open` creates the ready file.
 /// Removed when dropped.
-pub(super) struct Gate {
-    pub(super) dir: PathBuf,
+pub struct Gate {
+    pub dir: PathBuf,
 }
 
 impl Gate {
-    pub(super) fn create() -> std::io::Result<Gate> {
+    /// A new gate directory under `TMPDIR`, mode 0755, closed.
+    pub fn create() -> std::io::Result<Gate> {
         use std::os::unix::fs::DirBuilderExt;
         /// Tells apart the gates of several runs of one process (tests).
         static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -45,13 +44,20 @@ impl Gate {
         Ok(Gate { dir })
     }
 
-    pub(super) fn open(&self) -> std::io::Result<()> {
+    /// Opens the gate: the command held behind it runs.
+    pub fn open(&self) -> std::io::Result<()> {
         std::fs::write(self.dir.join(READY_FILE), b"")
     }
 
-    /// The run's CA and the bundle, 0644 (no secret in them; the container's user may be anyone).
-    pub(super) fn write_ca(&self, inspection: &Inspection) -> std::io::Result<()> {
-        crate::shared::trust::write_trust_files(inspection, &self.dir.join(CA_FILE), &self.dir.join(BUNDLE_FILE))
+    /// Where the run's CA goes (`CA_FILE` inside): the caller writes it, mode 0644 (no secret in it; the
+    /// container's user may be anyone).
+    pub fn ca_path(&self) -> PathBuf {
+        self.dir.join(CA_FILE)
+    }
+
+    /// Where the bundle (system roots plus the run's CA) goes (`BUNDLE_FILE` inside), mode 0644 as the CA.
+    pub fn bundle_path(&self) -> PathBuf {
+        self.dir.join(BUNDLE_FILE)
     }
 }
 

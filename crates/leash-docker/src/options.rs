@@ -2,9 +2,8 @@
 //! own parser does (long and short forms, `=` or a separate value, bundled short flags), and checked for the
 //! options that would defeat the policy (another network, privileges, network capabilities, the host's process or
 //! user namespace, the Docker socket). Pure: no Docker, no filesystem; the host-side look at bind-mount sources
-//! (symlinks, sockets) is `docker.rs`'s.
+//! (symlinks, sockets) is [`crate::host`]'s.
 
-use std::fmt;
 use std::path::{Component, Path};
 
 /// Options that take no value (`--rm`, `-t`); `--opt=false` is accepted for them as Docker does.
@@ -111,7 +110,7 @@ pub struct RunOptions {
     /// the host-side check; those already refused here are left out.
     pub bind_sources: Vec<(String, String)>,
     /// Named volumes mounted (`-v NAME:…`, `--mount type=volume,source=NAME`) and the option that names each: one
-    /// that already exists may have been created to bind a host path, so the daemon is asked (see `docker.rs`).
+    /// that already exists may have been created to bind a host path, so the daemon is asked (see [`crate::host`]).
     pub named_volumes: Vec<(String, String)>,
     /// Options that would defeat the policy; refused unless the user overrides.
     pub unsafe_options: Vec<Unsafe>,
@@ -126,27 +125,24 @@ pub struct Unsafe {
 }
 
 /// The options cannot be used at all (no override).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
+    #[error("{}", unknown(.0))]
     Unknown(String),
+    #[error("docker run option `{0}` needs a value")]
     MissingValue(String),
+    #[error("no image given: `leash docker run [OPTIONS] IMAGE [CMD...]`")]
     NoImage,
+    #[error("`{option}` cannot be used: {why}")]
     Unsupported { option: String, why: &'static str },
 }
 
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            UsageError::Unknown(o) if LEASH_OPTIONS.contains(&o.trim_start_matches('-')) => {
-                write!(f, "`{o}` is leash's option: leash's options come before docker's")
-            }
-            UsageError::Unknown(o) => {
-                write!(f, "unknown docker run option `{o}` (leash must know every option to find the image)")
-            }
-            UsageError::MissingValue(o) => write!(f, "docker run option `{o}` needs a value"),
-            UsageError::NoImage => f.write_str("no image given: `leash docker run [OPTIONS] IMAGE [CMD...]`"),
-            UsageError::Unsupported { option, why } => write!(f, "`{option}` cannot be used: {why}"),
-        }
+/// Why an unknown option is refused: one of leash's own came too late, or docker's list does not have it.
+fn unknown(o: &str) -> String {
+    if LEASH_OPTIONS.contains(&o.trim_start_matches('-')) {
+        format!("`{o}` is leash's option: leash's options come before docker's")
+    } else {
+        format!("unknown docker run option `{o}` (leash must know every option to find the image)")
     }
 }
 
@@ -445,7 +441,7 @@ fn csv_fields(record: &str) -> Option<Vec<String>> {
 }
 
 /// True if a local volume's driver option `key=value` has it mount a host path or device (`device=…`, an `o=` with
-/// `bind`): for `--mount … volume-opt=` and for a volume that already exists (`docker.rs`).
+/// `bind`): for `--mount … volume-opt=` and for a volume that already exists ([`crate::host`]).
 pub fn binds_host_path(key: &str, value: &str) -> bool {
     let key = go_lowercase(key);
     key == "device" || (key == "o" && go_lowercase(value).contains("bind"))
@@ -724,7 +720,7 @@ mod tests {
         let o =
             scan_words("--mount type=bind,src=/tmp/x,dst=/x --mount TYPE=Bind,source=/tmp/link,target=/l i").unwrap();
         let sources: Vec<_> = o.bind_sources.iter().map(|(_, s)| s.as_str()).collect();
-        assert_eq!(sources, ["/tmp/x", "/tmp/link"], "symlinks are resolved on the host (docker.rs)");
+        assert_eq!(sources, ["/tmp/x", "/tmp/link"], "symlinks are resolved on the host (host.rs)");
         let o = scan(&["--mount".into(), r#"type=bind,"src=/tmp/a,b",dst=/x"#.into(), "i".into()]).unwrap();
         assert_eq!(o.bind_sources, [(r#"--mount=type=bind,"src=/tmp/a,b",dst=/x"#.to_owned(), "/tmp/a,b".to_owned())]);
     }

@@ -7,16 +7,14 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use leash_proxy::{PolicyHandle, ProxyConfig, TRANSPARENT_ADDR};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::exit::Exit;
-
 /// Where the proxy listens inside the container: its own loopback, the conventional proxy port (as `leash run`).
-pub(super) const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
+pub const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
 /// Where the DNS stub answers inside the container (`--dns 127.0.0.1` names it in the container's resolv.conf).
-pub(super) const DNS_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53);
+pub const DNS_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53);
 
 /// The sockets leash serves inside a container: the proxy's listener, and (`run` only) the DNS stub's socket and
 /// the transparent listeners at the address the stub gives allowed names.
-pub(super) struct Inside {
+pub struct Inside {
     proxy: std::net::TcpListener,
     dns: Option<std::net::UdpSocket>,
     transparent: Vec<std::net::TcpListener>,
@@ -24,7 +22,7 @@ pub(super) struct Inside {
 
 /// Binds the proxy's listener (and with `transparent_ports`, the stub's socket and a transparent listener per port)
 /// inside the network namespace of `pid`, which must hold only `lo`.
-pub(super) fn bind_inside(pid: u32, transparent_ports: Option<&[u16]>) -> Result<Inside, leash_sandbox::SandboxError> {
+pub fn bind_inside(pid: u32, transparent_ports: Option<&[u16]>) -> Result<Inside, leash_sandbox::SandboxError> {
     let udp: &[SocketAddrV4] = if transparent_ports.is_some() { &[DNS_INSIDE] } else { &[] };
     let mut tcp = vec![PROXY_INSIDE];
     tcp.extend(transparent_ports.unwrap_or_default().iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, *p)));
@@ -35,21 +33,10 @@ pub(super) fn bind_inside(pid: u32, transparent_ports: Option<&[u16]>) -> Result
     Ok(Inside { proxy, dns: sockets.udp.pop(), transparent: bound.collect() })
 }
 
-/// Says why the sockets could not be bound inside; exit 125.
-pub(super) fn refuse_bind(e: &leash_sandbox::SandboxError, network_mode: &str) -> Exit {
-    match e {
-        leash_sandbox::SandboxError::NotIsolated { .. } => {
-            eprintln!("leash: refusing the container: {e} (network `{network_mode}`; start it with `--network none`)")
-        }
-        _ => eprintln!("leash: {e}"),
-    }
-    Exit::SandboxFailed
-}
-
 /// Serves the proxy on `listener` until `ended` resolves (its value returned) or a stop signal arrives. On a signal,
 /// `on_signal` runs (stopping the container) and serving goes on until `ended`; without `on_signal` serving stops
 /// at once and the result is `None`. Then drains in-flight requests and flushes the log.
-pub(super) async fn serve_until<T>(
+pub async fn serve_until<T>(
     inside: Inside,
     config: ProxyConfig,
     mut ended: tokio::sync::oneshot::Receiver<T>,
@@ -122,14 +109,15 @@ fn serve_dns(socket: std::net::UdpSocket, policy: PolicyHandle) -> Option<tokio:
 
 /// SIGINT, SIGTERM and SIGHUP (a closed terminal), taken over for the whole run: they stop the container (run) or
 /// the serving (attach) instead of killing leash, which then cleans up.
-pub(super) struct StopSignals {
+pub struct StopSignals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
 }
 
 impl StopSignals {
-    fn install() -> std::io::Result<StopSignals> {
+    /// Takes the three signals over; from now on they wait for [`StopSignals::recv`].
+    pub fn install() -> std::io::Result<StopSignals> {
         Ok(StopSignals {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
@@ -138,31 +126,11 @@ impl StopSignals {
     }
 
     /// The next stop signal (one that arrived before the call included).
-    async fn recv(&mut self) {
+    pub async fn recv(&mut self) {
         tokio::select! {
             _ = self.int.recv() => {},
             _ = self.term.recv() => {},
             _ = self.hup.recv() => {},
         }
     }
-}
-
-/// Runs `work` on a new runtime with SIGINT and SIGTERM taken over.
-pub(super) fn with_runtime<F: std::future::Future<Output = Exit>>(work: impl FnOnce(StopSignals) -> F) -> Exit {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leash: cannot start the async runtime: {e}");
-            return Exit::SandboxFailed;
-        }
-    };
-    runtime.block_on(async move {
-        match StopSignals::install() {
-            Ok(stop) => work(stop).await,
-            Err(e) => {
-                eprintln!("leash: cannot install the SIGINT/SIGTERM/SIGHUP handlers: {e}");
-                Exit::SandboxFailed
-            }
-        }
-    })
 }

@@ -1,9 +1,8 @@
 //! The Docker engine as `leash docker` drives it: each call a `docker` CLI child process with a time bound (a hung
-//! daemon never hangs leash), its failure a typed error carrying what Docker said. Only this file runs `docker`.
+//! daemon never hangs leash), its failure a typed error carrying what Docker said. Only this module runs `docker`.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::fmt;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -35,28 +34,25 @@ pub struct State {
 }
 
 /// A `docker` call that did not do what was asked.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// No `docker` program could be started.
+    #[error("cannot run `docker` ({0}): is Docker installed and on the PATH?")]
     Missing(std::io::Error),
     /// It ran and failed; `message` is its standard error.
+    #[error("`docker {call}` failed: {message}")]
     Failed { call: String, message: String },
     /// It did not finish in time and was killed.
+    #[error("`docker {call}` did not finish in {}s", after.as_secs())]
     TimedOut { call: String, after: Duration },
     /// Its output was not what this Docker version should print.
+    #[error("`docker {call}` printed `{output}`")]
     Unexpected { call: String, output: String },
 }
 
-impl fmt::Display for EngineError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EngineError::Missing(e) => write!(f, "cannot run `docker` ({e}): is Docker installed and on the PATH?"),
-            EngineError::Failed { call, message } => write!(f, "`docker {call}` failed: {message}"),
-            EngineError::TimedOut { call, after } => {
-                write!(f, "`docker {call}` did not finish in {}s", after.as_secs())
-            }
-            EngineError::Unexpected { call, output } => write!(f, "`docker {call}` printed `{output}`"),
-        }
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -193,10 +189,10 @@ impl VolumeFacts {
     /// Why mounting this volume would bring a host path in, if it would: a driver other than `local`, or a local
     /// volume created to mount a host path or device (`o=bind`, `device=…`).
     pub fn host_path(&self) -> Option<String> {
-        if !super::options::is_local_driver(&self.driver) {
+        if !crate::options::is_local_driver(&self.driver) {
             return Some(format!("its driver `{}` can mount host paths leash cannot check", self.driver));
         }
-        let (key, value) = self.options.iter().find(|(k, v)| super::options::binds_host_path(k, v))?;
+        let (key, value) = self.options.iter().find(|(k, v)| crate::options::binds_host_path(k, v))?;
         Some(format!("it was created with `{key}={value}`, which mounts a host path or device"))
     }
 }
