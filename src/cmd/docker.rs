@@ -18,11 +18,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use leash_docker::container::{self, gated_argv, ArgvError, Container, Launch, Start, StartError, TrustVars};
-use leash_docker::engine::{self, Engine, EngineError};
+use leash_docker::container::{
+    self, gated_argv, ArgvError, AttachError, Container, Launch, Start, StartError, TrustVars,
+};
+use leash_docker::engine::{Engine, EngineError};
 use leash_docker::gate::Gate;
 use leash_docker::options::{self, RunOptions};
-use leash_docker::serve::{bind_inside, serve_until, StopSignals, PROXY_INSIDE};
+use leash_docker::serve::{StopSignals, PROXY_INSIDE};
 use leash_policy::Policy;
 use leash_proxy::{AuditLog, Inspection, UpstreamTrust};
 
@@ -133,37 +135,21 @@ async fn attach_container(
     inspection: Arc<Inspection>,
     mut stop: StopSignals,
 ) -> Exit {
-    let engine = Engine::new();
-    let state = match engine.check().and_then(|_| engine.state(&container)) {
-        Ok(s) if s.running && s.pid != 0 => s,
-        Ok(_) => {
-            eprintln!("leash: container `{container}` is not running");
+    let attached = match container::attach(&Engine::new(), &container) {
+        Ok(a) => a,
+        Err(AttachError::Engine(e)) => return refuse_engine(&e),
+        Err(AttachError::Bind { source, network_mode }) => return refuse_bind(&source, &network_mode),
+        Err(e @ AttachError::NotRunning { .. }) => {
+            eprintln!("leash: {e}");
             return Exit::SandboxFailed;
         }
-        Err(e) => return refuse_engine(&e),
     };
-    let inside = match bind_inside(state.pid, None) {
-        Ok(i) => i,
-        Err(e) => return refuse_bind(&e, &state.network_mode),
-    };
-    let waiter = match engine.waiter(&state.id) {
-        Ok(w) => w,
-        Err(e) => return refuse_engine(&e),
-    };
-    let config = config(policy, pins, Arc::new(audit.with_container(&state.id)), Some(inspection));
-    println!("listening inside {} on {PROXY_INSIDE}", container::short(&state.id));
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let pid = waiter.pid();
-    std::thread::spawn(move || {
-        let _ = tx.send(waiter.finish());
-    });
-    match serve_until(inside, config, rx, &mut stop, None::<fn()>).await {
-        Some(Ok(code)) => Exit::Command(u8::try_from(code).unwrap_or(255)),
-        Some(Err(e)) => refuse_engine(&e),
-        None => {
-            engine::kill(pid);
-            Exit::Ok
-        }
+    let config = config(policy, pins, Arc::new(audit.with_container(attached.id())), Some(inspection));
+    println!("listening inside {} on {PROXY_INSIDE}", container::short(attached.id()));
+    match attached.serve(config, &mut stop).await {
+        Ok(Some(code)) => Exit::Command(u8::try_from(code).unwrap_or(255)),
+        Ok(None) => Exit::Ok,
+        Err(e) => refuse_engine(&e),
     }
 }
 

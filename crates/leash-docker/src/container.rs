@@ -1,12 +1,13 @@
 //! A container's life under leash: the `docker create` arguments (the user's options, then leash's: no network, no
 //! network capabilities, the DNS stub, the proxy and CA environment, the gate), the start behind the gate, the
-//! proxy served inside it until it ends, and its removal whatever happened.
+//! proxy served inside it until it ends, and its removal whatever happened; and for `attach`, a running container
+//! of the user's served until it exits.
 
 use std::time::{Duration, Instant};
 
 use leash_proxy::ProxyConfig;
 
-use crate::engine::{Engine, EngineError};
+use crate::engine::{self, Engine, EngineError, State, Waiter};
 use crate::gate::{self, Gate, BUNDLE_FILE, CA_FILE, GATE_MOUNT};
 use crate::options::{self, RunOptions};
 use crate::serve::{bind_inside, serve_until, Inside, StopSignals, DNS_INSIDE, PROXY_INSIDE};
@@ -258,6 +259,67 @@ fn init_pid(engine: &Engine, id: &str, start: &mut std::process::Child) -> Resul
             return Err(StartError::TimedOut { secs: START_TIMEOUT.as_secs() });
         }
         std::thread::sleep(START_POLL);
+    }
+}
+
+/// Why a running container could not be attached to.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// Docker is absent, refuses this user, failed, or does not know the container.
+    #[error(transparent)]
+    Engine(EngineError),
+    /// The container exists but does not run.
+    #[error("container `{container}` is not running")]
+    NotRunning { container: String },
+    /// The sockets could not be bound in its network namespace (a network other than `none`, most likely).
+    #[error("{source}")]
+    Bind { source: leash_sandbox::SandboxError, network_mode: String },
+}
+
+/// A running container with leash's sockets bound inside it and a `docker wait` on it; not yet served.
+pub struct Attached {
+    state: State,
+    inside: Inside,
+    waiter: Waiter,
+}
+
+/// Checks that Docker answers and `container` runs, binds the proxy's listener inside its network namespace (which
+/// must hold only `lo`), and starts waiting for it to exit.
+pub fn attach(engine: &Engine, container: &str) -> Result<Attached, AttachError> {
+    let state = match engine.check().and_then(|_| engine.state(container)) {
+        Ok(s) if s.running && s.pid != 0 => s,
+        Ok(_) => return Err(AttachError::NotRunning { container: container.to_owned() }),
+        Err(e) => return Err(AttachError::Engine(e)),
+    };
+    let inside = bind_inside(state.pid, None)
+        .map_err(|source| AttachError::Bind { source, network_mode: state.network_mode.clone() })?;
+    let waiter = engine.waiter(&state.id).map_err(AttachError::Engine)?;
+    Ok(Attached { state, inside, waiter })
+}
+
+impl Attached {
+    /// The container's full ID.
+    pub fn id(&self) -> &str {
+        &self.state.id
+    }
+
+    /// Serves the proxy inside until the container exits (`Some` of its status) or a stop signal comes (`None`; the
+    /// container is left running, with no way out).
+    pub async fn serve(self, config: ProxyConfig, stop: &mut StopSignals) -> Result<Option<i32>, EngineError> {
+        let Attached { state: _, inside, waiter } = self;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let pid = waiter.pid();
+        std::thread::spawn(move || {
+            let _ = tx.send(waiter.finish());
+        });
+        match serve_until(inside, config, rx, stop, None::<fn()>).await {
+            Some(Ok(code)) => Ok(Some(code)),
+            Some(Err(e)) => Err(e),
+            None => {
+                engine::kill(pid);
+                Ok(None)
+            }
+        }
     }
 }
 
