@@ -37,7 +37,12 @@ pub fn run(args: RunArgs) -> Exit {
     // The CA files are named now, so the command's environment can point at them; they are written while the
     // sandbox's namespaces are built, and exist before the command starts. A policy that never inspects needs no
     // CA (an `--upstream-ca` is still read, so a bad one is refused as always).
-    let needs_ca = policy.may_inspect() || !args.proxy.upstream_ca.is_empty();
+    let needs_ca = policy.may_inspect();
+    if !needs_ca {
+        if let Err(code) = check_upstream_ca(&args) {
+            return code;
+        }
+    }
     let ca_files = match needs_ca.then(CaFiles::create).transpose() {
         Ok(files) => files,
         Err(e) => {
@@ -101,6 +106,15 @@ fn proxy_config(
         return Err(Exit::SandboxFailed);
     }
     Ok(config(policy, pins, audit, Some(inspection)))
+}
+
+/// Refuses an unusable `--upstream-ca` (exit 2, as when the CA is made) where no CA is made.
+fn check_upstream_ca(args: &RunArgs) -> Result<(), Exit> {
+    let trust = leash_proxy::UpstreamTrust { system_roots: true, extra_ca_files: args.proxy.upstream_ca.clone() };
+    trust.check().map_err(|e| {
+        eprintln!("leash: cannot set up TLS inspection: {e}");
+        Exit::Usage
+    })
 }
 
 fn not_run(e: leash_sandbox::SandboxError) -> Exit {

@@ -56,6 +56,14 @@ pub struct UpstreamTrust {
     pub extra_ca_files: Vec<PathBuf>,
 }
 
+impl UpstreamTrust {
+    /// Reads the `extra_ca_files` as [`Inspection::new`] would, for a caller that makes no CA but must still refuse
+    /// a file that cannot be used.
+    pub fn check(&self) -> Result<(), TlsSetupError> {
+        extra_roots(&self.extra_ca_files).map(drop)
+    }
+}
+
 /// Everything inspection needs besides the policy: the CA, and the TLS configurations of both sides.
 pub struct Inspection {
     ca: Arc<CertAuthority>,
