@@ -253,6 +253,9 @@ fn start_command(plan: &Plan) -> Result<Started, Fail> {
             let listener = sys::recv_fd(listener_in).map_err(at(ChildStep::Seccomp, 1));
             sys::close(listener_in);
             let listener = listener?;
+            // A connect waits for init: on a kernel that can, it hands init the CPU at once. An older one queues a
+            // wake-up as for any descriptor (slower, as correct).
+            let _ = sys::notif_sync_wake_up(listener);
             sys::send_with_fds(plan.channel, &Msg::ExecOk.encode(), &[])
                 .map(|()| Started { command: pid, signals, listener })
                 .map_err(at(ChildStep::HandOver, 0))

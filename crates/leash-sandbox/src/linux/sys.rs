@@ -629,6 +629,17 @@ pub(super) fn notif_send(listener: c_int, id: u64, error: i32) -> SysResult<()> 
     check(unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND as _, &resp) }).map(drop)
 }
 
+/// SECCOMP_IOCTL_NOTIF_SET_FLAGS with `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (Linux 6.6): the kernel switches
+/// straight to the waiting supervisor, on the caller's CPU, instead of queueing a wake-up.
+pub(super) fn notif_sync_wake_up(listener: c_int) -> SysResult<()> {
+    const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
+    // SAFETY: the ioctl takes the flags by value.
+    check(unsafe {
+        libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS as _, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
+    })
+    .map(drop)
+}
+
 /// A close-on-exec netlink socket of `protocol`.
 pub(super) fn netlink_socket(protocol: c_int) -> SysResult<c_int> {
     // SAFETY: socket takes integers only.
