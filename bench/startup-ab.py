@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Start-up of two leash builds against `unshare -rn true`, interleaved so that drift hits all three alike.
+
+    bench/startup-ab.py OLD_LEASH NEW_LEASH [RUNS]
+
+Each round runs the three commands in a rotated order with posix_spawn and waits for each; the medians over RUNS
+rounds (after 5 warm-up rounds) are printed with their ratio to unshare. leash runs as the benchmark harness runs it:
+an allowlist policy and an --upstream-ca (both written to a temporary directory here).
+"""
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+WARMUP = 5
+
+
+def main():
+    old, new = sys.argv[1], sys.argv[2]
+    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 150
+    with tempfile.TemporaryDirectory() as d:
+        policy, ca = os.path.join(d, "policy.yaml"), os.path.join(d, "ca.pem")
+        with open(policy, "w") as f:
+            f.write("network:\n  mode: allowlist\n  allowed_hosts: [allowed.bench.test]\n")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", os.path.join(d, "ca.key"), "-out", ca, "-days", "1", "-subj", "/CN=ab"],
+                       check=True, capture_output=True)
+        leash = lambda exe: [exe, "run", "--policy", policy, "--upstream-ca", ca, "--", "true"]
+        cmds = {"unshare": ["/usr/bin/unshare", "-rn", "true"], "old": leash(old), "new": leash(new)}
+        times = {k: [] for k in cmds}
+        quiet = [(os.POSIX_SPAWN_OPEN, fd, "/dev/null", os.O_WRONLY, 0) for fd in (1, 2)]
+        names = list(cmds)
+        for i in range(runs + WARMUP):
+            for k in names[i % 3:] + names[:i % 3]:
+                start = time.perf_counter()
+                pid = os.posix_spawn(cmds[k][0], cmds[k], dict(os.environ), file_actions=quiet)
+                os.waitpid(pid, 0)
+                if i >= WARMUP:
+                    times[k].append((time.perf_counter() - start) * 1e3)
+    m = {k: statistics.median(v) for k, v in times.items()}
+    print(f"{runs} rounds, medians: unshare {m['unshare']:.2f} ms, old {m['old']:.2f} ms "
+          f"({m['old'] / m['unshare']:.2f}x), new {m['new']:.2f} ms ({m['new'] / m['unshare']:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
