@@ -39,8 +39,22 @@ impl fmt::Display for Cidr {
     }
 }
 
+/// Why a text is not a [`Cidr`]; the message names the text in backticks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CidrError {
+    /// The part before `/` is not an IPv4 or IPv6 address.
+    #[error("`{0}` is not an IP address")]
+    NotAnAddress(String),
+    /// The part after `/` is not a number from 0 to the address's width.
+    #[error("`/{text}` is not a prefix length; it is 0-{max}")]
+    BadPrefix { text: String, max: u8 },
+    /// Bits are set after the prefix (`10.1.2.3/8`), more likely a typo than the network meant.
+    #[error("`{text}` has bits set after the /{prefix} prefix; write the network address")]
+    HostBits { text: String, prefix: u8 },
+}
+
 impl std::str::FromStr for Cidr {
-    type Err = String;
+    type Err = CidrError;
 
     /// `a.b.c.d/n`, `v6/n`, or a bare address (a /32 or /128). Host bits set below the prefix are refused: `10.1.2.3/8`
     /// more likely means a typo than `10.0.0.0/8`.
@@ -49,7 +63,7 @@ impl std::str::FromStr for Cidr {
             Some((addr, prefix)) => (addr, Some(prefix)),
             None => (s, None),
         };
-        let addr: IpAddr = addr_text.parse().map_err(|_| format!("`{addr_text}` is not an IP address"))?;
+        let addr: IpAddr = addr_text.parse().map_err(|_| CidrError::NotAnAddress(addr_text.to_owned()))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix_text {
             None => max,
@@ -61,7 +75,7 @@ impl std::str::FromStr for Cidr {
             IpAddr::V6(a) => a.to_bits(),
         };
         if masked(bits, prefix, u32::from(max)) != bits {
-            return Err(format!("`{s}` has bits set after the /{prefix} prefix; write the network address"));
+            return Err(CidrError::HostBits { text: s.to_owned(), prefix });
         }
         Ok(cidr)
     }
@@ -132,11 +146,11 @@ fn masked(bits: u128, prefix: u8, width: u32) -> u128 {
     bits & mask
 }
 
-fn parse_prefix(text: &str, max: u8) -> Result<u8, String> {
+fn parse_prefix(text: &str, max: u8) -> Result<u8, CidrError> {
     let ok = !text.is_empty() && text.len() <= 3 && text.bytes().all(|b| b.is_ascii_digit());
     match text.parse::<u8>() {
         Ok(p) if ok && p <= max => Ok(p),
-        _ => Err(format!("`/{text}` is not a prefix length; it is 0-{max}")),
+        _ => Err(CidrError::BadPrefix { text: text.to_owned(), max }),
     }
 }
 
@@ -226,6 +240,14 @@ mod tests {
         let all: Cidr = "0.0.0.0/0".parse().unwrap();
         assert!(all.is_everything() && all.contains("1.2.3.4".parse().unwrap()));
         assert_eq!("::/0".parse::<Cidr>().unwrap().to_string(), "::/0");
+        let err = |s: &str| s.parse::<Cidr>().unwrap_err();
+        assert_eq!(err("x/8"), CidrError::NotAnAddress("x".to_owned()));
+        assert_eq!(err("10.0.0.0/33").to_string(), "`/33` is not a prefix length; it is 0-32");
+        assert_eq!(err("::/1x").to_string(), "`/1x` is not a prefix length; it is 0-128");
+        assert_eq!(
+            err("10.1.2.3/8").to_string(),
+            "`10.1.2.3/8` has bits set after the /8 prefix; write the network address"
+        );
         for bad in ["10.1.2.3/8", "10.0.0.0/33", "10.0.0.0/", "10.0.0.0/+8", "example.com/8", "::1/129", "fd00::1/8"] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }

@@ -20,9 +20,9 @@ pub mod reason;
 mod spec;
 pub mod url;
 
-pub use dest::{is_internal, Cidr};
+pub use dest::{is_internal, Cidr, CidrError};
 pub use engine::{ClientHelloFacts, Decision, Mode, Policy, ProviderTools, Request, Scheme, Verdict, Via};
-pub use file::{load, Format, Loaded, PolicyError, Warning};
+pub use file::{load, Format, Loaded, PolicyError, PolicyErrorKind, Warning};
 pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostError, Name};
 pub use path::{canonicalize, CanonicalPath, PathError};
 pub use reason::Reason;

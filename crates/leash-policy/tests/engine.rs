@@ -8,6 +8,8 @@ use leash_policy::{
 
 #[path = "engine/decisions.rs"]
 mod decisions;
+#[path = "engine/error_kinds.rs"]
+mod error_kinds;
 #[path = "engine/files.rs"]
 mod files;
 #[path = "engine/hosts.rs"]

@@ -7,6 +7,7 @@
 use std::net::Ipv6Addr;
 use std::sync::Arc;
 
+use super::PolicyErrorKind::{self, BadHost, BadPath, BadUrl, WrongList};
 use crate::host::{parse_host, Host, HostError};
 use crate::path::{canonicalize, PathError};
 use crate::spec::{HostPattern, UrlRule};
@@ -22,6 +23,17 @@ pub(crate) enum List {
     BlockedUrls,
 }
 
+/// Why an entry is refused: the kind of problem, and the message that names the entry's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EntryError {
+    pub(crate) kind: PolicyErrorKind,
+    pub(crate) message: String,
+}
+
+fn fail<T>(kind: PolicyErrorKind, message: String) -> Result<T, EntryError> {
+    Err(EntryError { kind, message })
+}
+
 /// A `blocked_urls`/`allowed_urls` entry: a rule, or (blocked_urls only) a dotted quad that needs no rule.
 #[derive(Debug)]
 pub(crate) enum UrlEntry {
@@ -31,7 +43,7 @@ pub(crate) enum UrlEntry {
 }
 
 /// An `allowed_hosts` entry.
-pub(crate) fn host_entry(text: &str) -> Result<HostPattern, String> {
+pub(crate) fn host_entry(text: &str) -> Result<HostPattern, EntryError> {
     let (name, subtree) = match text.strip_prefix('.') {
         Some(rest) => (rest, true),
         None => (text, false),
@@ -40,21 +52,21 @@ pub(crate) fn host_entry(text: &str) -> Result<HostPattern, String> {
         (Host::Name(n), false) => Ok(HostPattern::Exact(n)),
         (Host::Name(n), true) => Ok(HostPattern::Subtree(n)),
         (Host::Ipv4(ip), false) => Ok(HostPattern::Ipv4(ip)),
-        _ => Err(format!("`{text}` puts a leading dot before an IP address; a leading dot is for names")),
+        _ => fail(BadHost, format!("`{text}` puts a leading dot before an IP address; a leading dot is for names")),
     }
 }
 
 /// A `model_apis` entry: `host` or `.host` (it and every subdomain), never an address: model hosts are inspected,
 /// and inspection is decided on TLS server names.
-pub(crate) fn model_api_entry(text: &str) -> Result<HostPattern, String> {
+pub(crate) fn model_api_entry(text: &str) -> Result<HostPattern, EntryError> {
     match host_entry(text)? {
-        HostPattern::Ipv4(_) => Err(format!("`{text}` is an IP address; model APIs are named by host")),
+        HostPattern::Ipv4(_) => fail(BadHost, format!("`{text}` is an IP address; model APIs are named by host")),
         pattern => Ok(pattern),
     }
 }
 
 /// A `blocked_urls` or `allowed_urls` entry: `host` or `host/path-prefix`.
-pub(crate) fn url_entry(text: &str, list: List) -> Result<UrlEntry, String> {
+pub(crate) fn url_entry(text: &str, list: List) -> Result<UrlEntry, EntryError> {
     let (host_text, path_text) = match text.find('/') {
         Some(i) => (&text[..i], Some(&text[i..])),
         None => (text, None),
@@ -64,16 +76,16 @@ pub(crate) fn url_entry(text: &str, list: List) -> Result<UrlEntry, String> {
             List::BlockedUrls => "blocked_urls entries already cover every subdomain",
             _ => "an allowed_urls entry names exactly one host",
         };
-        return Err(format!("`{text}` has a leading dot; {why}"));
+        return fail(BadHost, format!("`{text}` has a leading dot; {why}"));
     }
     let host = match check_host(text, host_text, list)? {
         Host::Name(name) => name,
         _ if list == List::BlockedUrls => return Ok(UrlEntry::Ipv4),
-        _ => return Err(format!("`{text}` names an IP address; list the address in `allowed_hosts`")),
+        _ => return fail(WrongList, format!("`{text}` names an IP address; list the address in `allowed_hosts`")),
     };
     let path = match (path_text, list) {
         (None, List::AllowedUrls) => {
-            return Err(format!("`{text}` has no path; list whole hosts in `allowed_hosts`"));
+            return fail(WrongList, format!("`{text}` has no path; list whole hosts in `allowed_hosts`"));
         }
         (None, _) => None,
         (Some(p), _) => Some(check_path(text, p)?),
@@ -82,32 +94,34 @@ pub(crate) fn url_entry(text: &str, list: List) -> Result<UrlEntry, String> {
 }
 
 /// The host part of an entry (`host`, without a leading dot): a name, or a dotted quad.
-fn check_host(entry: &str, host: &str, list: List) -> Result<Host, String> {
+fn check_host(entry: &str, host: &str, list: List) -> Result<Host, EntryError> {
     if host.is_empty() {
-        return Err(match entry.is_empty() {
+        let message = match entry.is_empty() {
             true => "empty entry; write a hostname".to_owned(),
             false => format!("`{entry}` has no hostname"),
-        });
+        };
+        return fail(BadHost, message);
     }
     if entry.contains("://") {
         let write = match list {
             List::AllowedHosts => "the host alone",
             _ => "`host/path`",
         };
-        return Err(format!("`{entry}` has a scheme; write {write} without `http://` or `https://`"));
+        return fail(BadUrl, format!("`{entry}` has a scheme; write {write} without `http://` or `https://`"));
     }
     if let Some(problem) = syntax_problem(host, list) {
-        return Err(format!("`{entry}` {problem}"));
+        return fail(BadHost, format!("`{entry}` {problem}"));
     }
-    match parse_host(host) {
+    let message = match parse_host(host) {
         Ok(Host::IpLiteral(_)) => {
-            Err(format!("`{entry}` spells an IP address; only a dotted quad like `192.0.2.1` is accepted"))
+            format!("`{entry}` spells an IP address; only a dotted quad like `192.0.2.1` is accepted")
         }
-        Ok(host) => Ok(host),
-        Err(HostError::EmptyLabel | HostError::Empty) => Err(format!("`{entry}` has an empty label")),
-        Err(HostError::TooLong) => Err(format!("`{entry}` is too long; names are at most 253 characters, labels 63")),
-        Err(e) => Err(format!("`{entry}` is not a hostname: {e}")),
-    }
+        Ok(host) => return Ok(host),
+        Err(HostError::EmptyLabel | HostError::Empty) => format!("`{entry}` has an empty label"),
+        Err(HostError::TooLong) => format!("`{entry}` is too long; names are at most 253 characters, labels 63"),
+        Err(e) => format!("`{entry}` is not a hostname: {e}"),
+    };
+    fail(BadHost, message)
 }
 
 /// What is wrong with `host`'s characters, if anything, phrased to follow the entry's backticked text.
@@ -143,18 +157,21 @@ fn syntax_problem(host: &str, list: List) -> Option<String> {
     Some(problem.to_owned())
 }
 
-fn check_path(entry: &str, path: &str) -> Result<crate::path::CanonicalPath, String> {
+fn check_path(entry: &str, path: &str) -> Result<crate::path::CanonicalPath, EntryError> {
     if path.contains('?') {
-        return Err(format!("`{entry}` has a query (`?`); rules match paths only"));
+        return fail(BadUrl, format!("`{entry}` has a query (`?`); rules match paths only"));
     }
-    canonicalize(path).map_err(|e| match e {
-        PathError::ControlChar => format!("`{entry}` has a space or control character in its path"),
-        PathError::Fragment => format!("`{entry}` has a `#`; rules match paths only"),
-        PathError::BadEscape => format!("`{entry}` has a malformed percent-escape in its path"),
-        PathError::DecodedControlChar => {
-            format!("`{entry}` has a path that decodes to a control character")
-        }
-        PathError::NotAbsolute => format!("`{entry}` has a path that does not start with `/`"),
+    canonicalize(path).map_err(|e| {
+        let (kind, message) = match e {
+            PathError::ControlChar => (BadPath, format!("`{entry}` has a space or control character in its path")),
+            PathError::Fragment => (BadUrl, format!("`{entry}` has a `#`; rules match paths only")),
+            PathError::BadEscape => (BadPath, format!("`{entry}` has a malformed percent-escape in its path")),
+            PathError::DecodedControlChar => {
+                (BadPath, format!("`{entry}` has a path that decodes to a control character"))
+            }
+            PathError::NotAbsolute => (BadPath, format!("`{entry}` has a path that does not start with `/`")),
+        };
+        EntryError { kind, message }
     })
 }
 
@@ -164,7 +181,7 @@ mod tests {
     use super::*;
 
     fn host_err(text: &str) -> String {
-        host_entry(text).unwrap_err()
+        host_entry(text).unwrap_err().message
     }
 
     #[test]
@@ -194,9 +211,9 @@ mod tests {
     fn model_api_entries_are_names() {
         assert!(matches!(model_api_entry("llm.corp.example").unwrap(), HostPattern::Exact(_)));
         assert!(matches!(model_api_entry(".openai.azure.com").unwrap(), HostPattern::Subtree(_)));
-        assert!(model_api_entry("192.0.2.7").unwrap_err().contains("IP address"));
-        assert!(model_api_entry("https://api.openai.com").unwrap_err().contains("scheme"));
-        assert!(model_api_entry("API.openai.com").unwrap_err().contains("uppercase"));
+        assert!(model_api_entry("192.0.2.7").unwrap_err().message.contains("IP address"));
+        assert!(model_api_entry("https://api.openai.com").unwrap_err().message.contains("scheme"));
+        assert!(model_api_entry("API.openai.com").unwrap_err().message.contains("uppercase"));
     }
 
     #[test]
@@ -210,7 +227,7 @@ mod tests {
         );
         assert!(matches!(url_entry("api.semanticscholar.org", List::BlockedUrls).unwrap(), UrlEntry::Rule(_)));
         assert!(matches!(url_entry("192.0.2.1/x", List::BlockedUrls).unwrap(), UrlEntry::Ipv4));
-        let err = |t, l| url_entry(t, l).unwrap_err();
+        let err = |t, l| url_entry(t, l).unwrap_err().message;
         assert!(err("github.com", List::AllowedUrls).contains("has no path"));
         assert!(err(".github.com/x", List::AllowedUrls).contains("leading dot"));
         assert!(err(".arxiv.org", List::BlockedUrls).contains("leading dot"));
@@ -221,5 +238,29 @@ mod tests {
         assert!(err("arxiv.org/a b", List::BlockedUrls).contains("space"));
         assert!(err("192.0.2.1/x", List::AllowedUrls).contains("allowed_hosts"));
         assert!(err("/abs", List::BlockedUrls).contains("no hostname"));
+    }
+
+    #[test]
+    fn entry_errors_have_kinds() {
+        use PolicyErrorKind::*;
+        let host = |t| host_entry(t).unwrap_err().kind;
+        let url = |t, l| url_entry(t, l).unwrap_err().kind;
+        for bad in ["Example.com", "*.a.com", "bücher.de", "a..b", "[::1]", "127.1", ".1.2.3.4", "a.com:443", "a/b", ""]
+        {
+            assert_eq!(host(bad), BadHost, "{bad}");
+        }
+        assert_eq!(host("https://a.com"), BadUrl);
+        assert_eq!(model_api_entry("192.0.2.7").unwrap_err().kind, BadHost);
+        assert_eq!(url("github.com", List::AllowedUrls), WrongList);
+        assert_eq!(url("192.0.2.1/x", List::AllowedUrls), WrongList);
+        assert_eq!(url(".github.com/x", List::AllowedUrls), BadHost);
+        assert_eq!(url(".arxiv.org", List::BlockedUrls), BadHost);
+        assert_eq!(url("/abs", List::BlockedUrls), BadHost);
+        assert_eq!(url("https://arxiv.org/abs", List::BlockedUrls), BadUrl);
+        assert_eq!(url("arxiv.org/abs?x", List::BlockedUrls), BadUrl);
+        assert_eq!(url("arxiv.org/a#b", List::BlockedUrls), BadUrl);
+        assert_eq!(url("arxiv.org/a%zz", List::BlockedUrls), BadPath);
+        assert_eq!(url("arxiv.org/a b", List::BlockedUrls), BadPath);
+        assert_eq!(url("arxiv.org/a%00", List::BlockedUrls), BadPath);
     }
 }

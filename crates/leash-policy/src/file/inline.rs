@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
+use super::entries::EntryError;
 use super::entries::{host_entry, url_entry, List, UrlEntry};
-use super::PolicyError;
+use super::{PolicyError, PolicyErrorKind};
 use crate::engine::{Mode, Policy};
 use crate::spec::{HostRule, Network, UrlRule};
 
@@ -16,14 +17,15 @@ impl Policy {
             let message = "`--allow` and `--block` cannot be mixed: an allowlist refuses everything not allowed, a \
                            blocklist allows everything not blocked; choose one"
                 .to_owned();
-            return Err(vec![PolicyError { entry: "--block[0]".to_owned(), line: None, column: None, message }]);
+            let kind = PolicyErrorKind::WrongList;
+            return Err(vec![PolicyError { kind, entry: "--block[0]".to_owned(), line: None, column: None, message }]);
         }
         let mut errors = Vec::new();
         let mut network = Network::empty(if block.is_empty() { Mode::Allowlist } else { Mode::Blocklist });
         for (index, text) in allow.iter().enumerate() {
             match host_entry(text) {
                 Ok(pattern) => network.hosts.push(HostRule { pattern, text: Arc::from(text.as_str()), index }),
-                Err(message) => errors.push(inline_error("--allow", index, message)),
+                Err(e) => errors.push(inline_error("--allow", index, e)),
             }
         }
         for (index, text) in block.iter().enumerate() {
@@ -31,7 +33,7 @@ impl Policy {
                 Ok(UrlEntry::Rule(rule)) => network.urls.push(UrlRule { index, ..rule }),
                 // Already refused as an IP literal; nothing to add.
                 Ok(UrlEntry::Ipv4) => {}
-                Err(message) => errors.push(inline_error("--block", index, message)),
+                Err(e) => errors.push(inline_error("--block", index, e)),
             }
         }
         match errors.is_empty() {
@@ -41,6 +43,6 @@ impl Policy {
     }
 }
 
-fn inline_error(flag: &str, index: usize, message: String) -> PolicyError {
-    PolicyError { entry: format!("{flag}[{index}]"), line: None, column: None, message }
+fn inline_error(flag: &str, index: usize, e: EntryError) -> PolicyError {
+    PolicyError { kind: e.kind, entry: format!("{flag}[{index}]"), line: None, column: None, message: e.message }
 }

@@ -1,5 +1,6 @@
 //! Policy files: YAML or TOML text → a raw tree with positions → a validated [`Policy`]. Unknown keys, bad entries
-//! and mode mismatches are errors that name the entry, its line and column, and the rule broken.
+//! and mode mismatches are errors that name the entry, its line and column, and the rule broken, each with a
+//! [`PolicyErrorKind`] a caller may match.
 //!
 //! The pipeline is "parse, don't validate": [`yaml`] and [`toml`] build one raw tree ([`raw`]); [`validate`] turns it
 //! into [`crate::spec::Network`] sections (with [`entries`] for each list entry and [`warn`] for `leash check`);
@@ -35,9 +36,51 @@ impl Format {
     }
 }
 
+/// What kind of problem a [`PolicyError`] is, for a caller that acts on it rather than printing it. The message
+/// says the same for a person; the kind is what code may match (new kinds may be added).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PolicyErrorKind {
+    /// The text is not valid YAML or TOML, or uses what a policy refuses: YAML tags, several documents, non-string
+    /// keys, aliases to unknown anchors, nesting too deep, aliases that expand too far.
+    Syntax,
+    /// A key the section does not have (`colour`, `netwrk`).
+    UnknownKey,
+    /// A key given twice in one mapping (in TOML, found by the TOML parser).
+    DuplicateKey,
+    /// A required key is missing (`network`, `mode`), or the whole file is empty.
+    MissingKey,
+    /// A value of the wrong type: a string where a list is expected, a number where a string is, ...
+    WrongType,
+    /// A word that is not one the setting takes (`mode`, `inspect`, `provider_tools`).
+    BadValue,
+    /// A profile name with characters other than letters, digits, `-` and `_`.
+    BadProfileName,
+    /// A host entry, or the host part of a URL entry, that the list does not accept: uppercase, `*`, non-ASCII, an
+    /// empty label, a port, an IPv6 or oddly spelled IP literal, a leading dot where none belongs, an IP address
+    /// in `model_apis`, a character that is not a letter, digit, hyphen or dot (a path in `allowed_hosts`), ...
+    BadHost,
+    /// An entry written as a URL: a scheme (`https://`), a query (`?`) or a fragment (`#`); rules are `host` or
+    /// `host/path`.
+    BadUrl,
+    /// The path of a URL entry: a space or control character, a malformed percent-escape, no leading `/`.
+    BadPath,
+    /// An `allow_destinations` entry that is not an address or a network (`10.0.0.0/8`).
+    BadCidr,
+    /// A port that is not 1-65535.
+    BadPort,
+    /// An entry or list that belongs elsewhere: a list of the other mode (`blocked_urls` in an allowlist), a whole
+    /// host or an IP address in `allowed_urls` (they go in `allowed_hosts`), `--allow` mixed with `--block`.
+    WrongList,
+    /// The profile asked for is not defined.
+    UnknownProfile,
+}
+
 /// One problem in a policy file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyError {
+    /// What kind of problem it is.
+    pub kind: PolicyErrorKind,
     /// Where: `network.allowed_hosts[2]`, `profiles.verifier.network.mode`, ... (empty for a syntax error, which
     /// has a position but no entry yet).
     pub entry: String,
@@ -121,5 +164,11 @@ fn unknown_profile(name: &str, known: &[String], at: Option<raw::Pos>) -> Policy
             format!("no profile `{name}`; the policy defines {list}")
         }
     };
-    PolicyError { entry: "profiles".to_owned(), line: at.map(|p| p.line), column: at.map(|p| p.column), message }
+    PolicyError {
+        kind: PolicyErrorKind::UnknownProfile,
+        entry: "profiles".to_owned(),
+        line: at.map(|p| p.line),
+        column: at.map(|p| p.column),
+        message,
+    }
 }

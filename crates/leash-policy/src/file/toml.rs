@@ -7,14 +7,19 @@
 use toml_edit::{Document, InlineTable, Item, Table, Value as TomlValue};
 
 use super::raw::{Key, LineIndex, Node, Pos, ScalarKind, Value, MAX_DEPTH};
-use super::PolicyError;
+use super::{PolicyError, PolicyErrorKind};
 
 /// Parse a whole TOML document into one tree.
 pub(crate) fn parse(text: &str) -> Result<Node, PolicyError> {
     let lines = LineIndex::new(text);
     let doc = Document::parse(text).map_err(|e| {
         let at = e.span().map_or(Pos { line: 1, column: 1 }, |span| lines.pos(span.start));
-        error_at(at, &format!("not valid TOML: {}", e.message()))
+        // The parser refuses a repeated key itself, as a syntax error; its kind is the one YAML's gets.
+        let kind = match e.message().contains("duplicate key") {
+            true => PolicyErrorKind::DuplicateKey,
+            false => PolicyErrorKind::Syntax,
+        };
+        error_of(kind, at, &format!("not valid TOML: {}", e.message()))
     })?;
     let conv = Converter { lines: &lines };
     conv.table(doc.as_table(), Pos { line: 1, column: 1 }, 0)
@@ -85,7 +90,17 @@ fn check_depth(depth: usize, at: Pos) -> Result<(), PolicyError> {
 }
 
 fn error_at(at: Pos, message: &str) -> PolicyError {
-    PolicyError { entry: String::new(), line: Some(at.line), column: Some(at.column), message: message.to_owned() }
+    error_of(PolicyErrorKind::Syntax, at, message)
+}
+
+fn error_of(kind: PolicyErrorKind, at: Pos, message: &str) -> PolicyError {
+    PolicyError {
+        kind,
+        entry: String::new(),
+        line: Some(at.line),
+        column: Some(at.column),
+        message: message.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -110,6 +125,12 @@ mod tests {
         let err = parse("[network]\nmode = \"a\"\nmode = \"b\"\n").unwrap_err();
         assert_eq!(err.line, Some(3));
         assert!(err.message.starts_with("not valid TOML"), "{}", err.message);
+        assert_eq!(err.kind, PolicyErrorKind::DuplicateKey);
+        for twice in ["[network]\na = 1\n[network]\nb = 2\n", "a = {b = 1, b = 2}\n", "a.b = 1\na.b = 2\n"] {
+            let err = parse(twice).unwrap_err();
+            assert_eq!(err.kind, PolicyErrorKind::DuplicateKey, "{twice}: {}", err.message);
+        }
+        assert_eq!(parse("a = [\n").unwrap_err().kind, PolicyErrorKind::Syntax);
         assert!(parse(&format!("a = {}", "[".repeat(200))).is_err());
     }
 }

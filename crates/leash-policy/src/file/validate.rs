@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use super::entries::{host_entry, model_api_entry, url_entry, List, UrlEntry};
 use super::raw::{Key, Node, Pos, ScalarKind, Value};
+use super::PolicyErrorKind::{
+    self, BadCidr, BadPort, BadProfileName, BadValue, DuplicateKey, MissingKey, UnknownKey, WrongList, WrongType,
+};
 use super::{warn, PolicyError, Warning};
 use crate::dest::Cidr;
 use crate::engine::{Mode, ProviderTools};
@@ -43,11 +46,14 @@ pub(crate) fn document(root: &Node) -> Checked {
     let mut checked =
         Checked { top: None, profiles: Vec::new(), profiles_pos: None, errors: Vec::new(), warnings: Vec::new() };
     if matches!(root.value, Value::Scalar(ScalarKind::Null, _)) {
-        c.error("network", root.pos, "the policy is empty; it needs a `network` section".to_owned());
+        c.error(MissingKey, "network", root.pos, "the policy is empty; it needs a `network` section".to_owned());
     } else if let Some(fields) = c.map("", root, TOP_KEYS) {
         match find(&fields, "network") {
             Some((_, node)) => checked.top = c.network("network", node),
-            None => c.error("network", root.pos, "missing `network`; every policy has a top-level one".to_owned()),
+            None => {
+                let message = "missing `network`; every policy has a top-level one".to_owned();
+                c.error(MissingKey, "network", root.pos, message);
+            }
         }
         if let Some((key, node)) = find(&fields, "profiles") {
             checked.profiles_pos = Some(key.pos);
@@ -78,8 +84,9 @@ fn join(prefix: &str, name: &str) -> String {
 }
 
 impl Checker {
-    fn error(&mut self, entry: &str, pos: Pos, message: String) {
+    fn error(&mut self, kind: PolicyErrorKind, entry: &str, pos: Pos, message: String) {
         self.errors.push(PolicyError {
+            kind,
             entry: entry.to_owned(),
             line: Some(pos.line),
             column: Some(pos.column),
@@ -88,7 +95,7 @@ impl Checker {
     }
 
     fn expected(&mut self, entry: &str, node: &Node, what: &str) {
-        self.error(entry, node.pos, format!("expected {what}, found {}", node.kind_name()));
+        self.error(WrongType, entry, node.pos, format!("expected {what}, found {}", node.kind_name()));
     }
 
     /// A mapping with only `allowed` keys, each once; unknown and repeated keys are reported and left out.
@@ -101,12 +108,13 @@ impl Checker {
         for (key, value) in pairs {
             let at = join(entry, &key.name);
             if let Some((first, _)) = find(&fields, &key.name) {
-                self.error(&at, key.pos, format!("`{}` is given twice (first on line {})", key.name, first.pos.line));
+                let message = format!("`{}` is given twice (first on line {})", key.name, first.pos.line);
+                self.error(DuplicateKey, &at, key.pos, message);
             } else if allowed.contains(&key.name.as_str()) || allowed.is_empty() {
                 fields.push((key, value));
             } else {
                 let expected = allowed.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
-                self.error(&at, key.pos, format!("unknown key `{}`; expected one of {expected}", key.name));
+                self.error(UnknownKey, &at, key.pos, format!("unknown key `{}`; expected one of {expected}", key.name));
             }
         }
         Some(fields)
@@ -123,12 +131,13 @@ impl Checker {
                 !key.name.is_empty() && key.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
             if !name_ok {
                 let message = format!("`{}` is not a profile name; use letters, digits, `-` and `_`", key.name);
-                self.error(&entry, key.pos, message);
+                self.error(BadProfileName, &entry, key.pos, message);
             }
             let network = match self.map(&entry, value, PROFILE_KEYS).map(|f| find(&f, "network")) {
                 Some(Some((_, net))) => self.network(&join(&entry, "network"), net),
                 Some(None) => {
-                    self.error(&join(&entry, "network"), value.pos, "missing `network` in the profile".to_owned());
+                    let message = "missing `network` in the profile".to_owned();
+                    self.error(MissingKey, &join(&entry, "network"), value.pos, message);
                     None
                 }
                 None => None,
@@ -186,7 +195,7 @@ impl Checker {
     fn mode(&mut self, prefix: &str, network: &Node, field: Option<(&Key, &Node)>) -> Option<Mode> {
         let entry = join(prefix, "mode");
         let Some((_, node)) = field else {
-            self.error(&entry, network.pos, "missing `mode`; it is `allowlist` or `blocklist`".to_owned());
+            self.error(MissingKey, &entry, network.pos, "missing `mode`; it is `allowlist` or `blocklist`".to_owned());
             return None;
         };
         match self.string(&entry, node)? {
@@ -194,7 +203,7 @@ impl Checker {
             "blocklist" => Some(Mode::Blocklist),
             other => {
                 let message = format!("`{other}` is not a mode; it is `allowlist` or `blocklist`");
-                self.error(&entry, node.pos, message);
+                self.error(BadValue, &entry, node.pos, message);
                 None
             }
         }
@@ -209,7 +218,7 @@ impl Checker {
         for name in wrong {
             if let Some((key, _)) = find(fields, name) {
                 let message = format!("`{name}` is for {other} mode; this network is {this}");
-                self.error(&join(prefix, name), key.pos, message);
+                self.error(WrongList, &join(prefix, name), key.pos, message);
             }
         }
     }
@@ -254,7 +263,7 @@ impl Checker {
             };
             match host_entry(text) {
                 Ok(pattern) => rules.push(HostRule { pattern, text: Arc::from(text), index }),
-                Err(message) => self.error(&entry(), node.pos, message),
+                Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
             }
         }
         rules
@@ -275,7 +284,7 @@ impl Checker {
                         format!("`{text}`: a blocklist refuses every IP literal already; this entry does nothing");
                     self.warnings.push(Warning { entry: entry(), message });
                 }
-                Err(message) => self.error(&entry(), node.pos, message),
+                Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
             }
         }
         rules
@@ -288,7 +297,7 @@ impl Checker {
             match &node.value {
                 Value::Scalar(ScalarKind::Int, text) => match text.parse::<u16>() {
                     Ok(port) if port > 0 && text.bytes().all(|b| b.is_ascii_digit()) => ports.push(port),
-                    _ => self.error(&at, node.pos, format!("`{text}` is not a port; ports are 1-65535")),
+                    _ => self.error(BadPort, &at, node.pos, format!("`{text}` is not a port; ports are 1-65535")),
                 },
                 _ => self.expected(&at, node, "a port number"),
             }
@@ -305,7 +314,7 @@ impl Checker {
             };
             match text.parse::<Cidr>() {
                 Ok(cidr) => cidrs.push(cidr),
-                Err(message) => self.error(&entry(), node.pos, message),
+                Err(e) => self.error(BadCidr, &entry(), node.pos, e.to_string()),
             }
         }
         cidrs
@@ -320,7 +329,7 @@ impl Checker {
             };
             match model_api_entry(text) {
                 Ok(pattern) => hosts.push(pattern),
-                Err(message) => self.error(&entry(), node.pos, message),
+                Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
             }
         }
         hosts
@@ -333,7 +342,7 @@ impl Checker {
             "allow" => Some(ProviderTools::Allow),
             other => {
                 let message = format!("`{other}` is not a provider_tools setting; it is `strip`, `refuse` or `allow`");
-                self.error(entry, node.pos, message);
+                self.error(BadValue, entry, node.pos, message);
                 None
             }
         }
@@ -344,7 +353,7 @@ impl Checker {
             Some("all") => true,
             Some(other) => {
                 let message = format!("`{other}` is not an inspect setting; the only value is `all`");
-                self.error(entry, node.pos, message);
+                self.error(BadValue, entry, node.pos, message);
                 false
             }
             None => false,

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use saphyr_parser::{Event, Parser, ScalarStyle, Span, StrInput};
 
 use super::raw::{Key, Node, Pos, ScalarKind, Value, MAX_DEPTH};
-use super::PolicyError;
+use super::{PolicyError, PolicyErrorKind};
 
 /// Nodes an alias expansion may produce in total. A policy of 100,000 entries has about that many nodes; an alias
 /// bomb would have billions.
@@ -182,7 +182,14 @@ fn pos(span: &Span) -> Pos {
 }
 
 fn error_at(at: Pos, message: &str) -> PolicyError {
-    PolicyError { entry: String::new(), line: Some(at.line), column: Some(at.column), message: message.to_owned() }
+    let kind = PolicyErrorKind::Syntax;
+    PolicyError {
+        kind,
+        entry: String::new(),
+        line: Some(at.line),
+        column: Some(at.column),
+        message: message.to_owned(),
+    }
 }
 
 #[cfg(test)]
