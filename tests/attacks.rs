@@ -620,12 +620,22 @@ fn leash_run_leaves_no_way_out_but_the_proxy() {
     assert!(s.queries().iter().any(|q| q.starts_with("ok.attack.test ")), "the allowed name went through DNS");
     // The log holds every decision, the transparent listeners' too: the two allowed requests, and a refusal for
     // the denied one through the proxy and for each of the four proxy-unaware attempts.
-    let decisions: Vec<Value> = std::fs::read_to_string(&log)
+    let (lookups, decisions): (Vec<Value>, Vec<Value>) = std::fs::read_to_string(&log)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|l| l.get("decision").is_some())
-        .collect();
+        .partition(|l| l["method"] == "DNS");
+    // And every lookup the sandbox's stub answered: the refused name, a block line for each query (A and AAAA),
+    // the allowed one once; nothing for the names sent past the stub, which never reached it.
+    let looked_up: Vec<String> =
+        lookups.iter().map(|l| format!("{} {} {}", l["decision"], l["host"], l["reason"])).collect();
+    let refused_lookups = lookups.iter().filter(|l| l["decision"] == "block").collect::<Vec<_>>();
+    assert!(refused_lookups.iter().all(|l| l["host"] == "sandbox-lookup.attack.test"), "{looked_up:#?}");
+    assert!(!refused_lookups.is_empty(), "the refused lookup is on record: {looked_up:#?}");
+    let allowed_lookups = lookups.iter().filter(|l| l["decision"] == "allow").collect::<Vec<_>>();
+    assert_eq!(allowed_lookups.len(), 1, "{looked_up:#?}");
+    assert_eq!(allowed_lookups[0]["host"], OK, "{looked_up:#?}");
     let summary: Vec<String> =
         decisions.iter().map(|l| format!("{} {} {} {}", l["decision"], l["host"], l["path"], l["reason"])).collect();
     let allowed: Vec<&Value> = decisions.iter().filter(|l| l["decision"] == "allow").collect();

@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{https_material, log_lines, origin, sandbox_available, stderr, stdout, HttpsOrigin};
+use common::{
+    decided, https_material, log_lines, lookups_and_decisions, origin, sandbox_available, stderr, stdout, HttpsOrigin,
+};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -458,8 +460,14 @@ fn run_answers_allowed_names_with_a_sandbox_address_and_refused_ones_at_once() {
     assert!(refused.starts_with("evil.test NONAME "), "{out}");
     eprintln!("a refused lookup took {} s; the whole run {:?}", &refused[17..], started.elapsed());
     assert_eq!(out_lines.next(), Some("127.0.0.1"), "{out}");
-    // Lookups are not audited; the request that follows one is.
-    assert!(lines.iter().all(|l| l.get("decision").is_none()), "{lines:?}");
+    // Every refused lookup is on record (each query: A, and AAAA where asked), the allowed name once while its
+    // answer stands (two getents and Python's lookup), `localhost` not at all; there was no request.
+    let (lookups, decisions) = lookups_and_decisions(&lines);
+    assert!(decisions.is_empty(), "{lines:?}");
+    let looked_up = decided(&lookups);
+    let (allowed, refused): (Vec<_>, Vec<_>) = looked_up.iter().partition(|(d, _)| d == "allow");
+    assert_eq!(allowed, [&("allow".to_owned(), "docs.test".to_owned())], "{looked_up:?}");
+    assert!(!refused.is_empty() && refused.iter().all(|(d, h)| d == "block" && h == "evil.test"), "{looked_up:?}");
 }
 
 #[test]
@@ -605,7 +613,10 @@ fn run_proxy_unaware_clients_reach_allowed_names_through_the_transparent_listene
     });
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     assert_eq!(stdout(&o), "origin\n403\nrefused name: curl exit 6\n", "stderr: {}", stderr(&o));
-    let decisions: Vec<_> = lines.iter().filter(|l| l.get("decision").is_some()).collect();
+    let (lookups, decisions) = lookups_and_decisions(&lines);
+    let looked_up = decided(&lookups);
+    assert!(looked_up.contains(&("allow".to_owned(), "docs.test".to_owned())), "{looked_up:?}");
+    assert!(looked_up.contains(&("block".to_owned(), "evil.test".to_owned())), "the refused lookup: {looked_up:?}");
     assert_eq!(decisions.len(), 2, "{lines:?}");
     assert_eq!((decisions[0]["decision"].as_str(), decisions[0]["host"].as_str()), (Some("allow"), Some("docs.test")));
     assert_eq!(

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{https_material, log_lines, origin, stderr, stdout, HttpsOrigin};
+use common::{decided, https_material, log_lines, lookups_and_decisions, origin, stderr, stdout, HttpsOrigin};
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -403,7 +403,10 @@ fn docker_run_proxy_unaware_clients_are_decided_at_the_transparent_listener() {
     });
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     assert_eq!(stdout(&o), "origin\n403\ncurl exit 6\n", "stderr: {}", stderr(&o));
-    let decisions: Vec<_> = lines.iter().filter(|l| l.get("decision").is_some()).collect();
+    let (lookups, decisions) = lookups_and_decisions(&lines);
+    let looked_up = decided(&lookups);
+    assert!(looked_up.contains(&("allow".to_owned(), "docs.test".to_owned())), "{looked_up:?}");
+    assert!(looked_up.contains(&("block".to_owned(), "evil.test".to_owned())), "the refused lookup: {looked_up:?}");
     assert_eq!(decisions.len(), 2, "{lines:?}");
     assert_eq!(decisions[0]["decision"], "allow");
     assert_eq!(decisions[1]["reason"], "not-allowed");

@@ -212,7 +212,7 @@ async fn serve_until_exit(
         .and_then(on_runtime)
         .ok_or_else(|| leash_sandbox::SandboxError::InitDied("no proxy listener".into()))?;
     let transparent = transparent.into_iter().filter_map(on_runtime).collect();
-    let dns_stop = start_dns(dns_socket, config.policy.clone());
+    let dns_stop = start_dns(dns_socket, config.policy.clone(), config.audit.clone());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let proxy = tokio::spawn(leash_proxy::serve_with_transparent(listener, transparent, config, async move {
         let _ = stop_rx.await;
@@ -234,7 +234,11 @@ fn on_runtime(listener: std::net::TcpListener) -> Option<tokio::net::TcpListener
 
 /// Serve the DNS stub on the sandbox's UDP socket until the returned sender is dropped (when the command has exited).
 /// Without it lookups would fail, which opens nothing, so a missing socket is only warned about.
-fn start_dns(socket: Option<std::net::UdpSocket>, policy: PolicyHandle) -> Option<tokio::sync::oneshot::Sender<()>> {
+fn start_dns(
+    socket: Option<std::net::UdpSocket>,
+    policy: PolicyHandle,
+    audit: Arc<leash_proxy::AuditLog>,
+) -> Option<tokio::sync::oneshot::Sender<()>> {
     let socket =
         socket.filter(|s| s.set_nonblocking(true).is_ok()).and_then(|s| tokio::net::UdpSocket::from_std(s).ok());
     let Some(socket) = socket else {
@@ -246,7 +250,7 @@ fn start_dns(socket: Option<std::net::UdpSocket>, policy: PolicyHandle) -> Optio
         let _ = stopped.await;
     };
     tokio::spawn(async move {
-        if let Err(e) = leash_proxy::serve_dns(socket, policy, shutdown).await {
+        if let Err(e) = leash_proxy::serve_dns(socket, policy, audit, shutdown).await {
             tracing::error!("dns: {e}");
         }
     });

@@ -22,6 +22,17 @@ pub fn log_lines(log: &Path) -> Vec<serde_json::Value> {
     text.lines().map(|l| serde_json::from_str(l).expect("every log line is JSON")).collect()
 }
 
+/// The audit log's decision lines, split into the DNS stub's lookups (method `DNS`) and every other decision.
+pub fn lookups_and_decisions(lines: &[serde_json::Value]) -> (Vec<&serde_json::Value>, Vec<&serde_json::Value>) {
+    lines.iter().filter(|l| l.get("decision").is_some()).partition(|l| l["method"] == "DNS")
+}
+
+/// `(decision, host)` of each line.
+pub fn decided(lines: &[&serde_json::Value]) -> Vec<(String, String)> {
+    let text = |l: &serde_json::Value, k: &str| l[k].as_str().unwrap_or_default().to_owned();
+    lines.iter().map(|l| (text(l, "decision"), text(l, "host"))).collect()
+}
+
 /// An HTTP origin on the host's loopback answering every request with 200 "origin".
 pub fn origin() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -45,7 +45,7 @@ pub async fn serve_until<T>(
 ) -> Option<T> {
     let audit = config.audit.clone();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let _dns_running = inside.dns.and_then(|socket| serve_dns(socket, config.policy.clone()));
+    let _dns_running = inside.dns.and_then(|socket| serve_dns(socket, config.policy.clone(), audit.clone()));
     let listener = inside.proxy;
     let listener = listener.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(listener));
     let transparent = inside
@@ -86,7 +86,11 @@ pub async fn serve_until<T>(
 
 /// Serves the DNS stub on `socket` until the returned sender is dropped. A stub that cannot run only means lookups
 /// fail inside, which opens nothing, so that is a warning.
-fn serve_dns(socket: std::net::UdpSocket, policy: PolicyHandle) -> Option<tokio::sync::oneshot::Sender<()>> {
+fn serve_dns(
+    socket: std::net::UdpSocket,
+    policy: PolicyHandle,
+    audit: std::sync::Arc<leash_proxy::AuditLog>,
+) -> Option<tokio::sync::oneshot::Sender<()>> {
     let socket = socket.set_nonblocking(true).and_then(|()| tokio::net::UdpSocket::from_std(socket));
     let socket = match socket {
         Ok(s) => s,
@@ -100,7 +104,7 @@ fn serve_dns(socket: std::net::UdpSocket, policy: PolicyHandle) -> Option<tokio:
         let shutdown = async move {
             let _ = stopped.await;
         };
-        if let Err(e) = leash_proxy::serve_dns(socket, policy, shutdown).await {
+        if let Err(e) = leash_proxy::serve_dns(socket, policy, audit, shutdown).await {
             tracing::error!("dns: {e}");
         }
     });

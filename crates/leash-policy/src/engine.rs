@@ -389,11 +389,20 @@ impl Policy {
     /// such a name and NXDOMAINs every other. A host with path rules is reachable (each request is then decided on
     /// its path); an IP literal, listed dotted quads included, is never reachable as a name.
     pub fn name_is_reachable(&self, host: &Host) -> bool {
-        let Host::Name(name) = host else { return false };
+        self.decide_lookup(host).verdict != Verdict::Block
+    }
+
+    /// The decision on a name alone, as [`Policy::name_is_reachable`] takes it, with the rule and reason an audit
+    /// line names: `block` when no request to it on any port could pass (`ip-literal` for an address, `port` when
+    /// the policy allows no port at all).
+    pub fn decide_lookup(&self, host: &Host) -> Decision {
+        let Host::Name(name) = host else { return block(Reason::IpLiteral) };
+        if self.tunnel_ports.is_empty() && self.ports.is_empty() {
+            return block(Reason::Port);
+        }
         // The tunnel decision on a name is the name-level decision of both kinds: it blocks exactly when no rule can
         // allow any path on the name (allowlist) or a host rule blocks every path (blocklist).
-        let some_port = !self.tunnel_ports.is_empty() || !self.ports.is_empty();
-        some_port && self.decide_tunnel_name(name).verdict != Verdict::Block
+        self.decide_tunnel_name(name)
     }
 }
 

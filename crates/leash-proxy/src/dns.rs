@@ -2,17 +2,24 @@
 //! anywhere. A name the policy lets through (see [`leash_policy::Policy::name_is_reachable`]) is answered with
 //! [`TRANSPARENT_ADDR`], where leash listens for programs that ignore the proxy variables; `localhost` with
 //! 127.0.0.1; every other name at once with NXDOMAIN, so a refused lookup fails fast instead of timing out. The bytes
-//! are read and written by [`crate::wire::dns`]; this file only moves datagrams and asks the current policy.
+//! are read and written by [`crate::wire::dns`]; this file moves datagrams, asks the current policy and puts each
+//! lookup on record: every refused name is an audit line (method `DNS`) and a warning, like a refused request; an
+//! allowed one is a line at most once per name per answer TTL, so a busy resolver does not flood the log. An allowed
+//! name whose line cannot be written is answered REFUSED, as a request whose decision cannot be logged is refused.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use leash_policy::Host;
+use leash_policy::{Decision, Host, Verdict};
 use tokio::net::UdpSocket;
 
+use crate::audit::{now_rfc3339, verdict_word, AuditLog, DecisionEntry};
 use crate::config::PolicyHandle;
-use crate::wire::dns::{respond, Answer};
+use crate::wire::dns::{respond, Answer, ANSWER_TTL};
 
 /// The sandbox-local address allowed names resolve to: inside the sandbox's own loopback (so nothing outside can be
 /// reached through it), and not 127.0.0.1, so the transparent listeners on the allowed ports never collide with a
@@ -38,11 +45,18 @@ pub fn transparent_ports(policy: &leash_policy::Policy, room: usize) -> Vec<u16>
 const MAX_QUERY: usize = 4096;
 
 /// Answer queries on `socket` until `shutdown` completes, deciding each on the policy as it is when the query
-/// arrives (so a SIGHUP reload applies to the next lookup). Malformed queries are answered or dropped by the wire
-/// code and never end the server; only a receive error that is no per-datagram failure does.
-pub async fn serve_dns(socket: UdpSocket, policy: PolicyHandle, shutdown: impl Future<Output = ()>) -> io::Result<()> {
+/// arrives (so a SIGHUP reload applies to the next lookup) and putting it on record in `audit`. Malformed queries are
+/// answered or dropped by the wire code and never end the server; only a receive error that is no per-datagram
+/// failure does.
+pub async fn serve_dns(
+    socket: UdpSocket,
+    policy: PolicyHandle,
+    audit: Arc<AuditLog>,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
     tokio::pin!(shutdown);
     let mut buf = vec![0u8; MAX_QUERY];
+    let mut record = Record { audit, allowed_lately: HashMap::new() };
     loop {
         let received = tokio::select! {
             () = &mut shutdown => return Ok(()),
@@ -53,24 +67,73 @@ pub async fn serve_dns(socket: UdpSocket, policy: PolicyHandle, shutdown: impl F
             Err(e) if is_transient(&e) => continue,
             Err(e) => return Err(e),
         };
-        if let Some(reply) = buf.get(..len).and_then(|query| respond(query, |host| answer(&policy, host))) {
+        let decide = |host: &Host| answer(&policy, &mut record, host, peer);
+        if let Some(reply) = buf.get(..len).and_then(|query| respond(query, decide)) {
             send(&socket, &reply, peer).await;
         }
     }
 }
 
-/// The stub's answer for one valid host name under the current policy.
-fn answer(policy: &PolicyHandle, host: &Host) -> Answer {
+/// How long an allowed name's line stands for its lookups: the answer's TTL, during which a client's cache (or the
+/// stub) answers again without the answer changing.
+const ALLOWED_LINE_STANDS: Duration = Duration::from_secs(ANSWER_TTL as u64);
+/// Most names remembered as logged lately; past it the memory is cleared (a line more, never a line less).
+const ALLOWED_LATELY_MAX: usize = 4096;
+
+/// The audit log, and when each allowed name was last put on it.
+struct Record {
+    audit: Arc<AuditLog>,
+    allowed_lately: HashMap<Box<str>, Instant>,
+}
+
+impl Record {
+    /// Writes the line for a lookup of `name` decided `d`; false when the log cannot be written.
+    fn lookup(&mut self, name: &str, d: &Decision, peer: SocketAddr) -> bool {
+        if d.verdict == Verdict::Block {
+            tracing::warn!("refused DNS {name} ({})", d.reason);
+        } else if self.allowed_lately.get(name).is_some_and(|at| at.elapsed() < ALLOWED_LINE_STANDS) {
+            return true;
+        }
+        let entry = DecisionEntry {
+            id: self.audit.next_id(),
+            time: now_rfc3339(),
+            method: "DNS",
+            host: name,
+            port: 53,
+            path: None,
+            decision: verdict_word(d.verdict),
+            rule: d.rule.as_deref(),
+            reason: d.reason.as_str(),
+            client: Some(peer.to_string()),
+            stripped: None,
+        };
+        if let Err(e) = self.audit.decision(&entry) {
+            tracing::error!("{e}; refusing the lookup");
+            return false;
+        }
+        if d.verdict != Verdict::Block {
+            if self.allowed_lately.len() >= ALLOWED_LATELY_MAX {
+                self.allowed_lately.clear();
+            }
+            self.allowed_lately.insert(name.into(), Instant::now());
+        }
+        true
+    }
+}
+
+/// The stub's answer for one valid host name under the current policy, put on record.
+fn answer(policy: &PolicyHandle, record: &mut Record, host: &Host, peer: SocketAddr) -> Answer {
     if host.as_str() == "localhost" {
         return Answer::Exists(Ipv4Addr::LOCALHOST);
     }
     // INVARIANT: the stub has no upstream; a name is answered from the policy alone and never resolved.
-    match policy.current().name_is_reachable(host) {
-        true => Answer::Exists(TRANSPARENT_ADDR),
-        false => {
-            tracing::debug!(name = %host.as_str(), "dns: NXDOMAIN for a name the policy refuses");
-            Answer::NoSuchName
-        }
+    let decision = policy.current().decide_lookup(host);
+    let logged = record.lookup(&host.as_str(), &decision, peer);
+    match (decision.verdict, logged) {
+        (Verdict::Block, _) => Answer::NoSuchName,
+        // INVARIANT: a lookup whose line cannot be written gets no address.
+        (_, false) => Answer::Refused,
+        (_, true) => Answer::Exists(TRANSPARENT_ADDR),
     }
 }
 

@@ -219,3 +219,19 @@ fn a_policy_that_can_never_inspect_says_so() {
     assert!(!may(no_filter));
     assert!(may(&format!("{no_filter}  inspect: all\n")));
 }
+
+#[test]
+fn a_lookup_is_decided_on_the_name_with_the_reason_an_audit_line_names() {
+    let lookup = |text: &str, host: &str| {
+        let d = policy(text).decide_lookup(&leash_policy::parse_host(host).unwrap());
+        render(&d)
+    };
+    assert_eq!(lookup(ALLOW, "api.example.com"), "allow rule api.example.com");
+    assert_eq!(lookup(ALLOW, "files.pypi.org"), "allow rule .pypi.org");
+    assert_eq!(lookup(ALLOW, "evil.example"), "block not-allowed");
+    assert_eq!(lookup(BLOCK, "api.semanticscholar.org"), "block rule api.semanticscholar.org");
+    assert_eq!(lookup(BLOCK, "arxiv.org"), "inspect default", "a path rule: some paths pass");
+    assert_eq!(lookup(ALLOW, "192.0.2.7"), "block ip-literal", "addresses are never names");
+    let no_ports = "network:\n  mode: blocklist\n  blocked_urls: [x.org]\n  ports: []\n  tunnel_ports: []\n";
+    assert_eq!(lookup(no_ports, "example.org"), "block port");
+}

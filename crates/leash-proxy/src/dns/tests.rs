@@ -18,25 +18,53 @@ const NOERROR: u8 = 0;
 const NXDOMAIN: u8 = 3;
 const FORMERR: u8 = 1;
 
+const REFUSED: u8 = 5;
+
 struct Stub {
     addr: SocketAddr,
     client: UdpSocket,
     policy: PolicyHandle,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<io::Result<()>>,
+    /// The audit log's file, and the directory that holds it for as long as the stub lives.
+    log: std::path::PathBuf,
+    _dir: Option<tempfile::TempDir>,
 }
 
-/// Serve an inline allowlist (`allow`) on a fresh socket, and a client socket to query it.
+/// Serve an inline allowlist (`allow`) on a fresh socket, logging to a fresh file, and a client socket to query it.
 async fn stub(allow: &[&str]) -> Stub {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let audit = Arc::new(AuditLog::open(&log).unwrap());
+    serve(allow, audit, log, Some(dir)).await
+}
+
+async fn serve(allow: &[&str], audit: Arc<AuditLog>, log: std::path::PathBuf, dir: Option<tempfile::TempDir>) -> Stub {
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
     let policy = PolicyHandle::new(allowlist(allow));
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve_dns(socket, policy.clone(), async move {
+    let task = tokio::spawn(serve_dns(socket, policy.clone(), audit, async move {
         let _ = stopped.await;
     }));
     let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    Stub { addr, client, policy, stop: Some(stop), task }
+    Stub { addr, client, policy, stop: Some(stop), task, log, _dir: dir }
+}
+
+/// The log's lines as (decision, host, reason), each checked to be a `DNS` line on port 53 from the client.
+fn lines(s: &Stub) -> Vec<(String, String, String)> {
+    let client = s.client.local_addr().unwrap().to_string();
+    std::fs::read_to_string(&s.log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!((v["method"].as_str(), v["port"].as_u64()), (Some("DNS"), Some(53)), "{l}");
+            assert_eq!(v["client"].as_str(), Some(client.as_str()), "{l}");
+            let text = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+            (text("decision"), text("host"), text("reason"))
+        })
+        .collect()
 }
 
 fn allowlist(hosts: &[&str]) -> Policy {
@@ -155,5 +183,37 @@ async fn a_reload_applies_to_the_next_lookup() {
     s.policy.store(allowlist(&["new.test"]));
     assert_eq!(s.ask(2, "new.test", 1).await, reply(NOERROR, &[TRANSPARENT_ADDR]));
     assert_eq!(s.ask(3, "allowed.test", 1).await, reply(NXDOMAIN, &[]));
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_refused_lookup_is_on_record_and_an_allowed_name_once_per_ttl() {
+    let s = stub(&["allowed.test"]).await;
+    assert_eq!(s.ask(1, "evil.test", 1).await, reply(NXDOMAIN, &[]));
+    assert_eq!(s.ask(2, "evil.test", 28).await, reply(NXDOMAIN, &[]));
+    assert_eq!(s.ask(3, "allowed.test", 1).await, reply(NOERROR, &[TRANSPARENT_ADDR]));
+    assert_eq!(s.ask(4, "allowed.test", 28).await, reply(NOERROR, &[]));
+    assert_eq!(s.ask(5, "localhost", 1).await, reply(NOERROR, &[Ipv4Addr::LOCALHOST]));
+    let got = lines(&s);
+    let line = |d: &str, h: &str, r: &str| (d.to_owned(), h.to_owned(), r.to_owned());
+    assert_eq!(
+        got,
+        vec![
+            line("block", "evil.test", "not-allowed"),
+            line("block", "evil.test", "not-allowed"),
+            line("allow", "allowed.test", "rule"),
+        ],
+        "every refusal; the allowed name once while its answer stands; localhost is no decision"
+    );
+    s.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_allowed_name_whose_line_cannot_be_written_gets_no_address() {
+    let full = std::path::PathBuf::from("/dev/full");
+    let Ok(audit) = AuditLog::open(&full) else { return };
+    let s = serve(&["allowed.test"], Arc::new(audit), full, None).await;
+    assert_eq!(s.ask(1, "allowed.test", 1).await, reply(REFUSED, &[]));
+    assert_eq!(s.ask(2, "evil.test", 1).await, reply(NXDOMAIN, &[]), "a refused name is refused either way");
     s.stop().await.unwrap();
 }

@@ -73,6 +73,8 @@ pub enum Answer {
     Exists(Ipv4Addr),
     /// NXDOMAIN.
     NoSuchName,
+    /// REFUSED: the stub will not answer (its audit log cannot be written).
+    Refused,
 }
 
 /// One parsed query.
@@ -180,6 +182,7 @@ fn outcome(query: &Query<'_>, decide: impl FnOnce(&Host) -> Answer) -> (Rcode, O
     };
     match decide(&host) {
         Answer::NoSuchName => (Rcode::NxDomain, None),
+        Answer::Refused => (Rcode::Refused, None),
         Answer::Exists(addr) if query.qtype == TYPE_A => (Rcode::NoError, Some(addr)),
         Answer::Exists(_) => (Rcode::NoError, None),
     }
