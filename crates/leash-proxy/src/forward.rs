@@ -243,6 +243,11 @@ pub(crate) fn plan<'t>(head: &RequestHead, target: &'t str) -> Result<Plan<'t>, 
         TargetError::Host(_) => Early { response: forbidden_raw(target, Reason::BadHost), reason: Reason::BadHost },
         TargetError::NotAbsolute | TargetError::Path(_) => bad_request(&e.to_string()),
     })?;
+    // A scheme leash does not proxy (ftp, gopher, ws, ...) is refused as such, before its Host header is compared
+    // with a port it has no default for.
+    if target.scheme == Scheme::Other {
+        return Err(Early { response: forbidden_at(&target, Reason::Scheme), reason: Reason::Scheme });
+    }
     let framing = request_framing(head).map_err(|e| bad_request(&e.to_string()))?;
     let port = target.port();
     check_host_header(head, &target, port)?;

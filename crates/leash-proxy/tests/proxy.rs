@@ -2,7 +2,6 @@
 //! reqwest, rustls, raw TCP for the shapes no library sends), the audit log read back as JSON. Each bypass spelling
 //! is its own test, and each shows the request never reached an origin and a refused name never reached the
 //! resolver. The groups follow issue 2: decisions, CONNECT, refusals, HTTP correctness, limits, audit log, reload.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod inspect;
 mod support;
@@ -650,6 +649,21 @@ async fn scheme_other_than_http_is_refused() {
         w.send(raw_get(&format!("ftp://allowed.test:{}/file", w.port()), &format!("allowed.test:{}", w.port()))).await;
     assert_eq!(r.status, 403, "{}", r.text());
     assert_eq!(r.reason(), "scheme");
+    w.assert_nothing_reached().await;
+}
+
+#[tokio::test]
+async fn every_scheme_but_http_is_refused_as_scheme_whatever_its_port_or_host_header() {
+    let w = allowing(&["allowed.test"]).await;
+    for (target, host) in [
+        ("ftp://allowed.test/pub/file", "allowed.test"),
+        ("gopher://allowed.test/", "allowed.test"),
+        ("ws://allowed.test/socket", "allowed.test:80"),
+        ("file://allowed.test/etc/passwd", "elsewhere.test"),
+    ] {
+        let r = w.send(raw_get(target, host)).await;
+        assert_eq!((r.status, r.reason()), (403, "scheme"), "{target}: {}", r.text());
+    }
     w.assert_nothing_reached().await;
 }
 
