@@ -1,6 +1,5 @@
 //! The `leash` binary as a user meets it: `check`, `explain` and `proxy` run as real processes, with real files,
 //! real signals and curl as the client.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -226,6 +225,27 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_ca_hint_is_given_only_where_a_tunnel_may_be_inspected() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let hint = "the run's CA certificate is not written anywhere";
+    for (policy, inspects) in [
+        ("network:\n  mode: allowlist\n  allowed_hosts: [pypi.org]\n", false),
+        ("network:\n  mode: allowlist\n  allowed_urls: [github.com/rust-lang/]\n", true),
+        ("network:\n  mode: blocklist\n  blocked_urls: [refused.test]\n", true),
+    ] {
+        let path = write(dir.path(), "p.yaml", policy);
+        let proxy = Proxy::start(&path, &log, &[]);
+        // Served (its signal handling in place) once it answers.
+        assert_eq!(proxy.curl("http://refused.test/"), "403");
+        proxy.signal("TERM");
+        let (code, stderr) = proxy.wait_with_stderr();
+        assert_eq!(code, Some(0), "{stderr}");
+        assert_eq!(stderr.contains(hint), inspects, "{policy}: {stderr}");
     }
 }
 

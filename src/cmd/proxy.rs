@@ -49,7 +49,9 @@ async fn serve(args: ProxyArgs) -> Exit {
         Ok(i) => i,
         Err(code) => return code,
     };
-    if args.tls.ca_cert_out.is_none() && args.tls.ca_bundle_out.is_none() {
+    // Said only where a tunnel may be inspected: with a policy that never inspects, no client needs the CA (the CA
+    // is still made, for a policy a SIGHUP may load).
+    if args.tls.ca_cert_out.is_none() && args.tls.ca_bundle_out.is_none() && loaded.policy.may_inspect() {
         tracing::info!("TLS inspection: the run's CA certificate is not written anywhere (--ca-cert-out FILE)");
     }
     let policy = PolicyHandle::new(loaded.policy);
