@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "leash",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("LEASH_COMMIT"), ")"),
     about = "An egress filter for AI agents: every request decided by a policy, every decision on record",
     long_about = "leash decides what a sandboxed agent may reach on the network. `leash proxy` runs an HTTP/HTTPS \
                   egress proxy that enforces a policy file (an allowlist of hosts, or a blocklist of hosts and URL \

@@ -229,6 +229,19 @@ impl Drop for Proxy {
 }
 
 #[test]
+fn version_names_the_commit_it_was_built_from() {
+    let o = leash(&["--version"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().unwrap();
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    assert!(out.starts_with(&format!("leash {} (", env!("CARGO_PKG_VERSION"))), "{out}");
+    // A git checkout (as here and on CI) names its commit; the binary may be one commit behind a fresh commit only
+    // if cargo did not rebuild, which `rerun-if-changed` on the index prevents.
+    assert!(head.is_empty() || out.contains(&head), "`{out}` names {head}");
+}
+
+#[test]
 fn the_ca_hint_is_given_only_where_a_tunnel_may_be_inspected() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("audit.jsonl");
