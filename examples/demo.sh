@@ -3,7 +3,9 @@
 # and what it writes to the audit log. Needs cargo, curl, openssl and python3; touches nothing outside a temp directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "building leash (release; a few minutes the first time) ..."
 cargo build --release --quiet
+echo "built."
 LEASH=${CARGO_TARGET_DIR:-target}/$(rustc -vV | sed -n 's/^host: //p')/release/leash
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
