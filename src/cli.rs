@@ -235,17 +235,24 @@ pub struct CheckArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  leash explain --policy policy.yaml http://pypi.org/simple/\n  \
     leash explain --policy policy.yaml POST https://api.example.com/v1/messages\n  \
-    leash explain --policy policy.yaml CONNECT arxiv.org:443\n\n\
+    leash explain --policy policy.yaml CONNECT arxiv.org:443\n  \
+    leash explain --allow pypi.org --allow .pythonhosted.org https://files.pythonhosted.org/x.whl\n\n\
     The first line is `allow|block|inspect REASON [RULE]`. Exit status: 0 allowed, 1 refused, 2 usage or \
     policy error. The decision is the one the proxy takes before DNS; the destination check on the resolved \
     addresses still follows it.")]
 pub struct ExplainArgs {
-    /// The policy file (.yaml, .yml or .toml)
-    #[arg(long, value_name = "FILE")]
-    pub policy: PathBuf,
+    /// The policy file (.yaml, .yml or .toml); or give --allow / --block instead, as to `leash run`
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"], required_unless_present_any = ["allow", "block"])]
+    pub policy: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "policy")]
     pub profile: Option<String>,
+    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    #[arg(long, value_name = "HOST")]
+    pub allow: Vec<String>,
+    /// Block this host or host/path prefix; an inline blocklist (repeatable)
+    #[arg(long, value_name = "RULE")]
+    pub block: Vec<String>,
     /// METHOD URL, or just URL (GET); `CONNECT host:port` for a tunnel
     #[arg(value_name = "[METHOD] URL", num_args = 1..=2, required = true)]
     pub request: Vec<String>,

@@ -156,6 +156,28 @@ fn explain_uses_the_profile_asked_for() {
     assert_eq!((code, out.lines().next()), (Some(0), Some("allow default")));
 }
 
+#[test]
+fn explain_takes_inline_rules_as_run_does_and_agrees_with_the_same_policy_file() {
+    let inline = |args: &[&str]| {
+        let o = leash(&[&["explain"], args].concat());
+        (o.status.code(), stdout(&o).lines().next().unwrap_or_default().to_owned())
+    };
+    let file = |policy: &str, url: &str| {
+        let (code, out) = explain(policy, &[url]);
+        (code, out.lines().next().unwrap_or_default().to_owned())
+    };
+    let allow = "network:\n  mode: allowlist\n  allowed_hosts: [pypi.org, .pythonhosted.org]\n";
+    for url in ["https://files.pythonhosted.org/x.whl", "http://pypi.org/simple/", "https://evil.test/"] {
+        assert_eq!(inline(&["--allow", "pypi.org", "--allow", ".pythonhosted.org", url]), file(allow, url), "{url}");
+    }
+    let block = "network:\n  mode: blocklist\n  blocked_urls: [arxiv.org/abs/]\n";
+    for url in ["http://arxiv.org/abs/2401.01234", "http://arxiv.org/list/"] {
+        assert_eq!(inline(&["--block", "arxiv.org/abs/", url]), file(block, url), "{url}");
+    }
+    assert_eq!(inline(&["--allow", "bad host", "http://x.test/"]).0, Some(2), "an invalid rule is a usage error");
+    assert_eq!(inline(&["http://x.test/"]).0, Some(2), "a policy or a rule is required");
+}
+
 // ---- proxy
 
 /// An allowlist of `host` on `port`, with the host's loopback (where the tests' origins listen) exempt.

@@ -8,7 +8,7 @@ use leash_policy::{
 
 use crate::cli::ExplainArgs;
 use crate::exit::Exit;
-use crate::policy_file::load_file;
+use crate::policy_file::{load_file, print_errors};
 
 pub fn run(args: &ExplainArgs) -> Exit {
     let (method, url) = match args.request.as_slice() {
@@ -18,10 +18,12 @@ pub fn run(args: &ExplainArgs) -> Exit {
     };
     // Exit 1 means "refused", so a policy that does not load (invalid, unknown profile) is 2, like a usage error:
     // a script asking `explain` must never read a broken policy as a refusal.
-    let policy = match load_file(&args.policy, args.profile.as_deref()) {
-        Ok(l) => l.policy,
-        Err(_) => return Exit::Usage,
+    let loaded = match &args.policy {
+        Some(path) => load_file(path, args.profile.as_deref()).map(|l| l.policy).map_err(drop),
+        None => Policy::from_inline(&args.allow, &args.block)
+            .map_err(|errors| print_errors(std::path::Path::new("the command line"), &errors)),
     };
+    let Ok(policy) = loaded else { return Exit::Usage };
     let explained =
         if method.eq_ignore_ascii_case("CONNECT") { explain_connect(&policy, url) } else { explain_url(&policy, url) };
     match explained {
