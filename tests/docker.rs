@@ -156,11 +156,11 @@ fn docker_run_fetches_through_the_proxy_refuses_the_rest_and_propagates_the_exit
              curl -s -o /dev/null -w '%{{http_code}}\\n' http://evil.test:{port}/x; \
              python3 -c 'import urllib.request as u; \
                print(u.urlopen(\"http://docs.test:{port}/py\").read().decode())'; \
-             exit 7"
+             echo \"mode: $LEASH_NETWORK_MODE\"; exit 7"
         )
     });
     assert_eq!(o.status.code(), Some(7), "stderr: {}", stderr(&o));
-    assert_eq!(stdout(&o), "origin\n403\norigin\n");
+    assert_eq!(stdout(&o), "origin\n403\norigin\nmode: allowlist\n", "the container knows it is filtered, and how");
     let decisions: Vec<_> = lines.iter().filter(|l| l.get("decision").is_some()).collect();
     assert_eq!(decisions.len(), 3, "{lines:?}");
     assert_eq!((&decisions[0]["decision"], &decisions[0]["path"]), (&"allow".into(), &"/ok".into()));

@@ -1,6 +1,5 @@
 //! `leash run` as a user meets it, beyond fetching (which tests/cli.rs covers): the exit status when the command
 //! never runs, the environment it is given, signals sent to leash, and inline `--allow`/`--block` rules.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -85,6 +84,7 @@ fn every_proxy_variable_names_the_proxy_no_proxy_is_removed_and_ca_variables_nam
     let env = sandbox_env(
         &["--block", "docs.test/private"],
         &[
+            ("LEASH_NETWORK_MODE", "none-of-your-business"),
             ("NO_PROXY", "docs.test"),
             ("no_proxy", "*"),
             ("HTTPS_PROXY", "http://elsewhere.test:8080"),
@@ -99,6 +99,8 @@ fn every_proxy_variable_names_the_proxy_no_proxy_is_removed_and_ca_variables_nam
     }
     assert!(!env.contains_key("NO_PROXY") && !env.contains_key("no_proxy"), "an exemption survived: {env:?}");
     assert_eq!(env.get("NODE_USE_ENV_PROXY").map(String::as_str), Some("1"));
+    assert_eq!(env.get("LEASH_NETWORK_MODE").map(String::as_str), Some("blocklist"), "the mode, never the rules");
+    assert!(!env.values().any(|v| v.contains("docs.test/private")), "a rule leaked into the environment");
     assert_eq!(env.get("LEASH_TEST_KEPT").map(String::as_str), Some("yes"), "other variables are kept");
     let bundle = env.get("SSL_CERT_FILE").expect("SSL_CERT_FILE").clone();
     assert!(bundle.ends_with("bundle.pem"), "{bundle}");
@@ -121,6 +123,7 @@ fn a_policy_that_never_inspects_makes_no_ca_and_leaves_the_callers_trust_alone()
     let system = "/etc/ssl/certs/ca-certificates.crt";
     let env = sandbox_env(&["--allow", "docs.test"], &[("SSL_CERT_FILE", system), ("NO_PROXY", "docs.test")]);
     assert_eq!(env.get("SSL_CERT_FILE").map(String::as_str), Some(system), "the caller's own trust is kept");
+    assert_eq!(env.get("LEASH_NETWORK_MODE").map(String::as_str), Some("allowlist"));
     let run_files: Vec<_> = env.iter().filter(|(_, v)| v.contains("leash-run-")).collect();
     assert!(run_files.is_empty(), "variables name a run CA that was never made: {run_files:?}");
     assert_eq!(env.get("HTTPS_PROXY").map(String::as_str), Some("http://127.0.0.1:3128"));

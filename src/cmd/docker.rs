@@ -30,7 +30,7 @@ use leash_proxy::{AuditLog, Inspection, UpstreamTrust};
 
 use crate::cli::{DockerAttachArgs, DockerRunArgs, TlsArgs};
 use crate::exit::Exit;
-use crate::shared::sandboxed::{config, proxy_parts, replay_deferred_log, Pins};
+use crate::shared::sandboxed::{config, mode_env, proxy_parts, replay_deferred_log, Pins};
 use crate::shared::trust::{write_trust_files, BUNDLE_VARS, NODE_VAR};
 
 /// The CA variables the container gets: the same as `leash run`'s command.
@@ -87,7 +87,7 @@ async fn run_container(
         }
     };
     let ipv6_on_host = Path::new("/proc/sys/net/ipv6").exists();
-    let create_args = container::create_args(&opts, &gate, &start, ipv6_on_host, TRUST_VARS);
+    let create_args = container::create_args(&opts, &gate, &start, ipv6_on_host, TRUST_VARS, &[mode_env(&policy)]);
     let container = match Container::create(engine, &create_args) {
         Ok(c) => c,
         Err(e) => return refuse_engine(&e),

@@ -11,7 +11,7 @@ use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
 use crate::exit::Exit;
-use crate::shared::sandboxed::{config, hidden_log, proxy_parts, replay_deferred_log, Pins};
+use crate::shared::sandboxed::{config, hidden_log, mode_env, proxy_parts, replay_deferred_log, Pins};
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 
 /// Where the proxy listens inside the sandbox (the conventional proxy port, on the sandbox's own loopback).
@@ -52,6 +52,9 @@ pub fn run(args: RunArgs) -> Exit {
     };
     let mut spec = spec(&args, ca_files.is_some());
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
+    let (name, mode) = mode_env(&policy);
+    spec.env.retain(|(k, _)| k != name.as_str());
+    spec.env.push((name.into(), mode.into()));
     let ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
     spec.tcp_listeners.extend(ports.into_iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
     // The init is cloned before the CA's key exists, so its copy of leash's memory never holds it.

@@ -71,6 +71,19 @@ pub fn hidden_log(args: &SandboxProxyArgs) -> Vec<std::path::PathBuf> {
     args.log.iter().filter_map(|p| std::fs::canonicalize(p).ok()).collect()
 }
 
+/// What tells the command it runs behind leash, and in which mode (never the rules), so an agent can say "the network
+/// policy refused this" instead of retrying: `allowlist` or `blocklist`.
+pub const MODE_VAR: &str = "LEASH_NETWORK_MODE";
+
+/// [`MODE_VAR`] and its value for `policy`.
+pub fn mode_env(policy: &Policy) -> (String, String) {
+    let mode = match policy.mode() {
+        leash_policy::Mode::Allowlist => "allowlist",
+        leash_policy::Mode::Blocklist => "blocklist",
+    };
+    (MODE_VAR.to_owned(), mode.to_owned())
+}
+
 /// The proxy's configuration for a sandbox.
 pub fn config(policy: Policy, pins: Pins, audit: Arc<AuditLog>, inspection: Option<Arc<Inspection>>) -> ProxyConfig {
     ProxyConfig {

@@ -99,7 +99,15 @@ pub fn gated_argv(engine: &Engine, opts: &RunOptions) -> Result<Vec<String>, Arg
 /// capabilities, no IPv6 (Docker disables it on a `none` network already; said again so no daemon setting brings it
 /// back, where the kernel has IPv6 at all: the sysctls exist only then), the DNS stub, the proxy and CA environment,
 /// the gate, and the gate's wrapper as entrypoint around the real argv.
-pub fn create_args(opts: &RunOptions, gate: &Gate, start: &Start, ipv6_on_host: bool, trust: TrustVars) -> Vec<String> {
+/// `env` is set in the container too, after everything else (leash's mode variable).
+pub fn create_args(
+    opts: &RunOptions,
+    gate: &Gate,
+    start: &Start,
+    ipv6_on_host: bool,
+    trust: TrustVars,
+    env: &[(String, String)],
+) -> Vec<String> {
     let url = format!("http://{PROXY_INSIDE}");
     let mut args = opts.passthrough.clone();
     args.extend(
@@ -120,6 +128,9 @@ pub fn create_args(opts: &RunOptions, gate: &Gate, start: &Start, ipv6_on_host: 
     }
     for var in trust.ca {
         args.extend(["--env".to_owned(), format!("{var}={GATE_MOUNT}/{CA_FILE}")]);
+    }
+    for (name, value) in env {
+        args.extend(["--env".to_owned(), format!("{name}={value}")]);
     }
     args.extend(["--volume".to_owned(), format!("{}:{GATE_MOUNT}:ro", gate.dir.display())]);
     match start {
@@ -337,7 +348,9 @@ mod tests {
     fn leash_options_come_after_the_users_so_they_win() {
         let opts = options::scan(&["--env".into(), "HTTP_PROXY=x".into(), "img".into()]).unwrap();
         let gate = Gate { dir: std::path::PathBuf::from("/tmp/gate") };
-        let args = create_args(&opts, &gate, &Start::Gated(vec!["/bin/app".into(), "--flag".into()]), true, TRUST);
+        let mode = [("LEASH_NETWORK_MODE".to_owned(), "allowlist".to_owned())];
+        let args =
+            create_args(&opts, &gate, &Start::Gated(vec!["/bin/app".into(), "--flag".into()]), true, TRUST, &mode);
         let joined = args.join(" ");
         let user = joined.find("HTTP_PROXY=x").unwrap();
         let ours = joined.find("HTTP_PROXY=http://127.0.0.1:3128").unwrap();
@@ -347,6 +360,7 @@ mod tests {
         assert!(joined.contains("--volume /tmp/gate:/run/leash:ro --entrypoint /bin/sh img -c "), "{joined}");
         assert!(joined.ends_with(" leash-gate /bin/app --flag"), "{joined}");
         assert!(joined.contains("--env SSL_CERT_FILE=/run/leash/bundle.pem"), "{joined}");
+        assert!(joined.contains("--env LEASH_NETWORK_MODE=allowlist --volume"), "the mode, after the user's: {joined}");
         assert!(joined.contains("--env NODE_EXTRA_CA_CERTS=/run/leash/ca.pem"), "{joined}");
         std::mem::forget(gate);
     }
@@ -356,7 +370,7 @@ mod tests {
         let words = ["--entrypoint", "/app", "img", "serve", "--port", "1"].map(String::from);
         let opts = options::scan(&words).unwrap();
         let gate = Gate { dir: std::path::PathBuf::from("/tmp/gate") };
-        let joined = create_args(&opts, &gate, &Start::Ungated, false, TRUST).join(" ");
+        let joined = create_args(&opts, &gate, &Start::Ungated, false, TRUST, &[]).join(" ");
         assert!(joined.ends_with(":/run/leash:ro --entrypoint /app img serve --port 1"), "{joined}");
         assert!(!joined.contains("disable_ipv6"), "no IPv6 sysctls where the kernel has no IPv6: {joined}");
         std::mem::forget(gate);
