@@ -4,7 +4,7 @@
 //! hostile client (`attacks/client.py`) sends exact bytes, including shapes no HTTP library would send. Where the
 //! kernel refuses namespaces the tests skip loudly; `LEASH_REQUIRE_SANDBOX=1` (set by `.ci/run`) makes that a failure.
 //! `LEASH_UNDER_TEST=/path/to/leash` runs the suite against another build (to show a test fails before its fix).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 #[path = "attacks/scene.rs"]
 mod scene;

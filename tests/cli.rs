@@ -1,5 +1,6 @@
 //! The `leash` binary as a user meets it: `check`, `explain` and `proxy` run as real processes, with real files,
 //! real signals and curl as the client.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod common;
 

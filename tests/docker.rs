@@ -3,7 +3,7 @@
 //! leash's proxy, and nothing else. Where Docker is absent the tests say so loudly and pass, unless
 //! `LEASH_REQUIRE_DOCKER=1` (CI), which turns that into a failure. Every container carries a per-test label and each
 //! test checks none is left behind. No address but loopback is ever targeted.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! `leash run` as a user meets it, beyond fetching (which tests/cli.rs covers): the exit status when the command
 //! never runs, the environment it is given, signals sent to leash, and inline `--allow`/`--block` rules.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod common;
 

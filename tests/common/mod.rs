@@ -1,7 +1,7 @@
 //! What the binary's test suites share (`tests/cli.rs`, `tests/docker.rs`, `tests/run.rs`): origins on the host's
 //! loopback (plain HTTP, and HTTPS with a throw-away CA made by openssl), output and audit-log readers, the check
 //! that namespaces can be made. Each suite uses a part.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(dead_code, reason = "each suite uses a part")]
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

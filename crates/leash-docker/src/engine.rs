@@ -252,7 +252,6 @@ fn parse_state(out: &str) -> Option<State> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
 

@@ -60,7 +60,6 @@ pub fn host_unix_sockets() -> Vec<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
 

@@ -480,7 +480,6 @@ fn bind_source(out: &mut RunOptions, normalised: &str, source: &str) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
 

@@ -155,7 +155,6 @@ fn parse_prefix(text: &str, max: u8) -> Result<u8, CidrError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

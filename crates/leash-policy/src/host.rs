@@ -249,7 +249,6 @@ pub(crate) fn canonical_ipv4(text: &str) -> Option<Ipv4Addr> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

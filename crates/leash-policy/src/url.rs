@@ -69,7 +69,6 @@ fn parse_scheme(raw: &str) -> Option<Scheme> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::host::Host;

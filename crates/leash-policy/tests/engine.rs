@@ -1,6 +1,6 @@
 //! The policy engine's one integration-test binary: readable helpers here ("this policy, this request, expect this
 //! decision"), the cases in the modules below, grouped by what they cover.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 use leash_policy::{
     load, parse_absolute_target, parse_authority, ClientHelloFacts, Decision, Format, Policy, Request, Verdict, Via,

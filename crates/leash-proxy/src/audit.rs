@@ -323,7 +323,6 @@ mod tests {
     }
 
     #[test]
-    #[allow(clippy::unwrap_used)]
     fn a_container_log_names_the_container_on_every_line() {
         let path = std::env::temp_dir().join(format!("leash-audit-container-{}.jsonl", std::process::id()));
         let _ = std::fs::remove_file(&path);

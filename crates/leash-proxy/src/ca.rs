@@ -154,7 +154,6 @@ fn ring_fill(bytes: &mut [u8]) -> Result<(), rustls::Error> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -134,7 +134,7 @@ fn upstream_failed(sh: &Shared, a: &Attempt<'_>, d: &Decision, e: &DialError, st
 }
 
 /// Send the request and relay the response, retrying once on a fresh connection when a pooled one turns out stale.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "one exchange's parts, borrowed apart (the client mutably)")]
 async fn forward<S>(
     sh: &Shared,
     client: &mut BufConn<S>,
@@ -182,7 +182,7 @@ async fn redial(
 }
 
 /// Log the outcome, return the upstream to the pool when it is clean, and say whether the client may go on.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "one exchange's parts, borrowed apart (the client mutably)")]
 async fn finish<S>(
     sh: &Shared,
     client: &mut BufConn<S>,

@@ -165,7 +165,6 @@ fn ipv6_from_if_inet6(text: &str) -> Vec<IpAddr> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     use super::*;

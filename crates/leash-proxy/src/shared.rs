@@ -111,7 +111,6 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use std::collections::HashMap;
     use std::net::Ipv4Addr;
     use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! hands out, process life (exit status, signals, orphans, descriptors) and failing closed. Network tests build a
 //! test host in namespaces of their own (`support::host`); nothing is sent anywhere else. Where the kernel refuses
 //! namespaces the tests skip loudly, and fail instead under `LEASH_REQUIRE_SANDBOX=1`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // reason: tests fail by panicking
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod support;
 

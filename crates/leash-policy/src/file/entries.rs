@@ -176,7 +176,6 @@ fn check_path(entry: &str, path: &str) -> Result<crate::path::CanonicalPath, Ent
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

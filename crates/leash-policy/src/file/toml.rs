@@ -104,7 +104,6 @@ fn error_of(kind: PolicyErrorKind, at: Pos, message: &str) -> PolicyError {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

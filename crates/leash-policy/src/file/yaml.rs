@@ -193,7 +193,6 @@ fn error_at(at: Pos, message: &str) -> PolicyError {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

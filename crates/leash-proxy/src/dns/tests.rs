@@ -1,8 +1,6 @@
 //! The stub over real sockets: a UDP socket on 127.0.0.1:0 served by [`serve_dns`], real queries from another socket,
 //! answers decided on the policy in force (reloads included), garbage that never stops the server, a clean shutdown.
 
-#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used, reason = "a failed expectation in a test is a panic")]
-
 use std::time::Duration;
 
 use leash_policy::Policy;

@@ -130,7 +130,6 @@ impl AsyncWrite for Capped {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -1,6 +1,5 @@
 //! Each API's shapes, in both spellings where the API accepts two; function tools surviving; the places inside
 //! batch and session envelopes; bodies that cannot be checked.
-#![allow(clippy::unwrap_used, clippy::panic)]
 
 use leash_policy::ProviderTools::{Allow, Refuse, Strip};
 use serde_json::{json, Value};

@@ -2,7 +2,7 @@
 //! every name it is asked, leash itself on port 0 with its audit log in a tempdir, and clients (raw TCP, curl,
 //! reqwest, rustls). Everything binds 127.0.0.1:0 and waits on events, never on fixed sleeps; every wait is bounded.
 
-#![allow(dead_code)] // Each test uses a part of the harness.
+#![allow(dead_code, reason = "each test uses a part of the harness")]
 
 pub mod client;
 pub mod hello;
@@ -16,19 +16,19 @@ pub mod world;
 use std::future::Future;
 use std::time::Duration;
 
-#[allow(unused_imports)] // Each test uses a part of the harness.
+#[allow(unused_imports, reason = "each test uses a part of the harness")]
 pub use client::{curl, get, Raw, Resp};
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "each test uses a part of the harness")]
 pub use hello::{client_hello, HelloSpec};
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "each test uses a part of the harness")]
 pub use leash::{allowlist, blocklist, Leash};
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "each test uses a part of the harness")]
 pub use origin::{pattern, Body, Recorded, Reply, Upstream};
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "each test uses a part of the harness")]
 pub use resolver::RecordingResolver;
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "each test uses a part of the harness")]
 pub use tls::{TestCa, TlsUpstream};
-#[allow(unused_imports)]
+#[allow(unused_imports, reason = "each test uses a part of the harness")]
 pub use world::{assert_refused, World};
 
 /// The longest any single step of a test may take before the test fails instead of hanging. Generous: the machine

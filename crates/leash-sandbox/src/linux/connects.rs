@@ -312,7 +312,6 @@ impl PathBuf64 {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn unix_addr(path: &[u8]) -> Vec<u8> {

@@ -394,7 +394,6 @@ impl Drop for TempFile {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::proto::{ChildStep, Msg};
     use super::*;

@@ -120,7 +120,6 @@ fn setup(step: Step, source: io::Error) -> SandboxError {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
 

@@ -277,7 +277,6 @@ impl SpecFacts {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::panic)]
     use super::*;
 
     #[test]

@@ -118,7 +118,6 @@ fn ioctl_rules() -> Vec<sock_filter> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
 
     /// A classic-BPF interpreter for the few instructions the program uses, over a `seccomp_data`.
@@ -157,7 +156,7 @@ mod tests {
         run(&program(), nr, NATIVE_ARCH, args)
     }
 
-    #[allow(clippy::unnecessary_cast)] // reason: `Ioctl` is `c_ulong` here, `c_int` on other targets
+    #[allow(clippy::unnecessary_cast, reason = "`Ioctl` is `c_ulong` here, `c_int` on other targets")]
     fn request(r: libc::Ioctl) -> u64 {
         r as u64
     }

@@ -1,8 +1,6 @@
 //! Chunked scanner tests: sample bodies fed at every split point and byte by byte, bytes after the end left alone,
 //! one case per malformed shape, and property tests that any partition of a body scans like the whole.
 
-#![allow(clippy::panic, reason = "a failed expectation in a test is a panic")]
-
 use proptest::prelude::*;
 
 use super::*;

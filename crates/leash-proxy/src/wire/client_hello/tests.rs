@@ -2,8 +2,6 @@
 //! `h2`, `http/1.1`) replayed at every prefix and re-fragmented into records of every small size; hand-built hellos
 //! for each refusal; property tests that no input panics.
 
-#![allow(clippy::panic, reason = "a failed expectation in a test is a panic")]
-
 use proptest::prelude::*;
 
 use super::*;

@@ -2,8 +2,6 @@
 //! that are no host, IP-literal spellings, pointers, long labels and names, wrong counts and opcodes, bad EDNS),
 //! every prefix of a real query, and a property test that no input panics or yields an oversized response.
 
-#![allow(clippy::panic, clippy::unwrap_used, reason = "a failed expectation in a test is a panic")]
-
 use proptest::prelude::*;
 
 use super::*;

@@ -2,8 +2,6 @@
 //! prefix; one test per malformed or smuggling shape, each expecting its own error; framing tables; no-panic
 //! property tests.
 
-#![allow(clippy::panic, reason = "a failed expectation in a test is a panic")]
-
 use proptest::prelude::*;
 
 use super::*;
