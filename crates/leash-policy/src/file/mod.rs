@@ -156,6 +156,17 @@ pub fn load(text: &str, format: Format, profile: Option<&str>) -> Result<Loaded,
     }
 }
 
+/// An error at a position of the text, before any entry is known (the parsers' syntax errors).
+fn at_position(kind: PolicyErrorKind, at: raw::Pos, message: &str) -> PolicyError {
+    PolicyError {
+        kind,
+        entry: String::new(),
+        line: Some(at.line),
+        column: Some(at.column),
+        message: message.to_owned(),
+    }
+}
+
 fn unknown_profile(name: &str, known: &[String], at: Option<raw::Pos>) -> PolicyError {
     let message = match known {
         [] => format!("no profile `{name}`: the policy defines no profiles"),

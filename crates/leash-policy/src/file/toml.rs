@@ -94,13 +94,7 @@ fn error_at(at: Pos, message: &str) -> PolicyError {
 }
 
 fn error_of(kind: PolicyErrorKind, at: Pos, message: &str) -> PolicyError {
-    PolicyError {
-        kind,
-        entry: String::new(),
-        line: Some(at.line),
-        column: Some(at.column),
-        message: message.to_owned(),
-    }
+    super::at_position(kind, at, message)
 }
 
 #[cfg(test)]

@@ -182,14 +182,7 @@ fn pos(span: &Span) -> Pos {
 }
 
 fn error_at(at: Pos, message: &str) -> PolicyError {
-    let kind = PolicyErrorKind::Syntax;
-    PolicyError {
-        kind,
-        entry: String::new(),
-        line: Some(at.line),
-        column: Some(at.column),
-        message: message.to_owned(),
-    }
+    super::at_position(PolicyErrorKind::Syntax, at, message)
 }
 
 #[cfg(test)]
