@@ -70,7 +70,7 @@ pub struct DecisionEntry<'a> {
 /// The outcome record of an allowed request, joined to its decision by `id`: `status` is the upstream's (leash's
 /// own 502 or 504 when the upstream failed, even mid-response), `bytes_up` and `bytes_down` what was relayed each
 /// way. A client that hangs up mid-response is no failure: its outcome has the upstream's status and the bytes
-/// relayed until it went away (over HTTP/1.1 as over HTTP/2).
+/// relayed until it went away (over HTTP/1.1 as over HTTP/2). `error` says why the upstream failed, when it did.
 #[derive(Debug, Serialize)]
 pub struct OutcomeEntry {
     pub id: u64,
@@ -79,6 +79,57 @@ pub struct OutcomeEntry {
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub duration_ms: f64,
+    /// `cannot-resolve`, `refused`, `reset`, `timed-out`, `cannot-connect`, `bad-response`, `closed`: an upstream
+    /// failure's cause (see [`UpstreamFailure`]); absent when the upstream answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<&'static str>,
+}
+
+/// Why an allowed request's upstream failed, as the outcome's `error` word says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// The name did not resolve.
+    CannotResolve,
+    /// The upstream refused the connection.
+    Refused,
+    /// The upstream reset the connection.
+    Reset,
+    /// No connection, or no response, in time.
+    TimedOut,
+    /// Any other failure to connect (unreachable, ...).
+    CannotConnect,
+    /// The upstream's response could not be read.
+    BadResponse,
+    /// The upstream closed (or reset) the connection before any byte of an answer.
+    Closed,
+}
+
+impl UpstreamFailure {
+    /// The audit log's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamFailure::CannotResolve => "cannot-resolve",
+            UpstreamFailure::Refused => "refused",
+            UpstreamFailure::Reset => "reset",
+            UpstreamFailure::TimedOut => "timed-out",
+            UpstreamFailure::CannotConnect => "cannot-connect",
+            UpstreamFailure::BadResponse => "bad-response",
+            UpstreamFailure::Closed => "closed",
+        }
+    }
+
+    /// The cause of a failed connection or transfer.
+    pub fn of_io(e: &io::Error) -> UpstreamFailure {
+        match e.kind() {
+            io::ErrorKind::ConnectionRefused => UpstreamFailure::Refused,
+            io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe => {
+                UpstreamFailure::Reset
+            }
+            io::ErrorKind::TimedOut => UpstreamFailure::TimedOut,
+            io::ErrorKind::UnexpectedEof => UpstreamFailure::Closed,
+            _ => UpstreamFailure::CannotConnect,
+        }
+    }
 }
 
 /// The audit log could not be written; the request it was for must be refused.
@@ -327,8 +378,15 @@ mod tests {
         let path = std::env::temp_dir().join(format!("leash-audit-container-{}.jsonl", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let log = AuditLog::open(&path).map(|l| l.with_container("c0ffee")).unwrap();
-        let outcome =
-            OutcomeEntry { id: 1, time: now_rfc3339(), status: 200, bytes_up: 1, bytes_down: 2, duration_ms: 0.5 };
+        let outcome = OutcomeEntry {
+            id: 1,
+            time: now_rfc3339(),
+            status: 200,
+            bytes_up: 1,
+            bytes_down: 2,
+            duration_ms: 0.5,
+            error: None,
+        };
         log.outcome(&outcome).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);

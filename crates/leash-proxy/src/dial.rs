@@ -1,6 +1,7 @@
 //! Reaching an upstream: resolve an allowed name once, run the destination check on every address, and dial only
 //! the addresses that passed — never a second lookup, so a DNS answer cannot change between check and connect.
 
+use crate::audit::UpstreamFailure;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -25,6 +26,16 @@ pub enum DialError {
 }
 
 impl DialError {
+    /// Why the dial failed, for the outcome's `error` (`None` for a refusal, which is no failure).
+    pub fn cause(&self) -> Option<UpstreamFailure> {
+        match self {
+            DialError::Refused(_) => None,
+            DialError::Resolve(..) => Some(UpstreamFailure::CannotResolve),
+            DialError::Connect(e) => Some(UpstreamFailure::of_io(e)),
+            DialError::Timeout => Some(UpstreamFailure::TimedOut),
+        }
+    }
+
     /// The status an allowed request gets for this failure.
     pub fn status(&self) -> u16 {
         match self {

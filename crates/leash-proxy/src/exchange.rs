@@ -3,6 +3,7 @@
 //! A client that goes away while its final response is being relayed ends the exchange, not as a failure: its
 //! outcome keeps the upstream's status and the bytes relayed each way until then (as a reset HTTP/2 stream's does).
 
+use crate::audit::UpstreamFailure;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -51,6 +52,19 @@ pub(crate) enum ExchangeError {
 }
 
 impl ExchangeError {
+    /// Why the upstream failed, for the outcome's `error` (`None` where leash answered by itself).
+    pub fn cause(&self) -> Option<UpstreamFailure> {
+        match self {
+            ExchangeError::Stale => Some(UpstreamFailure::Closed),
+            ExchangeError::Timeout => Some(UpstreamFailure::TimedOut),
+            ExchangeError::BadResponse(_) => Some(UpstreamFailure::BadResponse),
+            ExchangeError::Upstream(e) => Some(UpstreamFailure::of_io(e)),
+            ExchangeError::Dial(e) => e.cause(),
+            // Either side may have ended a response under way: nothing to blame the upstream for.
+            ExchangeError::Midway(_) | ExchangeError::Answered(_) => None,
+        }
+    }
+
     pub fn status(&self) -> u16 {
         match self {
             ExchangeError::Timeout => 504,

@@ -110,8 +110,9 @@ async fn check_and_dial_logged(
     };
     sh.log_decision(attempt, decision).map_err(|_| Response::audit_failed())?;
     connect_checked(&addrs, plan.port, sh.cfg.limits.connect_timeout).await.map_err(|e| {
-        sh.log_outcome(attempt.id, e.status(), 0, 0, started);
-        Response::upstream_failed(e.status(), &format!("{}:{}", attempt.host, attempt.port), &e.to_string())
+        let authority = format!("{}:{}", attempt.host, attempt.port);
+        sh.log_failure(attempt.id, e.status(), &authority, e.cause(), &e.to_string(), started);
+        Response::upstream_failed(e.status(), &authority, &e.to_string())
     })
 }
 
@@ -129,8 +130,9 @@ fn upstream_failed(sh: &Shared, a: &Attempt<'_>, d: &Decision, e: &DialError, st
     if sh.log_decision(a, d).is_err() {
         return Response::audit_failed();
     }
-    sh.log_outcome(a.id, e.status(), 0, 0, started);
-    Response::upstream_failed(e.status(), &format!("{}:{}", a.host, a.port), &e.to_string())
+    let authority = format!("{}:{}", a.host, a.port);
+    sh.log_failure(a.id, e.status(), &authority, e.cause(), &e.to_string(), started);
+    Response::upstream_failed(e.status(), &authority, &e.to_string())
 }
 
 /// Send the request and relay the response, retrying once on a fresh connection when a pooled one turns out stale.
@@ -225,12 +227,12 @@ where
         // A refusal on a re-dial: its block line is the request's last, as for a refusal on a first dial.
         Err(ExchangeError::Answered(response)) => (reply(client, &response, false).await, None),
         Err(e) => {
-            let status = e.status();
-            sh.log_outcome(id, status, 0, 0, started);
+            let (status, authority) = (e.status(), authority());
+            sh.log_failure(id, status, &authority, e.cause(), &e.to_string(), started);
             if e.response_started() {
                 return (Next::Close, None);
             }
-            let response = Response::upstream_failed(status, &authority(), &e.to_string());
+            let response = Response::upstream_failed(status, &authority, &e.to_string());
             (reply(client, &response, false).await, None)
         }
     }

@@ -157,7 +157,7 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
 /// outcome logged, answered with 502/504 inside TLS; 503 when the decision could not be logged.
 async fn dial_failed(t: &Inspected, client: BufConn<TcpStream>, e: &DialError, logged: bool) {
     let response = if logged {
-        t.sh.log_outcome(t.id, e.status(), 0, 0, t.started);
+        t.sh.log_failure(t.id, e.status(), &t.authority(), e.cause(), &e.to_string(), t.started);
         Response::upstream_failed(e.status(), &t.authority(), &e.to_string())
     } else {
         Response::audit_failed()

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use leash_policy::{Decision, Verdict};
 
-use crate::audit::{now_rfc3339, verdict_word, AuditError, DecisionEntry, OutcomeEntry};
+use crate::audit::{now_rfc3339, verdict_word, AuditError, DecisionEntry, OutcomeEntry, UpstreamFailure};
 use crate::config::{OwnAddrs, ProxyConfig};
 use crate::netinfo::HostAddrs;
 use crate::pool::Pool;
@@ -95,6 +95,34 @@ impl Shared {
 
     /// Record how an allowed request ended. A failure here cannot refuse anything any more; it is reported.
     pub fn log_outcome(&self, id: u64, status: u16, up: u64, down: u64, started: Instant) {
+        self.write_outcome(id, status, (up, down), started, None);
+    }
+
+    /// Record that an allowed request's upstream (`authority`) failed, and why: the outcome's `error`, and a warning
+    /// naming the host and the cause, so an operator sees why a client saw a bare failure.
+    pub fn log_failure(
+        &self,
+        id: u64,
+        status: u16,
+        authority: &str,
+        cause: Option<UpstreamFailure>,
+        why: &str,
+        started: Instant,
+    ) {
+        if let Some(cause) = cause {
+            tracing::warn!("upstream {authority} failed ({}): {why}", cause.as_str());
+        }
+        self.write_outcome(id, status, (0, 0), started, cause);
+    }
+
+    fn write_outcome(
+        &self,
+        id: u64,
+        status: u16,
+        (up, down): (u64, u64),
+        started: Instant,
+        cause: Option<UpstreamFailure>,
+    ) {
         let entry = OutcomeEntry {
             id,
             time: now_rfc3339(),
@@ -102,6 +130,7 @@ impl Shared {
             bytes_up: up,
             bytes_down: down,
             duration_ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+            error: cause.map(UpstreamFailure::as_str),
         };
         if let Err(e) = self.cfg.audit.outcome(&entry) {
             tracing::error!("{e}");

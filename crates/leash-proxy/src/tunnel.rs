@@ -11,6 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::audit::refusal;
+use crate::audit::UpstreamFailure;
 use crate::config::Snapshot;
 use crate::conn::{close_gracefully, BufConn, ReadHeadError, Reparse};
 use crate::dial::{connect_checked, resolve_checked, DialError};
@@ -219,12 +220,12 @@ impl Tunnel<'_> {
         }
         let upstream = match connect_checked(&addrs, self.port, sh.cfg.limits.connect_timeout).await {
             Ok(s) => s,
-            Err(e) => return sh.log_outcome(self.id, e.status(), 0, 0, self.started),
+            Err(e) => return self.log_failure(attempt.host, e.status(), e.cause(), &e.to_string()),
         };
         let replayed = client.buf.len() as u64;
         let mut upstream = upstream;
-        if upstream.write_all(&client.buf).await.is_err() {
-            return sh.log_outcome(self.id, 502, 0, 0, self.started);
+        if let Err(e) = upstream.write_all(&client.buf).await {
+            return self.log_failure(attempt.host, 502, Some(UpstreamFailure::of_io(&e)), &e.to_string());
         }
         self.relay(client, upstream, replayed).await;
     }
@@ -237,8 +238,14 @@ impl Tunnel<'_> {
 
     fn failed(&self, attempt: &Attempt<'_>, decision: &Decision, e: &DialError) {
         if self.sh.log_decision(attempt, decision).is_ok() {
-            self.sh.log_outcome(self.id, e.status(), 0, 0, self.started);
+            self.log_failure(attempt.host, e.status(), e.cause(), &e.to_string());
         }
+    }
+
+    /// The tunnel's upstream failed after its `200`: the client only sees the tunnel close, so the outcome and a
+    /// warning say why.
+    fn log_failure(&self, host: &str, status: u16, cause: Option<UpstreamFailure>, why: &str) {
+        self.sh.log_failure(self.id, status, &format!("{host}:{}", self.port), cause, why, self.started);
     }
 }
 

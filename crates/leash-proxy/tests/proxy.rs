@@ -1005,6 +1005,21 @@ async fn connect_tunnel_outcome_is_logged_with_bytes_each_way() {
 }
 
 #[tokio::test]
+async fn a_spliced_tunnel_whose_upstream_refuses_says_why_in_its_outcome() {
+    // The client only sees its tunnel close after the 200 (the ClientHello came after it): the outcome says why.
+    let ca = TestCa::new();
+    let port = dead_port().await;
+    let leash = Leash::start(&allowlist(&["allowed.test"], &[80], &[port])).await;
+    let target = format!("allowed.test:{port}");
+    let r = https_get(leash.addr, &target, "allowed.test", ca.client_config(), Writes::Whole).await;
+    assert!(r.is_err(), "no tunnel to a dead port");
+    let d = leash.decision("allowed.test").await;
+    assert_eq!(d["decision"], "allow");
+    let o = leash.outcome(&d["id"]).await;
+    assert_eq!((o["status"].as_u64(), o["error"].as_str()), (Some(502), Some("refused")), "{o}");
+}
+
+#[tokio::test]
 async fn connect_with_the_client_hello_in_the_same_write() {
     let t = Tunnels::new(&["allowed.test"]).await;
     let mut c = Raw::connect(t.leash.addr).await;
@@ -1074,43 +1089,47 @@ async fn refusal_by_path_rule_names_the_decided_host() {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Upstream failures: 502 and 504, logged with their status
+// Upstream failures: 502 and 504, logged with their status and their cause
 // ---------------------------------------------------------------------------------------------------------------
 
-async fn assert_upstream_failure(w: &World, host: &str, url: &str, status: u16) {
+/// The client gets `status` with a body naming the upstream, and the outcome line says `cause` (the audit log's
+/// `error` word) under the decision's id.
+async fn assert_upstream_failure(w: &World, host: &str, url: &str, status: u16, cause: &str) {
     let r = w.send(get(url)).await;
     assert_eq!(r.status, status, "{}", r.text());
+    assert!(r.first_line().starts_with(&format!("leash: upstream `{host}:")), "{}", r.text());
     let lines = w.leash.log_until("the failure's outcome", |v| v["status"] == status).await;
     let decision = lines.iter().find(|v| v["decision"] == "allow").expect("the allow decision");
     assert_eq!(decision["host"], host);
     let outcome = lines.iter().find(|v| v["status"] == status).unwrap();
     assert_eq!(outcome["id"], decision["id"]);
+    assert_eq!(outcome["error"], cause, "{outcome}");
 }
 
 #[tokio::test]
 async fn upstream_refusing_connections_gets_502() {
     let port = dead_port().await;
     let w = World::new(|_| allowlist(&["allowed.test"], &[port], &[443])).await;
-    assert_upstream_failure(&w, "allowed.test", &format!("http://allowed.test:{port}/"), 502).await;
+    assert_upstream_failure(&w, "allowed.test", &format!("http://allowed.test:{port}/"), 502, "refused").await;
 }
 
 #[tokio::test]
 async fn upstream_resetting_the_connection_gets_502() {
     let w = World::with(Upstream::with(|_| Reply::Reset).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
-    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502, "closed").await;
 }
 
 #[tokio::test]
 async fn upstream_answering_garbage_gets_502() {
     let garbage = || Reply::Raw(b"SSH-2.0-OpenSSH_9.2\r\n\r\n".to_vec());
     let w = World::with(Upstream::with(move |_| garbage()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
-    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502, "bad-response").await;
 }
 
 #[tokio::test]
 async fn upstream_name_that_does_not_resolve_gets_502() {
     let w = allowing(&["nxdomain.test"]).await;
-    assert_upstream_failure(&w, "nxdomain.test", &w.url("nxdomain.test", "/"), 502).await;
+    assert_upstream_failure(&w, "nxdomain.test", &w.url("nxdomain.test", "/"), 502, "cannot-resolve").await;
 }
 
 #[tokio::test]
@@ -1118,14 +1137,14 @@ async fn upstream_response_with_length_and_chunked_gets_502() {
     let reply =
         || Reply::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec());
     let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
-    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502, "bad-response").await;
 }
 
 #[tokio::test]
 async fn upstream_response_with_differing_lengths_gets_502() {
     let reply = || Reply::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc".to_vec());
     let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
-    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502, "bad-response").await;
 }
 
 #[tokio::test]
@@ -1136,7 +1155,7 @@ async fn upstream_response_head_too_large_gets_502() {
         Reply::Raw(raw)
     };
     let w = World::with(Upstream::with(move |_| reply()).await, |p| allowlist(&["allowed.test"], &[p], &[443])).await;
-    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/"), 502, "bad-response").await;
 }
 
 #[tokio::test]
@@ -1147,7 +1166,7 @@ async fn upstream_too_slow_gets_504() {
         .start()
         .await;
     let w = World { up, leash };
-    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/slow"), 504).await;
+    assert_upstream_failure(&w, "allowed.test", &w.url("allowed.test", "/slow"), 504, "timed-out").await;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
