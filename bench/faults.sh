@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load and faults (issue 6): held connections, slowloris, 4 GiB bodies, upstream faults, a full log filesystem,
+# Load and faults: held connections, slowloris, 4 GiB bodies, upstream faults, a full log filesystem,
 # SIGTERM drain, kill -9 — against a real `leash proxy`, in a private network and mount namespace (its own loopback,
 # its own tmpfs mount), so nothing leaves the machine and nothing on the host changes. Every loop is bounded; the
 # whole run is killed after 10 minutes. Prints a markdown table (copied into bench/RESULTS.md by hand).

@@ -1,4 +1,4 @@
-//! The attack suite (issue 6): every bypass class tried end to end against the `leash` binary, with test hosts in
+//! The attack suite: every bypass class tried end to end against the `leash` binary, with test hosts in
 //! network namespaces this suite makes (see `attacks/scene.rs`) and a DNS server there that logs every query. Each
 //! test asserts the refusal, that the origins saw nothing refused, and that a refused name never reached DNS. The
 //! hostile client (`attacks/client.py`) sends exact bytes, including shapes no HTTP library would send. Where the
@@ -799,7 +799,7 @@ fn within<T>(what: &str, mut until: impl FnMut() -> Option<T>) -> T {
 
 #[test]
 fn a_client_hanging_up_mid_stream_is_logged_with_the_upstreams_status_and_bytes() {
-    // Issue 19, finding 10: a client that closed an event stream after its first event left an outcome of
+    // A client that closed an event stream after its first event left an outcome of
     // `status 502, bytes 0/0`, though the upstream had answered 200 and received the whole request.
     let Some(mut s) = Scene::new() else { return };
     // The path rule makes ok.attack.test inspected inside TLS; the event streams are under no rule.

@@ -1,4 +1,4 @@
-# Load and faults for leash (issue 6), run by bench/faults.sh inside a private network and mount namespace:
+# Load and faults for leash, run by bench/faults.sh inside a private network and mount namespace:
 # `faults.py LEASH_BIN WORK [--quick]`. Every loop is bounded in count and time; everything is on 127.0.0.1 of that
 # namespace. Prints a markdown report (also written to WORK/faults.md). See bench/README.md, "Load and faults".
 import asyncio, json, os, signal, ssl, subprocess, sys, threading, time

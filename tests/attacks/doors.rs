@@ -1,4 +1,4 @@
-//! Doors out of `leash run` that are not the network (issue 19): the caller's terminal, its process group, host
+//! Doors out of `leash run` that are not the network: the caller's terminal, its process group, host
 //! Unix sockets however they are named, AF_VSOCK, IPC objects and keyrings, the audit log, the kernel's writable
 //! files, and the environment. Each test runs the real `leash run` with a hostile command and asserts, from
 //! outside, that the door stayed shut. `LEASH_UNDER_TEST=/path/to/leash` runs them against another build (each

@@ -1,4 +1,4 @@
-//! Leaf issuance by the per-run inspection CA (issue 3): what the first inspected tunnel to a name pays (a new P-256
+//! Leaf issuance by the per-run inspection CA: what the first inspected tunnel to a name pays (a new P-256
 //! key, a certificate signed by the CA, the rustls signing key), and what every later tunnel to it pays (an LRU
 //! lookup). Targets: first use < 2 ms median, cached reuse < 20 µs.
 //! Run: `cargo bench -p leash-proxy --bench ca` (add `-- --quick` for a short run).

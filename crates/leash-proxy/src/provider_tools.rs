@@ -1,4 +1,4 @@
-//! Provider-side tools in model API request bodies (issue 5): the JSON shapes with which the Anthropic, OpenAI and
+//! Provider-side tools in model API request bodies: the JSON shapes with which the Anthropic, OpenAI and
 //! Gemini APIs ask the provider to fetch the web on the caller's behalf — web search, web fetch, remote MCP servers,
 //! search grounding — found, and stripped or refused. Pure: body bytes in, an [`Outcome`] out; no I/O.
 //!

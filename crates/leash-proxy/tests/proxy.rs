@@ -1,7 +1,7 @@
 //! leash's egress proxy over real sockets: real origins (plain and HTTPS with a per-run test CA), real clients (curl,
 //! reqwest, rustls, raw TCP for the shapes no library sends), the audit log read back as JSON. Each bypass spelling
 //! is its own test, and each shows the request never reached an origin and a refused name never reached the
-//! resolver. The groups follow issue 2: decisions, CONNECT, refusals, HTTP correctness, limits, audit log, reload.
+//! resolver. The groups: decisions, CONNECT, refusals, HTTP correctness, limits, audit log, reload.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod inspect;
@@ -1909,7 +1909,7 @@ async fn audit_ids_are_unique_and_outcomes_join_them() {
 pub const FIRST_EVENT: &[u8] = b"event: token\ndata: first\n\n";
 pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
-/// Regression (issue 19, finding 10): a client hanging up in the middle of an HTTP/1.1 response (an SSE stream it
+/// Regression: a client hanging up in the middle of an HTTP/1.1 response (an SSE stream it
 /// closed after one event) was logged `status 502, bytes 0/0`, although the upstream had answered 200 and received
 /// the whole request. The outcome says what happened: the upstream's status, the request bytes sent up and the
 /// response bytes written to the client before it went away.
@@ -2118,7 +2118,7 @@ async fn shutdown_lets_an_in_flight_response_finish() {
     assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "the listener is closed");
 }
 
-/// Regression (issue 6, bench/faults.sh): a SIGTERM right after clients had sent their requests lost some of them —
+/// Regression (found by bench/faults.sh): a SIGTERM right after clients had sent their requests lost some of them —
 /// connections still in the listen backlog were reset with the listener, and a connection whose head had arrived
 /// but not yet been read was closed unanswered. Every request sent before shutdown began is answered.
 #[tokio::test]
@@ -2138,7 +2138,7 @@ async fn shutdown_answers_every_request_sent_before_it_began() {
     assert_eq!(lines.iter().filter(|v| v["status"] == 200).count(), 64, "every outcome logged: {lines:#?}");
 }
 
-/// Regression (issue 6), the other half: connections the kernel had completed but leash had not yet accepted when
+/// Regression (bench/faults.sh), the other half: connections the kernel had completed but leash had not yet accepted when
 /// shutdown began (written with blocking sockets, so the runtime never ran the accept loop in between) are served,
 /// not reset with the listener.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Model APIs (issue 5): the built-in hosts and `model_apis` entries, `provider_tools`, and what they do to
+//! Model APIs: the built-in hosts and `model_apis` entries, `provider_tools`, and what they do to
 //! decisions — an allowed model host is inspected (so its request bodies are read) unless `provider_tools: allow`,
 //! and plain HTTP to one is refused, since its body would pass unread.
 

@@ -1,4 +1,4 @@
-//! The model API gate of an inspected tunnel (issue 5): a request to a model host whose provider-side tools the
+//! The model API gate of an inspected tunnel: a request to a model host whose provider-side tools the
 //! policy filters has its body read whole (bounded), checked by [`crate::provider_tools`], and forwarded unchanged,
 //! forwarded stripped, or refused. What cannot be checked — a body that is not JSON, is compressed, is larger than
 //! the bound, or a WebSocket whose messages follow the upgrade — is refused, never passed unread. Responses are not

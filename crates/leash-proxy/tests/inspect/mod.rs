@@ -1,4 +1,4 @@
-//! TLS inspection (issue 3) over real sockets: leash with its per-run CA in front of an HTTPS origin signed by the
+//! TLS inspection over real sockets: leash with its per-run CA in front of an HTTPS origin signed by the
 //! test CA; clients (curl, rustls, hyper's HTTP/2, Python's strict ssl) trusting leash's CA. Every refused request
 //! is shown never to reach the origin.
 
@@ -517,7 +517,7 @@ async fn allowed_urls_admit_only_their_prefix_at_a_slash_boundary() {
     assert_eq!(t.origin_targets(), ["/rust-lang/cargo", "/rust-lang"]);
 }
 
-/// Regression (issue 19, finding 10), inside TLS: a client hanging up in the middle of an inspected HTTP/1.1
+/// Regression, inside TLS: a client hanging up in the middle of an inspected HTTP/1.1
 /// response (an SSE stream it closed after one event) was logged `status 502, bytes 0/0`. The outcome keeps the
 /// upstream's status and the bytes relayed each way before the hang-up.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Model APIs' provider-side tools (issue 5) over real sockets: a fake model API over HTTPS (test CA) at
+//! Model APIs' provider-side tools over real sockets: a fake model API over HTTPS (test CA) at
 //! `models.test`, listed in `model_apis`, records the bodies it receives; curl (HTTP/1.1) and hyper (HTTP/2) post
 //! each provider's shapes through leash. Stripped bodies arrive without the tools and with function tools intact,
 //! refused ones never arrive, each removal is in the log, and responses stream chunk by chunk.
