@@ -92,7 +92,7 @@ pub enum Step {
     MountResolvConf,
     /// Receiving from leash the paths to hide and the word to start the command.
     AwaitLeash,
-    /// Bind-mounting /dev/null over a path the command must not reach (the audit log).
+    /// Bind-mounting /dev/null over a path the command must not reach (the audit log, `/dev/kmsg`).
     HidePath(PathBuf),
     /// Giving the init back leash's CPU affinity (it ran on leash's other CPUs while both built the sandbox), so the
     /// command inherits it.
@@ -127,8 +127,6 @@ pub enum Step {
     CreateIpcNamespace,
     /// Mounting the IPC namespace's own mqueue filesystem on /dev/mqueue.
     MountMqueue,
-    /// Bind-mounting /dev/null over a kernel file that writes to the host (`/dev/kmsg`).
-    HideKernelFile(&'static str),
     /// `setsid` for the command.
     NewSession,
     /// A new session keyring for the command.
@@ -176,7 +174,6 @@ impl fmt::Display for Step {
             Step::ListInterfaces => f.write_str("list the network namespace's interfaces"),
             Step::CreateIpcNamespace => f.write_str("create an IPC namespace"),
             Step::MountMqueue => f.write_str("mount the sandbox's own /dev/mqueue"),
-            Step::HideKernelFile(path) => write!(f, "hide `{path}` in the sandbox"),
             Step::NewSession => f.write_str("start the command in a session of its own"),
             Step::NewKeyring => f.write_str("give the command a session keyring of its own"),
             Step::InstallSeccomp => f.write_str("install the command's seccomp filter"),

@@ -78,7 +78,6 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     disable_ipv6()?;
     sys::loopback_up().map_err(at(ChildStep::LoopbackUp, 0))?;
     read_only_kernel_files()?;
-    hide_kernel_files()?;
     if let Some(source) = &plan.resolv_source {
         sys::mount(Some(source), c"/etc/resolv.conf", None, libc::MS_BIND).map_err(at(ChildStep::ResolvConf, 0))?;
     }
@@ -132,18 +131,6 @@ fn read_only_kernel_files() -> Result<(), Fail> {
     Ok(())
 }
 
-/// Hides the host kernel's files that a root-owned process may write and that reach beyond the sandbox
-/// (`/dev/kmsg`: lines in the host's kernel log) under a bind mount of /dev/null. A missing one needs nothing.
-fn hide_kernel_files() -> Result<(), Fail> {
-    for (index, path) in proto::HIDDEN_KERNEL_FILES.into_iter().enumerate() {
-        match sys::mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
-            Ok(()) | Err(libc::ENOENT) => {}
-            Err(errno) => return Err(at(ChildStep::HideKernelFile, index)(errno)),
-        }
-    }
-    Ok(())
-}
-
 /// A new IPC namespace (SysV message queues, semaphores and shared memory, POSIX message queues), owned by init's
 /// user namespace, and a fresh mqueue filesystem on /dev/mqueue where it exists, since the host's one shows the
 /// host's queues. Everything made inside ends with the sandbox.
@@ -163,8 +150,8 @@ fn disable_ipv6() -> Result<(), Fail> {
     }
 }
 
-/// Bind-mounts /dev/null over each path leash names to hide (the audit log), until leash says `Go`. A path gone
-/// since, or one this user cannot even look up (so cannot open either), is skipped.
+/// Bind-mounts /dev/null over each path leash names to hide (the audit log, `/dev/kmsg`), until leash says `Go`. A
+/// path gone since, or one this user cannot even look up (so cannot open either), is skipped.
 fn hide_paths_until_go(plan: &Plan) -> Result<(), Fail> {
     let mut record = [0u8; ORDER_LEN];
     let mut index = 0;

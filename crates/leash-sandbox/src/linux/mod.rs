@@ -278,15 +278,10 @@ fn split_sockets(
 
 /// A close-on-exec SOCK_SEQPACKET pair: record boundaries, and end-of-file when the other side is gone.
 fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    let mut fds: [RawFd; 2] = [-1; 2];
-    // SAFETY: `fds` has room for the two descriptors.
-    let ret =
-        unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
-    if ret != 0 {
-        return Err(setup(Step::CreateChannel, io::Error::last_os_error()));
-    }
+    let (a, b) =
+        sys::seqpacket_pair().map_err(|errno| setup(Step::CreateChannel, io::Error::from_raw_os_error(errno)))?;
     // SAFETY: socketpair succeeded, so both descriptors are open and owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    Ok(unsafe { (OwnedFd::from_raw_fd(a), OwnedFd::from_raw_fd(b)) })
 }
 
 /// Receives one record with any descriptors attached (close-on-exec); `Ok((None, _))` at end of file.

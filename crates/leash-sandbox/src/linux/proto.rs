@@ -151,13 +151,12 @@ pub(super) enum ChildStep {
     ChangeDir,
     Exec,
     IpcNs,
-    HideKernelFile,
     NewSession,
     Seccomp,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 31] = [
+    const ALL: [ChildStep; 30] = [
         ChildStep::CloseFds,
         ChildStep::Harden,
         ChildStep::Setgroups,
@@ -186,7 +185,6 @@ impl ChildStep {
         ChildStep::ChangeDir,
         ChildStep::Exec,
         ChildStep::IpcNs,
-        ChildStep::HideKernelFile,
         ChildStep::NewSession,
         ChildStep::Seccomp,
     ];
@@ -230,9 +228,6 @@ impl ChildStep {
             ChildStep::Exec => Step::Exec(spec.program.clone()),
             ChildStep::IpcNs if index == 0 => Step::CreateIpcNamespace,
             ChildStep::IpcNs => Step::MountMqueue,
-            ChildStep::HideKernelFile => Step::HideKernelFile(
-                HIDDEN_KERNEL_FILES.get(index).map_or("/dev/kmsg", |p| p.to_str().unwrap_or("/dev/kmsg")),
-            ),
             ChildStep::NewSession if index == 0 => Step::NewSession,
             ChildStep::NewSession => Step::NewKeyring,
             ChildStep::Seccomp => match index {
@@ -249,8 +244,9 @@ impl ChildStep {
 pub(super) const READ_ONLY_PATHS: [&std::ffi::CStr; 6] =
     [c"/proc/sys", c"/proc/sysrq-trigger", c"/proc/irq", c"/proc/bus", c"/proc/fs", c"/sys"];
 
-/// What init hides under /dev/null (`init::hide_kernel_files`): `/dev/kmsg` writes lines into the host's kernel log.
-pub(super) const HIDDEN_KERNEL_FILES: [&std::ffi::CStr; 1] = [c"/dev/kmsg"];
+/// Kernel files init hides under /dev/null with the paths leash asks for: `/dev/kmsg` writes lines into the host's
+/// kernel log.
+const HIDDEN_KERNEL_FILES: [&str; 1] = ["/dev/kmsg"];
 
 /// What the parent keeps of the spec to name a failed step.
 #[derive(Debug, Default)]
@@ -268,7 +264,7 @@ impl SpecFacts {
         SpecFacts {
             program: program.to_path_buf(),
             cwd: spec.cwd.clone(),
-            hidden: spec.hide_paths.clone(),
+            hidden: spec.hide_paths.iter().cloned().chain(HIDDEN_KERNEL_FILES.map(PathBuf::from)).collect(),
             tcp: spec.tcp_listeners.clone(),
             udp: spec.udp_sockets.clone(),
         }
