@@ -50,11 +50,8 @@ pub fn run(args: RunArgs) -> Exit {
             return Exit::SandboxFailed;
         }
     };
-    let mut spec = spec(&args, ca_files.is_some());
+    let mut spec = spec(&args, ca_files.is_some(), mode_env(&policy));
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
-    let (name, mode) = mode_env(&policy);
-    spec.env.retain(|(k, _)| k != name.as_str());
-    spec.env.push((name.into(), mode.into()));
     let ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
     spec.tcp_listeners.extend(ports.into_iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
     // The init is cloned before the CA's key exists, so its copy of leash's memory never holds it.
@@ -127,11 +124,11 @@ fn not_run(e: leash_sandbox::SandboxError) -> Exit {
 
 /// The sandbox: CMD, its environment, the proxy's listener inside, the DNS stub's socket and a resolv.conf that points
 /// at it, on the sandbox's own loopback (refused names fail at once; no lookup ever reaches a real resolver).
-fn spec(args: &RunArgs, with_ca: bool) -> SandboxSpec {
+fn spec(args: &RunArgs, with_ca: bool, mode: (String, String)) -> SandboxSpec {
     let mut command = args.command.iter();
     let mut spec = SandboxSpec::new(command.next().cloned().unwrap_or_default());
     spec.args = command.cloned().collect();
-    spec.env = child_env(inherited_env(args), with_ca);
+    spec.env = child_env(inherited_env(args), with_ca, mode);
     spec.tcp_listeners = vec![PROXY_INSIDE];
     spec.udp_sockets = vec![DNS_INSIDE];
     spec.resolv_conf = Some("nameserver 127.0.0.1\noptions attempts:1 timeout:1\n".to_owned());
@@ -155,14 +152,19 @@ fn inherited_env(args: &RunArgs) -> Vec<(OsString, OsString)> {
 }
 
 /// leash's environment with every proxy variable pointing at the proxy inside and `NO_PROXY` removed; with the
-/// run's CA files (`with_ca`), the CA variables are left to name them.
-fn child_env(inherited: Vec<(OsString, OsString)>, with_ca: bool) -> Vec<(OsString, OsString)> {
+/// run's CA files (`with_ca`), the CA variables are left to name them; and the mode variable (`mode_env`) set.
+fn child_env(
+    inherited: Vec<(OsString, OsString)>,
+    with_ca: bool,
+    (mode_var, mode): (String, String),
+) -> Vec<(OsString, OsString)> {
     let url = OsString::from(format!("http://{PROXY_INSIDE}"));
     // Inherited CA variables would point clients elsewhere than the run's bundle; they are replaced. Without a CA,
     // tunnels are spliced and the caller's own trust settings stay right.
     let replaced = |k: &OsString| {
         PROXY_VARS.iter().any(|v| k == v)
             || k == "NODE_USE_ENV_PROXY"
+            || *k == *mode_var
             || (with_ca && (BUNDLE_VARS.iter().any(|v| k == v) || k == NODE_VAR))
     };
     let mut env: Vec<(OsString, OsString)> = inherited.into_iter().filter(|(k, _)| !replaced(k)).collect();
@@ -170,6 +172,7 @@ fn child_env(inherited: Vec<(OsString, OsString)>, with_ca: bool) -> Vec<(OsStri
         env.push((var.into(), url.clone()));
     }
     env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+    env.push((mode_var.into(), mode.into()));
     env
 }
 
