@@ -1,9 +1,9 @@
-//! `leash explain`: the decision the proxy would take for one request, with the reason in plain words. It uses the
-//! same engine calls as the proxy, in the same order, so the answer here is the proxy's answer.
+//! `leash explain`: the decision the proxy would take for one request, with the reason in plain words. The decision
+//! comes from the one function the proxy asks too ([`Policy::decide`]); this module only puts it into words.
 
 use leash_policy::{
-    parse_absolute_target, parse_authority, Decision, Host, Policy, ProviderTools, Reason, Request, Scheme,
-    TargetError, Verdict, Via,
+    parse_absolute_target, parse_authority, Decision, Host, Policy, ProviderTools, Question, Reason, Scheme,
+    TargetError, TlsInspection, Verdict,
 };
 
 use crate::cli::ExplainArgs;
@@ -44,7 +44,7 @@ fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
         Err(e) => return Ok(refused(Reason::BadHost, format!("`{target}` is not a host:port ({e})"))),
     };
     let port = authority.port.ok_or_else(|| format!("`{target}` needs a port, e.g. `{target}:443`"))?;
-    let decision = tunnel_decision(policy, &authority.host, port);
+    let decision = policy.decide(&Question::Connect { target: &authority.host, port }, TLS);
     let mut lines = vec![format!(
         "CONNECT {target}: decided on the CONNECT target, then on the TLS server name (SNI), which must name the same host"
     )];
@@ -60,22 +60,16 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
         Err(TargetError::Host(e)) => return Ok(refused(Reason::BadHost, format!("the host of `{url}`: {e}"))),
         Err(TargetError::Path(e)) => return Ok(refused(Reason::BadRequest, format!("the path of `{url}`: {e}"))),
     };
-    let host = &target.authority.host;
-    let port = target.port();
-    let path = &target.path;
-    let (decision, how) = match target.scheme {
-        Scheme::Https => match tunnel_decision(policy, host, port) {
-            d if d.verdict == Verdict::Inspect => {
-                let req = Request { via: Via::Tunnel, scheme: Scheme::Https, host, port, path };
-                let how = format!("https: `{host}` is TLS-inspected; decided on canonical path `{}`", path.as_str());
-                (policy.decide_request(&req), how)
-            }
-            d => (d, format!("https: the tunnel to `{host}:{port}` is decided on its TLS server name; paths inside it are not seen")),
-        },
-        scheme => {
-            let req = Request { via: Via::ForwardProxy, scheme, host, port, path };
-            (policy.decide_request(&req), format!("http: decided on host `{host}`, port {port}, canonical path `{}`", path.as_str()))
+    let (host, port, path) = (&target.authority.host, target.port(), target.path.as_str());
+    let decision = policy.decide(&Question::of_url(&target), TLS);
+    let how = match target.scheme {
+        Scheme::Https if policy.decide(&Question::Connect { target: host, port }, TLS).verdict == Verdict::Inspect => {
+            format!("https: `{host}` is TLS-inspected; decided on canonical path `{path}`")
         }
+        Scheme::Https => format!(
+            "https: the tunnel to `{host}:{port}` is decided on its TLS server name; paths inside it are not seen"
+        ),
+        _ => format!("http: decided on host `{host}`, port {port}, canonical path `{path}`"),
     };
     let mut lines = vec![how];
     lines.extend(after_decision(&decision, host));
@@ -83,15 +77,10 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
     Ok(Explained { decision, lines })
 }
 
-/// The decision on a tunnel's target, as the proxy takes it: a host that needs TLS inspection is refused while
-/// this build does not inspect.
-fn tunnel_decision(policy: &Policy, host: &Host, port: u16) -> Decision {
-    let d = policy.decide_connect(host, port);
-    if d.verdict == Verdict::Inspect && !leash_proxy::TLS_INSPECTION {
-        return Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: d.rule };
-    }
-    d
-}
+/// What the proxy can do with a tunnel that needs inspection: this build terminates TLS for such hosts (else they
+/// are refused with `needs-inspection`, and the answer here says so).
+const TLS: TlsInspection =
+    if leash_proxy::TLS_INSPECTION { TlsInspection::Available } else { TlsInspection::Unavailable };
 
 fn after_decision(d: &Decision, host: &Host) -> Vec<String> {
     let mut lines = vec![format!("{}: {}", d.reason, d.reason.describe())];

@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use leash_policy::{load, parse_absolute_target, Format, Request, Via};
+use leash_policy::{load, parse_absolute_target, Format, Question, Request, TlsInspection, Via};
 
 /// Entries in the large policy: the figure.
 const ENTRIES: usize = 100_000;
@@ -51,7 +51,8 @@ fn bench_decide(c: &mut Criterion) {
             port: target.port(),
             path: &target.path,
         };
-        group.bench_function(name, |b| b.iter(|| policy.decide_request(black_box(&req))));
+        let question = Question::Request(req);
+        group.bench_function(name, |b| b.iter(|| policy.decide(black_box(&question), TlsInspection::Available)));
     }
     // What the proxy pays per request before deciding: parse the target, canonicalise its path.
     group.bench_function("parse + canonicalise + decide", |b| {
@@ -65,7 +66,7 @@ fn bench_decide(c: &mut Criterion) {
                 port: target.port(),
                 path: &target.path,
             };
-            policy.decide_request(&req)
+            policy.decide(&Question::Request(req), TlsInspection::Available)
         })
     });
     group.finish();

@@ -194,7 +194,7 @@ impl Policy {
     }
 
     /// Decide one HTTP request (plain proxy or inside an inspected tunnel).
-    pub fn decide_request(&self, req: &Request<'_>) -> Decision {
+    pub(crate) fn decide_request(&self, req: &Request<'_>) -> Decision {
         match (req.via, req.scheme) {
             (Via::ForwardProxy, Scheme::Http) if !self.ports.contains(&req.port) => return block(Reason::Port),
             (Via::ForwardProxy, Scheme::Http) | (Via::Tunnel, Scheme::Https) => {}
@@ -210,7 +210,7 @@ impl Policy {
 
     /// Decide a CONNECT on its target alone, before any ClientHello: port, IP literal, and the target name as the
     /// provisional SNI (which the ClientHello must then confirm). `Inspect` when the host carries path rules.
-    pub fn decide_connect(&self, target: &Host, port: u16) -> Decision {
+    pub(crate) fn decide_connect(&self, target: &Host, port: u16) -> Decision {
         if !self.tunnel_ports.contains(&port) {
             return block(Reason::Port);
         }
@@ -222,7 +222,7 @@ impl Policy {
     }
 
     /// Decide a tunnel on its ClientHello, after [`Policy::decide_connect`] allowed the target.
-    pub fn decide_client_hello(&self, target: &Host, port: u16, hello: ClientHelloFacts<'_>) -> Decision {
+    pub(crate) fn decide_client_hello(&self, target: &Host, port: u16, hello: ClientHelloFacts<'_>) -> Decision {
         let on_target = self.decide_connect(target, port);
         if on_target.verdict == Verdict::Block {
             return on_target;
@@ -395,7 +395,7 @@ impl Policy {
     /// The decision on a name alone, as [`Policy::name_is_reachable`] takes it, with the rule and reason an audit
     /// line names: `block` when no request to it on any port could pass (`ip-literal` for an address, `port` when
     /// the policy allows no port at all).
-    pub fn decide_lookup(&self, host: &Host) -> Decision {
+    pub(crate) fn decide_lookup(&self, host: &Host) -> Decision {
         let Host::Name(name) = host else { return block(Reason::IpLiteral) };
         if self.tunnel_ports.is_empty() && self.ports.is_empty() {
             return block(Reason::Port);

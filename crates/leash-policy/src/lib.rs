@@ -16,6 +16,7 @@ pub mod file;
 pub mod host;
 mod matcher;
 pub mod path;
+mod question;
 pub mod reason;
 mod spec;
 pub mod url;
@@ -25,6 +26,7 @@ pub use engine::{ClientHelloFacts, Decision, Mode, Policy, ProviderTools, Reques
 pub use file::{load, Format, Loaded, PolicyError, PolicyErrorKind, Warning};
 pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostError, Name};
 pub use path::{canonicalize, CanonicalPath, PathError};
+pub use question::{Question, TlsInspection};
 pub use reason::Reason;
 pub use spec::DEFAULT_MODEL_APIS;
 pub use url::{parse_absolute_target, AbsoluteTarget, TargetError};

@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 use leash_policy::{
-    load, parse_absolute_target, parse_authority, ClientHelloFacts, Decision, Format, Policy, Request, Verdict, Via,
+    load, parse_absolute_target, parse_authority, ClientHelloFacts, Decision, Format, Policy, Question, Request,
+    TlsInspection, Verdict, Via,
 };
 
 #[path = "engine/decisions.rs"]
@@ -53,19 +54,21 @@ pub fn decide_on(policy: &Policy, via: Via, url: &str) -> String {
     };
     let req =
         Request { via, scheme: target.scheme, host: &target.authority.host, port: target.port(), path: &target.path };
-    render(&policy.decide_request(&req))
+    render(&policy.decide(&Question::Request(req), TlsInspection::Available))
 }
 
 /// Decide a CONNECT to `authority` (`host:port`).
 pub fn connect(yaml: &str, authority: &str) -> String {
     let a = parse_authority(authority).unwrap();
-    render(&policy(yaml).decide_connect(&a.host, a.port.unwrap_or(443)))
+    let port = a.port.unwrap_or(443);
+    render(&policy(yaml).decide(&Question::Connect { target: &a.host, port }, TlsInspection::Available))
 }
 
 /// Decide a tunnel to `authority` on what its ClientHello showed.
 pub fn hello(yaml: &str, authority: &str, facts: ClientHelloFacts<'_>) -> String {
     let a = parse_authority(authority).unwrap();
-    render(&policy(yaml).decide_client_hello(&a.host, a.port.unwrap_or(443), facts))
+    let question = Question::ClientHello { target: &a.host, port: a.port.unwrap_or(443), hello: facts };
+    render(&policy(yaml).decide(&question, TlsInspection::Available))
 }
 
 pub fn render(d: &Decision) -> String {

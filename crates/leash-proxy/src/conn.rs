@@ -45,6 +45,13 @@ pub struct BufConn<S> {
     pub buf: Vec<u8>,
 }
 
+/// What a connection loop does after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    KeepAlive,
+    Close,
+}
+
 /// When a head parser is worth calling again after more bytes arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reparse {

@@ -14,11 +14,12 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leash_policy::{Decision, Host, Verdict};
+use leash_policy::{Decision, Host, Question, TlsInspection, Verdict};
 use tokio::net::UdpSocket;
 
-use crate::audit::{now_rfc3339, verdict_word, AuditLog, DecisionEntry};
+use crate::audit::AuditLog;
 use crate::config::PolicyHandle;
+use crate::gate::{write_decision, Asked};
 use crate::wire::dns::{respond, Answer, ANSWER_TTL};
 
 /// The sandbox-local address allowed names resolve to: inside the sandbox's own loopback (so nothing outside can be
@@ -89,26 +90,12 @@ struct Record {
 impl Record {
     /// Writes the line for a lookup of `name` decided `d`; false when the log cannot be written.
     fn lookup(&mut self, name: &str, d: &Decision, peer: SocketAddr) -> bool {
-        if d.verdict == Verdict::Block {
-            tracing::warn!("refused DNS {name} ({})", d.reason);
-        } else if self.allowed_lately.get(name).is_some_and(|at| at.elapsed() < ALLOWED_LINE_STANDS) {
+        let recent = self.allowed_lately.get(name).is_some_and(|at| at.elapsed() < ALLOWED_LINE_STANDS);
+        if d.verdict != Verdict::Block && recent {
             return true;
         }
-        let entry = DecisionEntry {
-            id: self.audit.next_id(),
-            time: now_rfc3339(),
-            method: "DNS",
-            host: name,
-            port: 53,
-            path: None,
-            decision: verdict_word(d.verdict),
-            rule: d.rule.as_deref(),
-            reason: d.reason.as_str(),
-            client: Some(peer.to_string()),
-            stripped: None,
-        };
-        if let Err(e) = self.audit.decision(&entry) {
-            tracing::error!("{e}; refusing the lookup");
+        let asked = Asked { method: "DNS", host: name, port: 53, path: None };
+        if write_decision(&self.audit, self.audit.next_id(), &asked, d, Some(peer), None).is_err() {
             return false;
         }
         if d.verdict != Verdict::Block {
@@ -127,7 +114,7 @@ fn answer(policy: &PolicyHandle, record: &mut Record, host: &Host, peer: SocketA
         return Answer::Exists(Ipv4Addr::LOCALHOST);
     }
     // INVARIANT: the stub has no upstream; a name is answered from the policy alone and never resolved.
-    let decision = policy.current().decide_lookup(host);
+    let decision = policy.current().decide(&Question::Lookup { host }, TlsInspection::Unavailable);
     let logged = record.lookup(&host.as_str(), &decision, peer);
     match (decision.verdict, logged) {
         (Verdict::Block, _) => Answer::NoSuchName,

@@ -3,20 +3,24 @@
 //! A client that goes away while its final response is being relayed ends the exchange, not as a failure: its
 //! outcome keeps the upstream's status and the bytes relayed each way until then (as a reset HTTP/2 stream's does).
 
-use crate::audit::UpstreamFailure;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use crate::conn::{BufConn, ReadHeadError, Reparse, Source};
+use crate::audit::UpstreamFailure;
+
+use crate::conn::{BufConn, Next, ReadHeadError, Reparse, Source};
 use crate::dial::DialError;
-use crate::forward::{upgrade_value, Plan};
+use crate::gate::RequestCtx;
 use crate::headers;
-use crate::refusal::Response;
+use crate::refusal::{reply, Response};
+use crate::request::Plan;
 use crate::shared::Shared;
-use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead};
+use crate::wire::http_head::{
+    parse_response_head, response_framing, upgrade_value, BodyFraming, RequestHead, ResponseHead,
+};
 
 /// A completed exchange.
 pub(crate) struct Exchanged {
@@ -89,6 +93,38 @@ struct Relayed {
     upgraded: bool,
     /// A write to the client failed during the final response (it hung up): `down` is what it accepted before.
     client_gone: bool,
+}
+
+/// Record how an exchange ended and say whether the client may go on; a failure the client has not seen any of
+/// yet is answered with 502/504 naming `authority()`. The completed exchange is returned for the caller's upstream
+/// reuse.
+pub(crate) async fn settle<S>(
+    ctx: &RequestCtx<'_>,
+    client: &mut BufConn<S>,
+    result: Result<Exchanged, ExchangeError>,
+    authority: impl FnOnce() -> String,
+) -> (Next, Option<Exchanged>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    match result {
+        Ok(done) => {
+            ctx.outcome(done.status, done.up, done.down);
+            let next = if done.client_keep_alive { Next::KeepAlive } else { Next::Close };
+            (next, Some(done))
+        }
+        // A refusal on a re-dial: its block line is the request's last, as for a refusal on a first dial.
+        Err(ExchangeError::Answered(response)) => (reply(client, &response, false).await, None),
+        Err(e) => {
+            let (status, authority) = (e.status(), authority());
+            ctx.failed(status, &authority, e.cause(), &e.to_string());
+            if e.response_started() {
+                return (Next::Close, None);
+            }
+            let response = Response::upstream_failed(status, &authority, &e.to_string());
+            (reply(client, &response, false).await, None)
+        }
+    }
 }
 
 /// Send `request` (and the client's body) up, relay the response down. The upstream is a plain TCP connection

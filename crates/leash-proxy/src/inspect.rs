@@ -23,15 +23,15 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
 
-use crate::audit::refusal;
 use crate::config::Snapshot;
 use crate::conn::{close_gracefully, BufConn, Reparse, TlsIo};
 use crate::dial::{connect_checked, resolve_checked, DialError};
-use crate::forward::split_query;
+use crate::gate::{Asked, RequestCtx};
 use crate::refusal::Response;
-use crate::shared::{Attempt, Shared};
+use crate::shared::Shared;
 use crate::tls::{Inspection, ALPN_H2, SEND_BUFFER_LIMIT};
 use crate::wire::http_head::parse_request_head;
+use crate::wire::target::split_query;
 
 /// The client side of an inspected tunnel: TLS over the client connection (whose buffer replays the ClientHello).
 /// [`TlsIo`] under each session reads many records per syscall and writes them vectored.
@@ -73,8 +73,15 @@ impl Inspected {
         }
     }
 
-    fn tunnel_attempt<'a>(&self, host: &'a str) -> Attempt<'a> {
-        Attempt { id: self.id, method: "CONNECT", host, port: self.port, path: None, peer: self.peer }
+    /// The tunnel's own context at the gate: its CONNECT line's id, policy and start.
+    fn ctx(&self) -> RequestCtx<'_> {
+        RequestCtx { sh: &self.sh, snap: self.snap.clone(), id: self.id, peer: self.peer, started: self.started }
+    }
+
+    /// A request inside the tunnel: an id of its own, decided on the policy as it is now (so a reload applies
+    /// inside long-lived tunnels too).
+    fn request_ctx(&self) -> RequestCtx<'_> {
+        RequestCtx::new(&self.sh, self.peer)
     }
 
     /// Resolve (once), check, dial the checked addresses and complete a verified TLS handshake offering `alpn`.
@@ -111,83 +118,79 @@ impl Inspected {
 
 /// Serve an allowed tunnel to an inspected host. `alpn` is what the client's ClientHello offered.
 pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8>], decision: &Decision) {
-    let sh = t.sh.clone();
+    // Shared with the tunnel's HTTP/2 streams, which outlive this call's borrows.
+    let t = Arc::new(t);
     let host = t.host_str();
-    let attempt = t.tunnel_attempt(&host);
+    let ctx = t.ctx();
+    let asked = Asked { method: "CONNECT", host: &host, port: t.port, path: None };
     let addrs = match t.checked_addrs().await {
         Ok(addrs) => addrs,
         Err(DialError::Refused(reason)) => {
-            let logged = sh.log_decision(&attempt, &refusal(reason));
-            return answer_refusal(&t, client, reason, logged.is_ok()).await;
+            let answer = ctx.refuse_destination(&asked, reason);
+            return answer_at_path(&t, client, answer).await;
         }
         Err(e) => {
-            let logged = sh.log_decision(&attempt, decision).is_ok();
-            return dial_failed(&t, client, &e, logged).await;
+            let answer = match ctx.pass(&asked, decision) {
+                Ok(()) => dial_failed(&t, &ctx, &e),
+                Err(answer) => answer,
+            };
+            return answer_at_path(&t, client, answer).await;
         }
     };
     // INVARIANT: the tunnel is logged before an upstream connection is opened, so before any byte of the client's
     // reaches one.
-    if sh.log_decision(&attempt, decision).is_err() {
-        return answer(&t, client, |_| Response::audit_failed()).await;
+    if let Err(answer) = ctx.pass(&asked, decision) {
+        return answer_at_path(&t, client, answer).await;
     }
     let upstream = match t.dial_addrs(&addrs, t.tls.upstream_config(alpn)).await {
         Ok(upstream) => upstream,
         Err(UpstreamError::Tls(why)) => {
-            let response = upstream_tls_refused(&t, &attempt, decision.rule.clone(), &why);
-            return answer(&t, client, |_| response).await;
+            let answer = upstream_tls_refused(&t, &ctx, &asked, decision.rule.clone(), &why);
+            return answer_at_path(&t, client, answer).await;
         }
-        Err(UpstreamError::Dial(e)) => return dial_failed(&t, client, &e, true).await,
+        Err(UpstreamError::Dial(e)) => {
+            let answer = dial_failed(&t, &ctx, &e);
+            return answer_at_path(&t, client, answer).await;
+        }
     };
     let chosen = upstream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
     let Some(client) = accept(&t, client, t.tls.server_config(chosen.as_deref())).await else {
-        return sh.log_outcome(t.id, 0, 0, 0, t.started);
+        return ctx.outcome(0, 0, 0);
     };
-    let (id, started) = (t.id, t.started);
     let (status, up, down) = match chosen.as_deref() {
-        Some(ALPN_H2) => h2::serve(Arc::new(t), client, upstream).await,
+        Some(ALPN_H2) => h2::serve(t.clone(), client, upstream).await,
         _ => {
             let (up, down) = h1::serve(&t, client, upstream).await;
             (200, up, down)
         }
     };
-    sh.log_outcome(id, status, up, down, started);
+    ctx.outcome(status, up, down);
 }
 
-/// A resolution or connection failure of an allowed tunnel whose decision line was written (`logged`): its failure
-/// outcome logged, answered with 502/504 inside TLS; 503 when the decision could not be logged.
-async fn dial_failed(t: &Inspected, client: BufConn<TcpStream>, e: &DialError, logged: bool) {
-    let response = if logged {
-        t.sh.log_failure(t.id, e.status(), &t.authority(), e.cause(), &e.to_string(), t.started);
-        Response::upstream_failed(e.status(), &t.authority(), &e.to_string())
-    } else {
-        Response::audit_failed()
-    };
-    answer(t, client, |_| response).await;
+/// A resolution or connection failure of an allowed tunnel whose decision line was written: its failure outcome,
+/// and the 502/504 to answer inside TLS.
+fn dial_failed(t: &Inspected, ctx: &RequestCtx<'_>, e: &DialError) -> Response {
+    ctx.failed(e.status(), &t.authority(), e.cause(), &e.to_string());
+    Response::upstream_failed(e.status(), &t.authority(), &e.to_string())
 }
 
-/// Log and answer an upstream whose certificate (or TLS itself) failed, at the tunnel's first dial or an HTTP/1.1
-/// re-dial: a `block upstream-tls` line under `attempt`'s id, keeping the rule it was allowed by, and a 502.
+/// Record and answer an upstream whose certificate (or TLS itself) failed, at the tunnel's first dial or an HTTP/1.1
+/// re-dial: a `block upstream-tls` line under `ctx`'s id, keeping the rule it was allowed by, and a 502.
 pub(super) fn upstream_tls_refused(
     t: &Inspected,
-    attempt: &Attempt<'_>,
+    ctx: &RequestCtx<'_>,
+    asked: &Asked<'_>,
     rule: Option<Arc<str>>,
     why: &str,
 ) -> Response {
     let refused = Decision { verdict: Verdict::Block, reason: Reason::UpstreamTls, rule };
-    match t.sh.log_decision(attempt, &refused) {
-        Ok(()) => Response::upstream_tls(&t.authority(), why),
-        Err(_) => Response::audit_failed(),
-    }
+    ctx.refuse_with(asked, &refused, Response::upstream_tls(&t.authority(), why))
 }
 
-/// Answer a refused tunnel inside TLS: a 403 naming the host and the path the client asked for.
-async fn answer_refusal(t: &Inspected, client: BufConn<TcpStream>, reason: Reason, logged: bool) {
+/// Answer a tunnel inside TLS with `answer`, a 403 naming the path the client asked for.
+async fn answer_at_path(t: &Inspected, client: BufConn<TcpStream>, answer: Response) {
     let host = t.host_str();
-    answer(t, client, |path| match logged {
-        true => Response::forbidden(&format!("{host}{path}"), reason),
-        false => Response::audit_failed(),
-    })
-    .await;
+    answer_in_tls(&t.sh, &t.tls, client, |path| answer.naming_path(&host, path)).await;
 }
 
 /// Complete the client's handshake with the leaf for its SNI; `None` when it fails (the client does not trust the
@@ -211,13 +214,9 @@ async fn accept_with(sh: &Shared, client: BufConn<TcpStream>, config: Arc<rustls
     }
 }
 
-/// leash's own answer inside TLS: complete the handshake (HTTP/1.1), read one request head, answer
-/// `respond(path)` with `Connection: close`. A client that does not trust the run's CA sees a failed handshake.
-async fn answer(t: &Inspected, client: BufConn<TcpStream>, respond: impl FnOnce(&str) -> Response) {
-    answer_in_tls(&t.sh, &t.tls, client, respond).await;
-}
-
-/// [`answer`] for any tunnel, inspected or not (a tunnel refused on its SNI).
+/// leash's own answer inside TLS, for any tunnel, inspected or not (one refused on its SNI): complete the
+/// handshake (HTTP/1.1), read one request head, answer `respond(path)` with `Connection: close`. A client that does
+/// not trust the run's CA sees a failed handshake.
 pub(crate) async fn answer_in_tls(
     sh: &Shared,
     tls: &Inspection,

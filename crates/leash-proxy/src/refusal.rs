@@ -3,6 +3,9 @@
 //! what was refused and why, and never lists the rules.
 
 use leash_policy::Reason;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use crate::conn::Next;
 
 /// A response leash answers by itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +36,7 @@ impl Response {
         Self { status, reason: Some(Reason::BadRequest), body }
     }
 
-    /// 503 when the decision could not be written to the audit log.
+    /// 503 when the decision could not be written to the audit log (only the request gate answers it).
     pub fn audit_failed() -> Self {
         let body = "leash: request refused because the audit log cannot be written (audit-failed)\n".to_owned();
         Self { status: 503, reason: Some(Reason::AuditFailed), body }
@@ -49,6 +52,15 @@ impl Response {
     pub fn upstream_tls(authority: &str, why: &str) -> Self {
         let body = format!("leash: upstream `{authority}` failed TLS verification (upstream-tls): {why}\n");
         Self { status: 502, reason: Some(Reason::UpstreamTls), body }
+    }
+
+    /// This answer to a tunnel, given inside TLS to the request for `path` on `host`: a 403 names that path; any
+    /// other answer (503 `audit-failed`) stays as it is.
+    pub fn naming_path(&self, host: &str, path: &str) -> Response {
+        match (self.status, self.reason) {
+            (403, Some(reason)) => Response::forbidden(&format!("{host}{path}"), reason),
+            _ => self.clone(),
+        }
     }
 
     /// The response bytes; `keep_alive` false adds `Connection: close`.
@@ -67,6 +79,14 @@ impl Response {
         out.push_str("\r\n");
         out.push_str(&self.body);
         out.into_bytes()
+    }
+}
+
+/// Write one of leash's own responses.
+pub(crate) async fn reply<S: AsyncWrite + Unpin>(client: &mut S, response: &Response, keep_alive: bool) -> Next {
+    match client.write_all(&response.to_bytes(keep_alive)).await.and(client.flush().await) {
+        Ok(()) if keep_alive => Next::KeepAlive,
+        _ => Next::Close,
     }
 }
 

@@ -8,18 +8,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWrite;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use crate::audit::refusal;
 use crate::config::ProxyConfig;
-use crate::conn::{close_gracefully, BufConn, ReadHeadError, Reparse};
-use crate::forward::{self, reply, Next};
-use crate::refusal::Response;
-use crate::shared::{Attempt, Shared};
+use crate::conn::{close_gracefully, BufConn, Next, Reparse};
+use crate::forward;
+use crate::request::refuse_unreadable;
+use crate::shared::Shared;
 use crate::tunnel;
-use crate::wire::http_head::{parse_request_head, HeadError, RequestHead};
+use crate::wire::http_head::{parse_request_head, RequestHead};
 
 /// The first byte of a TLS record carrying a handshake: what a transparent listener's TLS clients send first.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -221,28 +219,4 @@ fn absolute_for_transparent(head: &RequestHead, port: u16) -> String {
         Some(authority) => format!("http://{}:{port}{}", authority.host.as_str(), head.target),
         None => head.target.clone(),
     }
-}
-
-/// A head that could not be read: malformed ones get 400 (431 when too large) and a log line; the rest just close.
-pub(crate) async fn refuse_unreadable<S: AsyncWrite + Unpin>(
-    sh: &Shared,
-    client: &mut BufConn<S>,
-    e: ReadHeadError<HeadError>,
-    peer: SocketAddr,
-) {
-    let (status, why) = match e {
-        ReadHeadError::Malformed(HeadError::TooLarge) => (431, HeadError::TooLarge.to_string()),
-        ReadHeadError::Malformed(e) => (400, e.to_string()),
-        ReadHeadError::Timeout => (408, "request head not received in time".to_owned()),
-        ReadHeadError::Closed | ReadHeadError::Idle | ReadHeadError::Io(_) => return,
-    };
-    let id = sh.cfg.audit.next_id();
-    let attempt = Attempt { id, method: "-", host: "", port: 0, path: None, peer };
-    let mut response = Response::bad_request(status, &why);
-    if status == 408 {
-        response.body = format!("leash: {why}\n");
-    } else if sh.log_decision(&attempt, &refusal(leash_policy::Reason::BadRequest)).is_err() {
-        response = Response::audit_failed();
-    }
-    reply(client, &response, false).await;
 }

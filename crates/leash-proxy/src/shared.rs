@@ -1,13 +1,9 @@
-//! State shared by every connection of one proxy, and the two ways a request reaches the audit log: its decision
-//! (before anything is forwarded; a refusal is also a warning on stderr) and, for allowed requests, its outcome.
+//! State shared by every connection of one proxy: its configuration, the upstream connection pool, and the addresses
+//! no upstream may be. Requests reach the audit log through [`crate::gate`].
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
 
-use leash_policy::{Decision, Verdict};
-
-use crate::audit::{now_rfc3339, verdict_word, AuditError, DecisionEntry, OutcomeEntry, UpstreamFailure};
 use crate::config::{OwnAddrs, ProxyConfig};
 use crate::netinfo::HostAddrs;
 use crate::pool::Pool;
@@ -27,16 +23,6 @@ enum Own {
     Host(HostAddrs),
 }
 
-/// What the log says a request asked for.
-pub(crate) struct Attempt<'a> {
-    pub id: u64,
-    pub method: &'a str,
-    pub host: &'a str,
-    pub port: u16,
-    pub path: Option<&'a str>,
-    pub peer: SocketAddr,
-}
-
 impl Shared {
     pub fn new(cfg: ProxyConfig, listening: &[SocketAddr]) -> Self {
         let listening: Vec<IpAddr> = listening.iter().map(|a| a.ip()).filter(|ip| !ip.is_unspecified()).collect();
@@ -54,86 +40,6 @@ impl Shared {
         match &self.own {
             Own::Fixed(addrs) => Arc::clone(addrs),
             Own::Host(host) => host.get(),
-        }
-    }
-
-    /// Record a decision. A refusal is also a warning on stderr, so an operator watching the terminal sees it.
-    pub fn log_decision(&self, a: &Attempt<'_>, d: &Decision) -> Result<(), AuditError> {
-        self.log_decision_stripped(a, d, None)
-    }
-
-    /// [`Shared::log_decision`] with what was stripped from a model API request, if anything.
-    pub fn log_decision_stripped(
-        &self,
-        a: &Attempt<'_>,
-        d: &Decision,
-        stripped: Option<&[String]>,
-    ) -> Result<(), AuditError> {
-        if d.verdict == Verdict::Block {
-            let path = a.path.unwrap_or("");
-            tracing::warn!("refused {} {}:{}{} ({})", a.method, a.host, a.port, path, d.reason);
-        }
-        let entry = DecisionEntry {
-            id: a.id,
-            time: now_rfc3339(),
-            method: a.method,
-            host: a.host,
-            port: a.port,
-            path: a.path,
-            decision: verdict_word(d.verdict),
-            rule: d.rule.as_deref(),
-            reason: d.reason.as_str(),
-            client: Some(a.peer.to_string()),
-            stripped,
-        };
-        let written = self.cfg.audit.decision(&entry);
-        if let Err(e) = &written {
-            tracing::error!("{e}; refusing the request");
-        }
-        written
-    }
-
-    /// Record how an allowed request ended. A failure here cannot refuse anything any more; it is reported.
-    pub fn log_outcome(&self, id: u64, status: u16, up: u64, down: u64, started: Instant) {
-        self.write_outcome(id, status, (up, down), started, None);
-    }
-
-    /// Record that an allowed request's upstream (`authority`) failed, and why: the outcome's `error`, and a warning
-    /// naming the host and the cause, so an operator sees why a client saw a bare failure.
-    pub fn log_failure(
-        &self,
-        id: u64,
-        status: u16,
-        authority: &str,
-        cause: Option<UpstreamFailure>,
-        why: &str,
-        started: Instant,
-    ) {
-        if let Some(cause) = cause {
-            tracing::warn!("upstream {authority} failed ({}): {why}", cause.as_str());
-        }
-        self.write_outcome(id, status, (0, 0), started, cause);
-    }
-
-    fn write_outcome(
-        &self,
-        id: u64,
-        status: u16,
-        (up, down): (u64, u64),
-        started: Instant,
-        cause: Option<UpstreamFailure>,
-    ) {
-        let entry = OutcomeEntry {
-            id,
-            time: now_rfc3339(),
-            status,
-            bytes_up: up,
-            bytes_down: down,
-            duration_ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
-            error: cause.map(UpstreamFailure::as_str),
-        };
-        if let Err(e) = self.cfg.audit.outcome(&entry) {
-            tracing::error!("{e}");
         }
     }
 }

@@ -4,65 +4,51 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
-use leash_policy::{parse_authority, parse_host, Authority, ClientHelloFacts, Decision, Host, Reason, Verdict};
+use leash_policy::{
+    parse_authority, parse_host, Authority, ClientHelloFacts, Decision, Host, Question, Reason, Verdict,
+};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::audit::refusal;
-use crate::audit::UpstreamFailure;
-use crate::config::Snapshot;
+use crate::audit::{refusal, UpstreamFailure};
 use crate::conn::{close_gracefully, BufConn, ReadHeadError, Reparse};
 use crate::dial::{connect_checked, resolve_checked, DialError};
-use crate::forward::{loose_authority, reply};
+use crate::gate::{Asked, RequestCtx};
 use crate::inspect::{self, answer_in_tls, Inspected};
-use crate::refusal::Response;
+use crate::refusal::{reply, Response};
 use crate::relay;
-use crate::shared::{Attempt, Shared};
+use crate::shared::Shared;
 use crate::wire::client_hello::{parse_client_hello, ClientHello, ServerName};
 use crate::wire::http_head::RequestHead;
+use crate::wire::target::loose_authority;
 use crate::wire::Parsed;
 
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
 /// Handle a CONNECT request; the connection is the tunnel's from here on.
 pub(crate) async fn handle(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, head: &RequestHead, peer: SocketAddr) {
-    let started = Instant::now();
-    let id = sh.cfg.audit.next_id();
+    let ctx = RequestCtx::new(sh, peer);
     let (target, port) = match connect_target(head) {
         Ok(t) => t,
         Err((response, reason)) => {
             let (host, port) = loose_authority(&head.target, 0);
-            let attempt = Attempt { id, method: "CONNECT", host: &host, port, path: None, peer };
-            let response =
-                if sh.log_decision(&attempt, &refusal(reason)).is_ok() { response } else { Response::audit_failed() };
+            let asked = Asked { method: "CONNECT", host: &host, port, path: None };
+            let response = ctx.refuse_with(&asked, &refusal(reason), response);
             reply(&mut client.io, &response, false).await;
             return;
         }
     };
-    let snap = sh.cfg.policy.current();
     let host_text = target.as_str().into_owned();
-    let attempt = Attempt { id, method: "CONNECT", host: &host_text, port, path: None, peer };
-    let decision = match snap.decide_connect(&target, port) {
-        // Without inspection a host with path rules cannot be decided per request: refuse it, never splice it.
-        d if d.verdict == Verdict::Inspect && sh.cfg.inspection.is_none() => {
-            Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: d.rule }
-        }
-        d => d,
-    };
-    if decision.verdict == Verdict::Block {
-        let response = match sh.log_decision(&attempt, &decision) {
-            Ok(()) => Response::forbidden(&format!("{host_text}:{port}"), decision.reason),
-            Err(_) => Response::audit_failed(),
-        };
-        reply(&mut client.io, &response, false).await;
+    let asked = Asked { method: "CONNECT", host: &host_text, port, path: None };
+    if let Err(refused) = ctx.check(&asked, &Question::Connect { target: &target, port }) {
+        reply(&mut client.io, &refused, false).await;
         return;
     }
     if client.io.write_all(ESTABLISHED).await.is_err() {
         return;
     }
-    let tunnel = Tunnel { sh, snap: &snap, target: &target, port, id, peer, started };
+    let tunnel = Tunnel { sh, ctx, target: &target, port };
     tunnel.on_client_hello(client).await;
 }
 
@@ -82,19 +68,17 @@ fn connect_target(head: &RequestHead) -> Result<(Host, u16), (Response, Reason)>
 
 /// A tunnel whose target was allowed and whose 200 was sent.
 struct Tunnel<'a> {
+    /// The shared state an inspected tunnel keeps (its HTTP/2 streams outlive this borrow).
     sh: &'a Arc<Shared>,
-    snap: &'a Arc<Snapshot>,
+    ctx: RequestCtx<'a>,
     target: &'a Host,
     port: u16,
-    id: u64,
-    peer: SocketAddr,
-    started: Instant,
 }
 
 /// A TLS connection to a transparent listener (a client that ignored the proxy variables and reached the sandbox
 /// address the DNS stub gave it): decided exactly like a CONNECT to `<SNI host>:<port>`, on the ClientHello.
 pub(crate) async fn transparent(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, port: u16, peer: SocketAddr) {
-    let (started, id) = (Instant::now(), sh.cfg.audit.next_id());
+    let ctx = RequestCtx::new(sh, peer);
     let Some(hello) = read_client_hello(sh, &mut client).await else { return };
     let named = match hello.as_ref().map(|h| &h.server_name) {
         Some(ServerName::One(name)) => parse_host(name).ok(),
@@ -108,12 +92,10 @@ pub(crate) async fn transparent(sh: &Arc<Shared>, mut client: BufConn<TcpStream>
             ClientHelloFacts::NoServerName => Reason::NoSni,
             _ => Reason::BadSni,
         });
-        let attempt = Attempt { id, method: "CONNECT", host: "", port, path: None, peer };
-        let _ = sh.log_decision(&attempt, &decision);
+        ctx.refuse(&Asked { method: "CONNECT", host: "", port, path: None }, &decision);
         return drain_and_close(client).await;
     };
-    let snap = sh.cfg.policy.current();
-    let tunnel = Tunnel { sh, snap: &snap, target: &target, port, id, peer, started };
+    let tunnel = Tunnel { sh, ctx, target: &target, port };
     tunnel.on_hello(client, hello).await;
 }
 
@@ -146,52 +128,52 @@ impl Tunnel<'_> {
     /// Decide on the ClientHello (`None`: not one) and refuse, inspect or splice.
     async fn on_hello(&self, client: BufConn<TcpStream>, hello: Option<ClientHello>) {
         let facts = facts_of(hello.as_ref());
-        let decision = self.snap.decide_client_hello(self.target, self.port, facts);
-        let shown = match facts {
-            // The canonical host (lowercase, one trailing dot dropped), as plain-HTTP lines name theirs.
-            ClientHelloFacts::ServerName(name) => {
-                parse_host(name).map_or_else(|_| name.to_ascii_lowercase(), |h| h.as_str().into_owned())
-            }
+        let ctx = &self.ctx;
+        let decision = ctx.decide(&Question::ClientHello { target: self.target, port: self.port, hello: facts });
+        let sni = match facts {
+            ClientHelloFacts::ServerName(name) => Some(parse_host(name)),
+            _ => None,
+        };
+        // The canonical host (lowercase, one trailing dot dropped), as plain-HTTP lines name theirs.
+        let shown = match (&sni, facts) {
+            (Some(Ok(host)), _) => host.as_str().into_owned(),
+            (Some(Err(_)), ClientHelloFacts::ServerName(name)) => name.to_ascii_lowercase(),
             _ => self.target.as_str().into_owned(),
         };
-        let attempt =
-            Attempt { id: self.id, method: "CONNECT", host: &shown, port: self.port, path: None, peer: self.peer };
-        let named = match facts {
-            ClientHelloFacts::ServerName(name) => parse_host(name).ok().filter(|h| matches!(h, Host::Name(_))),
+        let asked = Asked { method: "CONNECT", host: &shown, port: self.port, path: None };
+        let named = match sni {
+            Some(Ok(host @ Host::Name(_))) => Some(host),
             _ => None,
         };
         match (decision.verdict, &self.sh.cfg.inspection, named) {
             (Verdict::Block, Some(tls), Some(_)) => {
                 // Refused on a readable server name: say why inside TLS (a client trusting the run's CA reads it).
-                let logged = self.sh.log_decision(&attempt, &decision).is_ok();
-                answer_in_tls(self.sh, tls, client, |path| match logged {
-                    true => Response::forbidden(&format!("{shown}{path}"), decision.reason),
-                    false => Response::audit_failed(),
-                })
-                .await
+                let answer = ctx.refuse(&asked, &decision);
+                answer_in_tls(self.sh, tls, client, |path| answer.naming_path(&shown, path)).await
             }
             (Verdict::Block, ..) => {
-                let _ = self.sh.log_decision(&attempt, &decision);
+                ctx.refuse(&asked, &decision);
                 drain_and_close(client).await
             }
             (Verdict::Inspect, Some(tls), Some(host)) => {
                 let alpn = hello.as_ref().map(|h| h.alpn.clone()).unwrap_or_default();
                 let inspected = Inspected {
                     sh: self.sh.clone(),
-                    snap: self.snap.clone(),
+                    snap: ctx.snap.clone(),
                     tls: tls.clone(),
                     host,
                     port: self.port,
-                    id: self.id,
-                    peer: self.peer,
-                    started: self.started,
+                    id: ctx.id,
+                    peer: ctx.peer,
+                    started: ctx.started,
                 };
                 inspect::run(inspected, client, &alpn, &decision).await
             }
             (Verdict::Inspect, ..) => {
+                // The policy refuses what this proxy cannot inspect; should that ever disagree, refuse anyway.
                 let refused =
                     Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: decision.rule };
-                let _ = self.sh.log_decision(&attempt, &refused);
+                ctx.refuse(&asked, &refused);
                 drain_and_close(client).await
             }
             (Verdict::Allow, ..) => {
@@ -199,33 +181,38 @@ impl Tunnel<'_> {
                     ClientHelloFacts::ServerName(name) => parse_host(name).unwrap_or_else(|_| self.target.clone()),
                     _ => self.target.clone(),
                 };
-                self.splice(client, &upstream_host, &attempt, &decision).await
+                self.splice(client, &upstream_host, &asked, &decision).await
             }
         }
     }
 
-    /// Resolve the decided name once, check it, log, dial exactly the checked addresses, replay, relay.
-    async fn splice(&self, client: BufConn<TcpStream>, host: &Host, attempt: &Attempt<'_>, decision: &Decision) {
-        let sh = self.sh;
-        let addrs = match resolve_checked(sh, self.snap, host, self.port).await {
+    /// Resolve the decided name once, check it, pass the gate, dial exactly the checked addresses, replay, relay.
+    async fn splice(&self, client: BufConn<TcpStream>, host: &Host, asked: &Asked<'_>, decision: &Decision) {
+        let ctx = &self.ctx;
+        let addrs = match resolve_checked(ctx.sh, &ctx.snap, host, self.port).await {
             Ok(addrs) => addrs,
             Err(DialError::Refused(reason)) => {
-                let _ = sh.log_decision(attempt, &refusal(reason));
+                ctx.refuse_destination(asked, reason);
                 return drain_and_close(client).await;
             }
-            Err(e) => return self.failed(attempt, decision, &e),
+            Err(e) => {
+                if ctx.pass(asked, decision).is_ok() {
+                    self.failed(asked.host, e.status(), e.cause(), &e.to_string());
+                }
+                return;
+            }
         };
-        if sh.log_decision(attempt, decision).is_err() {
+        if ctx.pass(asked, decision).is_err() {
             return drain_and_close(client).await;
         }
-        let upstream = match connect_checked(&addrs, self.port, sh.cfg.limits.connect_timeout).await {
+        let upstream = match connect_checked(&addrs, self.port, ctx.sh.cfg.limits.connect_timeout).await {
             Ok(s) => s,
-            Err(e) => return self.log_failure(attempt.host, e.status(), e.cause(), &e.to_string()),
+            Err(e) => return self.failed(asked.host, e.status(), e.cause(), &e.to_string()),
         };
         let replayed = client.buf.len() as u64;
         let mut upstream = upstream;
         if let Err(e) = upstream.write_all(&client.buf).await {
-            return self.log_failure(attempt.host, 502, Some(UpstreamFailure::of_io(&e)), &e.to_string());
+            return self.failed(asked.host, 502, Some(UpstreamFailure::of_io(&e)), &e.to_string());
         }
         self.relay(client, upstream, replayed).await;
     }
@@ -233,19 +220,13 @@ impl Tunnel<'_> {
     async fn relay(&self, mut client: BufConn<TcpStream>, mut upstream: TcpStream, replayed: u64) {
         client.buf = Vec::new();
         let (up, down) = relay::tunnel(&mut client.io, &mut upstream).await;
-        self.sh.log_outcome(self.id, 200, replayed + up, down, self.started);
-    }
-
-    fn failed(&self, attempt: &Attempt<'_>, decision: &Decision, e: &DialError) {
-        if self.sh.log_decision(attempt, decision).is_ok() {
-            self.log_failure(attempt.host, e.status(), e.cause(), &e.to_string());
-        }
+        self.ctx.outcome(200, replayed + up, down);
     }
 
     /// The tunnel's upstream failed after its `200`: the client only sees the tunnel close, so the outcome and a
     /// warning say why.
-    fn log_failure(&self, host: &str, status: u16, cause: Option<UpstreamFailure>, why: &str) {
-        self.sh.log_failure(self.id, status, &format!("{host}:{}", self.port), cause, why, self.started);
+    fn failed(&self, host: &str, status: u16, cause: Option<UpstreamFailure>, why: &str) {
+        self.ctx.failed(status, &format!("{host}:{}", self.port), cause, why);
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use leash_policy::{ClientHelloFacts as Hello, Mode, Policy, Reason, Via};
+use leash_policy::{ClientHelloFacts as Hello, Mode, Policy, Question, Reason, TlsInspection, Via};
 
 use crate::{allowlist, blocklist, connect, decide, decide_inner, decide_on, hello, policy, render};
 
@@ -197,7 +197,8 @@ fn inline_policies() {
 
 #[test]
 fn decisions_render_their_reason_words() {
-    let d = policy(BLOCK).decide_connect(&leash_policy::parse_host("x.org").unwrap(), 80);
+    let host = leash_policy::parse_host("x.org").unwrap();
+    let d = policy(BLOCK).decide(&Question::Connect { target: &host, port: 80 }, TlsInspection::Available);
     assert_eq!(render(&d), "block port");
     assert_eq!(d.reason.as_str(), "port");
 }
@@ -223,7 +224,8 @@ fn a_policy_that_can_never_inspect_says_so() {
 #[test]
 fn a_lookup_is_decided_on_the_name_with_the_reason_an_audit_line_names() {
     let lookup = |text: &str, host: &str| {
-        let d = policy(text).decide_lookup(&leash_policy::parse_host(host).unwrap());
+        let host = leash_policy::parse_host(host).unwrap();
+        let d = policy(text).decide(&Question::Lookup { host: &host }, TlsInspection::Available);
         render(&d)
     };
     assert_eq!(lookup(ALLOW, "api.example.com"), "allow rule api.example.com");

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use leash_policy::{
     canonicalize, load, parse_absolute_target, parse_authority, parse_host, ClientHelloFacts, Decision, Format, Host,
-    Mode, Policy, Request, Verdict, Via,
+    Mode, Policy, Question, Request, TlsInspection, Verdict, Via,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -436,7 +436,8 @@ fn check_decision(g: &Generated, host: &Host, d: &Decision) -> Result<(), TestCa
 fn check_request(g: &Generated, via: Via, url: &str) -> Result<(), TestCaseError> {
     let Ok(target) = parse_absolute_target(url) else { return Ok(()) };
     let (host, port) = (&target.authority.host, target.port());
-    let d = g.policy.decide_request(&Request { via, scheme: target.scheme, host, port, path: &target.path });
+    let req = Request { via, scheme: target.scheme, host, port, path: &target.path };
+    let d = g.policy.decide(&Question::Request(req), TlsInspection::Available);
     check_decision(g, host, &d)?;
     let plain_port_shut = via == Via::ForwardProxy && !g.policy.ports().contains(&port);
     let scheme_wrong = (via == Via::ForwardProxy) != (target.scheme == leash_policy::Scheme::Http);
@@ -449,7 +450,7 @@ fn check_request(g: &Generated, via: Via, url: &str) -> Result<(), TestCaseError
 fn check_tunnel(g: &Generated, authority: &str, hellos: &[Hello]) -> Result<(), TestCaseError> {
     let Ok(a) = parse_authority(authority) else { return Ok(()) };
     let port = a.port.unwrap_or(443);
-    let on_target = g.policy.decide_connect(&a.host, port);
+    let on_target = g.policy.decide(&Question::Connect { target: &a.host, port }, TlsInspection::Available);
     check_decision(g, &a.host, &on_target)?;
     if !g.policy.tunnel_ports().contains(&port) {
         prop_assert_eq!(on_target.verdict, Verdict::Block, "CONNECT {} passed\n{}", authority, g.yaml);
@@ -464,7 +465,8 @@ fn check_tunnel(g: &Generated, authority: &str, hellos: &[Hello]) -> Result<(), 
             Hello::Ech => ClientHelloFacts::Ech,
             Hello::NotTls => ClientHelloFacts::NotTls,
         };
-        let d = g.policy.decide_client_hello(&a.host, port, facts);
+        let d =
+            g.policy.decide(&Question::ClientHello { target: &a.host, port, hello: facts }, TlsInspection::Available);
         check_decision(g, &a.host, &d)?;
         // The ClientHello can only confirm the target's decision or refuse: never loosen it.
         prop_assert!(d == on_target || d.verdict == Verdict::Block, "{facts:?} turned {on_target:?} into {d:?}");
@@ -501,9 +503,10 @@ proptest! {
     #[test]
     fn no_host_text_panics_the_engine(g in any_policy(), raw in any::<String>(), port in any::<u16>()) {
         if let Ok(host) = parse_host(&raw) {
-            let d = g.policy.decide_connect(&host, port);
+            let d = g.policy.decide(&Question::Connect { target: &host, port }, TlsInspection::Available);
             check_decision(&g, &host, &d)?;
-            let d = g.policy.decide_client_hello(&host, port, ClientHelloFacts::ServerName(&raw));
+            let hello = ClientHelloFacts::ServerName(&raw);
+            let d = g.policy.decide(&Question::ClientHello { target: &host, port, hello }, TlsInspection::Available);
             check_decision(&g, &host, &d)?;
             let _ = g.policy.name_is_reachable(&host);
             let _ = g.policy.host_has_path_rules(&host);

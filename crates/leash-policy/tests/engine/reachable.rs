@@ -1,7 +1,9 @@
 //! Which names `leash run`'s DNS stub answers: `name_is_reachable` is true exactly when some tunnel or plain-HTTP
 //! request to the name is not refused by name, checked case by case and against a naive search over ports and paths.
 
-use leash_policy::{canonicalize, parse_host, CanonicalPath, Host, Policy, Request, Scheme, Verdict, Via};
+use leash_policy::{
+    canonicalize, parse_host, CanonicalPath, Host, Policy, Question, Request, Scheme, TlsInspection, Verdict, Via,
+};
 
 use crate::{allowlist, blocklist, policy};
 
@@ -67,11 +69,13 @@ fn the_empty_inline_policy_reaches_nothing() {
 /// The naive definition: some tunnel port whose CONNECT is not blocked, or some plain-HTTP port and some path (`/`
 /// or one a rule names) whose request is not blocked.
 fn naive(policy: &Policy, host: &Host, paths: &[CanonicalPath]) -> bool {
-    let by_tunnel = policy.tunnel_ports().iter().any(|&p| policy.decide_connect(host, p).verdict != Verdict::Block);
+    let by_tunnel = policy.tunnel_ports().iter().any(|&p| {
+        policy.decide(&Question::Connect { target: host, port: p }, TlsInspection::Available).verdict != Verdict::Block
+    });
     let by_http = policy.ports().iter().any(|&port| {
         paths.iter().any(|path| {
             let req = Request { via: Via::ForwardProxy, scheme: Scheme::Http, host, port, path };
-            policy.decide_request(&req).verdict != Verdict::Block
+            policy.decide(&Question::Request(req), TlsInspection::Available).verdict != Verdict::Block
         })
     });
     by_tunnel || by_http

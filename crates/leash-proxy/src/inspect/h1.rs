@@ -3,25 +3,21 @@
 //! upstream TLS session for the tunnel (dialed again, checked again, if the upstream closes it between requests).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
-use leash_policy::{ProviderTools, Request, Scheme, Verdict, Via};
+use leash_policy::{ProviderTools, Question, Request, Scheme, Via};
 use tokio::io::AsyncWriteExt;
 
 use super::model::{self, Capped, Gate};
 use super::{upstream_tls_refused, ClientTls, Inspected, UpstreamError, UpstreamTls};
-use crate::conn::{close_gracefully, BufConn, Reparse};
+use crate::conn::{close_gracefully, BufConn, Next, Reparse};
 use crate::dial::DialError;
-use crate::exchange::{exchange, ExchangeError, Exchanged};
-use crate::forward::{
-    bad_request, destination_refused, plan, refuse_early, reply, request_head_bytes, settle, split_query,
-    upgrade_value, Next, Plan,
-};
-use crate::refusal::Response;
-use crate::server::refuse_unreadable;
-use crate::shared::Attempt;
-use crate::wire::http_head::{parse_request_head, BodyFraming, Header, RequestHead};
+use crate::exchange::{exchange, settle, ExchangeError, Exchanged};
+use crate::gate::{Asked, RequestCtx};
+use crate::refusal::{reply, Response};
+use crate::request::{bad_request, plan, refuse_early, refuse_unreadable, request_head_bytes, Plan};
+use crate::wire::http_head::{parse_request_head, upgrade_value, BodyFraming, Header, RequestHead};
+use crate::wire::target::split_query;
 
 /// Headers that describe the body as the client framed it; a body leash read and forwards from memory gets its own
 /// `Content-Length` instead (and needs no `100 Continue` from upstream: leash answered it).
@@ -35,7 +31,8 @@ struct Upstream {
 
 /// A request as its allow line named it, so a refusal on a re-dial is logged under the same id and rule.
 struct Logged<'a> {
-    attempt: Attempt<'a>,
+    ctx: &'a RequestCtx<'a>,
+    asked: Asked<'a>,
     rule: Option<Arc<str>>,
 }
 
@@ -73,22 +70,19 @@ async fn request(
     upstream: &mut Option<Upstream>,
     totals: &mut (u64, u64),
 ) -> Next {
-    let (sh, started, id) = (&t.sh, Instant::now(), t.sh.cfg.audit.next_id());
+    let ctx = t.request_ctx();
     let absolute = format!("https://{}{}", t.authority(), head.target);
     if !head.target.starts_with('/') {
         let early = bad_request("inside a tunnel the request target must be a path (origin-form)");
-        return refuse_early(sh, client, head, &absolute, id, t.peer, early).await;
+        return refuse_early(&ctx, client, head, &absolute, early).await;
     }
     let mut plan = match plan(head, &absolute) {
         Ok(plan) => plan,
-        Err(early) => return refuse_early(sh, client, head, &absolute, id, t.peer, early).await,
+        Err(early) => return refuse_early(&ctx, client, head, &absolute, early).await,
     };
     let host = t.host_str();
-    let attempt =
-        |path| Attempt { id, method: &head.method, host: &host, port: t.port, path: Some(path), peer: t.peer };
-    // Each request is decided on the policy as it is now, so a reload applies inside long-lived tunnels too.
-    let snap = t.sh.cfg.policy.current();
-    let decision = snap.decide_request(&Request {
+    let asked = |path| Asked { method: &head.method, host: &host, port: t.port, path: Some(path) };
+    let question = Question::Request(Request {
         via: Via::Tunnel,
         scheme: Scheme::Https,
         host: &t.host,
@@ -96,16 +90,15 @@ async fn request(
         path: &plan.target.path,
     });
     let (path_only, _) = split_query(&head.target);
-    if decision.verdict != Verdict::Allow {
-        let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
-        let response = match sh.log_decision(&attempt(&head.target), &decision) {
-            Ok(()) => Response::forbidden(&format!("{host}{path_only}"), decision.reason),
-            Err(_) => Response::audit_failed(),
-        };
-        return reply(client, &response, keep).await;
-    }
-    let gated = match snap.filters_provider_tools(&t.host) {
-        true => gate(t, client, head, &plan, snap.provider_tools()).await,
+    let decision = match ctx.check(&asked(&head.target), &question) {
+        Ok(decision) => decision,
+        Err(refused) => {
+            let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
+            return reply(client, &refused, keep).await;
+        }
+    };
+    let gated = match ctx.snap.filters_provider_tools(&t.host) {
+        true => gate(t, client, head, &plan, ctx.snap.provider_tools()).await,
         false => Gated::Pass,
     };
     let (bytes, stripped) = match gated {
@@ -115,34 +108,19 @@ async fn request(
             (request, removed)
         }
         Gated::Refuse { why, keep } => {
-            let target = format!("{host}{path_only}");
-            return refuse_model(t, client, &attempt(&head.target), &target, &why, keep).await;
+            let answer = Response::provider_tools(&format!("{host}{path_only}"), &why);
+            let response = ctx.refuse_with(&asked(&head.target), &model::refused(), answer);
+            return reply(client, &response, keep).await;
         }
     };
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
-    let logged = Logged { attempt: attempt(path_only), rule: decision.rule.clone() };
+    let logged = Logged { ctx: &ctx, asked: asked(path_only), rule: decision.rule.clone() };
     // INVARIANT: logged before a byte of the request goes up.
-    if sh.log_decision_stripped(&logged.attempt, &model::forwarded(&decision, &stripped), listed).is_err() {
-        return reply(client, &Response::audit_failed(), false).await;
+    if let Err(response) = ctx.pass_stripped(&logged.asked, &model::forwarded(&decision, &stripped), listed) {
+        return reply(client, &response, false).await;
     }
     let result = forward(t, client, head, &plan, &bytes, upstream, &logged).await;
-    finish(t, client, result, upstream, totals, started, id).await
-}
-
-/// Log and answer a model API request refused for its provider-side tools or an unreadable body.
-async fn refuse_model(
-    t: &Inspected,
-    client: &mut BufConn<ClientTls>,
-    attempt: &Attempt<'_>,
-    target: &str,
-    why: &str,
-    keep: bool,
-) -> Next {
-    let response = match t.sh.log_decision(attempt, &model::refused()) {
-        Ok(()) => Response::provider_tools(target, why),
-        Err(_) => Response::audit_failed(),
-    };
-    reply(client, &response, keep).await
+    finish(t, &ctx, client, result, upstream, totals).await
 }
 
 /// What the model API gate made of a request.
@@ -275,11 +253,11 @@ async fn redial(t: &Inspected, logged: &Logged<'_>) -> Result<Upstream, Exchange
     match t.dial(t.tls.upstream_http1()).await {
         Ok(tls) => Ok(Upstream { conn: BufConn::new(tls), reused: false }),
         Err(UpstreamError::Dial(DialError::Refused(reason))) => {
-            Err(ExchangeError::Answered(destination_refused(&t.sh, &logged.attempt, reason)))
+            Err(ExchangeError::Answered(logged.ctx.refuse_destination(&logged.asked, reason)))
         }
         Err(UpstreamError::Dial(e)) => Err(ExchangeError::Dial(e)),
         Err(UpstreamError::Tls(why)) => {
-            Err(ExchangeError::Answered(upstream_tls_refused(t, &logged.attempt, logged.rule.clone(), &why)))
+            Err(ExchangeError::Answered(upstream_tls_refused(t, logged.ctx, &logged.asked, logged.rule.clone(), &why)))
         }
     }
 }
@@ -287,14 +265,13 @@ async fn redial(t: &Inspected, logged: &Logged<'_>) -> Result<Upstream, Exchange
 /// Log the outcome, keep the upstream session when it is clean, and say whether the client may go on.
 async fn finish(
     t: &Inspected,
+    ctx: &RequestCtx<'_>,
     client: &mut BufConn<ClientTls>,
     result: Result<Exchanged, ExchangeError>,
     upstream: &mut Option<Upstream>,
     totals: &mut (u64, u64),
-    started: Instant,
-    id: u64,
 ) -> Next {
-    let (next, done) = settle(&t.sh, client, result, || t.authority(), started, id).await;
+    let (next, done) = settle(ctx, client, result, || t.authority()).await;
     if let Some(done) = &done {
         (totals.0, totals.1) = (totals.0 + done.up, totals.1 + done.down);
     }

@@ -19,15 +19,15 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::client::conn::http2::SendRequest;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use leash_policy::{canonicalize, parse_authority, Decision, ProviderTools, Reason, Scheme, Verdict, Via};
+use leash_policy::{canonicalize, parse_authority, Decision, ProviderTools, Question, Reason, Scheme, Verdict, Via};
 
 use super::model::{self, Gate};
 use super::{ClientTls, Inspected, UpstreamTls};
-use crate::audit::refusal;
+use crate::audit::{refusal, UpstreamFailure};
 use crate::config::Snapshot;
-use crate::forward::split_query;
+use crate::gate::{Asked, RequestCtx};
 use crate::refusal::Response;
-use crate::shared::Attempt;
+use crate::wire::target::split_query;
 
 type ResBody = BoxBody<Bytes, hyper::Error>;
 /// A request body going up: the client's stream as it comes, or a model API body leash read and checked.
@@ -77,56 +77,43 @@ pub(super) async fn serve(t: Arc<Inspected>, client: ClientTls, upstream: Upstre
     (status, totals.up.load(Ordering::Relaxed), totals.down.load(Ordering::Relaxed))
 }
 
-/// One stream: decide, log, forward or refuse. `sender` is the upstream connection, or why there is none.
+/// One stream: decide at the gate, forward or refuse. `sender` is the upstream connection, or why there is none.
 async fn stream(
     t: Arc<Inspected>,
     sender: Result<Upstream, Arc<str>>,
     req: Request<Incoming>,
     totals: Arc<Totals>,
 ) -> HttpResponse<ResBody> {
-    let (sh, id, started) = (&t.sh, t.sh.cfg.audit.next_id(), Instant::now());
+    let ctx = t.request_ctx();
     let (parts, body) = req.into_parts();
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
     let (path_only, _) = split_query(&path_and_query);
     let host = t.host_str();
-    let attempt =
-        |path| Attempt { id, method: parts.method.as_str(), host: &host, port: t.port, path: Some(path), peer: t.peer };
-    // Each stream is decided on the policy as it is now, so a reload applies inside long-lived connections too.
-    let snap = t.sh.cfg.policy.current();
-    let decision = match decide(&t, &snap, &parts, path_only) {
-        Ok(d) => d,
-        Err(d) => d,
-    };
+    let asked = |path| Asked { method: parts.method.as_str(), host: &host, port: t.port, path: Some(path) };
+    let decision = decide(&t, &ctx, &parts, path_only).unwrap_or_else(|refused| refused);
     if decision.verdict != Verdict::Allow {
-        let response = match sh.log_decision(&attempt(&path_and_query), &decision) {
-            Ok(()) => Response::forbidden(&format!("{host}{path_only}"), decision.reason),
-            Err(_) => Response::audit_failed(),
-        };
-        return own_response(&response);
+        return own_response(&ctx.refuse(&asked(&path_and_query), &decision));
     }
-    let checked = match snap.filters_provider_tools(&t.host) {
-        true => gate(&t, &parts, body, snap.provider_tools()).await,
+    let checked = match ctx.snap.filters_provider_tools(&t.host) {
+        true => gate(&t, &parts, body, ctx.snap.provider_tools()).await,
         false => Ok(Checked { body: body.boxed(), length: None, stripped: Vec::new() }),
     };
     let checked = match checked {
         Ok(checked) => checked,
         Err(why) => {
-            let response = match sh.log_decision(&attempt(&path_and_query), &model::refused()) {
-                Ok(()) => Response::provider_tools(&format!("{host}{path_only}"), &why),
-                Err(_) => Response::audit_failed(),
-            };
-            return own_response(&response);
+            let answer = Response::provider_tools(&format!("{host}{path_only}"), &why);
+            return own_response(&ctx.refuse_with(&asked(&path_and_query), &model::refused(), answer));
         }
     };
     let listed = (!checked.stripped.is_empty()).then_some(checked.stripped.as_slice());
     // INVARIANT: logged before the stream's head or body goes up.
-    let logged = sh.log_decision_stripped(&attempt(path_only), &model::forwarded(&decision, &checked.stripped), listed);
-    if logged.is_err() {
-        return own_response(&Response::audit_failed());
+    let forwarded = model::forwarded(&decision, &checked.stripped);
+    if let Err(answer) = ctx.pass_stripped(&asked(path_only), &forwarded, listed) {
+        return own_response(&answer);
     }
     let mut sender = match sender {
         Ok(sender) => sender,
-        Err(why) => return failed(&t, id, started, 502, &why),
+        Err(why) => return failed(&t, &ctx, UpstreamFailure::BadResponse, &why),
     };
     let up = Arc::new(AtomicU64::new(0));
     let mut request = Request::builder()
@@ -141,15 +128,23 @@ async fn stream(
     }
     let request = match request.body(Counted { inner: checked.body, count: up.clone(), on_end: None }) {
         Ok(r) => r,
-        Err(e) => return failed(&t, id, started, 502, &e.to_string()),
+        Err(e) => return failed(&t, &ctx, UpstreamFailure::BadResponse, &e.to_string()),
     };
     match sender.send_request(request).await {
         Ok(response) => {
             let status = response.status().as_u16();
-            let log = OutcomeLog { t: t.clone(), id, status, up, started, totals };
+            let log = OutcomeLog {
+                t: t.clone(),
+                snap: ctx.snap.clone(),
+                id: ctx.id,
+                status,
+                up,
+                started: ctx.started,
+                totals,
+            };
             response.map(|body| Counted { inner: body, count: Arc::new(AtomicU64::new(0)), on_end: Some(log) }.boxed())
         }
-        Err(e) => failed(&t, id, started, 502, &e.to_string()),
+        Err(e) => failed(&t, &ctx, failure_of(&e), &e.to_string()),
     }
 }
 
@@ -201,7 +196,7 @@ async fn gate(
 
 /// The decision for a stream: scheme, authority and Host, path, then the policy. `Err` is a refusal made before
 /// the policy was asked.
-fn decide(t: &Inspected, snap: &Snapshot, parts: &http::request::Parts, path: &str) -> Result<Decision, Decision> {
+fn decide(t: &Inspected, ctx: &RequestCtx<'_>, parts: &http::request::Parts, path: &str) -> Result<Decision, Decision> {
     if parts.uri.scheme_str() != Some("https") {
         return Err(refusal(Reason::Scheme));
     }
@@ -216,13 +211,13 @@ fn decide(t: &Inspected, snap: &Snapshot, parts: &http::request::Parts, path: &s
         return Err(refusal(Reason::HostMismatch));
     }
     let path = canonicalize(path).map_err(|_| refusal(Reason::BadRequest))?;
-    Ok(snap.decide_request(&leash_policy::Request {
+    Ok(ctx.decide(&Question::Request(leash_policy::Request {
         via: Via::Tunnel,
         scheme: Scheme::Https,
         host: &t.host,
         port: t.port,
         path: &path,
-    }))
+    })))
 }
 
 /// True if `authority` names the tunnel's host and port (443 when it names none).
@@ -244,10 +239,21 @@ fn copy_end_to_end(from: &HeaderMap, to: &mut HeaderMap) {
     }
 }
 
-/// A failure after the decision: the outcome logged, 502 to the client.
-fn failed(t: &Inspected, id: u64, started: Instant, status: u16, why: &str) -> HttpResponse<ResBody> {
-    t.sh.log_outcome(id, status, 0, 0, started);
-    own_response(&Response::upstream_failed(status, &t.authority(), why))
+/// A failure after the decision: the outcome with its cause and a warning, 502 to the client.
+fn failed(t: &Inspected, ctx: &RequestCtx<'_>, cause: UpstreamFailure, why: &str) -> HttpResponse<ResBody> {
+    ctx.failed(502, &t.authority(), Some(cause), why);
+    own_response(&Response::upstream_failed(502, &t.authority(), why))
+}
+
+/// Why an HTTP/2 request to the upstream failed, as the outcome's `error` says it.
+fn failure_of(e: &hyper::Error) -> UpstreamFailure {
+    let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>());
+    match io {
+        Some(io) => UpstreamFailure::of_io(io),
+        None if e.is_timeout() => UpstreamFailure::TimedOut,
+        None if e.is_closed() || e.is_canceled() => UpstreamFailure::Closed,
+        None => UpstreamFailure::BadResponse,
+    }
 }
 
 /// One of leash's own responses as an HTTP/2 response.
@@ -266,6 +272,8 @@ fn own_response(r: &Response) -> HttpResponse<ResBody> {
 /// Writes a stream's outcome when its response body ends (or is dropped: a reset stream).
 struct OutcomeLog {
     t: Arc<Inspected>,
+    /// The policy the stream was decided on (its context's, rebuilt when the body ends).
+    snap: Arc<Snapshot>,
     id: u64,
     status: u16,
     up: Arc<AtomicU64>,
@@ -309,7 +317,8 @@ impl<B> Drop for Counted<B> {
             let (up, down) = (log.up.load(Ordering::Relaxed), self.count.load(Ordering::Relaxed));
             log.totals.up.fetch_add(up, Ordering::Relaxed);
             log.totals.down.fetch_add(down, Ordering::Relaxed);
-            log.t.sh.log_outcome(log.id, log.status, up, down, log.started);
+            let ctx = RequestCtx { sh: &log.t.sh, snap: log.snap, id: log.id, peer: log.t.peer, started: log.started };
+            ctx.outcome(log.status, up, down);
         }
     }
 }

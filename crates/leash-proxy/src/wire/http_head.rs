@@ -143,6 +143,14 @@ pub fn has_connection_token(headers: &[Header], token: &str) -> bool {
     connection_tokens(headers).any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
 }
 
+/// The Upgrade header of a request that asks to switch protocols (`Connection: upgrade` + `Upgrade: ...`).
+pub fn upgrade_value(head: &RequestHead) -> Option<&[u8]> {
+    if !has_connection_token(&head.headers, "upgrade") {
+        return None;
+    }
+    head.values("upgrade").next()
+}
+
 /// Whether `bytes` is a non-empty RFC 9110 token (method, field name, Connection option).
 pub fn is_token(bytes: &[u8]) -> bool {
     !bytes.is_empty() && bytes.iter().all(|&b| is_tchar(b))

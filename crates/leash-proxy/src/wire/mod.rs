@@ -8,6 +8,7 @@ pub mod client_hello;
 mod cursor;
 pub mod dns;
 pub mod http_head;
+pub mod target;
 
 /// The three answers of a byte parser.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,91 @@
+//! The one entry point of the engine: [`Policy::decide`] answers every [`Question`] the proxy, the DNS stub and
+//! `leash explain` ask about a request. The rules that span steps live here and nowhere else: a tunnel that needs
+//! TLS inspection is refused where there is none, and an `https://` URL is the tunnel to its host and then, when
+//! that tunnel is inspected, the request inside it.
+
+use crate::engine::{ClientHelloFacts, Decision, Policy, Request, Scheme, Verdict, Via};
+use crate::host::Host;
+use crate::path::CanonicalPath;
+use crate::reason::Reason;
+use crate::url::AbsoluteTarget;
+
+/// Whether the one asking can terminate TLS for a tunnel the policy wants inspected (the proxy has a CA, or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsInspection {
+    Available,
+    /// Such a tunnel is refused (`needs-inspection`): spliced, its paths would go undecided.
+    Unavailable,
+}
+
+/// What is asked about one request, at the step where it is asked.
+#[derive(Debug, Clone, Copy)]
+pub enum Question<'a> {
+    /// An HTTP request: absolute-form to the forward proxy, to a transparent listener, or inside an inspected
+    /// tunnel (`via` says which).
+    Request(Request<'a>),
+    /// A tunnel on its target alone, before its ClientHello (`CONNECT host:port`). `Inspect` when every request in
+    /// it must be decided on its own.
+    Connect { target: &'a Host, port: u16 },
+    /// A tunnel on its ClientHello: the target it was opened to and what the ClientHello showed. The target's
+    /// decision is taken again first, so this question alone decides a tunnel.
+    ClientHello { target: &'a Host, port: u16, hello: ClientHelloFacts<'a> },
+    /// An `https://` URL as a whole, as `leash explain` asks it: the tunnel to its host (whose ClientHello names
+    /// that host), then, when the tunnel is inspected, the request inside it on its path.
+    Https { host: &'a Host, port: u16, path: &'a CanonicalPath },
+    /// A name asked of `leash run`'s DNS stub: `block` when no request to it could pass.
+    Lookup { host: &'a Host },
+}
+
+impl<'a> Question<'a> {
+    /// The question an absolute URL asks: `https` as a whole ([`Question::Https`]), anything else as a request to
+    /// the forward proxy (which refuses schemes it does not proxy).
+    pub fn of_url(target: &'a AbsoluteTarget<'_>) -> Question<'a> {
+        let (host, port, path) = (&target.authority.host, target.port(), &target.path);
+        match target.scheme {
+            Scheme::Https => Question::Https { host, port, path },
+            scheme => Question::Request(Request { via: Via::ForwardProxy, scheme, host, port, path }),
+        }
+    }
+}
+
+impl Policy {
+    /// Decide `question`. The proxy asks at each step of a request, the DNS stub on each lookup, and `leash explain`
+    /// once per request; all of them through here, so none can take a decision the others would not.
+    pub fn decide(&self, question: &Question<'_>, tls: TlsInspection) -> Decision {
+        match *question {
+            Question::Request(req) => self.decide_request(&req),
+            Question::Connect { target, port } => inspectable(self.decide_connect(target, port), tls),
+            Question::ClientHello { target, port, hello } => {
+                let d = self.decide_client_hello(target, port, hello);
+                // A leaf is issued for a server name; a tunnel with none cannot be inspected.
+                let named = matches!(hello, ClientHelloFacts::ServerName(_)) && matches!(target, Host::Name(_));
+                inspectable(d, if named { tls } else { TlsInspection::Unavailable })
+            }
+            Question::Https { host, port, path } => {
+                let name = host.as_str();
+                let hello = match host {
+                    Host::Name(_) => ClientHelloFacts::ServerName(&name),
+                    _ => ClientHelloFacts::NoServerName,
+                };
+                let tunnel = self.decide(&Question::ClientHello { target: host, port, hello }, tls);
+                match tunnel.verdict {
+                    Verdict::Inspect => {
+                        self.decide_request(&Request { via: Via::Tunnel, scheme: Scheme::Https, host, port, path })
+                    }
+                    _ => tunnel,
+                }
+            }
+            Question::Lookup { host } => self.decide_lookup(host),
+        }
+    }
+}
+
+/// `d`, or its refusal (`needs-inspection`) when it asks for inspection that `tls` cannot give.
+fn inspectable(d: Decision, tls: TlsInspection) -> Decision {
+    match (d.verdict, tls) {
+        (Verdict::Inspect, TlsInspection::Unavailable) => {
+            Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: d.rule }
+        }
+        _ => d,
+    }
+}

@@ -1,0 +1,201 @@
+//! The gate every request passes, whichever door it came through (plain HTTP, a CONNECT before and after its
+//! ClientHello, a request or HTTP/2 stream inside an inspected tunnel, a transparent listener, the DNS stub): one
+//! [`RequestCtx`] per request carries whose it is, its audit id, the policy snapshot it is decided on and when it
+//! began; the gate asks the policy, writes the audit line, and hands back the go-ahead or the finished refusal.
+//!
+//! This module is the only writer of audit lines and the only place where a line that cannot be written turns into
+//! a refusal (503 `audit-failed`). A refusal is also a warning on stderr, so an operator watching the terminal
+//! sees it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use leash_policy::{Decision, Question, TlsInspection, Verdict};
+
+use crate::audit::{
+    now_rfc3339, refusal, verdict_word, AuditError, AuditLog, DecisionEntry, OutcomeEntry, UpstreamFailure,
+};
+use crate::config::Snapshot;
+use crate::refusal::Response;
+use crate::shared::Shared;
+use crate::wire::target::split_query;
+
+/// What the audit line says a request asked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asked<'a> {
+    /// The HTTP method, `CONNECT` for a tunnel, `DNS` for a lookup, `-` for a head that could not be read.
+    pub method: &'a str,
+    pub host: &'a str,
+    pub port: u16,
+    /// The path (with its query) of an HTTP request; `None` for a tunnel or a lookup.
+    pub path: Option<&'a str>,
+}
+
+impl Asked<'_> {
+    /// What a refusal's answer names: `<host><path>` without the query, or `host:port` for a tunnel.
+    pub fn shown(&self) -> String {
+        match self.path {
+            Some(path) => format!("{}{}", self.host, split_query(path).0),
+            None => format!("{}:{}", self.host, self.port),
+        }
+    }
+}
+
+/// One request on its way through leash.
+pub(crate) struct RequestCtx<'s> {
+    pub sh: &'s Shared,
+    /// The policy the request is decided on, from its first question to its outcome.
+    pub snap: Arc<Snapshot>,
+    /// The request's id in the audit log: its decision line and its outcome line carry it.
+    pub id: u64,
+    pub peer: SocketAddr,
+    pub started: Instant,
+}
+
+impl<'s> RequestCtx<'s> {
+    /// A request that begins now: the next audit id, the policy as it is now.
+    pub fn new(sh: &'s Shared, peer: SocketAddr) -> Self {
+        let (id, snap) = (sh.cfg.audit.next_id(), sh.cfg.policy.current());
+        Self { sh, snap, id, peer, started: Instant::now() }
+    }
+
+    /// The policy's answer to `question`, with the inspection this proxy can give.
+    pub fn decide(&self, question: &Question<'_>) -> Decision {
+        let tls = match self.sh.cfg.inspection {
+            Some(_) => TlsInspection::Available,
+            None => TlsInspection::Unavailable,
+        };
+        self.snap.decide(question, tls)
+    }
+
+    /// Ask the policy and stop a refusal here: `Ok` is a decision that lets the request on (its line is written by
+    /// [`RequestCtx::pass`] once the destination is checked), `Err` the answer to a refused one, already on record.
+    pub fn check(&self, asked: &Asked<'_>, question: &Question<'_>) -> Result<Decision, Response> {
+        let decision = self.decide(question);
+        match decision.verdict {
+            Verdict::Block => Err(self.refuse(asked, &decision)),
+            _ => Ok(decision),
+        }
+    }
+
+    /// Write the line for `decision`. `Ok` lets the request on; `Err` is the answer when it may not go: the 403
+    /// for a refusal, or 503 when the line could not be written (nothing unrecorded goes out).
+    pub fn pass(&self, asked: &Asked<'_>, decision: &Decision) -> Result<(), Response> {
+        self.pass_stripped(asked, decision, None)
+    }
+
+    /// [`RequestCtx::pass`] for a model API request, naming what was stripped from its body.
+    pub fn pass_stripped(
+        &self,
+        asked: &Asked<'_>,
+        decision: &Decision,
+        stripped: Option<&[String]>,
+    ) -> Result<(), Response> {
+        if write_decision(&self.sh.cfg.audit, self.id, asked, decision, Some(self.peer), stripped).is_err() {
+            return Err(Response::audit_failed());
+        }
+        match decision.verdict {
+            Verdict::Block => Err(Response::forbidden(&asked.shown(), decision.reason)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Record a refusal and answer it with the plain 403 naming what was asked (503 if it cannot be recorded).
+    pub fn refuse(&self, asked: &Asked<'_>, decision: &Decision) -> Response {
+        match self.pass(asked, decision) {
+            Err(answer) => answer,
+            // Only a block is refused; a caller refusing on anything else is a bug, and still gets a refusal.
+            Ok(()) => Response::forbidden(&asked.shown(), decision.reason),
+        }
+    }
+
+    /// Record a refusal taken outside the policy's rules (a malformed request, an address the destination check
+    /// refused, an upstream certificate that failed, a model API body) and answer it with `answer`, or 503 when
+    /// the line cannot be written.
+    pub fn refuse_with(&self, asked: &Asked<'_>, decision: &Decision, answer: Response) -> Response {
+        match write_decision(&self.sh.cfg.audit, self.id, asked, decision, Some(self.peer), None) {
+            Ok(()) => answer,
+            Err(_) => Response::audit_failed(),
+        }
+    }
+
+    /// Record a refusal by the destination check (the resolved addresses are internal): a block line under the
+    /// request's id and the 403, whether at a first dial or a re-dial.
+    pub fn refuse_destination(&self, asked: &Asked<'_>, reason: leash_policy::Reason) -> Response {
+        self.refuse(asked, &refusal(reason))
+    }
+
+    /// Record how an allowed request ended. A failure here cannot refuse anything any more; it is reported.
+    pub fn outcome(&self, status: u16, up: u64, down: u64) {
+        write_outcome(&self.sh.cfg.audit, self.id, status, (up, down), self.started, None);
+    }
+
+    /// Record that an allowed request's upstream (`authority`) failed, and why: the outcome's `error`, and a warning
+    /// naming the host and the cause, so an operator sees why a client saw a bare failure.
+    pub fn failed(&self, status: u16, authority: &str, cause: Option<UpstreamFailure>, why: &str) {
+        if let Some(cause) = cause {
+            tracing::warn!("upstream {authority} failed ({}): {why}", cause.as_str());
+        }
+        write_outcome(&self.sh.cfg.audit, self.id, status, (0, 0), self.started, cause);
+    }
+}
+
+/// Write one decision line (and the warning for a refusal). The DNS stub writes its lookups through here too.
+pub(crate) fn write_decision(
+    audit: &AuditLog,
+    id: u64,
+    asked: &Asked<'_>,
+    d: &Decision,
+    client: Option<SocketAddr>,
+    stripped: Option<&[String]>,
+) -> Result<(), AuditError> {
+    match (d.verdict, asked.method) {
+        (Verdict::Block, "DNS") => tracing::warn!("refused DNS {} ({})", asked.host, d.reason),
+        (Verdict::Block, method) => {
+            let path = asked.path.unwrap_or("");
+            tracing::warn!("refused {method} {}:{}{path} ({})", asked.host, asked.port, d.reason);
+        }
+        _ => {}
+    }
+    let entry = DecisionEntry {
+        id,
+        time: now_rfc3339(),
+        method: asked.method,
+        host: asked.host,
+        port: asked.port,
+        path: asked.path,
+        decision: verdict_word(d.verdict),
+        rule: d.rule.as_deref(),
+        reason: d.reason.as_str(),
+        client: client.map(|c| c.to_string()),
+        stripped,
+    };
+    let written = audit.decision(&entry);
+    if let Err(e) = &written {
+        tracing::error!("{e}; refusing the request");
+    }
+    written
+}
+
+fn write_outcome(
+    audit: &AuditLog,
+    id: u64,
+    status: u16,
+    (up, down): (u64, u64),
+    started: Instant,
+    cause: Option<UpstreamFailure>,
+) {
+    let entry = OutcomeEntry {
+        id,
+        time: now_rfc3339(),
+        status,
+        bytes_up: up,
+        bytes_down: down,
+        duration_ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+        error: cause.map(UpstreamFailure::as_str),
+    };
+    if let Err(e) = audit.outcome(&entry) {
+        tracing::error!("{e}");
+    }
+}
