@@ -237,3 +237,45 @@ fn a_lookup_is_decided_on_the_name_with_the_reason_an_audit_line_names() {
     let no_ports = "network:\n  mode: blocklist\n  blocked_urls: [x.org]\n  ports: []\n  tunnel_ports: []\n";
     assert_eq!(lookup(no_ports, "example.org"), "block port");
 }
+
+/// `Policy::decide` on a whole URL, as `leash explain` asks it.
+fn decide_url(text: &str, url: &str, tls: TlsInspection) -> String {
+    let target = leash_policy::parse_absolute_target(url).unwrap();
+    render(&policy(text).decide(&Question::of_url(&target), tls))
+}
+
+#[test]
+fn an_https_url_is_its_tunnel_then_the_request_inside_when_inspected() {
+    let on = TlsInspection::Available;
+    // Spliced: the tunnel's decision is the URL's, whatever the path.
+    assert_eq!(decide_url(ALLOW, "https://api.example.com/anything", on), "allow rule api.example.com");
+    // Inspected: the path decides.
+    assert_eq!(decide_url(ALLOW, "https://github.com/rust-lang/rust", on), "allow rule github.com/rust-lang/");
+    assert_eq!(decide_url(ALLOW, "https://github.com/torvalds/linux", on), "block not-allowed");
+    assert_eq!(decide_url(BLOCK, "https://arxiv.org/abs/2401.01234", on), "block rule arxiv.org/abs/");
+    assert_eq!(decide_url(BLOCK, "https://arxiv.org/list/cs", on), "allow default");
+    // Refused on the tunnel: port, then name.
+    assert_eq!(decide_url(ALLOW, "https://api.example.com:444/", on), "block port");
+    assert_eq!(decide_url(ALLOW, "https://example.com/", on), "block not-allowed");
+    // Plain HTTP is one request to the forward proxy.
+    assert_eq!(decide_url(ALLOW, "http://github.com/rust-lang/rust", on), "allow rule github.com/rust-lang/");
+}
+
+#[test]
+fn a_tunnel_that_needs_inspection_is_refused_where_there_is_none() {
+    let off = TlsInspection::Unavailable;
+    assert_eq!(
+        decide_url(ALLOW, "https://github.com/rust-lang/rust", off),
+        "block needs-inspection github.com/rust-lang/"
+    );
+    assert_eq!(decide_url(BLOCK, "https://arxiv.org/list/cs", off), "block needs-inspection");
+    // A tunnel that needs none is unaffected.
+    assert_eq!(decide_url(ALLOW, "https://api.example.com/", off), "allow rule api.example.com");
+    let host = leash_policy::parse_host("github.com").unwrap();
+    let p = policy(ALLOW);
+    let connect = |tls| render(&p.decide(&Question::Connect { target: &host, port: 443 }, tls));
+    assert_eq!(connect(TlsInspection::Available), "inspect rule github.com/rust-lang/");
+    assert_eq!(connect(off), "block needs-inspection github.com/rust-lang/");
+    let hello = Question::ClientHello { target: &host, port: 443, hello: Hello::ServerName("github.com") };
+    assert_eq!(render(&p.decide(&hello, off)), "block needs-inspection github.com/rust-lang/");
+}
