@@ -32,6 +32,10 @@ pub enum Command {
     Run(RunArgs),
     /// Run (or attach to) a Docker container whose only way out is leash's proxy
     Docker(DockerArgs),
+    /// Read audit logs: what was allowed and refused, by host
+    Log(LogArgs),
+    /// Write a policy from audit logs
+    Policy(PolicyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -256,4 +260,79 @@ pub struct ExplainArgs {
     /// METHOD URL, or just URL (GET); `CONNECT host:port` for a tunnel
     #[arg(value_name = "[METHOD] URL", num_args = 1..=2, required = true)]
     pub request: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  leash log summary audit.jsonl\n\n\
+    `leash log summary --help` says what the summary holds.")]
+pub struct LogArgs {
+    #[command(subcommand)]
+    pub command: LogCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LogCommand {
+    /// Decisions by host and port: allowed, refused, would-block, bytes each way and why
+    Summary(LogSummaryArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  leash log summary audit.jsonl\n  \
+    leash log summary --json audit.jsonl audit.jsonl.1 | jq '.hosts[] | select(.refused > 0)'\n  \
+    leash run --allow pypi.org -- pip download requests 2>&1 | leash log summary -\n\n\
+    One row per host and port (DNS lookups by `leash run`'s stub as port `dns`), hosts with refusals first; \
+    REASONS says why requests were refused (then, after `would-block:`, why others would have been). Lines that \
+    are not audit records (warnings around a log replayed on stderr) are skipped and counted on stderr. \
+    Exit status: 0; 2 when a log cannot be read.")]
+pub struct LogSummaryArgs {
+    /// One JSON document for a program instead of the table (its shape: docs/audit-log.md)
+    #[arg(long)]
+    pub json: bool,
+    /// Audit log files (JSON lines); `-` reads standard input
+    #[arg(value_name = "LOG", required = true)]
+    pub logs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  leash policy suggest audit.jsonl --output policy.yaml\n\n\
+    `leash policy suggest --help` says what the suggestion holds.")]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    pub command: PolicyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Suggest a minimal policy that allows what audit logs show was used
+    Suggest(PolicySuggestArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  leash run --policy loose.yaml --log audit.jsonl -- ./agent.sh\n  \
+    leash policy suggest audit.jsonl --output policy.yaml && leash check policy.yaml\n  \
+    leash policy suggest --mode blocklist audit.jsonl\n\n\
+    allowlist: every host a request was allowed to (or let through as would-block), as exact entries; two or more \
+    subdomains of one registrable domain (by the public-suffix list: a.foo.co.uk and b.foo.co.uk, never \
+    x.github.io and y.github.io) fold into `.foo.co.uk`, unless a name under it was only ever refused. blocklist: \
+    the hosts only ever refused, none that would cut off a used host. Both add the ports used beyond 80/443 \
+    (`ports`) and 443 (`tunnel_ports`), and comment each entry with how often it was used. IP literals and names \
+    refused as internal destinations never become allow entries; names only looked up are not needed. Review the \
+    result before using it. Exit status: 0; 2 when a log cannot be read or FILE written.")]
+pub struct PolicySuggestArgs {
+    /// allowlist: list what was used; blocklist: list what was only ever refused
+    #[arg(long, value_enum, default_value_t = SuggestMode::Allowlist)]
+    pub mode: SuggestMode,
+    /// Write the policy to FILE (.yaml or .yml) instead of standard output
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Audit log files (JSON lines); `-` reads standard input
+    #[arg(value_name = "LOG", required = true)]
+    pub logs: Vec<PathBuf>,
+}
+
+/// The kind of policy `leash policy suggest` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SuggestMode {
+    Allowlist,
+    Blocklist,
 }

@@ -4,5 +4,7 @@
 pub mod check;
 pub mod docker;
 pub mod explain;
+pub mod log;
+pub mod policy;
 pub mod proxy;
 pub mod run;

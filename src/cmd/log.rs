@@ -1,0 +1,278 @@
+//! `leash log summary LOG...`: what audit logs record, per host and port — how many requests were allowed, refused
+//! or would have been (`would-block`), the bytes each way and why requests were refused — as an aligned table for a
+//! person or, with `--json`, one JSON document for a program (its shape is in docs/audit-log.md).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::cli::LogSummaryArgs;
+use crate::exit::Exit;
+use crate::shared::audit_read::{read_logs, Decided, LogFile, Record};
+
+pub fn summary(args: &LogSummaryArgs) -> Exit {
+    let files = match read_logs("log summary", &args.logs) {
+        Ok(files) => files,
+        Err(code) => return code,
+    };
+    let rows = rows(&files);
+    if args.json {
+        println!("{}", document(&files, &rows));
+    } else {
+        print!("{}", table(&rows));
+        println!("{}", totals_line(&Totals::of(&rows), files.len()));
+    }
+    Exit::Ok
+}
+
+/// Everything recorded for one host and port (lookups by the DNS stub apart from requests).
+#[derive(Debug, Default)]
+struct Row {
+    host: String,
+    port: u16,
+    lookup: bool,
+    allowed: usize,
+    refused: usize,
+    would_block: usize,
+    bytes_up: u64,
+    bytes_down: u64,
+    /// `(decision, reason)` → count; decisions in [`decision_rank`] order.
+    reasons: BTreeMap<(u8, &'static str, String), usize>,
+    upstream_errors: BTreeMap<String, usize>,
+}
+
+impl Row {
+    fn requests(&self) -> usize {
+        self.allowed + self.refused + self.would_block
+    }
+
+    /// Refused and would-block together: what sorts a row to the top.
+    fn refusals(&self) -> usize {
+        self.refused + self.would_block
+    }
+
+    fn add(&mut self, record: &Record) {
+        match record.decided {
+            Decided::Allow | Decided::Inspect => self.allowed += 1,
+            Decided::Block => self.refused += 1,
+            Decided::WouldBlock => self.would_block += 1,
+        }
+        let key = (decision_rank(record.decided), record.decided.as_str(), record.reason.clone());
+        *self.reasons.entry(key).or_default() += 1;
+        let Some(outcome) = &record.outcome else { return };
+        // An inspected tunnel's bytes are those of the requests inside it, which have lines (and bytes) of their own.
+        if record.decided != Decided::Inspect {
+            self.bytes_up += outcome.bytes_up;
+            self.bytes_down += outcome.bytes_down;
+        }
+        if let Some(error) = &outcome.error {
+            *self.upstream_errors.entry(error.clone()).or_default() += 1;
+        }
+    }
+}
+
+/// Refusals first in a row's reasons, then what would have been refused, then allows.
+fn decision_rank(decided: Decided) -> u8 {
+    match decided {
+        Decided::Block => 0,
+        Decided::WouldBlock => 1,
+        Decided::Allow => 2,
+        Decided::Inspect => 3,
+    }
+}
+
+/// One row per host, port and kind; rows with refusals first, most refused first, then the busiest.
+fn rows(files: &[LogFile]) -> Vec<Row> {
+    let mut by_key: BTreeMap<(String, u16, bool), Row> = BTreeMap::new();
+    for record in files.iter().flat_map(|f| &f.records) {
+        let key = (record.host.clone(), record.port, record.is_lookup());
+        let row = by_key.entry(key).or_insert_with(|| Row {
+            host: record.host.clone(),
+            port: record.port,
+            lookup: record.is_lookup(),
+            ..Row::default()
+        });
+        row.add(record);
+    }
+    let mut rows: Vec<Row> = by_key.into_values().collect();
+    rows.sort_by(|a, b| {
+        (b.refusals() > 0)
+            .cmp(&(a.refusals() > 0))
+            .then(b.refusals().cmp(&a.refusals()))
+            .then(b.requests().cmp(&a.requests()))
+            .then(a.host.cmp(&b.host))
+            .then(a.port.cmp(&b.port))
+    });
+    rows
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    requests: usize,
+    allowed: usize,
+    refused: usize,
+    would_block: usize,
+    lookups: usize,
+    bytes_up: u64,
+    bytes_down: u64,
+}
+
+impl Totals {
+    fn of(rows: &[Row]) -> Totals {
+        let mut t = Totals::default();
+        for row in rows {
+            if row.lookup {
+                t.lookups += row.requests();
+                continue;
+            }
+            t.requests += row.requests();
+            t.allowed += row.allowed;
+            t.refused += row.refused;
+            t.would_block += row.would_block;
+            t.bytes_up += row.bytes_up;
+            t.bytes_down += row.bytes_down;
+        }
+        t
+    }
+}
+
+const HEADER: [&str; 8] = ["HOST", "PORT", "ALLOWED", "REFUSED", "WOULD-BLOCK", "UP", "DOWN", "REASONS"];
+
+/// The rows as an aligned table: text left-aligned, numbers right-aligned, the reasons last and unpadded.
+fn table(rows: &[Row]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let cells: Vec<[String; 8]> = std::iter::once(HEADER.map(str::to_owned)).chain(rows.iter().map(cells)).collect();
+    let mut widths = [0; 8];
+    for row in &cells {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in &cells {
+        let mut line = format!("{:<w0$}  {:>w1$}", row[0], row[1], w0 = widths[0], w1 = widths[1]);
+        for (cell, width) in row[2..7].iter().zip(&widths[2..7]) {
+            let _ = write!(line, "  {cell:>width$}");
+        }
+        let _ = writeln!(out, "{}", format!("{line}  {}", row[7]).trim_end());
+    }
+    out
+}
+
+fn cells(row: &Row) -> [String; 8] {
+    [
+        row.host.clone(),
+        if row.lookup { "dns".to_owned() } else { row.port.to_string() },
+        row.allowed.to_string(),
+        row.refused.to_string(),
+        row.would_block.to_string(),
+        human_bytes(row.bytes_up),
+        human_bytes(row.bytes_down),
+        refusal_reasons(row),
+    ]
+}
+
+/// Why requests were refused (and, after `would-block:`, why others would have been), most frequent first.
+fn refusal_reasons(row: &Row) -> String {
+    let of = |decided: Decided| {
+        let mut counted: Vec<(&str, usize)> = row
+            .reasons
+            .iter()
+            .filter(|((_, word, _), _)| *word == decided.as_str())
+            .map(|((_, _, reason), n)| (reason.as_str(), *n))
+            .collect();
+        counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        counted.iter().map(|(reason, n)| format!("{reason} {n}")).collect::<Vec<_>>().join(", ")
+    };
+    match (of(Decided::Block), of(Decided::WouldBlock)) {
+        (refused, would) if would.is_empty() => refused,
+        (refused, would) if refused.is_empty() => format!("would-block: {would}"),
+        (refused, would) => format!("{refused}; would-block: {would}"),
+    }
+}
+
+fn totals_line(t: &Totals, files: usize) -> String {
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    format!(
+        "{} ({} allowed, {} refused, {} would-block), {}, {} up, {} down; from {}",
+        plural(t.requests, "request", "requests"),
+        t.allowed,
+        t.refused,
+        t.would_block,
+        plural(t.lookups, "DNS lookup", "DNS lookups"),
+        human_bytes(t.bytes_up),
+        human_bytes(t.bytes_down),
+        plural(files, "log", "logs"),
+    )
+}
+
+/// `812 B`, `1.5 KiB`, `3.0 MiB`: short enough for a column, exact in `--json`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    // Precision lost in the cast is far below the one decimal shown.
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// The `--json` document; docs/audit-log.md describes it.
+fn document(files: &[LogFile], rows: &[Row]) -> Value {
+    let t = Totals::of(rows);
+    json!({
+        "files": files.iter().map(|f| json!({
+            "path": f.path.display().to_string(),
+            "records": f.records.len(),
+            "skipped_lines": f.skipped,
+            "unmatched_outcomes": f.unmatched_outcomes,
+        })).collect::<Vec<_>>(),
+        "totals": {
+            "requests": t.requests, "allowed": t.allowed, "refused": t.refused, "would_block": t.would_block,
+            "lookups": t.lookups, "bytes_up": t.bytes_up, "bytes_down": t.bytes_down,
+        },
+        "hosts": rows.iter().map(row_json).collect::<Vec<_>>(),
+    })
+}
+
+fn row_json(row: &Row) -> Value {
+    let mut reasons: Vec<_> = row.reasons.iter().collect();
+    reasons
+        .sort_by(|((rank_a, _, a), n_a), ((rank_b, _, b), n_b)| rank_a.cmp(rank_b).then(n_b.cmp(n_a)).then(a.cmp(b)));
+    json!({
+        "host": row.host,
+        "port": row.port,
+        "lookup": row.lookup,
+        "requests": row.requests(),
+        "allowed": row.allowed,
+        "refused": row.refused,
+        "would_block": row.would_block,
+        "bytes_up": row.bytes_up,
+        "bytes_down": row.bytes_down,
+        "reasons": reasons.iter().map(|((_, decision, reason), count)| json!({
+            "decision": decision, "reason": reason, "count": count,
+        })).collect::<Vec<_>>(),
+        "upstream_errors": row.upstream_errors,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_are_shown_in_binary_units_with_one_decimal() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 * 1024 * 1024), "3.0 MiB");
+    }
+}
