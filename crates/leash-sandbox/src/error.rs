@@ -74,7 +74,7 @@ pub enum Step {
     HardenInit,
     /// Making leash itself non-dumpable (`harden_self`).
     HardenLeash,
-    /// `/proc/self/setgroups`, `uid_map`, `gid_map` of the sandbox's user namespace.
+    /// `setgroups`, `uid_map`, `gid_map` of the sandbox's user namespace (written by init, or by leash as root).
     MapIds(&'static str),
     /// `unshare(CLONE_NEWNS)` and making every mount private.
     CreateMountNamespace,

@@ -4,8 +4,10 @@
 //!
 //! # What the Linux backend sets up
 //! leash `clone`s the sandbox's **init** with `CLONE_NEWUSER | CLONE_NEWPID` (always, also as root), which then:
-//! maps its ids (`0 <uid> 1`), makes itself non-dumpable, creates a private **mount namespace**, a **network
-//! namespace** holding only `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through
+//! maps its ids (`0 <uid> 1`, `setgroups` denied; when leash is root, leash writes `0 0 65536` for it instead and
+//! `setgroups` stays allowed, so programs inside can drop privileges: `linux/plan.rs`, `IdRange`, says why that is
+//! safe), makes itself non-dumpable, creates a private **mount namespace**, a **network namespace** holding only
+//! `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through
 //! `net.ipv6.conf.all.disable_ipv6`, which sets `default` and `lo` too, so no IPv6 at all, not even `::1`) and an
 //! **IPC namespace** (SysV and POSIX message queues, semaphores, shared memory; a fresh mqueue filesystem on
 //! /dev/mqueue), mounts its own **/proc**, makes the kernel's writable settings read-only (`/proc/sys`,
@@ -15,8 +17,9 @@
 //! log) under /dev/null, bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners
 //! and UDP sockets and sends them to leash with `SCM_RIGHTS`, hides the paths leash names (the audit log) under
 //! /dev/null until leash's go-ahead, and then starts the command, which first enters a **second user namespace**
-//! (mapping back to the caller's uid and gid), a **session** of its own (no controlling terminal, its own process
-//! group) with a new **session keyring**, installs its **seccomp filter**, and `execve`s. That nesting is what makes
+//! (mapping back to the caller's uid and gid, or the same full range), a **session** of its own (no controlling
+//! terminal, its own process group) with a new **session keyring**, installs its **seccomp filter**, and `execve`s.
+//! That nesting is what makes
 //! the set-up stick: the sandbox's mount and network namespaces belong to init's user namespace, so the command
 //! cannot unmount the hidden paths, the resolv.conf or /proc (a mount namespace it creates copies them locked), and
 //! it holds no capability over the sandbox's network namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`,
@@ -54,7 +57,8 @@
 //! `prepare` before loading secrets where you can (`leash run` generates its CA after it).
 //! Without root, init is dumpable for the few system calls that write its id maps (a non-dumpable process's /proc
 //! files belong to root); nothing runs in the sandbox yet, but a same-user host process allowed to ptrace could
-//! attach in that moment.
+//! attach in that moment. With root, the command's memory (a copy of leash's, shared with the suspended init) is
+//! dumpable for the one `setns` that joins its user namespace, which only root's own host processes could use.
 //! While leash and init work side by side after the clone, init runs on leash's other CPUs (the scheduler would
 //! queue it behind leash); it takes back the calling thread's affinity before the command starts, so the command
 //! runs on exactly the CPUs of the thread that called `prepare`.

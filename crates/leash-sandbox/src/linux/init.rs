@@ -8,7 +8,7 @@ use std::ffi::CStr;
 use libc::{c_int, pid_t};
 
 use super::connects;
-use super::plan::{IdMaps, Plan};
+use super::plan::{IdMaps, IdRange, Plan};
 use super::proto::{self, ChildStep, Msg, Order, ORDER_LEN, RECORD_LEN};
 use super::sys::{self, Errno};
 
@@ -64,7 +64,7 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     let (keep, len) = plan.init_keeps();
     sys::close_all_except(keep.get(..len).unwrap_or_default()).map_err(at(ChildStep::CloseFds, 0))?;
     sys::set_signal_mask(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
-    map_ids(plan, &plan.outer_ids, [ChildStep::Setgroups, ChildStep::UidMap, ChildStep::GidMap])?;
+    map_init_ids(plan)?;
     // INVARIANT: init is non-dumpable before anything else runs in the sandbox, so the command can neither
     // ptrace it nor read its memory (a copy of leash's).
     sys::set_non_dumpable().map_err(at(ChildStep::Harden, 0))?;
@@ -88,10 +88,25 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     plan.spread.as_ref().map_or(Ok(()), |spread| spread.restore()).map_err(at(ChildStep::RestoreAffinity, 0))
 }
 
-/// Writes `setgroups` (deny), `uid_map`, `gid_map` of the calling process's user namespace. A non-dumpable
-/// process's /proc files belong to root, so without root the process is dumpable while it writes them (it
-/// inherited leash's non-dumpable flag), and non-dumpable again after. For init, no process of the sandbox exists
-/// yet at that moment; for the command, init is suspended and nothing else of the sandbox runs.
+/// Maps init's ids: init itself maps one, and waits for leash to map the full range (`IdRange`), which only a process
+/// of the parent user namespace may.
+fn map_init_ids(plan: &Plan) -> Result<(), Fail> {
+    if plan.ids == IdRange::Single {
+        return map_ids(plan, &plan.outer_ids, [ChildStep::Setgroups, ChildStep::UidMap, ChildStep::GidMap]);
+    }
+    let mut record = [0u8; RECORD_LEN];
+    let len = sys::recv_record(plan.channel, &mut record).map_err(at(ChildStep::UidMap, 0))?;
+    match record.get(..len).and_then(Order::decode) {
+        Some(Order::Mapped) => Ok(()),
+        _ => Err(at(ChildStep::UidMap, 0)(libc::EPROTO)),
+    }
+}
+
+/// Writes `setgroups` (deny), `uid_map`, `gid_map` of the calling process's user namespace (`IdRange::Single`:
+/// without privilege over the parent namespace a process may map only its own ids, its gid once `setgroups` is
+/// denied). A non-dumpable process's /proc files belong to root, so without root the process is dumpable while it
+/// writes them (it inherited leash's non-dumpable flag), and non-dumpable again after. For init, no process of the
+/// sandbox exists yet at that moment; for the command, init is suspended and nothing else of the sandbox runs.
 fn map_ids(plan: &Plan, maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail> {
     let [setgroups, uid_map, gid_map] = steps;
     if plan.dumpable_for_maps {
@@ -168,8 +183,8 @@ fn hide_paths_until_go(plan: &Plan) -> Result<(), Fail> {
                     index += 1;
                 }
             }
-            // Leash gone (end of file) or a record it never sends.
-            None => return Err(at(ChildStep::AwaitGo, 0)(libc::EPROTO)),
+            // Leash gone (end of file) or a record it never sends now.
+            Some(Order::Mapped) | None => return Err(at(ChildStep::AwaitGo, 0)(libc::EPROTO)),
         }
     }
 }
@@ -312,8 +327,14 @@ fn command_setup(plan: &Plan) -> Result<(), Fail> {
     // namespaces, which init's namespace owns: it cannot unmount or mount there, and a mount namespace it creates
     // copies every mount made above locked. (A mount namespace of its own would cost a copy of the mount table at
     // start and its teardown at exit, and lock nothing more.)
-    sys::unshare(libc::CLONE_NEWUSER).map_err(at(ChildStep::CommandNs, 0))?;
-    map_ids(plan, &plan.inner_ids, [ChildStep::CommandSetgroups, ChildStep::CommandUidMap, ChildStep::CommandGidMap])?;
+    match plan.ids {
+        IdRange::Single => {
+            sys::unshare(libc::CLONE_NEWUSER).map_err(at(ChildStep::CommandNs, 0))?;
+            let steps = [ChildStep::CommandSetgroups, ChildStep::CommandUidMap, ChildStep::CommandGidMap];
+            map_ids(plan, &plan.inner_ids, steps)?;
+        }
+        IdRange::Full => join_mapped_namespace(plan)?,
+    }
     // INVARIANT: the command has a session of its own: no controlling terminal to push input into (TIOCSTI), and a
     // process group of its own, so `kill(0, ...)` reaches nothing of the caller's. Init forwards a terminal's
     // signals instead.
@@ -332,6 +353,74 @@ fn command_setup(plan: &Plan) -> Result<(), Fail> {
         sys::chdir(cwd).map_err(at(ChildStep::ChangeDir, 0))?;
     }
     sys::cloexec_from_3().map_err(at(ChildStep::CloseFds, 0))
+}
+
+/// The command's user namespace with the full id range: a process cannot write such a map for a namespace it is in
+/// (that takes `CAP_SETUID` in the parent one), so a helper is cloned into a new user namespace, and the command,
+/// still in init's namespace where it holds every capability, writes the helper's maps and joins its namespace through
+/// a pidfd (Linux 5.8). The helper shares the command's memory and only waits, every signal blocked, for its SIGKILL.
+/// Joining asks for ptrace access to the helper, which non-dumpable memory refuses: the memory is dumpable for that
+/// one call, as in `map_ids` without root (init is suspended, nothing else of the sandbox runs; on the host only
+/// root's own processes could attach meanwhile).
+fn join_mapped_namespace(plan: &Plan) -> Result<(), Fail> {
+    let Some(stack) = &plan.helper_stack else {
+        return Err(at(ChildStep::CommandNs, 0)(libc::EINVAL));
+    };
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_VM;
+    // SAFETY: the helper's stack is used by nothing else; `hold` touches no memory and ends only by SIGKILL.
+    let helper = unsafe { sys::spawn_on(stack.top(), hold, flags, std::ptr::null_mut()) }
+        .map_err(at(ChildStep::CommandNs, 1))?;
+    let joined = map_and_join(plan, helper);
+    let _ = sys::kill(helper, libc::SIGKILL);
+    let _ = sys::waitpid(helper, 0);
+    joined
+}
+
+fn map_and_join(plan: &Plan, helper: pid_t) -> Result<(), Fail> {
+    let maps = [
+        (&b"uid_map"[..], &plan.inner_ids.uid_map, ChildStep::CommandUidMap),
+        (&b"gid_map"[..], &plan.inner_ids.gid_map, ChildStep::CommandGidMap),
+    ];
+    for (name, map, step) in maps {
+        let mut buf = [0u8; PROC_PATH_LEN];
+        let path = proc_file(&mut buf, helper, name).ok_or(Fail { step, index: 0, errno: libc::ENAMETOOLONG })?;
+        sys::write_file(path, map.as_bytes()).map_err(at(step, 0))?;
+    }
+    let pidfd = sys::pidfd_open(helper, false).map_err(at(ChildStep::CommandNs, 2))?;
+    let joined = sys::set_dumpable(true).and_then(|()| sys::setns(pidfd, libc::CLONE_NEWUSER));
+    let hardened = sys::set_non_dumpable();
+    sys::close(pidfd);
+    joined.map_err(at(ChildStep::CommandNs, 3))?;
+    hardened.map_err(at(ChildStep::Harden, 0))
+}
+
+/// The helper's whole life: it holds its user namespace until the command kills it.
+extern "C" fn hold(_: *mut libc::c_void) -> c_int {
+    loop {
+        sys::pause();
+    }
+}
+
+/// Room for `/proc/PID/gid_map` and its NUL.
+const PROC_PATH_LEN: usize = 32;
+
+/// `/proc/PID/NAME`, NUL-terminated, in `buf` (no allocation); `None` if it does not fit.
+fn proc_file<'a>(buf: &'a mut [u8; PROC_PATH_LEN], pid: pid_t, name: &[u8]) -> Option<&'a CStr> {
+    let mut digits = [0u8; 10];
+    let mut rest = pid.unsigned_abs();
+    let mut len = 0;
+    while len == 0 || rest > 0 {
+        *digits.get_mut(len)? = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        len += 1;
+    }
+    let number = digits.get(..len)?.iter().rev();
+    let mut end = 0;
+    for &byte in b"/proc/".iter().chain(number).chain(b"/").chain(name).chain(b"\0") {
+        *buf.get_mut(end)? = byte;
+        end += 1;
+    }
+    CStr::from_bytes_with_nul(buf.get(..end)?).ok()
 }
 
 /// Installs the seccomp filter (the command holds every capability in its own user namespace until `execve`, so
@@ -431,5 +520,19 @@ fn shell_code(status: c_int) -> c_int {
         128 + libc::WTERMSIG(status)
     } else {
         libc::WEXITSTATUS(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_file_names_a_pids_file_or_nothing() {
+        let mut buf = [0u8; PROC_PATH_LEN];
+        assert_eq!(proc_file(&mut buf, 4_194_304, b"gid_map"), Some(c"/proc/4194304/gid_map"));
+        assert_eq!(proc_file(&mut buf, 7, b"uid_map"), Some(c"/proc/7/uid_map"));
+        assert_eq!(proc_file(&mut buf, 0, b"x"), Some(c"/proc/0/x"));
+        assert_eq!(proc_file(&mut buf, 1, &[b'n'; 40]), None, "too long for the buffer");
     }
 }

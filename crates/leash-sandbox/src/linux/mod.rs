@@ -23,7 +23,7 @@ use std::sync::Mutex;
 
 use libc::pid_t;
 
-use self::plan::Plan;
+use self::plan::{IdMaps, IdRange, Plan};
 use self::proto::{Msg, SpecFacts, RECORD_LEN};
 use crate::error::Step;
 use crate::{ExitStatus, SandboxError, SandboxSpec, MAX_SOCKETS};
@@ -77,14 +77,26 @@ pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
     if let Some(spread) = &plan.spread {
         spread.move_init(pid);
     }
-    drop(plan);
     // From here an early return drops `child`, which kills and reaps the init.
     let child = Child { pid, channel: ours, state: Mutex::new(Ended::default()) };
+    if plan.ids == IdRange::Full {
+        map_init_ids(&child, &plan.outer_ids)?;
+    }
+    drop(plan);
     // What init binds over the hidden paths: a missing one would read as "nothing to hide".
     if !fs::metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device()) {
         return Err(setup(Step::HidePath(PathBuf::from("/dev/null")), io::ErrorKind::NotFound.into()));
     }
     Ok(Pending { child, facts, resolv })
+}
+
+/// Writes init's id maps from leash's user namespace, the parent of init's (`IdRange::Full`), then tells init.
+fn map_init_ids(child: &Child, maps: &IdMaps) -> Result<(), SandboxError> {
+    for (name, map) in [("uid_map", &maps.uid_map), ("gid_map", &maps.gid_map)] {
+        fs::write(format!("/proc/{}/{name}", child.pid), map.as_bytes()).map_err(|e| setup(Step::MapIds(name), e))?;
+    }
+    sys::send_with_fds(child.channel.as_raw_fd(), &proto::MAPPED, &[])
+        .map_err(|errno| SandboxError::Control { what: "write to", source: io::Error::from_raw_os_error(errno) })
 }
 
 impl Pending {

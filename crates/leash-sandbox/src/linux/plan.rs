@@ -60,10 +60,25 @@ impl Stack {
     }
 }
 
-/// The `setgroups`, `uid_map` and `gid_map` lines for one user namespace.
+/// The `uid_map` and `gid_map` lines for one user namespace.
 pub(super) struct IdMaps {
     pub(super) uid_map: CString,
     pub(super) gid_map: CString,
+}
+
+/// How many ids, from 0, the sandbox's user namespaces map when leash is root: every account a distribution allocates
+/// (system ones such as apt's `_apt`, users, `nobody` at 65534). Above lie the subordinate ranges (/etc/subuid) of
+/// users' rootless containers, which stay unmapped.
+pub(super) const FULL_RANGE: u32 = 65536;
+
+/// Which ids the sandbox's two user namespaces map (see `IdRange::of_caller`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum IdRange {
+    /// One id: inner 0 is leash's uid and gid, `setgroups` denied; each namespace's first process writes its maps.
+    Single,
+    /// Ids 0..`FULL_RANGE` onto themselves, `setgroups` allowed. Only a process of the parent namespace may write
+    /// such a map: leash writes init's, and init's namespace the command's (`init::join_mapped_namespace`).
+    Full,
 }
 
 /// The child's whole programme.
@@ -72,9 +87,11 @@ pub(super) struct Plan {
     pub(super) argv: CStrings,
     pub(super) envp: CStrings,
     pub(super) cwd: Option<CString>,
-    /// The sandbox's namespace: inner 0 is leash's uid and gid.
+    /// Which ids both namespaces map.
+    pub(super) ids: IdRange,
+    /// The sandbox's namespace: inner 0 is leash's uid and gid (or the full range).
     pub(super) outer_ids: IdMaps,
-    /// The command's namespace: the caller's uid and gid again, mapped onto the sandbox's 0.
+    /// The command's namespace: the caller's uid and gid again, mapped onto the sandbox's 0 (or the full range).
     pub(super) inner_ids: IdMaps,
     pub(super) resolv_source: Option<CString>,
     pub(super) tcp: Vec<libc::sockaddr_in>,
@@ -83,6 +100,8 @@ pub(super) struct Plan {
     stdio: [Option<OwnedFd>; 3],
     pub(super) channel: c_int,
     pub(super) command_stack: Stack,
+    /// Where the process holding the command's user namespace runs while the command maps it (`IdRange::Full`).
+    pub(super) helper_stack: Option<Stack>,
     /// Whether the id maps need a dumpable moment (see `init::map_ids`): only without root, whose /proc files
     /// stay writable while non-dumpable.
     pub(super) dumpable_for_maps: bool,
@@ -111,13 +130,21 @@ impl Plan {
             .iter()
             .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat(), "an environment variable"))
             .collect::<Result<Vec<_>, _>>()?;
+        let ids = IdRange::of_caller();
+        let (outer_ids, inner_ids) = match ids {
+            IdRange::Single => {
+                (id_maps(0, current_uid(), 0, current_gid(), 1), id_maps(current_uid(), 0, current_gid(), 0, 1))
+            }
+            IdRange::Full => (id_maps(0, 0, 0, 0, FULL_RANGE), id_maps(0, 0, 0, 0, FULL_RANGE)),
+        };
         Ok(Plan {
             program: cstring(program.as_os_str().as_bytes(), "the program")?,
             argv: CStrings::new(argv),
             envp: CStrings::new(envp),
             cwd: spec.cwd.as_deref().map(|p| cstring(p.as_os_str().as_bytes(), "the working directory")).transpose()?,
-            outer_ids: id_maps(0, current_uid(), 0, current_gid()),
-            inner_ids: id_maps(current_uid(), 0, current_gid(), 0),
+            ids,
+            outer_ids,
+            inner_ids,
             resolv_source: resolv_source
                 .map(|p| cstring(p.as_os_str().as_bytes(), "the resolv.conf path"))
                 .transpose()?,
@@ -126,6 +153,7 @@ impl Plan {
             stdio: [dup(&spec.stdin)?, dup(&spec.stdout)?, dup(&spec.stderr)?],
             channel,
             command_stack: Stack::new(),
+            helper_stack: (ids == IdRange::Full).then(Stack::new),
             dumpable_for_maps: current_uid() != 0,
             spread: Spread::of_caller(),
             filter: super::seccomp::program(),
@@ -149,6 +177,55 @@ impl Plan {
         keep[..len].sort_unstable();
         (keep, len)
     }
+}
+
+/// `CAP_SETGID` and `CAP_SETUID`: the bits of capabilities(7) a process needs to write a map of more than its own
+/// id into a child user namespace.
+const CAP_SETGID: u32 = 6;
+const CAP_SETUID: u32 = 7;
+
+impl IdRange {
+    /// `Full` when leash is root (real and effective uid 0) in the initial user namespace with `CAP_SETUID` and
+    /// `CAP_SETGID`, else `Single`. Without those nothing more than one id can be mapped (short of the set-uid
+    /// `newuidmap`, which leash does not use), and `setgroups` must be denied before an unprivileged `gid_map`.
+    ///
+    /// Why `Full` gives the command nothing outside its namespaces: capabilities stay bound to user namespaces, and
+    /// the command holds them only in its own, nested one, as with `Single`; the sandbox's mount, network, IPC and
+    /// pid namespaces still belong to init's, so the mounts, the hidden paths and read-only kernel files stand, and
+    /// the seccomp filter is the same. What the wider map changes is which files and groups those capabilities
+    /// reach: the kernel honours them on a file whose owner and group are both mapped (root's alone before, every
+    /// uid and gid below `FULL_RANGE` now), `setgroups` takes any group below it, and a process inside may become any
+    /// of those users (apt's `_apt`). A root caller's command is already the host's root for every root-owned file,
+    /// so it could already plant a set-uid binary, a cron job or a sudoers line for the host to run: the wider map
+    /// gives it no power it lacked. Ids from `FULL_RANGE` up (other users' subordinate ranges) stay out of reach.
+    fn of_caller() -> IdRange {
+        // SAFETY: getuid cannot fail and takes no arguments.
+        let root = unsafe { libc::getuid() } == 0 && current_uid() == 0;
+        if root && in_initial_user_namespace() && may_map_ids() {
+            IdRange::Full
+        } else {
+            IdRange::Single
+        }
+    }
+}
+
+/// Whether this process's user namespace is the initial one, which maps every id onto itself.
+fn in_initial_user_namespace() -> bool {
+    let whole =
+        |path: &str| std::fs::read_to_string(path).is_ok_and(|map| map.split_whitespace().eq(["0", "0", "4294967295"]));
+    whole("/proc/self/uid_map") && whole("/proc/self/gid_map")
+}
+
+/// Whether the calling thread (which clones the init) holds `CAP_SETUID` and `CAP_SETGID`.
+fn may_map_ids() -> bool {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    let needed = (1u64 << CAP_SETUID) | (1u64 << CAP_SETGID);
+    effective & needed == needed
 }
 
 /// Finds `program` the way `execvp` would, on the command's own `PATH`.
@@ -190,9 +267,9 @@ fn cstring(bytes: &[u8], what: &str) -> Result<CString, SandboxError> {
     })
 }
 
-fn id_maps(inner_uid: u32, outer_uid: u32, inner_gid: u32, outer_gid: u32) -> IdMaps {
+fn id_maps(inner_uid: u32, outer_uid: u32, inner_gid: u32, outer_gid: u32, count: u32) -> IdMaps {
     // Cannot fail: formatted numbers contain no NUL byte.
-    let line = |inner: u32, outer: u32| CString::new(format!("{inner} {outer} 1\n")).unwrap_or_default();
+    let line = |inner: u32, outer: u32| CString::new(format!("{inner} {outer} {count}\n")).unwrap_or_default();
     IdMaps { uid_map: line(inner_uid, outer_uid), gid_map: line(inner_gid, outer_gid) }
 }
 

@@ -1,7 +1,8 @@
 //! The messages over the SOCK_SEQPACKET pair between leash and the sandbox's init. From init: fixed 16-byte records
 //! (tag, step, index, value), so the child builds them on its stack; the sockets travel as SCM_RIGHTS on the
-//! `Sockets` record. From leash, once: the paths to hide, in records of at most `ORDER_LEN` bytes (a tag, then
-//! NUL-terminated paths), and then `Go`, which lets init start the command.
+//! `Sockets` record. From leash: first `Mapped` when leash writes init's id maps (`plan::IdRange::Full`), then, once,
+//! the paths to hide, in records of at most `ORDER_LEN` bytes (a tag, then NUL-terminated paths), and then `Go`,
+//! which lets init start the command.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -40,10 +41,16 @@ pub(super) enum Order<'a> {
     Hide(&'a [u8]),
     /// Start the command: everything it needs outside the sandbox is in place.
     Go,
+    /// Init's id maps are written: go on setting up.
+    Mapped,
 }
 
 const ORDER_HIDE: u32 = 1;
 const ORDER_GO: u32 = 2;
+const ORDER_MAPPED: u32 = 3;
+
+/// The record that tells init its id maps are written.
+pub(super) const MAPPED: [u8; 4] = ORDER_MAPPED.to_ne_bytes();
 
 impl<'a> Order<'a> {
     /// Parses a record; `None` for anything malformed (a hide record must end with a NUL).
@@ -53,6 +60,7 @@ impl<'a> Order<'a> {
         match tag {
             ORDER_HIDE if rest.last() == Some(&0) => Some(Order::Hide(rest)),
             ORDER_GO if rest.is_empty() => Some(Order::Go),
+            ORDER_MAPPED if rest.is_empty() => Some(Order::Mapped),
             _ => None,
         }
     }
@@ -301,13 +309,14 @@ mod tests {
         }
         assert_eq!(got, hidden);
         assert_eq!(orders(&[]), vec![ORDER_GO.to_ne_bytes().to_vec()], "nothing to hide: only Go");
+        assert_eq!(Order::decode(&MAPPED), Some(Order::Mapped));
     }
 
     #[test]
     fn malformed_orders_are_refused() {
         let mut unterminated = ORDER_HIDE.to_ne_bytes().to_vec();
         unterminated.extend_from_slice(b"/run/x");
-        for bad in [&b""[..], &[9, 0, 0, 0][..], &unterminated[..], &[2, 0, 0, 0, 1][..]] {
+        for bad in [&b""[..], &[9, 0, 0, 0][..], &unterminated[..], &[2, 0, 0, 0, 1][..], &[3, 0, 0, 0, 0][..]] {
             assert_eq!(Order::decode(bad), None, "{bad:?}");
         }
     }
