@@ -63,6 +63,10 @@ pub struct SandboxProxyArgs {
     /// The policy file (.yaml, .yml or .toml); or give --allow / --block instead
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub policy: Option<PathBuf>,
+    /// Learn a policy: let through what its host and path rules would refuse, logged as `would-block` with the
+    /// reason; ports, IP literals and internal destinations are still refused (like `mode: audit`)
+    #[arg(long)]
+    pub audit: bool,
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy")]
     pub profile: Option<String>,
@@ -199,6 +203,10 @@ pub struct ProxyArgs {
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
+    /// Learn a policy: let through what its host and path rules would refuse, logged as `would-block` with the
+    /// reason; ports, IP literals and internal destinations are still refused (like `mode: audit`)
+    #[arg(long)]
+    pub audit: bool,
     /// Address to listen on; port 0 picks a free port
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:3128")]
     pub listen: SocketAddr,

@@ -231,3 +231,46 @@ fn a_quiet_command_leaves_stderr_to_itself() {
     assert_eq!(o.status.code(), Some(0));
     assert_eq!((stdout(&o).as_str(), stderr(&o).as_str()), ("out\n", "err\n"));
 }
+
+#[test]
+fn audit_mode_lets_the_command_reach_what_the_policy_would_refuse_and_says_so() {
+    if !sandbox_available() {
+        return;
+    }
+    let port = common::origin();
+    let dir = tempfile::tempdir().unwrap();
+    let (policy, log) = (dir.path().join("p.yaml"), dir.path().join("audit.jsonl"));
+    let text = format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: [docs.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.0/8]\n"
+    );
+    std::fs::write(&policy, text).unwrap();
+    let script = format!(
+        "echo \"mode=$LEASH_NETWORK_MODE\"; \
+         curl -s -o /dev/null -w '%{{http_code}} ' http://other.test:{port}/learned; \
+         curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/literal"
+    );
+    let o = Command::new(LEASH)
+        .args(["run", "--audit", "--policy", policy.to_str().unwrap(), "--resolve", "other.test:127.0.0.1", "--log"])
+        .arg(&log)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // Let through what the rules would refuse; an IP literal stays refused.
+    assert_eq!(stdout(&o), "mode=audit\n200 403", "{}", stderr(&o));
+    assert!(stderr(&o).contains("audit mode"), "leash says it runs in audit mode: {}", stderr(&o));
+    let lines = log_lines(&log);
+    let decided: Vec<String> = lines
+        .iter()
+        .filter(|l| l.get("decision").is_some() && l["method"] != "DNS")
+        .map(|l| {
+            format!(
+                "{} {} {}",
+                l["path"].as_str().unwrap(),
+                l["decision"].as_str().unwrap(),
+                l["reason"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(decided, ["/learned would-block not-allowed", "/literal block ip-literal"]);
+}

@@ -16,6 +16,7 @@ pub fn run(args: &CheckArgs) -> Exit {
         eprintln!("warning: {}: {}: {}", args.file.display(), w.entry, w.message);
     }
     let mode = match loaded.policy.mode() {
+        _ if loaded.policy.audits() => "audit: an allowlist that logs what it would refuse as would-block",
         Mode::Allowlist => "allowlist",
         Mode::Blocklist => "blocklist",
     };

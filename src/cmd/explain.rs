@@ -87,6 +87,9 @@ fn after_decision(d: &Decision, host: &Host) -> Vec<String> {
     if let Some(rule) = &d.rule {
         lines.push(format!("matching entry: `{rule}`"));
     }
+    if d.verdict == Verdict::WouldBlock {
+        lines.push("audit mode: the policy would refuse this; it is let through and logged as would-block".to_owned());
+    }
     if d.verdict != Verdict::Block {
         lines.push(format!(
             "then: leash resolves `{host}` once and refuses it (internal-destination) if any address is loopback, \
@@ -130,6 +133,7 @@ fn print(e: &Explained) -> Exit {
         Verdict::Allow => "allow",
         Verdict::Block => "block",
         Verdict::Inspect => "inspect",
+        Verdict::WouldBlock => "would-block",
     };
     match &e.decision.rule {
         Some(rule) => println!("{word} {} {rule}", e.decision.reason),

@@ -11,7 +11,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::cli::ProxyArgs;
 use crate::exit::Exit;
 use crate::policy_file::{load_file, located};
-use crate::shared::sandboxed::parse_pins;
+use crate::shared::sandboxed::{audit_mode, parse_pins};
 use crate::shared::tls::inspection;
 
 pub fn run(args: ProxyArgs) -> Exit {
@@ -30,6 +30,8 @@ async fn serve(args: ProxyArgs) -> Exit {
         Ok(l) => l,
         Err(code) => return code,
     };
+    let mut loaded = loaded;
+    loaded.policy = audit_mode(loaded.policy, args.audit);
     let pins = match parse_pins(&args.resolve) {
         Ok(p) => p,
         Err(code) => return code,
@@ -67,7 +69,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on {addr}").and_then(|()| out.flush());
     }
-    tokio::spawn(reload_on_hangup(policy, config.audit.clone(), args.policy.clone(), args.profile.clone()));
+    tokio::spawn(reload_on_hangup(policy, config.audit.clone(), args.policy.clone(), args.profile.clone(), args.audit));
     match leash_proxy::serve(listener, config, shutdown_signal()).await {
         Ok(()) => Exit::Ok,
         Err(e) => {
@@ -108,8 +110,14 @@ async fn shutdown_signal() {
 }
 
 /// On SIGHUP, reopen the audit log file and load the policy file again; a valid file replaces the policy atomically,
-/// an invalid one keeps the old.
-async fn reload_on_hangup(policy: PolicyHandle, audit: Arc<AuditLog>, path: PathBuf, profile: Option<String>) {
+/// an invalid one keeps the old. `audit_mode` (`--audit`) holds for every policy loaded.
+async fn reload_on_hangup(
+    policy: PolicyHandle,
+    audit: Arc<AuditLog>,
+    path: PathBuf,
+    profile: Option<String>,
+    audit_mode: bool,
+) {
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot install the SIGHUP handler; policy reload is unavailable");
         return;
@@ -119,7 +127,7 @@ async fn reload_on_hangup(policy: PolicyHandle, audit: Arc<AuditLog>, path: Path
         if let Err(e) = audit.reopen() {
             tracing::error!("{e}; writing on to the file already open");
         }
-        match reload(&path, profile.as_deref()) {
+        match reload(&path, profile.as_deref()).map(|p| if audit_mode { p.into_audit() } else { p }) {
             Ok(p) => {
                 policy.store(p);
                 tracing::info!("reloaded the policy from `{}`", path.display());

@@ -44,6 +44,7 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<(Poli
             Exit::Usage
         })?,
     };
+    let policy = audit_mode(policy, args.audit);
     let pins = parse_pins(&args.resolve)?;
     let audit = match &args.log {
         None if stderr_shared => AuditLog::deferred(&leash_sandbox::scratch_dir()).map_err(|e| {
@@ -72,12 +73,26 @@ pub fn hidden_log(args: &SandboxProxyArgs) -> Vec<std::path::PathBuf> {
 }
 
 /// What tells the command it runs behind leash, and in which mode (never the rules), so an agent can say "the network
-/// policy refused this" instead of retrying: `allowlist` or `blocklist`.
+/// policy refused this" instead of retrying: `allowlist`, `blocklist` or `audit`.
 pub const MODE_VAR: &str = "LEASH_NETWORK_MODE";
+
+/// `policy`, in audit mode when `--audit` asks for it; either way an audit-mode policy is announced, because it
+/// enforces only the destination rules.
+pub fn audit_mode(policy: Policy, audit: bool) -> Policy {
+    let policy = if audit { policy.into_audit() } else { policy };
+    if policy.audits() {
+        tracing::warn!(
+            "audit mode: what the policy's host and path rules would refuse is let through and logged as \
+             would-block (ports, IP literals and internal destinations are still refused)"
+        );
+    }
+    policy
+}
 
 /// [`MODE_VAR`] and its value for `policy`.
 pub fn mode_env(policy: &Policy) -> (String, String) {
     let mode = match policy.mode() {
+        _ if policy.audits() => "audit",
         leash_policy::Mode::Allowlist => "allowlist",
         leash_policy::Mode::Blocklist => "blocklist",
     };
@@ -93,5 +108,6 @@ pub fn config(policy: Policy, pins: Pins, audit: Arc<AuditLog>, inspection: Opti
         own_addrs: OwnAddrs::Host,
         limits: crate::fit_open_files(Limits::default()),
         inspection,
+        metrics: Arc::default(),
     }
 }

@@ -92,6 +92,9 @@ pub enum Verdict {
     /// Allowed at the tunnel level, but the host carries path rules (or `inspect: all`): every inner request is
     /// decided on its own.
     Inspect,
+    /// Audit mode: the policy's rules would refuse this (the reason says why), and it is let through and logged so
+    /// that a policy can be learned from what was used.
+    WouldBlock,
 }
 
 /// A decision: the verdict, the reason word, and the policy entry that matched (as written in the file).
@@ -121,11 +124,25 @@ pub struct Policy {
     provider_tools: ProviderTools,
     /// Some tunnel may be inspected (see [`Policy::may_inspect`]).
     may_inspect: bool,
+    /// Audit mode (see [`Policy::audits`]).
+    audit: bool,
 }
 
 impl Policy {
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// Audit mode (`mode: audit`, or any policy with `leash run --audit`): what the host and path rules would refuse
+    /// is let through as `would-block`; the destination rules (ports, IP literals, internal addresses) and every
+    /// other check still refuse.
+    pub fn audits(&self) -> bool {
+        self.audit
+    }
+
+    /// This policy in audit mode.
+    pub fn into_audit(self) -> Policy {
+        Policy { audit: true, ..self }
     }
 
     /// Ports a plain-HTTP request may name (`ports`); empty allows none.
@@ -309,6 +326,7 @@ impl Policy {
             model_subtrees,
             provider_tools: network.provider_tools,
             may_inspect,
+            audit: network.audit,
         }
     }
 

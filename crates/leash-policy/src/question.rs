@@ -52,6 +52,17 @@ impl Policy {
     /// Decide `question`. The proxy asks at each step of a request, the DNS stub on each lookup, and `leash explain`
     /// once per request; all of them through here, so none can take a decision the others would not.
     pub fn decide(&self, question: &Question<'_>, tls: TlsInspection) -> Decision {
+        let d = self.decide_enforced(question, tls);
+        match d.verdict {
+            // INVARIANT: audit mode lets through only what the host and path rules refuse; ports, IP literals, the
+            // ClientHello checks and the destination check (after resolution, outside this function) still refuse.
+            Verdict::Block if self.audits() && d.reason.is_rule() => Decision { verdict: Verdict::WouldBlock, ..d },
+            _ => d,
+        }
+    }
+
+    /// The decision as an enforcing policy takes it.
+    fn decide_enforced(&self, question: &Question<'_>, tls: TlsInspection) -> Decision {
         match *question {
             Question::Request(req) => self.decide_request(&req),
             Question::Connect { target, port } => inspectable(self.decide_connect(target, port), tls),
@@ -67,7 +78,7 @@ impl Policy {
                     Host::Name(_) => ClientHelloFacts::ServerName(&name),
                     _ => ClientHelloFacts::NoServerName,
                 };
-                let tunnel = self.decide(&Question::ClientHello { target: host, port, hello }, tls);
+                let tunnel = self.decide_enforced(&Question::ClientHello { target: host, port, hello }, tls);
                 match tunnel.verdict {
                     Verdict::Inspect => {
                         self.decide_request(&Request { via: Via::Tunnel, scheme: Scheme::Https, host, port, path })

@@ -102,6 +102,12 @@ impl Reason {
     }
 
     /// One line on what the reason means, for `explain` and the README.
+    /// A refusal by the host and path rules themselves (the one audit mode lets through), as opposed to the port,
+    /// the address, the request's shape or the destination.
+    pub fn is_rule(self) -> bool {
+        matches!(self, Reason::NotAllowed | Reason::Rule | Reason::AmbiguousPath)
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Reason::Rule => "a rule of the policy matched",

@@ -23,6 +23,8 @@ pub const DEFAULT_MODEL_APIS: [&str; 3] = ["api.anthropic.com", "api.openai.com"
 #[derive(Debug, Clone)]
 pub(crate) struct Network {
     pub(crate) mode: Mode,
+    /// `mode: audit`: an allowlist whose refusals by its rules are logged as `would-block` and let through.
+    pub(crate) audit: bool,
     /// `allowed_hosts` (allowlist only).
     pub(crate) hosts: Vec<HostRule>,
     /// `allowed_urls` in an allowlist, `blocked_urls` in a blocklist.
@@ -41,6 +43,7 @@ impl Network {
     pub(crate) fn empty(mode: Mode) -> Network {
         Network {
             mode,
+            audit: false,
             hosts: Vec::new(),
             urls: Vec::new(),
             ports: DEFAULT_PORTS.to_vec(),

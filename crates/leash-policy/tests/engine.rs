@@ -76,6 +76,7 @@ pub fn render(d: &Decision) -> String {
         Verdict::Allow => "allow",
         Verdict::Block => "block",
         Verdict::Inspect => "inspect",
+        Verdict::WouldBlock => "would-block",
     };
     match &d.rule {
         Some(rule) => format!("{verdict} {} {rule}", d.reason),

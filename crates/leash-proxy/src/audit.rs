@@ -318,6 +318,7 @@ pub fn verdict_word(verdict: Verdict) -> &'static str {
         Verdict::Allow => "allow",
         Verdict::Block => "block",
         Verdict::Inspect => "inspect",
+        Verdict::WouldBlock => "would-block",
     }
 }
 

@@ -176,7 +176,8 @@ impl Tunnel<'_> {
                 ctx.refuse(&asked, &refused);
                 drain_and_close(client).await
             }
-            (Verdict::Allow, ..) => {
+            // Audit mode: what the rules would refuse is spliced like an allowed tunnel, its line saying so.
+            (Verdict::Allow | Verdict::WouldBlock, ..) => {
                 let upstream_host = match facts {
                     ClientHelloFacts::ServerName(name) => parse_host(name).unwrap_or_else(|_| self.target.clone()),
                     _ => self.target.clone(),

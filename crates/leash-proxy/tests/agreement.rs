@@ -1,6 +1,6 @@
 //! The proxy and `leash explain` cannot disagree: both take their decision from `Policy::decide`. This property
 //! test holds them to it over real sockets. For generated policies (allowlists and blocklists over host, subtree and
-//! path entries, with and without `inspect: all`, ports listed or not) and generated requests (plain HTTP and HTTPS,
+//! path entries, in audit mode or not, with and without `inspect: all`, ports listed or not) and generated requests (plain HTTP and HTTPS,
 //! listed and unlisted ports, paths with dot segments and escapes), each request goes through a running proxy with TLS
 //! inspection, and the decision its audit log records last (the CONNECT line, or the inner request's line when the
 //! tunnel was inspected) must be the one `Policy::decide(&Question::of_url(..))` gives, which is what `explain`
@@ -67,6 +67,8 @@ const UNLISTED_TUNNEL_PORT: u16 = 8444;
 #[derive(Debug, Clone)]
 struct Case {
     allowlist: bool,
+    /// An allowlist in audit mode (`mode: audit`): what it would refuse is let through as `would-block`.
+    audit: bool,
     hosts: Vec<&'static str>,
     urls: Vec<&'static str>,
     blocked: Vec<&'static str>,
@@ -99,7 +101,7 @@ fn any_request() -> impl Strategy<Value = Req> {
 
 fn any_case() -> impl Strategy<Value = Case> {
     (
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
         subsequence(ALLOWED_HOSTS, 0..=3),
         subsequence(ALLOWED_URLS, 0..=2),
         subsequence(BLOCKED_URLS, 0..=3),
@@ -107,8 +109,9 @@ fn any_case() -> impl Strategy<Value = Case> {
         any::<u8>(),
         proptest::collection::vec(any_request(), 4..8),
     )
-        .prop_map(|(allowlist, hosts, urls, blocked, inspect_all, ports, requests)| Case {
+        .prop_map(|((allowlist, audit), hosts, urls, blocked, inspect_all, ports, requests)| Case {
             allowlist,
+            audit: allowlist && audit,
             hosts,
             urls,
             blocked,
@@ -123,9 +126,10 @@ fn any_case() -> impl Strategy<Value = Case> {
 fn yaml(case: &Case, plain_port: u16, tunnel_port: u16) -> String {
     let list =
         |items: &[&str]| format!("[{}]", items.iter().map(|i| format!("\"{i}\"")).collect::<Vec<_>>().join(", "));
+    let mode = if case.audit { "audit" } else { "allowlist" };
     let rules = match case.allowlist {
         true => {
-            format!("  mode: allowlist\n  allowed_hosts: {}\n  allowed_urls: {}\n", list(&case.hosts), list(&case.urls))
+            format!("  mode: {mode}\n  allowed_hosts: {}\n  allowed_urls: {}\n", list(&case.hosts), list(&case.urls))
         }
         false => format!("  mode: blocklist\n  blocked_urls: {}\n", list(&case.blocked)),
     };
@@ -232,6 +236,7 @@ fn explained(d: &Decision) -> String {
         Verdict::Allow => "allow",
         Verdict::Block => "block",
         Verdict::Inspect => "inspect",
+        Verdict::WouldBlock => "would-block",
     };
     let rule = d.rule.as_deref().map_or(Value::Null, |r| Value::String(r.to_owned()));
     format!("{verdict} {} {rule}", d.reason)
@@ -272,6 +277,9 @@ fn the_proxy_decides_every_request_as_explain_does() {
     // The cases reached every kind of decision, so the agreement above covers each door.
     let seen = scene.seen.lock().unwrap().clone();
     for kind in [
+        "http would-block",
+        "https would-block",
+        "https inspect then would-block",
         "http allow",
         "http block",
         "https allow",

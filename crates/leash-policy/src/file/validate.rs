@@ -165,7 +165,7 @@ impl Checker {
         let provider_tools = find(&fields, "provider_tools")
             .and_then(|(_, n)| self.provider_tools(&join(prefix, "provider_tools"), n))
             .unwrap_or_default();
-        let mode = mode?;
+        let (mode, audit) = mode?;
         self.mode_mismatch(prefix, mode, &fields);
         if self.errors.len() > before {
             return None;
@@ -176,6 +176,7 @@ impl Checker {
         };
         let network = Network {
             mode,
+            audit,
             hosts: hosts.unwrap_or_default(),
             urls: urls.unwrap_or_default(),
             ports: ports.unwrap_or_else(|| DEFAULT_PORTS.to_vec()),
@@ -192,17 +193,20 @@ impl Checker {
         Some(network)
     }
 
-    fn mode(&mut self, prefix: &str, network: &Node, field: Option<(&Key, &Node)>) -> Option<Mode> {
+    /// The mode, and whether it is `audit` (an allowlist that logs what it would refuse and lets it through).
+    fn mode(&mut self, prefix: &str, network: &Node, field: Option<(&Key, &Node)>) -> Option<(Mode, bool)> {
         let entry = join(prefix, "mode");
         let Some((_, node)) = field else {
-            self.error(MissingKey, &entry, network.pos, "missing `mode`; it is `allowlist` or `blocklist`".to_owned());
+            let message = "missing `mode`; it is `allowlist`, `blocklist` or `audit`".to_owned();
+            self.error(MissingKey, &entry, network.pos, message);
             return None;
         };
         match self.string(&entry, node)? {
-            "allowlist" => Some(Mode::Allowlist),
-            "blocklist" => Some(Mode::Blocklist),
+            "allowlist" => Some((Mode::Allowlist, false)),
+            "blocklist" => Some((Mode::Blocklist, false)),
+            "audit" => Some((Mode::Allowlist, true)),
             other => {
-                let message = format!("`{other}` is not a mode; it is `allowlist` or `blocklist`");
+                let message = format!("`{other}` is not a mode; it is `allowlist`, `blocklist` or `audit`");
                 self.error(BadValue, &entry, node.pos, message);
                 None
             }

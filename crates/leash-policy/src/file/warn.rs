@@ -52,7 +52,8 @@ impl Warnings<'_> {
     fn lists(&mut self, net: &Network) {
         let p = self.prefix;
         match net.mode {
-            Mode::Allowlist if net.hosts.is_empty() && net.urls.is_empty() => {
+            // An empty audit policy is how learning starts: everything is let through and logged.
+            Mode::Allowlist if net.hosts.is_empty() && net.urls.is_empty() && !net.audit => {
                 self.push(p.to_owned(), "the allowlist is empty: nothing is allowed".to_owned());
             }
             Mode::Blocklist if net.urls.is_empty() => {

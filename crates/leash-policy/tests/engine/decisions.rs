@@ -279,3 +279,30 @@ fn a_tunnel_that_needs_inspection_is_refused_where_there_is_none() {
     let hello = Question::ClientHello { target: &host, port: 443, hello: Hello::ServerName("github.com") };
     assert_eq!(render(&p.decide(&hello, off)), "block needs-inspection github.com/rust-lang/");
 }
+
+#[test]
+fn audit_mode_lets_through_only_what_the_host_and_path_rules_refuse() {
+    let on = TlsInspection::Available;
+    let audit = ALLOW.replace("mode: allowlist", "mode: audit");
+    let p = policy(&audit);
+    assert!(p.audits() && p.mode() == Mode::Allowlist);
+    assert_eq!(decide_url(&audit, "https://example.com/", on), "would-block not-allowed");
+    assert_eq!(decide_url(&audit, "http://example.com/", on), "would-block not-allowed");
+    assert_eq!(decide_url(&audit, "https://github.com/torvalds/linux", on), "would-block not-allowed");
+    assert_eq!(decide_url(&audit, "https://api.example.com/", on), "allow rule api.example.com");
+    // What learning must not open stays refused.
+    assert_eq!(decide_url(&audit, "http://10.0.0.1/", on), "block ip-literal");
+    assert_eq!(decide_url(&audit, "https://example.com:444/", on), "block port");
+    assert_eq!(decide_url(&audit, "ftp://example.com/", on), "block scheme");
+    // `--audit` turns any policy into one: a blocklist's rule refusals become would-block.
+    let learning = policy(BLOCK).into_audit();
+    let target = leash_policy::parse_absolute_target("https://arxiv.org/abs/2401.01234").unwrap();
+    assert_eq!(render(&learning.decide(&Question::of_url(&target), on)), "would-block rule arxiv.org/abs/");
+}
+
+#[test]
+fn an_empty_audit_policy_loads_without_the_empty_allowlist_warning() {
+    let loaded = leash_policy::load("network:\n  mode: audit\n", leash_policy::Format::Yaml, None).unwrap();
+    assert!(loaded.policy.audits());
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+}

@@ -91,7 +91,7 @@ async fn stream(
     let host = t.host_str();
     let asked = |path| Asked { method: parts.method.as_str(), host: &host, port: t.port, path: Some(path) };
     let decision = decide(&t, &ctx, &parts, path_only).unwrap_or_else(|refused| refused);
-    if decision.verdict != Verdict::Allow {
+    if decision.verdict == Verdict::Block {
         return own_response(&ctx.refuse(&asked(&path_and_query), &decision));
     }
     let checked = match ctx.snap.filters_provider_tools(&t.host) {

@@ -1,0 +1,90 @@
+//! Audit mode (`mode: audit`, `--audit`): what the policy's host and path rules would refuse reaches its origin and
+//! is logged as `would-block` with the reason it would have had; what learning must never open stays refused — IP
+//! literals, unlisted ports, names that resolve inside — and a refused name is still never resolved.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
+
+mod support;
+
+use support::client::{exchange, get};
+use support::tls::{connect, https_get, Writes};
+use support::*;
+
+/// An audit policy that lists `allowed.test` only, with the plain origin's port and the TLS origin's.
+fn audit(port: u16, tunnel_port: u16) -> String {
+    format!(
+        "network:\n  mode: audit\n  allowed_hosts: [allowed.test]\n  allowed_urls: [\"bl.test/abs/\"]\n  ports: [{port}]\n  \
+         tunnel_ports: [{tunnel_port}]\n  allow_destinations: [127.0.0.0/8]\n"
+    )
+}
+
+#[tokio::test]
+async fn what_the_rules_would_refuse_reaches_the_origin_as_would_block() {
+    let up = Upstream::start().await;
+    let leash = Leash::start(&audit(up.port(), 443)).await;
+    let r = exchange(leash.addr, get(&format!("http://other.test:{}/page?q=1", up.port()))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(up.only_request().head.start, "GET /page?q=1 HTTP/1.1");
+    let line = leash.decision("/page").await;
+    assert_eq!((line["decision"].as_str(), line["reason"].as_str()), (Some("would-block"), Some("not-allowed")));
+    // The listed host is allowed as usual.
+    let r = exchange(leash.addr, get(&format!("http://allowed.test:{}/", up.port()))).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(leash.decision("/").await["decision"], "allow");
+}
+
+#[tokio::test]
+async fn ip_literals_ports_and_internal_names_are_still_refused() {
+    let up = Upstream::start().await;
+    let leash = Leash::start(&audit(up.port(), 443)).await;
+    let literal = exchange(leash.addr, get(&format!("http://127.0.0.1:{}/literal", up.port()))).await;
+    assert_refused(&literal, 403, "ip-literal");
+    let port = exchange(leash.addr, get("http://other.test:9/port")).await;
+    assert_refused(&port, 403, "port");
+    // `rebind.test` resolves to 10.0.0.1, outside allow_destinations.
+    let inside = exchange(leash.addr, get(&format!("http://rebind.test:{}/inside", up.port()))).await;
+    assert_refused(&inside, 403, "internal-destination");
+    up.assert_untouched().await;
+    for (path, reason) in [("/literal", "ip-literal"), ("/port", "port"), ("/inside", "internal-destination")] {
+        let line = leash.decision(path).await;
+        assert_eq!((line["decision"].as_str(), line["reason"].as_str()), (Some("block"), Some(reason)), "{path}");
+    }
+    assert_eq!(leash.resolver.asked(), ["rebind.test"], "only the name that got past the rules was resolved");
+}
+
+#[tokio::test]
+async fn a_tunnel_the_rules_would_refuse_is_spliced_and_an_unlisted_port_is_not() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let leash = Leash::start(&audit(80, tls.port())).await;
+    let target = format!("other.allowed.test:{}", tls.port());
+    let r = https_get(leash.addr, &target, "other.allowed.test", ca.client_config(), Writes::Whole).await.unwrap();
+    assert_eq!(r.status, 200);
+    let line = leash.decision("other.allowed.test").await;
+    assert_eq!((line["decision"].as_str(), line["reason"].as_str()), (Some("would-block"), Some("not-allowed")));
+    let (_, status) = connect(leash.addr, "other.allowed.test:8443").await;
+    assert_eq!(status, 403, "an unlisted tunnel port stays refused");
+}
+
+#[tokio::test]
+async fn inside_an_inspected_tunnel_a_path_the_rules_would_refuse_goes_through() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let leash = Leash::builder(&audit(80, tls.port())).inspecting(&ca.pem).start().await;
+    let config = {
+        let mut roots = rustls::RootCertStore::empty();
+        let pem = std::fs::read(leash.ca_path.as_ref().unwrap()).unwrap();
+        use rustls::pki_types::pem::PemObject;
+        roots.add(rustls::pki_types::CertificateDer::from_pem_slice(&pem).unwrap()).unwrap();
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth()
+    };
+    // `bl.test` has a path rule (`bl.test/abs/`), so it is inspected; `GET /` is outside the rule.
+    let r = https_get(leash.addr, &format!("bl.test:{}", tls.port()), "bl.test", config, Writes::Whole).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let log = leash.log_until("the inner request's line", |l| l["method"] == "GET").await;
+    let inner = log.iter().find(|l| l["method"] == "GET").unwrap();
+    assert_eq!((inner["decision"].as_str(), inner["reason"].as_str()), (Some("would-block"), Some("not-allowed")));
+}
