@@ -115,6 +115,9 @@ pub struct DockerRunArgs {
     /// first connections may be refused, never let out
     #[arg(long)]
     pub no_start_gate: bool,
+    /// Print no summary of refused requests when the container ends
+    #[arg(long)]
+    pub quiet: bool,
     /// `docker run` options, the image and its command
     #[arg(
         trailing_var_arg = true,
@@ -165,7 +168,8 @@ pub struct DockerAttachArgs {
     (no controlling terminal) with its own IPC namespace and keyring, and cannot open AF_VSOCK or other families. \
     It inherits leash's environment (API keys and tokens included) unless --clean-env is given. The audit log file \
     is hidden inside; without --log the records are written to standard error once the command and every process \
-    it left have ended. leash exits with the command's status \
+    it left have ended. Last comes a summary of the refused requests, with hints, on standard error (not with \
+    --quiet). leash exits with the command's status \
     (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125."
 )]
 pub struct RunArgs {
@@ -181,6 +185,9 @@ pub struct RunArgs {
     /// With --clean-env, also pass this variable (repeatable)
     #[arg(long, value_name = "NAME", requires = "clean_env")]
     pub keep_env: Vec<String>,
+    /// Print no summary of refused requests when the command ends
+    #[arg(long)]
+    pub quiet: bool,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

@@ -59,8 +59,8 @@ pub fn run(args: DockerRunArgs) -> Exit {
         }
     };
     // Signals are taken over before anything is created, so a Ctrl-C at any moment still removes the container.
-    let gated = !args.no_start_gate;
-    with_runtime(move |stop| run_container(opts, gated, parts, inspection, stop))
+    let (gated, quiet) = (!args.no_start_gate, args.quiet);
+    with_runtime(move |stop| run_container(opts, gated, parts, inspection, stop, quiet))
 }
 
 async fn run_container(
@@ -69,6 +69,7 @@ async fn run_container(
     (policy, pins, audit): ProxyParts,
     inspection: Arc<Inspection>,
     mut stop: StopSignals,
+    quiet: bool,
 ) -> Exit {
     let engine = Engine::new();
     if let Err(e) = engine.check() {
@@ -97,11 +98,13 @@ async fn run_container(
     let audit = Arc::new(audit.with_container(container.id()));
     let config = config(policy, pins, audit.clone(), Some(inspection));
     let launch = Launch { interactive: opts.interactive, gated, transparent_ports };
+    let policy = config.policy.clone();
     let exit = match container::supervise(&container, &gate, launch, config, &mut stop).await {
         Ok(code) => Exit::Command(u8::try_from(code).unwrap_or(255)),
         Err(e) => refuse_start(e),
     };
     replay_deferred_log(&audit);
+    crate::shared::summary::print(&audit, &policy, quiet);
     exit
 }
 

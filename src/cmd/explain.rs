@@ -27,7 +27,10 @@ pub fn run(args: &ExplainArgs) -> Exit {
     let explained =
         if method.eq_ignore_ascii_case("CONNECT") { explain_connect(&policy, url) } else { explain_url(&policy, url) };
     match explained {
-        Ok(e) => print(&e),
+        Ok(mut e) => {
+            e.lines.extend(crate::shared::summary::explain_hint_lines(&policy, method, url, &e.decision));
+            print(&e)
+        }
         Err(msg) => usage(&msg),
     }
 }

@@ -83,8 +83,10 @@ pub fn run(args: RunArgs) -> Exit {
             return finish(sandbox.signal(9).and_then(|()| sandbox.wait()));
         }
     };
+    let policy = config.policy.clone();
     let exit = supervise(sandbox, config, hold, runtime);
     replay_deferred_log(&audit);
+    crate::shared::summary::print(&audit, &policy, args.quiet);
     drop(ca_files);
     exit
 }

@@ -1,8 +1,10 @@
 //! Helpers several subcommands share, so that no subcommand imports another: the sandboxed commands' policy, pins,
 //! audit log and proxy configuration ([`sandboxed`]), the run's TLS inspection and its files ([`tls`]), and the CA
-//! handed to a sandboxed command ([`trust`]), and audit logs read back ([`audit_read`]).
+//! handed to a sandboxed command ([`trust`]), audit logs read back ([`audit_read`]), and the refusals summed up at
+//! the end of a sandboxed run ([`summary`]).
 
 pub mod audit_read;
 pub mod sandboxed;
+pub mod summary;
 pub mod tls;
 pub mod trust;

@@ -422,6 +422,11 @@ impl Policy {
         // allow any path on the name (allowlist) or a host rule blocks every path (blocklist).
         self.decide_tunnel_name(name)
     }
+
+    /// The compiled rules, read-only, for [`crate::hints`].
+    pub(crate) fn rules(&self) -> &Matcher {
+        &self.rules
+    }
 }
 
 fn decision(verdict: Verdict, reason: Reason, rule: Option<&Arc<str>>) -> Decision {

@@ -143,6 +143,13 @@ impl Matcher {
             .find_map(|(_, rules)| rules.paths.entries.first().map(|(_, rule)| rule))
     }
 
+    /// The nearest parent of `host` (a suffix at a label boundary, never `host` itself) that an exact entry names:
+    /// `example.org` for `api.example.org` when `example.org` is listed without its leading dot.
+    pub(crate) fn exact_parent<'h>(&self, host: &'h str) -> Option<&'h str> {
+        let mut parents = host.match_indices('.').filter_map(|(i, _)| host.get(i + 1..));
+        parents.find(|parent| self.hosts.get(*parent).is_some_and(|rules| rules.exact.is_some()))
+    }
+
     /// The rules named at each suffix of `host` at a label boundary, longest first, each marked whether it is the
     /// whole host.
     fn suffixes<'s, 'h>(&'s self, host: &'h str) -> impl Iterator<Item = (bool, &'s HostRules)> + 'h

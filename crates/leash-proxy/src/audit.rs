@@ -4,7 +4,11 @@
 //! line the open file is checked to still have a name (a log deleted would lose every line written to it), and every
 //! half second that its path still names it (a log moved away keeps its lines): either way the log is created again
 //! at its path, and where that fails the write fails, so no line goes unseen into an unlinked file.
+//!
+//! It also keeps a tally of the refusals it wrote (by destination and reason, see [`AuditLog::refusals`]), from which
+//! `leash run` and `leash docker run` print their end-of-run summary.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -13,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-use leash_policy::{Decision, Reason, Verdict};
+use leash_policy::{Decision, Reason, RequestKind, Verdict};
 use serde::Serialize;
 
 /// Where the lines go.
@@ -46,6 +50,8 @@ pub struct AuditLog {
     next_id: AtomicU64,
     /// The container the run serves (`leash docker`), added to every line as `container`.
     container: Option<Box<str>>,
+    /// The refusals written so far; locked only for a refusal, never for an allowed request.
+    refused: Mutex<Tally>,
 }
 
 /// The decision record of one request or tunnel.
@@ -132,6 +138,76 @@ impl UpstreamFailure {
     }
 }
 
+/// Most destinations the tally tells apart. A summary a person reads names a few dozen; past this many (a command
+/// refused in a loop over made-up names) refusals are only counted, so the tally stays under half a megabyte.
+pub const MAX_REFUSED_DESTINATIONS: usize = 1_000;
+
+/// Longest example path kept per destination, in bytes: enough to recognise the request, while a 64 KiB request
+/// head cannot make the tally keep 64 KiB for each destination.
+const MAX_EXAMPLE_PATH: usize = 200;
+
+/// The refusals an [`AuditLog`] wrote, by destination (see [`AuditLog::refusals`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Refusals {
+    /// One per kind of request, host, port, reason and refusal; the most frequent first, ties in the order first
+    /// seen.
+    pub destinations: Vec<RefusedDestination>,
+    /// Refusals to destinations past [`MAX_REFUSED_DESTINATIONS`]: counted, not told apart.
+    pub untold: Untold,
+}
+
+/// Refusals counted but not told apart, by the decision the log gave them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Untold {
+    pub refused: u64,
+    pub would_block: u64,
+}
+
+/// What the log said of a refusal: `block`, or `would-block` (an audit mode let through what the policy refuses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    Refused,
+    WouldBlock,
+}
+
+impl Refusals {
+    /// Every refusal of one sort counted.
+    pub fn total(&self, refusal: Refusal) -> u64 {
+        let told = self.destinations.iter().filter(|d| d.refusal == refusal).map(|d| d.count).sum::<u64>();
+        let untold = match refusal {
+            Refusal::Refused => self.untold.refused,
+            Refusal::WouldBlock => self.untold.would_block,
+        };
+        told.saturating_add(untold)
+    }
+}
+
+impl Refusal {
+    /// The refusal a decision word records; `None` for an allow.
+    fn of_word(decision: &str) -> Option<Refusal> {
+        match decision {
+            "block" => Some(Refusal::Refused),
+            "would-block" => Some(Refusal::WouldBlock),
+            _ => None,
+        }
+    }
+}
+
+/// Where refused requests went, why, and how often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedDestination {
+    pub refusal: Refusal,
+    pub kind: RequestKind,
+    /// The host as logged (for a tunnel the SNI when one was read).
+    pub host: Box<str>,
+    pub port: u16,
+    pub reason: Reason,
+    pub count: u64,
+    /// The path of the first such refusal, as logged (cut to [`MAX_EXAMPLE_PATH`] bytes); none for tunnels and
+    /// lookups.
+    pub example_path: Option<Box<str>>,
+}
+
 /// The audit log could not be written; the request it was for must be refused.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write the audit log {where_}: {source}")]
@@ -198,7 +274,7 @@ impl AuditLog {
     }
 
     fn with_sink(sink: Sink) -> Self {
-        Self { sink: Mutex::new(sink), next_id: AtomicU64::new(1), container: None }
+        Self { sink: Mutex::new(sink), next_id: AtomicU64::new(1), container: None, refused: Mutex::default() }
     }
 
     /// Every line written from now on carries `"container": id` (the Docker container this run serves).
@@ -212,8 +288,18 @@ impl AuditLog {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Write a decision line; a refusal written is also counted (see [`AuditLog::refusals`]).
     pub fn decision(&self, entry: &DecisionEntry<'_>) -> Result<(), AuditError> {
-        self.write_line(entry)
+        self.write_line(entry)?;
+        if let Some(refusal) = Refusal::of_word(entry.decision) {
+            self.refused.lock().unwrap_or_else(|p| p.into_inner()).count(refusal, entry);
+        }
+        Ok(())
+    }
+
+    /// The refusals written so far, by destination: the most frequent first.
+    pub fn refusals(&self) -> Refusals {
+        self.refused.lock().unwrap_or_else(|p| p.into_inner()).refusals()
     }
 
     pub fn outcome(&self, entry: &OutcomeEntry) -> Result<(), AuditError> {
@@ -262,6 +348,83 @@ impl AuditLog {
             Sink::Discard => Ok(()),
         }
     }
+}
+
+/// The refusals written so far, keyed by destination and reason.
+#[derive(Default)]
+struct Tally {
+    by_destination: HashMap<(Refusal, RequestKind, Box<str>, u16, Reason), Counted>,
+    untold: Untold,
+}
+
+struct Counted {
+    count: u64,
+    example_path: Option<Box<str>>,
+    /// How many destinations were seen before this one: ties in the summary keep the order they happened in.
+    order: usize,
+}
+
+impl Tally {
+    fn count(&mut self, refusal: Refusal, entry: &DecisionEntry<'_>) {
+        // Every reason word comes from `Reason::as_str`, so the lookup finds it; were it not to, the refusal is
+        // still counted.
+        let Some(reason) = Reason::ALL.into_iter().find(|r| r.as_str() == entry.reason) else {
+            return self.count_untold(refusal);
+        };
+        let key = (refusal, kind_of(entry.method), Box::from(entry.host), entry.port, reason);
+        let order = self.by_destination.len();
+        if order >= MAX_REFUSED_DESTINATIONS && !self.by_destination.contains_key(&key) {
+            return self.count_untold(refusal);
+        }
+        let example_path = || entry.path.map(|path| Box::from(cut(path, MAX_EXAMPLE_PATH)));
+        let counted =
+            self.by_destination.entry(key).or_insert_with(|| Counted { count: 0, example_path: example_path(), order });
+        counted.count = counted.count.saturating_add(1);
+    }
+
+    fn refusals(&self) -> Refusals {
+        let mut ranked: Vec<_> = self.by_destination.iter().collect();
+        ranked.sort_unstable_by_key(|(_, c)| (std::cmp::Reverse(c.count), c.order));
+        let destinations = ranked
+            .into_iter()
+            .map(|((refusal, kind, host, port, reason), c)| RefusedDestination {
+                refusal: *refusal,
+                kind: *kind,
+                host: host.clone(),
+                port: *port,
+                reason: *reason,
+                count: c.count,
+                example_path: c.example_path.clone(),
+            })
+            .collect();
+        Refusals { destinations, untold: self.untold }
+    }
+
+    fn count_untold(&mut self, refusal: Refusal) {
+        let counter = match refusal {
+            Refusal::Refused => &mut self.untold.refused,
+            Refusal::WouldBlock => &mut self.untold.would_block,
+        };
+        *counter = counter.saturating_add(1);
+    }
+}
+
+/// The kind of request a decision line's method names.
+fn kind_of(method: &str) -> RequestKind {
+    match method {
+        "CONNECT" => RequestKind::Tunnel,
+        "DNS" => RequestKind::Lookup,
+        _ => RequestKind::Http,
+    }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end = end.saturating_sub(1);
+    }
+    text.get(..end).unwrap_or_default()
 }
 
 /// An entry with the container it came from appended.
@@ -372,6 +535,77 @@ mod tests {
         assert_eq!(rfc3339(t), "2026-12-02T16:42:13.123Z");
         let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+    }
+
+    /// A decision line for `method host:port path`, decided `decision` for `reason`.
+    fn line<'a>(
+        method: &'a str,
+        host: &'a str,
+        port: u16,
+        path: Option<&'a str>,
+        decision: &'static str,
+        reason: Reason,
+    ) -> DecisionEntry<'a> {
+        DecisionEntry {
+            id: 1,
+            time: now_rfc3339(),
+            method,
+            host,
+            port,
+            path,
+            decision,
+            rule: None,
+            reason: reason.as_str(),
+            client: None,
+            stripped: None,
+        }
+    }
+
+    #[test]
+    fn refusals_are_tallied_by_destination_and_allows_are_not() {
+        let log = AuditLog::discard();
+        for path in ["/a", "/b"] {
+            log.decision(&line("GET", "api.example.test", 80, Some(path), "block", Reason::NotAllowed)).unwrap();
+        }
+        log.decision(&line("CONNECT", "api.example.test", 443, None, "block", Reason::NotAllowed)).unwrap();
+        log.decision(&line("DNS", "api.example.test", 53, None, "would-block", Reason::NotAllowed)).unwrap();
+        log.decision(&line("GET", "example.test", 80, Some("/"), "allow", Reason::Rule)).unwrap();
+        log.decision(&line("CONNECT", "example.test", 443, None, "inspect", Reason::Rule)).unwrap();
+        let refusals = log.refusals();
+        assert_eq!((refusals.total(Refusal::Refused), refusals.total(Refusal::WouldBlock)), (3, 1));
+        let told: Vec<_> = refusals
+            .destinations
+            .iter()
+            .map(|d| (d.refusal, d.kind, d.host.as_ref(), d.port, d.reason, d.count, d.example_path.as_deref()))
+            .collect();
+        assert_eq!(
+            told,
+            [
+                (Refusal::Refused, RequestKind::Http, "api.example.test", 80, Reason::NotAllowed, 2, Some("/a")),
+                (Refusal::Refused, RequestKind::Tunnel, "api.example.test", 443, Reason::NotAllowed, 1, None),
+                (Refusal::WouldBlock, RequestKind::Lookup, "api.example.test", 53, Reason::NotAllowed, 1, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_tally_is_bounded_and_counts_what_it_cannot_tell_apart() {
+        let log = AuditLog::discard();
+        let long = format!("/{}", "é".repeat(MAX_EXAMPLE_PATH));
+        for i in 0..MAX_REFUSED_DESTINATIONS + 5 {
+            let host = format!("h{i}.test");
+            log.decision(&line("GET", &host, 80, Some(&long), "block", Reason::NotAllowed)).unwrap();
+        }
+        // A destination already told apart is still counted as itself.
+        log.decision(&line("GET", "h0.test", 80, Some("/"), "block", Reason::NotAllowed)).unwrap();
+        let refusals = log.refusals();
+        assert_eq!(refusals.destinations.len(), MAX_REFUSED_DESTINATIONS);
+        assert_eq!(refusals.untold, Untold { refused: 5, would_block: 0 });
+        assert_eq!(refusals.total(Refusal::Refused), MAX_REFUSED_DESTINATIONS as u64 + 6);
+        let first = &refusals.destinations[0];
+        assert_eq!((first.host.as_ref(), first.count), ("h0.test", 2));
+        let example = first.example_path.as_deref().unwrap();
+        assert!(example.len() <= MAX_EXAMPLE_PATH && long.starts_with(example), "{example}");
     }
 
     #[test]
