@@ -223,6 +223,10 @@ pub struct ProxyArgs {
     /// Answer NAME with ADDR instead of asking DNS, like curl's --resolve (repeatable)
     #[arg(long = "resolve", value_name = "NAME:ADDR")]
     pub resolve: Vec<String>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics, an address for the operator (never --listen's); port 0
+    /// picks a free port
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
     #[command(flatten)]
     pub tls: TlsArgs,
 }

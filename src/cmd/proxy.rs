@@ -1,11 +1,13 @@
 //! `leash proxy`: load the policy, open the audit log, bind, print `listening on ADDR`, serve until SIGINT/SIGTERM,
-//! reload on SIGHUP.
+//! reload on SIGHUP. With `--metrics`, also serve the Prometheus counters on the operator's address.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use leash_proxy::{AuditLog, Limits, PolicyHandle, ProxyConfig, SystemResolver};
+use leash_proxy::{AuditLog, Limits, Metrics, PolicyHandle, ProxyConfig, SystemResolver};
+use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::ProxyArgs;
@@ -47,6 +49,10 @@ async fn serve(args: ProxyArgs) -> Exit {
             return Exit::Usage;
         }
     };
+    let metrics_listener = match bind_metrics(args.metrics, &listener).await {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
     let inspection = match inspection(&args.tls) {
         Ok(i) => i,
         Err(code) => return code,
@@ -64,10 +70,14 @@ async fn serve(args: ProxyArgs) -> Exit {
         own_addrs: leash_proxy::OwnAddrs::Host,
         limits: crate::fit_open_files(Limits::default()),
         inspection: Some(inspection),
+        metrics: Arc::default(),
     };
     if let Ok(addr) = listener.local_addr() {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on {addr}").and_then(|()| out.flush());
+    }
+    if let Some(l) = metrics_listener {
+        serve_metrics(l, &config.metrics, &policy);
     }
     tokio::spawn(reload_on_hangup(policy, config.audit.clone(), args.policy.clone(), args.profile.clone(), args.audit));
     match leash_proxy::serve(listener, config, shutdown_signal()).await {
@@ -144,4 +154,32 @@ fn reload(path: &std::path::Path, profile: Option<&str>) -> Result<leash_policy:
         Ok(l) => Ok(l.policy),
         Err(errors) => Err(errors.iter().map(|e| located(path, e)).collect::<Vec<_>>().join("; ")),
     }
+}
+
+/// Bind `--metrics`, if given. The address is the operator's: the proxy's own, where clients are sent, is refused.
+async fn bind_metrics(addr: Option<SocketAddr>, proxy: &TcpListener) -> Result<Option<TcpListener>, Exit> {
+    let Some(addr) = addr else { return Ok(None) };
+    if let Some(listening) = proxy.local_addr().ok().filter(|l| overlaps(addr, *l)) {
+        eprintln!("leash: --metrics `{addr}` would be the proxy's own address ({listening}); give the metrics another");
+        return Err(Exit::Usage);
+    }
+    TcpListener::bind(addr).await.map(Some).map_err(|e| {
+        eprintln!("leash: cannot serve metrics on `{addr}`: {e}");
+        Exit::Usage
+    })
+}
+
+/// Whether sockets bound at `a` and `b` would take each other's connections: one port, one address or every one.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// Print `metrics on ADDR` (after the `listening on` line) and serve the metrics until leash exits.
+fn serve_metrics(listener: TcpListener, metrics: &Arc<Metrics>, policy: &PolicyHandle) {
+    if let Ok(addr) = listener.local_addr() {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "metrics on {addr}").and_then(|()| out.flush());
+    }
+    let serving = leash_proxy::serve_metrics(listener, metrics.clone(), policy.clone(), std::future::pending());
+    tokio::spawn(serving);
 }

@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use leash_policy::Policy;
 
 use crate::audit::AuditLog;
+use crate::metrics::Metrics;
 use crate::resolve::Resolve;
 use crate::tls::Inspection;
 
@@ -156,6 +157,8 @@ pub struct ProxyConfig {
     /// TLS inspection (the run's CA, both TLS sides). `None`: a tunnel that needs inspection is refused
     /// (`needs-inspection`), never let through unseen.
     pub inspection: Option<Arc<Inspection>>,
+    /// The counters `leash proxy --metrics` serves; every proxy counts (`Arc::default()` where nobody reads them).
+    pub metrics: Arc<Metrics>,
 }
 
 #[cfg(test)]

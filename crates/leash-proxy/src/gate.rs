@@ -17,6 +17,7 @@ use crate::audit::{
     now_rfc3339, refusal, verdict_word, AuditError, AuditLog, DecisionEntry, OutcomeEntry, UpstreamFailure,
 };
 use crate::config::Snapshot;
+use crate::metrics::Metrics;
 use crate::refusal::Response;
 use crate::shared::Shared;
 use crate::wire::target::split_query;
@@ -92,7 +93,7 @@ impl<'s> RequestCtx<'s> {
         decision: &Decision,
         stripped: Option<&[String]>,
     ) -> Result<(), Response> {
-        if write_decision(&self.sh.cfg.audit, self.id, asked, decision, Some(self.peer), stripped).is_err() {
+        if self.record(asked, decision, stripped).is_err() {
             return Err(Response::audit_failed());
         }
         match decision.verdict {
@@ -114,7 +115,7 @@ impl<'s> RequestCtx<'s> {
     /// refused, an upstream certificate that failed, a model API body) and answer it with `answer`, or 503 when
     /// the line cannot be written.
     pub fn refuse_with(&self, asked: &Asked<'_>, decision: &Decision, answer: Response) -> Response {
-        match write_decision(&self.sh.cfg.audit, self.id, asked, decision, Some(self.peer), None) {
+        match self.record(asked, decision, None) {
             Ok(()) => answer,
             Err(_) => Response::audit_failed(),
         }
@@ -126,9 +127,24 @@ impl<'s> RequestCtx<'s> {
         self.refuse(asked, &refusal(reason))
     }
 
+    /// Write the decision line under this request's id, and count it: as decided, or as the 503 `audit-failed` the
+    /// client gets when the line cannot be written.
+    fn record(&self, asked: &Asked<'_>, decision: &Decision, stripped: Option<&[String]>) -> Result<(), AuditError> {
+        let written = write_decision(&self.sh.cfg.audit, self.id, asked, decision, Some(self.peer), stripped);
+        let metrics = &self.sh.cfg.metrics;
+        match &written {
+            Ok(()) => metrics.count_decision(asked.method, decision),
+            Err(_) => {
+                metrics.count_audit_failure();
+                metrics.count_decision(asked.method, &refusal(leash_policy::Reason::AuditFailed));
+            }
+        }
+        written
+    }
+
     /// Record how an allowed request ended. A failure here cannot refuse anything any more; it is reported.
     pub fn outcome(&self, status: u16, up: u64, down: u64) {
-        write_outcome(&self.sh.cfg.audit, self.id, status, (up, down), self.started, None);
+        write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, status, (up, down), self.started, None);
     }
 
     /// Record that an allowed request's upstream (`authority`) failed, and why: the outcome's `error`, and a warning
@@ -137,7 +153,7 @@ impl<'s> RequestCtx<'s> {
         if let Some(cause) = cause {
             tracing::warn!("upstream {authority} failed ({}): {why}", cause.as_str());
         }
-        write_outcome(&self.sh.cfg.audit, self.id, status, (0, 0), self.started, cause);
+        write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, status, (0, 0), self.started, cause);
     }
 }
 
@@ -180,6 +196,7 @@ pub(crate) fn write_decision(
 
 fn write_outcome(
     audit: &AuditLog,
+    metrics: &Metrics,
     id: u64,
     status: u16,
     (up, down): (u64, u64),
@@ -195,7 +212,9 @@ fn write_outcome(
         duration_ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
         error: cause.map(UpstreamFailure::as_str),
     };
+    metrics.count_outcome((up, down), started.elapsed(), cause);
     if let Err(e) = audit.outcome(&entry) {
+        metrics.count_audit_failure();
         tracing::error!("{e}");
     }
 }

@@ -152,6 +152,7 @@ async fn connection(
     entry: Entry,
     mut stop: watch::Receiver<bool>,
 ) {
+    let _open = sh.cfg.metrics.connection_opened();
     let _ = stream.set_nodelay(true);
     let mut client = BufConn::new(stream);
     let limits = &sh.cfg.limits;

@@ -62,6 +62,7 @@ mod tests {
             own_addrs,
             limits: Limits::default(),
             inspection: None,
+            metrics: Arc::default(),
         };
         let listening: Vec<SocketAddr> = listening.iter().map(|a| a.parse().unwrap()).collect();
         Shared::new(cfg, &listening)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash_policy::{Format, Policy};
-use leash_proxy::{AuditLog, Inspection, Limits, PolicyHandle, ProxyConfig, UpstreamTrust};
+use leash_proxy::{AuditLog, Inspection, Limits, Metrics, PolicyHandle, ProxyConfig, UpstreamTrust};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -123,6 +123,7 @@ impl Builder {
         let audit = Arc::new(AuditLog::open(&log_path).expect("open audit log"));
         let resolver = Arc::new(RecordingResolver::new());
         let handle = PolicyHandle::new(policy(&self.yaml));
+        let metrics = Arc::new(Metrics::default());
         let inspection = self.inspect_trusting.map(|pem| {
             let upstream_ca = dir.path().join("upstream-ca.pem");
             std::fs::write(&upstream_ca, pem).expect("write upstream CA");
@@ -141,6 +142,7 @@ impl Builder {
             own_addrs: leash_proxy::OwnAddrs::Given(Arc::from(Vec::new())),
             limits: self.limits,
             inspection: inspection.clone(),
+            metrics: metrics.clone(),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
@@ -156,6 +158,7 @@ impl Builder {
             addr,
             resolver,
             policy: handle,
+            metrics,
             log_path,
             inspection,
             ca_path,
@@ -171,6 +174,8 @@ pub struct Leash {
     pub addr: SocketAddr,
     pub resolver: Arc<RecordingResolver>,
     pub policy: PolicyHandle,
+    /// The proxy's counters, as `leash proxy --metrics` serves them.
+    pub metrics: Arc<Metrics>,
     pub log_path: PathBuf,
     /// TLS inspection, when the builder turned it on.
     pub inspection: Option<Arc<Inspection>>,
