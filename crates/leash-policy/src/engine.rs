@@ -6,6 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
+use crate::credentials::Credential;
 use crate::dest::{is_internal, Cidr};
 use crate::fasthash::FastMap;
 use crate::host::{parse_host, Host, Name};
@@ -126,6 +127,8 @@ pub struct Policy {
     may_inspect: bool,
     /// Audit mode (see [`Policy::audits`]).
     audit: bool,
+    /// `credentials`: secrets leash puts on requests to their hosts (see [`Policy::credential_for`]).
+    credentials: Vec<Credential>,
 }
 
 impl Policy {
@@ -138,6 +141,22 @@ impl Policy {
     /// other check still refuse.
     pub fn audits(&self) -> bool {
         self.audit
+    }
+
+    /// The `credentials` entries, in the file's order.
+    pub fn credentials(&self) -> &[Credential] {
+        &self.credentials
+    }
+
+    /// The credential that belongs to `host`: the first entry one of whose hosts covers it. Its tunnels are always
+    /// inspected, and a plain-HTTP request to it is refused unless the entry allows plaintext.
+    pub fn credential_for(&self, host: &Host) -> Option<&Credential> {
+        let name = host.name()?;
+        self.credential_for_name(name.as_str())
+    }
+
+    fn credential_for_name(&self, name: &str) -> Option<&Credential> {
+        self.credentials.iter().find(|c| c.hosts.iter().any(|h| h.covers(name)))
     }
 
     /// This policy in audit mode.
@@ -221,7 +240,10 @@ impl Policy {
             // INVARIANT: every IP-literal spelling but a listed dotted quad is refused here, before any resolution.
             Host::IpLiteral(_) => block(Reason::IpLiteral),
             Host::Ipv4(ip) => self.decide_ipv4(*ip),
-            Host::Name(name) => self.unread_model_body(req, self.decide_name(name, req.path)),
+            Host::Name(name) => {
+                let d = self.unread_model_body(req, self.decide_name(name, req.path));
+                self.credential_in_clear(req, name, d)
+            }
         }
     }
 
@@ -305,7 +327,8 @@ impl Policy {
         rules.finish();
         let (model_exact, model_subtrees) = model_sets(&network.model_apis);
         let filters_models = network.provider_tools != ProviderTools::Allow;
-        let may_inspect = network.inspect_all
+        let may_inspect = !network.credentials.is_empty()
+            || network.inspect_all
             || rules.has_path_rules()
             || (filters_models
                 && match network.mode {
@@ -327,6 +350,7 @@ impl Policy {
             provider_tools: network.provider_tools,
             may_inspect,
             audit: network.audit,
+            credentials: network.credentials,
         }
     }
 
@@ -337,6 +361,20 @@ impl Policy {
             Verdict::Allow if req.via == Via::ForwardProxy && self.filters_provider_tools(req.host) => {
                 Decision { verdict: Verdict::Block, reason: Reason::ProviderTools, rule: d.rule }
             }
+            _ => d,
+        }
+    }
+
+    /// A plain-HTTP request to a credential's host: the credential would travel in clear, so it is refused unless
+    /// the entry allows plaintext (a gateway on a private network).
+    fn credential_in_clear(&self, req: &Request<'_>, name: &Name, d: Decision) -> Decision {
+        match d.verdict {
+            Verdict::Allow if req.via == Via::ForwardProxy => match self.credential_for_name(name.as_str()) {
+                Some(c) if !c.plaintext => {
+                    Decision { verdict: Verdict::Block, reason: Reason::CredentialPlaintext, rule: d.rule }
+                }
+                _ => d,
+            },
             _ => d,
         }
     }
@@ -380,6 +418,10 @@ impl Policy {
         match d.verdict {
             // INVARIANT: an allowed model API tunnel is inspected, so no request body reaches it unread.
             Verdict::Allow if self.filters_name(name.as_str()) => Decision { verdict: Verdict::Inspect, ..d },
+            // INVARIANT: a credential's host is inspected, so its placeholder can be replaced on every request.
+            Verdict::Allow if self.credential_for_name(name.as_str()).is_some() => {
+                Decision { verdict: Verdict::Inspect, ..d }
+            }
             _ => d,
         }
     }

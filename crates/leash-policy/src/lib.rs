@@ -9,6 +9,7 @@
 //! here at each step (see ARCHITECTURE.md, "Life of a request").
 #![forbid(unsafe_code)]
 
+pub mod credentials;
 pub mod dest;
 pub mod engine;
 mod fasthash;
@@ -22,6 +23,7 @@ pub mod reason;
 mod spec;
 pub mod url;
 
+pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
 pub use dest::{is_internal, Cidr, CidrError};
 pub use engine::{ClientHelloFacts, Decision, Mode, Policy, ProviderTools, Request, Scheme, Verdict, Via};
 pub use file::{load, Format, Loaded, PolicyError, PolicyErrorKind, Warning};

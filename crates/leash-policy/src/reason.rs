@@ -48,11 +48,16 @@ pub enum Reason {
     ProviderTools,
     /// Provider-side tools were removed from a request to a model API.
     ProviderToolsStripped,
+    /// A plain-HTTP request to a host a credential belongs to: credentials never travel in clear.
+    CredentialPlaintext,
+    /// A credential's placeholder or real value in a request to a host it does not belong to: the trace of an
+    /// exfiltration attempt.
+    CredentialLeak,
 }
 
 impl Reason {
     /// Every reason, in the order the README lists them.
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 22] = [
         Reason::Rule,
         Reason::Default,
         Reason::NotAllowed,
@@ -73,6 +78,8 @@ impl Reason {
         Reason::UpstreamTls,
         Reason::ProviderTools,
         Reason::ProviderToolsStripped,
+        Reason::CredentialPlaintext,
+        Reason::CredentialLeak,
     ];
 
     /// The published word for this reason.
@@ -98,16 +105,18 @@ impl Reason {
             Reason::UpstreamTls => "upstream-tls",
             Reason::ProviderTools => "provider-tools",
             Reason::ProviderToolsStripped => "provider-tools-stripped",
+            Reason::CredentialPlaintext => "credential-plaintext",
+            Reason::CredentialLeak => "credential-leak",
         }
     }
 
-    /// One line on what the reason means, for `explain` and the README.
     /// A refusal by the host and path rules themselves (the one audit mode lets through), as opposed to the port,
     /// the address, the request's shape or the destination.
     pub fn is_rule(self) -> bool {
         matches!(self, Reason::NotAllowed | Reason::Rule | Reason::AmbiguousPath)
     }
 
+    /// One line on what the reason means, for `explain` and the README.
     pub fn describe(self) -> &'static str {
         match self {
             Reason::Rule => "a rule of the policy matched",
@@ -136,6 +145,12 @@ impl Reason {
                  cannot check for one"
             }
             Reason::ProviderToolsStripped => "provider-side tools were removed from the model API request",
+            Reason::CredentialPlaintext => {
+                "a credential belongs to this host, and credentials never travel over plain HTTP; use https"
+            }
+            Reason::CredentialLeak => {
+                "the request carries a credential (its placeholder or its value) to a host it does not belong to"
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use crate::credentials::Credential;
 use crate::dest::Cidr;
 use crate::engine::{Mode, ProviderTools};
 use crate::host::Name;
@@ -36,6 +37,8 @@ pub(crate) struct Network {
     /// `model_apis`: names only (`Exact` or `Subtree`), added to [`DEFAULT_MODEL_APIS`].
     pub(crate) model_apis: Vec<HostPattern>,
     pub(crate) provider_tools: ProviderTools,
+    /// `credentials`: secrets leash puts on requests to their hosts.
+    pub(crate) credentials: Vec<Credential>,
 }
 
 impl Network {
@@ -52,6 +55,7 @@ impl Network {
             inspect_all: false,
             model_apis: Vec::new(),
             provider_tools: ProviderTools::default(),
+            credentials: Vec::new(),
         }
     }
 }

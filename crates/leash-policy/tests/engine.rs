@@ -7,6 +7,8 @@ use leash_policy::{
     TlsInspection, Verdict, Via,
 };
 
+#[path = "engine/credentials.rs"]
+mod credentials;
 #[path = "engine/decisions.rs"]
 mod decisions;
 #[path = "engine/error_kinds.rs"]

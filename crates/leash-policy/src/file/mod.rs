@@ -10,6 +10,7 @@ use std::fmt;
 
 use crate::engine::Policy;
 
+mod credentials;
 mod entries;
 mod inline;
 mod raw;
@@ -149,7 +150,10 @@ pub fn load(text: &str, format: Format, profile: Option<&str>) -> Result<Loaded,
     errors.sort_by_key(|e| (e.line, e.column));
     match chosen {
         Some(network) if errors.is_empty() => {
-            Ok(Loaded { policy: Policy::compile(network), warnings: checked.warnings })
+            let policy = Policy::compile(network);
+            let mut warnings = checked.warnings;
+            warnings.extend(warn::unused_credentials(profile, &policy));
+            Ok(Loaded { policy, warnings })
         }
         // A section with errors has no network; its errors are in `errors`.
         _ => Err(errors),

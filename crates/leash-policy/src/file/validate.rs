@@ -26,6 +26,7 @@ pub(crate) const NETWORK_KEYS: &[&str] = &[
     "inspect",
     "model_apis",
     "provider_tools",
+    "credentials",
 ];
 
 /// Every section of a file, checked.
@@ -65,18 +66,18 @@ pub(crate) fn document(root: &Node) -> Checked {
     checked
 }
 
-struct Checker {
-    errors: Vec<PolicyError>,
+pub(super) struct Checker {
+    pub(super) errors: Vec<PolicyError>,
     warnings: Vec<Warning>,
 }
 
-type Fields<'n> = Vec<(&'n Key, &'n Node)>;
+pub(super) type Fields<'n> = Vec<(&'n Key, &'n Node)>;
 
-fn find<'n>(fields: &Fields<'n>, name: &str) -> Option<(&'n Key, &'n Node)> {
+pub(super) fn find<'n>(fields: &Fields<'n>, name: &str) -> Option<(&'n Key, &'n Node)> {
     fields.iter().find(|(k, _)| k.name == name).copied()
 }
 
-fn join(prefix: &str, name: &str) -> String {
+pub(super) fn join(prefix: &str, name: &str) -> String {
     match prefix {
         "" => name.to_owned(),
         _ => format!("{prefix}.{name}"),
@@ -84,7 +85,7 @@ fn join(prefix: &str, name: &str) -> String {
 }
 
 impl Checker {
-    fn error(&mut self, kind: PolicyErrorKind, entry: &str, pos: Pos, message: String) {
+    pub(super) fn error(&mut self, kind: PolicyErrorKind, entry: &str, pos: Pos, message: String) {
         self.errors.push(PolicyError {
             kind,
             entry: entry.to_owned(),
@@ -94,12 +95,12 @@ impl Checker {
         });
     }
 
-    fn expected(&mut self, entry: &str, node: &Node, what: &str) {
+    pub(super) fn expected(&mut self, entry: &str, node: &Node, what: &str) {
         self.error(WrongType, entry, node.pos, format!("expected {what}, found {}", node.kind_name()));
     }
 
     /// A mapping with only `allowed` keys, each once; unknown and repeated keys are reported and left out.
-    fn map<'n>(&mut self, entry: &str, node: &'n Node, allowed: &[&str]) -> Option<Fields<'n>> {
+    pub(super) fn map<'n>(&mut self, entry: &str, node: &'n Node, allowed: &[&str]) -> Option<Fields<'n>> {
         let Value::Map(pairs) = &node.value else {
             self.expected(if entry.is_empty() { "(top level)" } else { entry }, node, "a mapping");
             return None;
@@ -162,6 +163,7 @@ impl Checker {
         let destinations = list(self, "allow_destinations").map(|items| self.cidrs(prefix, items));
         let inspect_all = find(&fields, "inspect").is_some_and(|(_, n)| self.inspect(&join(prefix, "inspect"), n));
         let model_apis = list(self, "model_apis").map(|items| self.model_apis(prefix, items));
+        let credentials = list(self, "credentials").map(|items| self.credentials(prefix, items));
         let provider_tools = find(&fields, "provider_tools")
             .and_then(|(_, n)| self.provider_tools(&join(prefix, "provider_tools"), n))
             .unwrap_or_default();
@@ -185,6 +187,7 @@ impl Checker {
             inspect_all,
             model_apis: model_apis.unwrap_or_default(),
             provider_tools,
+            credentials: credentials.unwrap_or_default(),
         };
         self.warnings.extend(warn::network(prefix, &network));
         if let Some(section) = self.warnings.get_mut(first_warning..) {
@@ -227,7 +230,7 @@ impl Checker {
         }
     }
 
-    fn list<'n>(&mut self, entry: &str, node: &'n Node) -> Option<&'n [Node]> {
+    pub(super) fn list<'n>(&mut self, entry: &str, node: &'n Node) -> Option<&'n [Node]> {
         match &node.value {
             Value::Seq(items) => Some(items),
             _ => {
@@ -237,7 +240,7 @@ impl Checker {
         }
     }
 
-    fn item_string<'n>(&mut self, node: &'n Node, entry: impl FnOnce() -> String) -> Option<&'n str> {
+    pub(super) fn item_string<'n>(&mut self, node: &'n Node, entry: impl FnOnce() -> String) -> Option<&'n str> {
         match &node.value {
             Value::Scalar(ScalarKind::Str, text) => Some(text),
             _ => {
@@ -247,7 +250,7 @@ impl Checker {
         }
     }
 
-    fn string<'n>(&mut self, entry: &str, node: &'n Node) -> Option<&'n str> {
+    pub(super) fn string<'n>(&mut self, entry: &str, node: &'n Node) -> Option<&'n str> {
         match &node.value {
             Value::Scalar(ScalarKind::Str, text) => Some(text),
             _ => {

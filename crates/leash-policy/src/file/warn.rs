@@ -298,3 +298,31 @@ mod tests {
         assert_eq!(v, HashSet::from(["/", "/a"]));
     }
 }
+
+/// Credential hosts the policy refuses anyway (a tunnel to them on 443 is blocked by the mode's rules): the
+/// credential would never be used, which is likely a slip.
+pub(crate) fn unused_credentials(profile: Option<&str>, policy: &crate::Policy) -> Vec<Warning> {
+    use crate::credentials::CredentialHost;
+    use crate::{Host, Question, TlsInspection, Verdict};
+    let prefix = profile.map_or_else(|| "network".to_owned(), |p| format!("profiles.{p}.network"));
+    let mut out = Vec::new();
+    for (i, credential) in policy.credentials().iter().enumerate() {
+        for (j, host) in credential.hosts.iter().enumerate() {
+            let (CredentialHost::Exact(name) | CredentialHost::Subtree(name)) = host;
+            let target = Host::Name(name.clone());
+            let d = policy.decide(&Question::Connect { target: &target, port: 443 }, TlsInspection::Available);
+            if d.verdict == Verdict::Block {
+                out.push(Warning {
+                    entry: format!("{prefix}.credentials[{i}].hosts[{j}]"),
+                    message: format!(
+                        "`{}` is refused by this policy ({}), so the credential `{}` is never used there",
+                        name.as_str(),
+                        d.reason,
+                        credential.name
+                    ),
+                });
+            }
+        }
+    }
+    out
+}

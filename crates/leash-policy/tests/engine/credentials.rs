@@ -1,0 +1,77 @@
+//! The `credentials` section: presets and full entries, every mistake reported, and what a credential changes in
+//! decisions (its hosts always inspected, never reached over plain HTTP unless the entry allows it).
+
+use leash_policy::{Format, HeaderForm, SecretSource};
+
+use crate::{connect, decide, errors, policy, warnings};
+
+const BLOCK_WITH_KEYS: &str = "network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n    \
+                               - preset: anthropic\n    - preset: github\n      env: GH_TOKEN\n    \
+                               - name: mirror\n      hosts: [.pypi.corp.test]\n      env: PYPI_TOKEN\n      \
+                               file: /run/secrets/pypi\n      header: Authorization\n      basic: __token__\n      \
+                               plaintext: true\n";
+
+#[test]
+fn presets_and_full_entries_load_with_their_defaults() {
+    let p = policy(BLOCK_WITH_KEYS);
+    let c = p.credentials();
+    assert_eq!(c.len(), 3);
+    assert_eq!((&*c[0].name, c[0].env.as_str(), c[0].header.as_str()), ("anthropic", "ANTHROPIC_API_KEY", "x-api-key"));
+    assert_eq!(c[0].source, SecretSource::Env("ANTHROPIC_API_KEY".into()));
+    assert_eq!((&*c[1].name, c[1].env.as_str()), ("github", "GH_TOKEN"), "a preset's variable can be renamed");
+    assert_eq!(c[1].form, HeaderForm::Basic("x-access-token".into()));
+    assert_eq!(c[2].source, SecretSource::File("/run/secrets/pypi".into()));
+    assert_eq!((c[2].header.as_str(), &c[2].form), ("authorization", &HeaderForm::Basic("__token__".into())));
+    assert!(c[2].plaintext && !c[0].plaintext);
+    let host = |h: &str| leash_policy::parse_host(h).unwrap();
+    assert_eq!(p.credential_for(&host("files.pypi.corp.test")).map(|c| &*c.name), Some("mirror"));
+    assert_eq!(p.credential_for(&host("api.github.com")).map(|c| &*c.name), Some("github"));
+    assert!(p.credential_for(&host("example.org")).is_none());
+    assert!(p.may_inspect());
+}
+
+#[test]
+fn a_credentials_host_is_always_inspected_and_never_reached_in_clear() {
+    assert_eq!(connect(BLOCK_WITH_KEYS, "api.anthropic.com:443"), "inspect default");
+    assert_eq!(connect(BLOCK_WITH_KEYS, "github.com:443"), "inspect default");
+    assert_eq!(connect(BLOCK_WITH_KEYS, "example.org:443"), "allow default");
+    assert_eq!(decide(BLOCK_WITH_KEYS, "http://github.com/x"), "block credential-plaintext");
+    // The entry that allows plaintext (a gateway on a private network) is reached over plain HTTP.
+    assert_eq!(decide(BLOCK_WITH_KEYS, "http://files.pypi.corp.test/simple/"), "allow default");
+    let allow =
+        "network:\n  mode: allowlist\n  allowed_hosts: [api.openai.com]\n  credentials:\n    - preset: openai\n";
+    assert_eq!(connect(allow, "api.openai.com:443"), "inspect rule api.openai.com");
+}
+
+#[test]
+fn every_mistake_in_an_entry_is_reported() {
+    let entry = |body: &str| format!("network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n{body}");
+    let errs = errors(&entry("    - preset: anthropik\n"), Format::Yaml);
+    assert!(errs[0].contains("`anthropik` is not a preset; the presets are `anthropic`"), "{errs:?}");
+    let errs = errors(&entry("    - name: x\n      env: X\n"), Format::Yaml);
+    assert!(errs.iter().any(|e| e.contains("credentials[0].header: missing `header`")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.contains("credentials[0].hosts: missing `hosts`")), "{errs:?}");
+    let errs = errors(&entry("    - preset: openai\n      hosts: [10.0.0.1]\n"), Format::Yaml);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(errs[0].contains("is an address; a credential belongs to names"), "{errs:?}");
+    let errs = errors(&entry("    - preset: openai\n      scheme: Bearer\n      basic: me\n"), Format::Yaml);
+    assert!(errs[0].contains("give `scheme` or `basic`, not both"), "{errs:?}");
+    let errs = errors(&entry("    - preset: openai\n    - preset: openai\n"), Format::Yaml);
+    assert!(errs.iter().any(|e| e.contains("a credential named `openai` is given twice")), "{errs:?}");
+    let errs = errors(&entry("    - preset: openai\n      env: 1BAD\n      header: \"bad header\"\n"), Format::Yaml);
+    assert!(errs.iter().any(|e| e.contains("`1BAD` is not an environment variable name")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.contains("`bad header` is not a header")), "{errs:?}");
+    let errs = errors(&entry("    - preset: openai\n      secret: sk-123\n"), Format::Yaml);
+    assert!(errs[0].contains("unknown key `secret`"), "a secret is never written in the policy: {errs:?}");
+}
+
+#[test]
+fn a_credential_for_a_host_the_policy_refuses_is_a_warning() {
+    let allow = "network:\n  mode: allowlist\n  allowed_hosts: [pypi.org]\n  credentials:\n    - preset: anthropic\n";
+    let w = warnings(allow);
+    assert_eq!(
+        w,
+        ["network.credentials[0].hosts[0]: `api.anthropic.com` is refused by this policy (not-allowed), so the \
+          credential `anthropic` is never used there"]
+    );
+}
