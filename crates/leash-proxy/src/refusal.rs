@@ -66,7 +66,7 @@ impl Response {
     /// The response bytes; `keep_alive` false adds `Connection: close`.
     pub fn to_bytes(&self, keep_alive: bool) -> Vec<u8> {
         let mut out = format!("HTTP/1.1 {} {}\r\n", self.status, status_text(self.status));
-        out.push_str("Content-Type: text/plain; charset=utf-8\r\n");
+        out.push_str(&format!("Content-Type: {}\r\n", self.content_type()));
         if let Some(reason) = self.reason {
             out.push_str("X-Leash-Reason: ");
             out.push_str(reason.as_str());
@@ -79,6 +79,39 @@ impl Response {
         out.push_str("\r\n");
         out.push_str(&self.body);
         out.into_bytes()
+    }
+
+    /// 403 for a refused model API request (as [`Response::provider_tools`]) in the JSON error shape of the API at
+    /// `host`, so that its SDK shows leash's reason rather than a bare status: Anthropic's, Gemini's (Vertex AI's
+    /// too), and OpenAI's for any other host — the shape most gateways copy.
+    pub fn provider_error(host: &str, target: &str, why: &str) -> Self {
+        let reason = Reason::ProviderTools;
+        let message = format!("leash: {target} refused by the egress policy ({reason}): {why}");
+        let google = host == "generativelanguage.googleapis.com" || host.ends_with("aiplatform.googleapis.com");
+        let body = match host {
+            "api.anthropic.com" => serde_json::json!({
+                "type": "error",
+                "error": {"type": "permission_error", "message": message},
+            }),
+            _ if google => serde_json::json!({
+                "error": {"code": 403, "message": message, "status": "PERMISSION_DENIED"},
+            }),
+            _ => serde_json::json!({
+                "error": {
+                    "message": message, "type": "permission_error", "param": null, "code": "leash_provider_tools",
+                },
+            }),
+        };
+        Self { status: 403, reason: Some(reason), body: body.to_string() }
+    }
+
+    /// The body's media type: JSON for [`Response::provider_error`]'s, the one body that is a JSON object (every
+    /// other starts `leash:`), so no other response's header changes.
+    pub fn content_type(&self) -> &'static str {
+        match self.body.starts_with('{') {
+            true => "application/json",
+            false => "text/plain; charset=utf-8",
+        }
     }
 }
 

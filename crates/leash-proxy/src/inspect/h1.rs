@@ -108,7 +108,7 @@ async fn request(
             (request, removed)
         }
         Gated::Refuse { why, keep } => {
-            let answer = Response::provider_tools(&format!("{host}{path_only}"), &why);
+            let answer = Response::provider_error(&host, &format!("{host}{path_only}"), &why);
             let response = ctx.refuse_with(&asked(&head.target), &model::refused(), answer);
             return reply(client, &response, keep).await;
         }
@@ -165,7 +165,7 @@ async fn gate(
     }
     let (body, removed) = match body.is_empty() {
         true => (Bytes::new(), Vec::new()),
-        false => match model::judge(Bytes::from(body), tools) {
+        false => match model::judge(Bytes::from(body), &head.target, tools) {
             Gate::Forward { body, stripped } => (body, stripped),
             Gate::Refuse(why) => return refuse(why),
         },

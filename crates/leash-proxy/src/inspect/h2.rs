@@ -101,7 +101,7 @@ async fn stream(
     let checked = match checked {
         Ok(checked) => checked,
         Err(why) => {
-            let answer = Response::provider_tools(&format!("{host}{path_only}"), &why);
+            let answer = Response::provider_error(&host, &format!("{host}{path_only}"), &why);
             return own_response(&ctx.refuse_with(&asked(&path_and_query), &model::refused(), answer));
         }
     };
@@ -185,7 +185,7 @@ async fn gate(
     };
     let (body, stripped) = match whole.is_empty() {
         true => (whole, Vec::new()),
-        false => match model::judge(whole, tools) {
+        false => match model::judge(whole, parts.uri.path(), tools) {
             Gate::Forward { body, stripped } => (body, stripped),
             Gate::Refuse(why) => return Err(why),
         },
@@ -262,7 +262,7 @@ fn own_response(r: &Response) -> HttpResponse<ResBody> {
         HttpResponse::new(Full::new(Bytes::from(r.body.clone())).map_err(|never| match never {}).boxed());
     *response.status_mut() = http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::FORBIDDEN);
     let headers = response.headers_mut();
-    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(r.content_type()));
     if let Some(reason) = r.reason {
         headers.insert(HeaderName::from_static("x-leash-reason"), HeaderValue::from_static(reason.as_str()));
     }

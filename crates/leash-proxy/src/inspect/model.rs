@@ -24,9 +24,9 @@ pub(super) enum Gate {
     Refuse(String),
 }
 
-/// Check a whole body under `mode`.
-pub(super) fn judge(body: Bytes, mode: ProviderTools) -> Gate {
-    match filter(&body, mode) {
+/// Check the whole body of a request to `path` (the endpoint matters to some shapes: `/v1/containers`) under `mode`.
+pub(super) fn judge(body: Bytes, path: &str, mode: ProviderTools) -> Gate {
+    match filter(&body, path, mode) {
         Ok(Outcome::Unchanged) => Gate::Forward { body, stripped: Vec::new() },
         Ok(Outcome::Stripped { body, removed }) => Gate::Forward { body: Bytes::from(body), stripped: removed },
         Ok(Outcome::Refused { tools }) => Gate::Refuse(format!(
@@ -131,7 +131,11 @@ impl AsyncWrite for Capped {
 
 #[cfg(test)]
 mod tests {
+    use leash_policy::ProviderTools::{Refuse, Strip};
+    use serde_json::json;
+
     use super::*;
+    use crate::refusal::Response;
 
     #[test]
     fn dechunk_reads_sizes_extensions_and_stops_at_the_last_chunk() {
@@ -154,14 +158,66 @@ mod tests {
     #[test]
     fn judge_forwards_strips_and_refuses() {
         let plain = Bytes::from_static(br#"{"model":"m","tools":[]}"#);
-        let Gate::Forward { body, stripped } = judge(plain.clone(), ProviderTools::Strip) else { panic!() };
+        let Gate::Forward { body, stripped } = judge(plain.clone(), "/v1/messages", Strip) else { panic!() };
         assert_eq!((body, stripped.len()), (plain, 0), "unchanged bodies go byte for byte");
         let search = Bytes::from_static(br#"{"model":"m","web_search_options":{}}"#);
-        let Gate::Forward { body, stripped } = judge(search.clone(), ProviderTools::Strip) else { panic!() };
+        let Gate::Forward { body, stripped } = judge(search.clone(), "/v1/chat/completions", Strip) else { panic!() };
         assert_eq!((&body[..], stripped.len()), (&br#"{"model":"m"}"#[..], 1));
-        let Gate::Refuse(why) = judge(search, ProviderTools::Refuse) else { panic!() };
+        let Gate::Refuse(why) = judge(search, "/v1/chat/completions", Refuse) else { panic!() };
         assert!(why.contains("(provider_tools: refuse): web_search_options"), "{why}");
-        let Gate::Refuse(why) = judge(Bytes::from_static(b"a=1"), ProviderTools::Strip) else { panic!() };
+        let Gate::Refuse(why) = judge(Bytes::from_static(b"a=1"), "/v1/messages", Strip) else { panic!() };
         assert!(why.starts_with("the body is not JSON"), "{why}");
+    }
+
+    #[test]
+    fn judge_reads_the_path_a_container_is_created_at() {
+        let open = Bytes::from_static(br#"{"name":"c","network_policy":{"type":"allowlist","allowed_domains":[]}}"#);
+        let Gate::Refuse(why) = judge(open.clone(), "/v1/containers?x=1", Strip) else { panic!() };
+        assert!(why.contains("network_policy `allowlist` (container with network access"), "{why}");
+        assert!(matches!(judge(open, "/v1/files", Strip), Gate::Forward { .. }));
+    }
+
+    /// The status, `Content-Type`, reason and body (as JSON) of a refusal for `host`, as written on the wire.
+    fn provider_error(host: &str) -> (String, String, String, serde_json::Value) {
+        let bytes = Response::provider_error(host, &format!("{host}/v1/x"), "tools[0] (web search)").to_bytes(true);
+        let text = String::from_utf8(bytes).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let header = |name: &str| {
+            let line = head.lines().find(|l| l.to_ascii_lowercase().starts_with(&format!("{name}: "))).unwrap();
+            line[name.len() + 2..].to_owned()
+        };
+        assert_eq!(header("content-length"), body.len().to_string());
+        let status = head.lines().next().unwrap().to_owned();
+        (status, header("content-type"), header("x-leash-reason"), serde_json::from_str(body).unwrap())
+    }
+
+    #[test]
+    fn a_refusal_comes_in_the_error_shape_of_the_api_at_the_host() {
+        let message = |host: &str| {
+            format!("leash: {host}/v1/x refused by the egress policy (provider-tools): tools[0] (web search)")
+        };
+        let anthropic =
+            json!({"type": "error", "error": {"type": "permission_error", "message": message("api.anthropic.com")}});
+        let gemini =
+            |host: &str| json!({"error": {"code": 403, "message": message(host), "status": "PERMISSION_DENIED"}});
+        let openai = |host: &str| {
+            json!({"error": {
+                "message": message(host), "type": "permission_error", "param": null, "code": "leash_provider_tools",
+            }})
+        };
+        for (host, shape) in [
+            ("api.anthropic.com", anthropic),
+            ("generativelanguage.googleapis.com", gemini("generativelanguage.googleapis.com")),
+            ("us-central1-aiplatform.googleapis.com", gemini("us-central1-aiplatform.googleapis.com")),
+            ("api.openai.com", openai("api.openai.com")),
+            ("llm-gateway.internal", openai("llm-gateway.internal")),
+        ] {
+            let (status, content_type, reason, body) = provider_error(host);
+            assert_eq!(status, "HTTP/1.1 403 Forbidden");
+            assert_eq!((content_type.as_str(), reason.as_str()), ("application/json", "provider-tools"), "{host}");
+            assert_eq!(body, shape, "{host}");
+        }
+        let text = Response::provider_tools("h/p", "why").to_bytes(true);
+        assert!(String::from_utf8(text).unwrap().contains("Content-Type: text/plain; charset=utf-8\r\n"));
     }
 }

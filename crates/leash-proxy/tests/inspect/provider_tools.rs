@@ -1,7 +1,8 @@
 //! Model APIs' provider-side tools over real sockets: a fake model API over HTTPS (test CA) at
 //! `models.test`, listed in `model_apis`, records the bodies it receives; curl (HTTP/1.1) and hyper (HTTP/2) post
-//! each provider's shapes through leash. Stripped bodies arrive without the tools and with function tools intact,
-//! refused ones never arrive, each removal is in the log, and responses stream chunk by chunk.
+//! each provider's shapes through leash. Stripped bodies arrive without the tools, the references to them and with
+//! function tools intact, refused ones never arrive and are answered in the API's JSON error shape (OpenAI's, for a
+//! host that is none of the three), each removal is in the log, and responses stream chunk by chunk.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -142,24 +143,94 @@ async fn gemini_grounding_arrives_stripped_in_both_spellings_over_a_chunked_uplo
     assert_eq!(t.leash.decision(path).await["stripped"].as_array().map(Vec::len), Some(4));
 }
 
+/// The `error.message` of a refusal in OpenAI's JSON error shape, after checking the shape and its headers.
+fn error_message(out: &CurlOut) -> String {
+    assert_eq!((out.status, out.head.header("x-leash-reason")), (403, Some("provider-tools")), "{}", out.stderr);
+    assert_eq!(out.head.header("content-type"), Some("application/json"));
+    let body: Value = serde_json::from_slice(&out.body).expect("a JSON error body");
+    assert_eq!(
+        (&body["error"]["type"], &body["error"]["code"]),
+        (&json!("permission_error"), &json!("leash_provider_tools"))
+    );
+    body["error"]["message"].as_str().expect("a message").to_owned()
+}
+
 #[tokio::test]
-async fn refuse_answers_403_naming_the_tool_and_nothing_arrives() {
+async fn refuse_answers_403_in_the_apis_error_shape_naming_the_tool_and_nothing_arrives() {
     let t = scene("refuse").await;
     let body = json!({"model": "m", "tools": [{"type": "web_search_20250305", "name": "web_search"}, weather()]});
     let out = post(&t, "/v1/messages", &body.to_string(), &[]).await;
-    assert_eq!((out.status, out.head.header("x-leash-reason")), (403, Some("provider-tools")));
-    let text = out.text();
-    assert_eq!(
-        text.lines().next(),
-        Some("leash: models.test/v1/messages refused by the egress policy (provider-tools)")
+    let message = error_message(&out);
+    assert!(
+        message.starts_with("leash: models.test/v1/messages refused by the egress policy (provider-tools): "),
+        "{message}"
     );
-    assert!(text.contains("(provider_tools: refuse): tools[0] `web_search_20250305` (web search"), "{text}");
+    assert!(message.contains("(provider_tools: refuse): tools[0] `web_search_20250305` (web search"), "{message}");
     let plain = json!({"model": "m", "tools": [weather()]});
     assert_eq!(post(&t, "/v1/messages", &plain.to_string(), &[]).await.status, 200, "function tools pass");
     assert_eq!(received(&t), [plain]);
     let d = t.leash.decision("/v1/messages").await;
     assert_eq!((d["decision"].as_str(), d["reason"].as_str()), (Some("block"), Some("provider-tools")));
     assert!(d.get("stripped").is_none());
+}
+
+#[tokio::test]
+async fn gemini_mcp_servers_arrive_stripped_with_their_function_names_and_are_refused_under_refuse() {
+    let decls = json!([{"name": "f", "parameters": {"type": "OBJECT"}}]);
+    let body = json!({"contents": [{"parts": [{"text": "hi"}]}],
+        "tools": [{"mcpServers": [{"name": "x", "streamableHttpTransport": {"url": "https://mcp.example/mcp"}}]},
+                  {"functionDeclarations": decls, "googleMaps": {}}],
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["f", "x_lookup"]}}});
+    let path = "/v1beta/models/gemini-2.5-flash:generateContent";
+    let t = scene("strip").await;
+    assert_eq!(post(&t, path, &body.to_string(), &[]).await.status, 200);
+    let expected = json!({"contents": [{"parts": [{"text": "hi"}]}], "tools": [{"functionDeclarations": decls}],
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["f"]}}});
+    assert_eq!(received(&t), [expected]);
+    assert_eq!(
+        t.leash.decision(path).await["stripped"],
+        json!([
+            "tools[0].mcpServers (remote MCP servers, Gemini)",
+            "tools[1].googleMaps (Google Maps grounding, Gemini)"
+        ])
+    );
+    let t = scene("refuse").await;
+    let message = error_message(&post(&t, path, &body.to_string(), &[]).await);
+    assert!(message.contains("tools[0].mcpServers (remote MCP servers, Gemini)"), "{message}");
+    assert!(t.tls.origin.requests().is_empty(), "nothing reached the model API");
+}
+
+#[tokio::test]
+async fn openai_references_to_removed_tools_go_with_them() {
+    let t = scene("strip").await;
+    let network = json!({"type": "allowlist", "allowed_domains": ["pypi.org"]});
+    let body = json!({"model": "gpt-5", "input": "hi",
+        "tools": [{"type": "web_search_preview"}, {"type": "function", "name": "f", "parameters": {}},
+                  {"type": "code_interpreter", "container": {"type": "auto", "network_policy": network}}],
+        "tool_choice": {"type": "web_search_preview"},
+        "include": ["web_search_call.action.sources", "code_interpreter_call.outputs", "reasoning.encrypted_content"]});
+    assert_eq!(post(&t, "/v1/responses", &body.to_string(), &[]).await.status, 200);
+    let expected = json!({"model": "gpt-5", "input": "hi",
+                          "tools": [{"type": "function", "name": "f", "parameters": {}}],
+                          "include": ["reasoning.encrypted_content"]});
+    assert_eq!(received(&t), [expected]);
+}
+
+#[tokio::test]
+async fn creating_a_container_with_network_access_is_refused_under_strip() {
+    let t = scene("strip").await;
+    let open = json!({"name": "c", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org"]}});
+    let message = error_message(&post(&t, "/v1/containers", &open.to_string(), &[]).await);
+    assert!(
+        message.contains("network_policy `allowlist` (container with network access, OpenAI Containers)"),
+        "{message}"
+    );
+    assert!(t.tls.origin.requests().is_empty(), "nothing reached the model API");
+    let closed = json!({"name": "c", "network_policy": {"type": "disabled"}});
+    assert_eq!(post(&t, "/v1/containers", &closed.to_string(), &[]).await.status, 200);
+    assert_eq!(received(&t), [closed]);
+    let d = t.leash.decision("/v1/containers").await;
+    assert_eq!((d["decision"].as_str(), d["reason"].as_str()), (Some("block"), Some("provider-tools")), "the first");
 }
 
 #[tokio::test]
@@ -324,6 +395,19 @@ async fn h2_streams_are_stripped_refused_when_compressed_and_logged() {
     let resp = within("compressed stream", send.send_request(gzip)).await.unwrap();
     assert_eq!(resp.status(), 403);
     assert_eq!(resp.headers().get("x-leash-reason").unwrap(), "provider-tools");
+    assert_eq!(resp.headers().get("content-type").unwrap(), "application/json");
+    let error: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("leash: models.test/v1/gz refused by the egress policy (provider-tools): "),
+        "{message}"
+    );
+    assert!(message.contains("`gzip`-encoded"), "{message}");
+    let mcp = json!({"contents": [], "tools": [{"mcp_servers": [{"name": "x"}]}]}).to_string();
+    let resp = within("MCP stream", send.send_request(h2_post(&origin, path, &[], &mcp))).await.unwrap();
+    assert_eq!(resp.status(), 200, "stripped, the last tool with it");
+    let got: Value = serde_json::from_slice(&origin.seen()[1].body).unwrap();
+    assert_eq!(got, json!({"contents": []}));
     // No content-length: the bound is met while the body is read.
     let big = h2_post(&origin, "/v1/big", &[], &format!("{{\"pad\":\"{}\"}}", "x".repeat(100 * 1024)));
     let resp = within("oversized stream", send.send_request(big)).await.unwrap();
@@ -332,7 +416,7 @@ async fn h2_streams_are_stripped_refused_when_compressed_and_logged() {
     assert!(String::from_utf8_lossy(&text).contains("larger than 65536 bytes"), "{}", String::from_utf8_lossy(&text));
     let get = Request::get(format!("https://models.test:{}/v1beta/models", origin.port)).body(Frames::new(vec![]));
     assert_eq!(within("bodiless stream", send.send_request(get.unwrap())).await.unwrap().status(), 200);
-    assert_eq!(origin.seen().len(), 2, "only the stripped and the bodiless stream reached the model API");
+    assert_eq!(origin.seen().len(), 3, "only the stripped and the bodiless streams reached the model API");
 }
 
 /// A request body that sends one data frame and then never another, nor its end.
