@@ -71,6 +71,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         limits: crate::fit_open_files(Limits::default()),
         inspection: Some(inspection),
         metrics: Arc::default(),
+        credentials: Arc::default(),
     };
     if let Ok(addr) = listener.local_addr() {
         let mut out = std::io::stdout().lock();

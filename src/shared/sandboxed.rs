@@ -109,5 +109,6 @@ pub fn config(policy: Policy, pins: Pins, audit: Arc<AuditLog>, inspection: Opti
         limits: crate::fit_open_files(Limits::default()),
         inspection,
         metrics: Arc::default(),
+        credentials: Arc::default(),
     }
 }

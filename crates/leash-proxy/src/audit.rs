@@ -71,6 +71,9 @@ pub struct DecisionEntry<'a> {
     /// What was removed from a model API request (`provider-tools-stripped`), one item per provider-side tool.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stripped: Option<&'a [String]>,
+    /// The credential leash put on the request (its `credentials` entry's name; never its value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential: Option<&'a str>,
 }
 
 /// The outcome record of an allowed request, joined to its decision by `id`: `status` is the upstream's (leash's
@@ -558,6 +561,7 @@ mod tests {
             reason: reason.as_str(),
             client: None,
             stripped: None,
+            credential: None,
         }
     }
 

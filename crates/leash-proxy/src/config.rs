@@ -9,6 +9,7 @@ use arc_swap::ArcSwap;
 use leash_policy::Policy;
 
 use crate::audit::AuditLog;
+use crate::credentials::Secrets;
 use crate::metrics::Metrics;
 use crate::resolve::Resolve;
 use crate::tls::Inspection;
@@ -159,6 +160,9 @@ pub struct ProxyConfig {
     pub inspection: Option<Arc<Inspection>>,
     /// The counters `leash proxy --metrics` serves; every proxy counts (`Arc::default()` where nobody reads them).
     pub metrics: Arc<Metrics>,
+    /// The secrets of the policy's `credentials` entries and their placeholders (read when leash started; empty
+    /// without credentials). A request to a credential's host whose secret is missing here is refused.
+    pub credentials: Arc<Secrets>,
 }
 
 #[cfg(test)]

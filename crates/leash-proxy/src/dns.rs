@@ -19,7 +19,7 @@ use tokio::net::UdpSocket;
 
 use crate::audit::AuditLog;
 use crate::config::PolicyHandle;
-use crate::gate::{write_decision, Asked};
+use crate::gate::{write_decision, Asked, Extras};
 use crate::wire::dns::{respond, Answer, ANSWER_TTL};
 
 /// The sandbox-local address allowed names resolve to: inside the sandbox's own loopback (so nothing outside can be
@@ -95,7 +95,7 @@ impl Record {
             return true;
         }
         let asked = Asked { method: "DNS", host: name, port: 53, path: None };
-        if write_decision(&self.audit, self.audit.next_id(), &asked, d, Some(peer), None).is_err() {
+        if write_decision(&self.audit, self.audit.next_id(), &asked, d, Some(peer), Extras::default()).is_err() {
             return false;
         }
         if d.verdict != Verdict::Block {

@@ -5,6 +5,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -12,8 +13,9 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use crate::audit::UpstreamFailure;
 
 use crate::conn::{BufConn, Next, ReadHeadError, Reparse, Source};
+use crate::credentials::{LeakFound, LeakWatch, Redacting, Redactor, Watched};
 use crate::dial::DialError;
-use crate::gate::RequestCtx;
+use crate::gate::{Asked, RequestCtx};
 use crate::headers;
 use crate::refusal::{reply, Response};
 use crate::request::Plan;
@@ -21,6 +23,14 @@ use crate::shared::Shared;
 use crate::wire::http_head::{
     parse_response_head, response_framing, upgrade_value, BodyFraming, RequestHead, ResponseHead,
 };
+
+/// What watches an exchange for credentials: the one put on the request, turned back into its placeholder in the
+/// response (`redact`), and those the request body must not carry (`leaks`).
+#[derive(Clone, Default)]
+pub(crate) struct Watches {
+    pub redact: Option<Redactor>,
+    pub leaks: Option<LeakWatch>,
+}
 
 /// A completed exchange.
 pub(crate) struct Exchanged {
@@ -53,6 +63,9 @@ pub(crate) enum ExchangeError {
     /// final response is no error: see [`Relayed::client_gone`].)
     #[error("connection ended mid-response: {0}")]
     Midway(io::Error),
+    /// The request body carried this credential to a host it does not belong to; the body was cut off before it.
+    #[error("the request body carries credential `{0}`")]
+    Leak(Arc<str>),
 }
 
 impl ExchangeError {
@@ -65,7 +78,7 @@ impl ExchangeError {
             ExchangeError::Upstream(e) => Some(UpstreamFailure::of_io(e)),
             ExchangeError::Dial(e) => e.cause(),
             // Either side may have ended a response under way: nothing to blame the upstream for.
-            ExchangeError::Midway(_) | ExchangeError::Answered(_) => None,
+            ExchangeError::Midway(_) | ExchangeError::Answered(_) | ExchangeError::Leak(_) => None,
         }
     }
 
@@ -74,6 +87,7 @@ impl ExchangeError {
             ExchangeError::Timeout => 504,
             ExchangeError::Dial(e) => e.status(),
             ExchangeError::Answered(r) => r.status,
+            ExchangeError::Leak(_) => 403,
             _ => 502,
         }
     }
@@ -96,13 +110,13 @@ struct Relayed {
 }
 
 /// Record how an exchange ended and say whether the client may go on; a failure the client has not seen any of
-/// yet is answered with 502/504 naming `authority()`. The completed exchange is returned for the caller's upstream
-/// reuse.
+/// yet is answered with 502/504 naming `authority()`, a body that carried a credential elsewhere with 403 under
+/// `asked`. The completed exchange is returned for the caller's upstream reuse.
 pub(crate) async fn settle<S>(
     ctx: &RequestCtx<'_>,
     client: &mut BufConn<S>,
     result: Result<Exchanged, ExchangeError>,
-    authority: impl FnOnce() -> String,
+    (asked, authority): (&Asked<'_>, impl FnOnce() -> String),
 ) -> (Next, Option<Exchanged>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -115,6 +129,8 @@ where
         }
         // A refusal on a re-dial: its block line is the request's last, as for a refusal on a first dial.
         Err(ExchangeError::Answered(response)) => (reply(client, &response, false).await, None),
+        // Its block line follows the request's allow line under the same id, as a refusal on a re-dial does.
+        Err(ExchangeError::Leak(name)) => (reply(client, &ctx.refuse_leak(asked, &name), false).await, None),
         Err(e) => {
             let (status, authority) = (e.status(), authority());
             ctx.failed(status, &authority, e.cause(), &e.to_string());
@@ -128,14 +144,15 @@ where
 }
 
 /// Send `request` (and the client's body) up, relay the response down. The upstream is a plain TCP connection
-/// (forward proxy) or the TLS session of an inspected tunnel.
+/// (forward proxy) or the TLS session of an inspected tunnel. `redact`: the credential put on the request, turned
+/// back into its placeholder wherever the response body echoes it; `watch`: credentials the request body must not
+/// carry to this host.
 pub(crate) async fn exchange<S, U>(
     sh: &Shared,
     client: &mut BufConn<S>,
     upstream: &mut BufConn<U>,
-    request: &[u8],
-    head: &RequestHead,
-    plan: &Plan<'_>,
+    (request, head, plan): (&[u8], &RequestHead, &Plan<'_>),
+    Watches { redact, leaks }: Watches,
 ) -> Result<Exchanged, ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -147,9 +164,9 @@ where
     let keep = plan.client_keep_alive;
     let (relayed, body_sent) = if plan.framing == BodyFraming::None {
         let mut down = upstream.source();
-        (relay_response(sh, &mut down, &mut client.io, &head.method, keep).await?, Some(0))
+        (relay_response(sh, &mut down, &mut client.io, (&head.method, keep), redact).await?, Some(0))
     } else {
-        with_body(sh, client, upstream, head, plan).await?
+        with_body(sh, client, upstream, head, plan, Watches { redact, leaks }).await?
     };
     let up = request.len() as u64 + body_sent.unwrap_or(0);
     if relayed.client_gone {
@@ -175,6 +192,7 @@ async fn with_body<S, U>(
     upstream: &mut BufConn<U>,
     head: &RequestHead,
     plan: &Plan<'_>,
+    Watches { redact, leaks }: Watches,
 ) -> Result<(Relayed, Option<u64>), ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -185,15 +203,20 @@ where
     let (mut up_rd, mut up_wr) = tokio::io::split(&mut upstream.io);
     let mut body_src = Source { buf: client_buf, io: &mut client_rd };
     let mut down = Source { buf: &mut upstream.buf, io: &mut up_rd };
-    let send = send_body(&mut body_src, &mut up_wr, plan.framing);
-    let recv = relay_response(sh, &mut down, &mut client_wr, &head.method, plan.client_keep_alive);
+    let send = async {
+        match leaks {
+            Some(watch) => send_body(&mut body_src, &mut Watched::new(&mut up_wr, watch), plan.framing).await,
+            None => send_body(&mut body_src, &mut up_wr, plan.framing).await,
+        }
+    };
+    let recv = relay_response(sh, &mut down, &mut client_wr, (&head.method, plan.client_keep_alive), redact);
     tokio::pin!(send, recv);
     let mut sent = None;
     loop {
         tokio::select! {
             s = &mut send, if sent.is_none() => match s {
                 Ok(n) => sent = Some(n),
-                Err(e) => return Err(ExchangeError::Midway(e)),
+                Err(e) => return Err(LeakFound::of(&e).map_or(ExchangeError::Midway(e), ExchangeError::Leak)),
             },
             r = &mut recv => return Ok((r?, sent)),
         }
@@ -219,8 +242,8 @@ async fn relay_response<R, W>(
     sh: &Shared,
     down: &mut Source<'_, R>,
     client: &mut W,
-    method: &str,
-    client_keep_alive: bool,
+    (method, client_keep_alive): (&str, bool),
+    redact: Option<Redactor>,
 ) -> Result<Relayed, ExchangeError>
 where
     R: AsyncRead + Unpin,
@@ -242,7 +265,7 @@ where
             client.flush().await.map_err(ExchangeError::Midway)?;
             continue;
         }
-        return relay_final(down, client, &head, method, client_keep_alive).await;
+        return relay_final(down, client, &head, (method, client_keep_alive), redact).await;
     }
 }
 
@@ -261,8 +284,8 @@ async fn relay_final<R, W>(
     down: &mut Source<'_, R>,
     client: &mut W,
     head: &ResponseHead,
-    method: &str,
-    client_keep_alive: bool,
+    (method, client_keep_alive): (&str, bool),
+    redact: Option<Redactor>,
 ) -> Result<Relayed, ExchangeError>
 where
     R: AsyncRead + Unpin,
@@ -279,12 +302,14 @@ where
     let mut to = ToClient { inner: client, written: 0, failed: false };
     let relayed = async {
         to.write_all(&head_bytes).await?;
-        match framing {
-            BodyFraming::ContentLength(n) => down.copy_exact(&mut to, n).await?,
-            BodyFraming::Chunked => down.relay_chunked(&mut to).await?,
-            BodyFraming::UntilClose => down.copy_to_end(&mut to).await?,
-            BodyFraming::None => 0,
-        };
+        match redact {
+            None => drop(relay_body(down, &mut to, framing).await?),
+            Some(redactor) => {
+                let mut redacting = Redacting::new(&mut to, redactor, framing == BodyFraming::Chunked);
+                relay_body(down, &mut redacting, framing).await?;
+                redacting.finish().await?;
+            }
+        }
         // A TLS writer may still hold the last records; a TCP flush is free.
         to.flush().await
     };
@@ -295,6 +320,20 @@ where
     };
     let upstream_close = !head.is_persistent();
     Ok(Relayed { status: head.status, down: to.written, framing, upstream_close, upgraded, client_gone })
+}
+
+/// Relay a response body as it is framed; returns the bytes relayed.
+async fn relay_body<R, W>(down: &mut Source<'_, R>, to: &mut W, framing: BodyFraming) -> io::Result<u64>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    Ok(match framing {
+        BodyFraming::ContentLength(n) => down.copy_exact(to, n).await?,
+        BodyFraming::Chunked => down.relay_chunked(to).await?,
+        BodyFraming::UntilClose => down.copy_to_end(to).await?,
+        BodyFraming::None => 0,
+    })
 }
 
 /// The client's side of a final response: counts the bytes it accepted and notes a failed write, so a client that

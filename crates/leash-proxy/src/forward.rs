@@ -8,9 +8,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::conn::{BufConn, Next};
+use crate::credentials::{LeakWatch, Outbound};
 use crate::dial::{connect_checked, resolve_checked, DialError};
-use crate::exchange::{exchange, settle, ExchangeError, Exchanged};
-use crate::gate::{Asked, RequestCtx};
+use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
+use crate::gate::{Asked, Extras, RequestCtx};
 use crate::pool::PoolKey;
 use crate::refusal::{reply, Response};
 use crate::request::{plan, refuse_early, request_head_bytes, Plan};
@@ -46,20 +47,33 @@ where
             return reply(client, &refused, keep).await;
         }
     };
+    // Credentials: one bound to another host refuses the request; the host's own goes in (plaintext: true only).
+    let (sent, outbound) = sh.cfg.credentials.outgoing(&ctx.snap, &plan.target.authority.host, head);
+    let (credential, redact) = match outbound {
+        Outbound::Leak(name) => {
+            let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
+            return reply(client, &ctx.refuse_leak(&asked(plan.target.path_and_query), &name), keep).await;
+        }
+        Outbound::Credential { name, redactor } => (Some(name), Some(redactor)),
+        Outbound::Untouched => (None, None),
+    };
+    let own = ctx.snap.credential_for(&plan.target.authority.host).map(|c| &*c.name);
+    let watches = Watches { redact, leaks: LeakWatch::new(&sh.cfg.credentials, own) };
+    let extras = Extras { stripped: None, credential: credential.as_deref() };
     let key = PoolKey { host: host.as_ref().into(), port: plan.port, generation: ctx.snap.generation };
     let upstream = match sh.pool.take(&key) {
         Some(stream) => Upstream { stream, pooled: true },
-        None => match check_and_dial(&ctx, &plan, &asked(path_only), &decision).await {
+        None => match check_and_dial(&ctx, &plan, &asked(path_only), (&decision, extras)).await {
             Ok(stream) => Upstream { stream, pooled: false },
             Err(response) => return reply(client, &response, false).await,
         },
     };
     if upstream.pooled {
-        if let Err(response) = ctx.pass(&asked(path_only), &decision) {
+        if let Err(response) = ctx.pass_with(&asked(path_only), &decision, extras) {
             return reply(client, &response, false).await;
         }
     }
-    forward(&ctx, client, head, &plan, key, upstream, &asked(path_only)).await
+    forward(&ctx, client, (&sent, &plan, watches), key, upstream, &asked(path_only)).await
 }
 
 struct Upstream {
@@ -72,7 +86,7 @@ async fn check_and_dial(
     ctx: &RequestCtx<'_>,
     plan: &Plan<'_>,
     asked: &Asked<'_>,
-    decision: &Decision,
+    (decision, extras): (&Decision, Extras<'_>),
 ) -> Result<TcpStream, Response> {
     let host = &plan.target.authority.host;
     let addrs = match resolve_checked(ctx.sh, &ctx.snap, host, plan.port).await {
@@ -80,11 +94,11 @@ async fn check_and_dial(
         Err(DialError::Refused(reason)) => return Err(ctx.refuse_destination(asked, reason)),
         Err(e) => {
             // The request was allowed; its upstream failed before it was dialled.
-            ctx.pass(asked, decision)?;
+            ctx.pass_with(asked, decision, extras)?;
             return Err(upstream_failed(ctx, asked, &e));
         }
     };
-    ctx.pass(asked, decision)?;
+    ctx.pass_with(asked, decision, extras)?;
     connect_checked(&addrs, plan.port, ctx.sh.cfg.limits.connect_timeout)
         .await
         .map_err(|e| upstream_failed(ctx, asked, &e))
@@ -101,8 +115,7 @@ fn upstream_failed(ctx: &RequestCtx<'_>, asked: &Asked<'_>, e: &DialError) -> Re
 async fn forward<S>(
     ctx: &RequestCtx<'_>,
     client: &mut BufConn<S>,
-    head: &RequestHead,
-    plan: &Plan<'_>,
+    (head, plan, watches): (&RequestHead, &Plan<'_>, Watches),
     key: PoolKey,
     mut upstream: Upstream,
     asked: &Asked<'_>,
@@ -113,18 +126,18 @@ where
     let sh = ctx.sh;
     let request = request_head_bytes(head, plan);
     let mut conn = BufConn::new(upstream.stream);
-    let mut result = exchange(sh, client, &mut conn, &request, head, plan).await;
+    let mut result = exchange(sh, client, &mut conn, (&request, head, plan), watches.clone()).await;
     if matches!(result, Err(ExchangeError::Stale)) && upstream.pooled && plan.framing == BodyFraming::None {
         match redial(ctx, plan, asked).await {
             Ok(stream) => {
                 upstream = Upstream { stream, pooled: false };
                 conn = BufConn::new(upstream.stream);
-                result = exchange(sh, client, &mut conn, &request, head, plan).await;
+                result = exchange(sh, client, &mut conn, (&request, head, plan), watches).await;
             }
             Err(e) => result = Err(e),
         }
     }
-    finish(ctx, client, conn, key, result).await
+    finish(ctx, client, conn, (key, asked), result).await
 }
 
 /// A fresh connection for a request already logged as allowed whose pooled connection was stale: resolved and
@@ -143,14 +156,14 @@ async fn finish<S>(
     ctx: &RequestCtx<'_>,
     client: &mut BufConn<S>,
     conn: BufConn<TcpStream>,
-    key: PoolKey,
+    (key, asked): (PoolKey, &Asked<'_>),
     result: Result<Exchanged, ExchangeError>,
 ) -> Next
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let authority = || format!("{}:{}", key.host, key.port);
-    let (next, done) = settle(ctx, client, result, authority).await;
+    let (next, done) = settle(ctx, client, result, (asked, authority)).await;
     if done.is_some_and(|d| d.upstream_reusable) && conn.buf.is_empty() {
         ctx.sh.pool.put(key, conn.io);
     }

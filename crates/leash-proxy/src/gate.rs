@@ -43,6 +43,15 @@ impl Asked<'_> {
     }
 }
 
+/// What a decision line says beyond the decision, for a request that goes out changed.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Extras<'a> {
+    /// What was stripped from a model API request's body (`provider-tools-stripped`).
+    pub stripped: Option<&'a [String]>,
+    /// The credential put on the request (its entry's name).
+    pub credential: Option<&'a str>,
+}
+
 /// One request on its way through leash.
 pub(crate) struct RequestCtx<'s> {
     pub sh: &'s Shared,
@@ -83,17 +92,12 @@ impl<'s> RequestCtx<'s> {
     /// Write the line for `decision`. `Ok` lets the request on; `Err` is the answer when it may not go: the 403
     /// for a refusal, or 503 when the line could not be written (nothing unrecorded goes out).
     pub fn pass(&self, asked: &Asked<'_>, decision: &Decision) -> Result<(), Response> {
-        self.pass_stripped(asked, decision, None)
+        self.pass_with(asked, decision, Extras::default())
     }
 
-    /// [`RequestCtx::pass`] for a model API request, naming what was stripped from its body.
-    pub fn pass_stripped(
-        &self,
-        asked: &Asked<'_>,
-        decision: &Decision,
-        stripped: Option<&[String]>,
-    ) -> Result<(), Response> {
-        if self.record(asked, decision, stripped).is_err() {
+    /// [`RequestCtx::pass`] naming what was stripped from a model API request's body, or the credential put on it.
+    pub fn pass_with(&self, asked: &Asked<'_>, decision: &Decision, extras: Extras<'_>) -> Result<(), Response> {
+        if self.record(asked, decision, extras).is_err() {
             return Err(Response::audit_failed());
         }
         match decision.verdict {
@@ -115,7 +119,7 @@ impl<'s> RequestCtx<'s> {
     /// refused, an upstream certificate that failed, a model API body) and answer it with `answer`, or 503 when
     /// the line cannot be written.
     pub fn refuse_with(&self, asked: &Asked<'_>, decision: &Decision, answer: Response) -> Response {
-        match self.record(asked, decision, None) {
+        match self.record(asked, decision, Extras::default()) {
             Ok(()) => answer,
             Err(_) => Response::audit_failed(),
         }
@@ -129,8 +133,8 @@ impl<'s> RequestCtx<'s> {
 
     /// Write the decision line under this request's id, and count it: as decided, or as the 503 `audit-failed` the
     /// client gets when the line cannot be written.
-    fn record(&self, asked: &Asked<'_>, decision: &Decision, stripped: Option<&[String]>) -> Result<(), AuditError> {
-        let written = write_decision(&self.sh.cfg.audit, self.id, asked, decision, Some(self.peer), stripped);
+    fn record(&self, asked: &Asked<'_>, decision: &Decision, extras: Extras<'_>) -> Result<(), AuditError> {
+        let written = write_decision(&self.sh.cfg.audit, self.id, asked, decision, Some(self.peer), extras);
         let metrics = &self.sh.cfg.metrics;
         match &written {
             Ok(()) => metrics.count_decision(asked.method, decision),
@@ -140,6 +144,13 @@ impl<'s> RequestCtx<'s> {
             }
         }
         written
+    }
+
+    /// Record and answer a request that carries credential `name` (its placeholder or value) to a host it does not
+    /// belong to: the trace of an exfiltration attempt, so also a warning that says which credential.
+    pub fn refuse_leak(&self, asked: &Asked<'_>, name: &str) -> Response {
+        tracing::warn!("credential `{name}` found in a request to {}: refused as a leak", asked.host);
+        self.refuse(asked, &refusal(leash_policy::Reason::CredentialLeak))
     }
 
     /// Record how an allowed request ended. A failure here cannot refuse anything any more; it is reported.
@@ -164,7 +175,7 @@ pub(crate) fn write_decision(
     asked: &Asked<'_>,
     d: &Decision,
     client: Option<SocketAddr>,
-    stripped: Option<&[String]>,
+    extras: Extras<'_>,
 ) -> Result<(), AuditError> {
     match (d.verdict, asked.method) {
         (Verdict::Block, "DNS") => tracing::warn!("refused DNS {} ({})", asked.host, d.reason),
@@ -185,7 +196,8 @@ pub(crate) fn write_decision(
         rule: d.rule.as_deref(),
         reason: d.reason.as_str(),
         client: client.map(|c| c.to_string()),
-        stripped,
+        stripped: extras.stripped,
+        credential: extras.credential,
     };
     let written = audit.decision(&entry);
     if let Err(e) = &written {

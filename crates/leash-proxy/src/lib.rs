@@ -11,6 +11,7 @@ pub mod audit;
 pub mod ca;
 pub mod config;
 mod conn;
+pub mod credentials;
 mod dial;
 pub mod dns;
 mod exchange;

@@ -63,6 +63,7 @@ mod tests {
             limits: Limits::default(),
             inspection: None,
             metrics: Arc::default(),
+            credentials: Arc::default(),
         };
         let listening: Vec<SocketAddr> = listening.iter().map(|a| a.parse().unwrap()).collect();
         Shared::new(cfg, &listening)

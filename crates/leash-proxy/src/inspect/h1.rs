@@ -11,9 +11,10 @@ use tokio::io::AsyncWriteExt;
 use super::model::{self, Capped, Gate};
 use super::{upstream_tls_refused, ClientTls, Inspected, UpstreamError, UpstreamTls};
 use crate::conn::{close_gracefully, BufConn, Next, Reparse};
+use crate::credentials::{LeakWatch, Outbound};
 use crate::dial::DialError;
-use crate::exchange::{exchange, settle, ExchangeError, Exchanged};
-use crate::gate::{Asked, RequestCtx};
+use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
+use crate::gate::{Asked, Extras, RequestCtx};
 use crate::refusal::{reply, Response};
 use crate::request::{bad_request, plan, refuse_early, refuse_unreadable, request_head_bytes, Plan};
 use crate::wire::http_head::{parse_request_head, upgrade_value, BodyFraming, Header, RequestHead};
@@ -97,13 +98,29 @@ async fn request(
             return reply(client, &refused, keep).await;
         }
     };
+    // Credentials: one bound to another host refuses the request; the host's own goes in.
+    let secrets = &ctx.sh.cfg.credentials;
+    let (sent, outbound) = secrets.outgoing(&ctx.snap, &t.host, head);
+    let (credential, redact) = match outbound {
+        Outbound::Leak(name) => {
+            let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
+            return reply(client, &ctx.refuse_leak(&asked(&head.target), &name), keep).await;
+        }
+        Outbound::Credential { name, redactor } => (Some(name), Some(redactor)),
+        Outbound::Untouched => (None, None),
+    };
     let gated = match ctx.snap.filters_provider_tools(&t.host) {
-        true => gate(t, client, head, &plan, ctx.snap.provider_tools()).await,
+        true => gate(t, client, &sent, &plan, ctx.snap.provider_tools()).await,
         false => Gated::Pass,
     };
     let (bytes, stripped) = match gated {
-        Gated::Pass => (request_head_bytes(head, &plan), Vec::new()),
+        Gated::Pass => (request_head_bytes(&sent, &plan), Vec::new()),
         Gated::Body { request, removed } => {
+            // A body leash read is searched too.
+            let own = ctx.snap.credential_for(&t.host).map(|c| &*c.name);
+            if let Some(name) = secrets.found_in_any(own, [request.as_slice()]) {
+                return reply(client, &ctx.refuse_leak(&asked(&head.target), name), plan.client_keep_alive).await;
+            }
             plan.framing = BodyFraming::None;
             (request, removed)
         }
@@ -116,11 +133,14 @@ async fn request(
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     let logged = Logged { ctx: &ctx, asked: asked(path_only), rule: decision.rule.clone() };
     // INVARIANT: logged before a byte of the request goes up.
-    if let Err(response) = ctx.pass_stripped(&logged.asked, &model::forwarded(&decision, &stripped), listed) {
+    let extras = Extras { stripped: listed, credential: credential.as_deref() };
+    if let Err(response) = ctx.pass_with(&logged.asked, &model::forwarded(&decision, &stripped), extras) {
         return reply(client, &response, false).await;
     }
-    let result = forward(t, client, head, &plan, &bytes, upstream, &logged).await;
-    finish(t, &ctx, client, result, upstream, totals).await
+    let own = ctx.snap.credential_for(&t.host).map(|c| &*c.name);
+    let watches = Watches { redact, leaks: LeakWatch::new(secrets, own) };
+    let result = forward(t, client, (&sent, &plan, &bytes, watches), upstream, &logged).await;
+    finish(t, (&ctx, &logged.asked), client, result, upstream, totals).await
 }
 
 /// What the model API gate made of a request.
@@ -222,9 +242,7 @@ fn buffered_request(head: &RequestHead, plan: &Plan<'_>, body: &[u8]) -> Vec<u8>
 async fn forward(
     t: &Inspected,
     client: &mut BufConn<ClientTls>,
-    head: &RequestHead,
-    plan: &Plan<'_>,
-    bytes: &[u8],
+    (head, plan, bytes, watches): (&RequestHead, &Plan<'_>, &[u8], Watches),
     upstream: &mut Option<Upstream>,
     logged: &Logged<'_>,
 ) -> Result<Exchanged, ExchangeError> {
@@ -236,7 +254,7 @@ async fn forward(
         }
         let Some(up) = upstream.as_mut() else { continue };
         let reused = up.reused;
-        let result = exchange(&t.sh, client, &mut up.conn, bytes, head, plan).await;
+        let result = exchange(&t.sh, client, &mut up.conn, (bytes, head, plan), watches.clone()).await;
         match result {
             Err(ExchangeError::Stale) if reused && plan.framing == BodyFraming::None && attempts == 1 => {
                 *upstream = None;
@@ -265,13 +283,13 @@ async fn redial(t: &Inspected, logged: &Logged<'_>) -> Result<Upstream, Exchange
 /// Log the outcome, keep the upstream session when it is clean, and say whether the client may go on.
 async fn finish(
     t: &Inspected,
-    ctx: &RequestCtx<'_>,
+    (ctx, asked): (&RequestCtx<'_>, &Asked<'_>),
     client: &mut BufConn<ClientTls>,
     result: Result<Exchanged, ExchangeError>,
     upstream: &mut Option<Upstream>,
     totals: &mut (u64, u64),
 ) -> Next {
-    let (next, done) = settle(ctx, client, result, || t.authority()).await;
+    let (next, done) = settle(ctx, client, result, (asked, || t.authority())).await;
     if let Some(done) = &done {
         (totals.0, totals.1) = (totals.0 + done.up, totals.1 + done.down);
     }

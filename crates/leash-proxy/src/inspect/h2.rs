@@ -6,8 +6,8 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -25,13 +25,15 @@ use super::model::{self, Gate};
 use super::{ClientTls, Inspected, UpstreamTls};
 use crate::audit::{refusal, UpstreamFailure};
 use crate::config::Snapshot;
-use crate::gate::{Asked, RequestCtx};
+use crate::credentials::{LeakFound, LeakWatch, Outbound, Redactor};
+use crate::gate::{Asked, Extras, RequestCtx};
 use crate::refusal::Response;
 use crate::wire::target::split_query;
 
 type ResBody = BoxBody<Bytes, hyper::Error>;
 /// A request body going up: the client's stream as it comes, or a model API body leash read and checked.
-type ReqBody = BoxBody<Bytes, hyper::Error>;
+type ReqBody = BoxBody<Bytes, BoxError>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Upstream = SendRequest<Counted<ReqBody>>;
 
 /// Fields that describe one connection (RFC 9113 §8.2.2); never forwarded. `te` is kept only as `trailers`.
@@ -85,7 +87,7 @@ async fn stream(
     totals: Arc<Totals>,
 ) -> HttpResponse<ResBody> {
     let ctx = t.request_ctx();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
     let (path_only, _) = split_query(&path_and_query);
     let host = t.host_str();
@@ -94,9 +96,18 @@ async fn stream(
     if decision.verdict == Verdict::Block {
         return own_response(&ctx.refuse(&asked(&path_and_query), &decision));
     }
+    // Credentials: one bound to another host refuses the stream; the host's own goes in.
+    let secrets = &ctx.sh.cfg.credentials;
+    let (credential, redact) = match secrets.outbound_h2(&ctx.snap, &t.host, &path_and_query, &mut parts.headers) {
+        Outbound::Leak(name) => return own_response(&ctx.refuse_leak(&asked(&path_and_query), &name)),
+        Outbound::Credential { name, redactor } => (Some(name), Some(redactor)),
+        Outbound::Untouched => (None, None),
+    };
     let checked = match ctx.snap.filters_provider_tools(&t.host) {
         true => gate(&t, &parts, body, ctx.snap.provider_tools()).await,
-        false => Ok(Checked { body: body.boxed(), length: None, stripped: Vec::new() }),
+        false => {
+            Ok(Checked { body: body.map_err(BoxError::from).boxed(), length: None, stripped: Vec::new(), read: None })
+        }
     };
     let checked = match checked {
         Ok(checked) => checked,
@@ -105,10 +116,16 @@ async fn stream(
             return own_response(&ctx.refuse_with(&asked(&path_and_query), &model::refused(), answer));
         }
     };
+    // A body leash read is searched too.
+    let own = ctx.snap.credential_for(&t.host).map(|c| &*c.name);
+    if let Some(name) = checked.read.as_ref().and_then(|body| secrets.found_in_any(own, [body.as_ref()])) {
+        return own_response(&ctx.refuse_leak(&asked(&path_and_query), name));
+    }
     let listed = (!checked.stripped.is_empty()).then_some(checked.stripped.as_slice());
     // INVARIANT: logged before the stream's head or body goes up.
     let forwarded = model::forwarded(&decision, &checked.stripped);
-    if let Err(answer) = ctx.pass_stripped(&asked(path_only), &forwarded, listed) {
+    let extras = Extras { stripped: listed, credential: credential.as_deref() };
+    if let Err(answer) = ctx.pass_with(&asked(path_only), &forwarded, extras) {
         return own_response(&answer);
     }
     let mut sender = match sender {
@@ -126,7 +143,15 @@ async fn stream(
             headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
         }
     }
-    let request = match request.body(Counted { inner: checked.body, count: up.clone(), on_end: None }) {
+    // A body that carries a credential bound elsewhere is cut off before it, and the stream refused.
+    let leaked = Arc::new(Mutex::new(None));
+    let body = match LeakWatch::new(secrets, own) {
+        Some(watch) => {
+            WatchedBody { inner: checked.body, watch, found: leaked.clone(), held_trailers: None, ended: false }.boxed()
+        }
+        None => checked.body,
+    };
+    let request = match request.body(Counted { inner: body, count: up.clone(), on_end: None }) {
         Ok(r) => r,
         Err(e) => return failed(&t, &ctx, UpstreamFailure::BadResponse, &e.to_string()),
     };
@@ -142,9 +167,68 @@ async fn stream(
                 started: ctx.started,
                 totals,
             };
-            response.map(|body| Counted { inner: body, count: Arc::new(AtomicU64::new(0)), on_end: Some(log) }.boxed())
+            response.map(|body| {
+                let inner = match redact {
+                    Some(redactor) => Redacted { inner: body, redactor, ended: false, trailers: None }.boxed(),
+                    None => body.boxed(),
+                };
+                Counted { inner, count: Arc::new(AtomicU64::new(0)), on_end: Some(log) }.boxed()
+            })
         }
-        Err(e) => failed(&t, &ctx, failure_of(&e), &e.to_string()),
+        Err(e) => match leaked.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(name) => own_response(&ctx.refuse_leak(&asked(&path_and_query), &name)),
+            None => failed(&t, &ctx, failure_of(&e), &e.to_string()),
+        },
+    }
+}
+
+/// A request body going up through a [`LeakWatch`]: a credential found ends it with an error (the stream is reset
+/// upstream, nothing of the credential sent) and is noted in `found`.
+struct WatchedBody<B> {
+    inner: B,
+    watch: LeakWatch,
+    found: Arc<Mutex<Option<Arc<str>>>>,
+    held_trailers: Option<Frame<Bytes>>,
+    ended: bool,
+}
+
+impl<B: Body<Data = Bytes, Error = BoxError> + Unpin> Body for WatchedBody<B> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(trailers) = self.held_trailers.take() {
+            return Poll::Ready(Some(Ok(trailers)));
+        }
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        let frame = match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+            None => {
+                self.ended = true;
+                let rest = self.watch.finish();
+                return Poll::Ready((!rest.is_empty()).then(|| Ok(Frame::data(Bytes::from(rest)))));
+            }
+            Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+            Some(Ok(frame)) => frame,
+        };
+        match frame.into_data() {
+            Ok(data) => match self.watch.pass(&data) {
+                Ok(now) => Poll::Ready(Some(Ok(Frame::data(Bytes::from(now))))),
+                Err(name) => {
+                    *self.found.lock().unwrap_or_else(|p| p.into_inner()) = Some(name.clone());
+                    Poll::Ready(Some(Err(Box::new(LeakFound(name)))))
+                }
+            },
+            Err(trailers) => {
+                let rest = self.watch.finish();
+                if rest.is_empty() {
+                    return Poll::Ready(Some(Ok(trailers)));
+                }
+                self.held_trailers = Some(trailers);
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from(rest)))))
+            }
+        }
     }
 }
 
@@ -154,6 +238,8 @@ struct Checked {
     /// The length of a body leash read (its `content-length` replaces the client's).
     length: Option<usize>,
     stripped: Vec<String>,
+    /// The body leash read, as it goes up (searched for credentials bound to other hosts).
+    read: Option<Bytes>,
 }
 
 /// Read and check the body of a stream to a model host whose provider-side tools the policy filters; `Err` says
@@ -165,7 +251,12 @@ async fn gate(
     tools: ProviderTools,
 ) -> Result<Checked, String> {
     if body.is_end_stream() {
-        return Ok(Checked { body: body.boxed(), length: None, stripped: Vec::new() });
+        return Ok(Checked {
+            body: body.map_err(BoxError::from).boxed(),
+            length: None,
+            stripped: Vec::new(),
+            read: None,
+        });
     }
     if let Some(why) = model::encoding_problem(parts.headers.get_all(CONTENT_ENCODING).iter().map(|v| v.as_bytes())) {
         return Err(why);
@@ -191,7 +282,8 @@ async fn gate(
         },
     };
     let length = Some(body.len());
-    Ok(Checked { body: Full::new(body).map_err(|never| match never {}).boxed(), length, stripped })
+    let read = Some(body.clone());
+    Ok(Checked { body: Full::new(body).map_err(|never| match never {}).boxed(), length, stripped, read })
 }
 
 /// The decision for a stream: scheme, authority and Host, path, then the policy. `Err` is a refusal made before
@@ -267,6 +359,56 @@ fn own_response(r: &Response) -> HttpResponse<ResBody> {
         headers.insert(HeaderName::from_static("x-leash-reason"), HeaderValue::from_static(reason.as_str()));
     }
     response
+}
+
+/// A response body with a credential's value, wherever it is echoed, turned back into its placeholder (across DATA
+/// frames: a possible start of the value is held until the next frame tells, and passed on at the end).
+struct Redacted<B> {
+    inner: B,
+    redactor: Redactor,
+    ended: bool,
+    /// Trailers that arrived while held bytes were still to go.
+    trailers: Option<Frame<Bytes>>,
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for Redacted<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(trailers) = self.trailers.take() {
+            return Poll::Ready(Some(Ok(trailers)));
+        }
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => {
+                    let passed = self.redactor.push(&data, true);
+                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(passed)))))
+                }
+                // Trailers end the data: what is held goes first, then the trailers on the next poll.
+                Err(trailers) => {
+                    let held = self.redactor.finish();
+                    if held.is_empty() {
+                        return Poll::Ready(Some(Ok(trailers)));
+                    }
+                    self.trailers = Some(trailers);
+                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))))
+                }
+            },
+            Poll::Ready(None) => {
+                self.ended = true;
+                let held = self.redactor.finish();
+                match held.is_empty() {
+                    true => Poll::Ready(None),
+                    false => Poll::Ready(Some(Ok(Frame::data(Bytes::from(held))))),
+                }
+            }
+            other => other,
+        }
+    }
 }
 
 /// Writes a stream's outcome when its response body ends (or is dropped: a reset stream).

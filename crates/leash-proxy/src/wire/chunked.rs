@@ -62,6 +62,14 @@ impl ChunkedScanner {
         matches!(self.state, State::Done)
     }
 
+    /// Chunk data bytes left before the next framing byte, when the scanner is inside a chunk's data.
+    pub fn data_left(&self) -> Option<u64> {
+        match self.state {
+            State::Data { left } => Some(left),
+            _ => None,
+        }
+    }
+
     /// Consume at least one byte of the non-empty `rest`: a run of line text at once, else one framing byte.
     fn step(&mut self, rest: &[u8]) -> Result<usize, ChunkedError> {
         let used = match self.state {

@@ -89,6 +89,8 @@ pub struct Builder {
     inspect_trusting: Option<String>,
     /// Ports to listen on transparently, at 127.0.0.2 (as `leash run` does at the DNS stub's address).
     transparent: Vec<u16>,
+    /// The secrets of the policy's credentials.
+    secrets: Arc<leash_proxy::credentials::Secrets>,
 }
 
 impl Builder {
@@ -106,6 +108,12 @@ impl Builder {
     /// Also listen transparently on 127.0.0.2:`port` (the origins are on 127.0.0.1, so the same port is free).
     pub fn transparent(mut self, port: u16) -> Self {
         self.transparent.push(port);
+        self
+    }
+
+    /// The credentials' secrets and placeholders, as leash reads them at start.
+    pub fn secrets(mut self, secrets: leash_proxy::credentials::Secrets) -> Self {
+        self.secrets = Arc::new(secrets);
         self
     }
 
@@ -143,6 +151,7 @@ impl Builder {
             limits: self.limits,
             inspection: inspection.clone(),
             metrics: metrics.clone(),
+            credentials: self.secrets.clone(),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
@@ -199,6 +208,7 @@ impl Leash {
             audit: Audit::TempFile,
             inspect_trusting: None,
             transparent: Vec::new(),
+            secrets: Arc::default(),
         }
     }
 

@@ -1,0 +1,532 @@
+//! Credentials on the way out: the secrets of the policy's `credentials` entries (read by the caller when leash
+//! starts), the placeholder the sandbox holds for each, and the three things the proxy does with them — put the real
+//! value where an entry says it travels on requests to its hosts, refuse a request that carries a placeholder or a
+//! real value anywhere else (`credential-leak`), and turn a real value echoed in a response back into the
+//! placeholder before the client sees it. The value never leaves this module but towards its own hosts: it is not
+//! in `Debug` output, the audit log (which names the credential) or any message.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use base64::Engine;
+use leash_policy::{Credential, HeaderForm, Host, Policy};
+
+use tokio::io::AsyncWrite;
+
+use crate::wire::chunked::ChunkedScanner;
+use crate::wire::http_head::{Header, RequestHead};
+
+/// One credential's secret and placeholder.
+pub struct Secret {
+    /// The policy entry's name (what the audit log says).
+    pub name: String,
+    value: Vec<u8>,
+    placeholder: Vec<u8>,
+}
+
+impl Secret {
+    /// `value` as read from its source; `placeholder` what the sandbox holds instead. Both are non-empty and differ.
+    pub fn new(name: &str, value: &str, placeholder: &str) -> Option<Secret> {
+        let usable = !value.is_empty() && !placeholder.is_empty() && value != placeholder;
+        usable.then(|| Secret { name: name.to_owned(), value: value.into(), placeholder: placeholder.into() })
+    }
+
+    pub fn placeholder(&self) -> &str {
+        std::str::from_utf8(&self.placeholder).unwrap_or_default()
+    }
+
+    /// A redactor that turns this value back into the placeholder in a response body.
+    pub fn redactor(&self) -> Redactor {
+        Redactor::new(&self.value, &self.placeholder)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Secret").field("name", &self.name).field("placeholder", &self.placeholder()).finish()
+    }
+}
+
+/// Every secret of a run.
+#[derive(Debug, Default)]
+pub struct Secrets {
+    secrets: Vec<Secret>,
+}
+
+impl Secrets {
+    pub fn new(secrets: Vec<Secret>) -> Secrets {
+        Secrets { secrets }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
+    }
+
+    /// The secret of the entry named `name`.
+    pub fn get(&self, name: &str) -> Option<&Secret> {
+        self.secrets.iter().find(|s| s.name == name)
+    }
+
+    /// The name of a credential whose placeholder or value `bytes` contains (also inside a Basic authorization).
+    pub fn found_in(&self, bytes: &[u8]) -> Option<&str> {
+        let decoded = basic_credentials(bytes);
+        self.secrets.iter().find_map(|s| {
+            let carries = |b: &[u8]| contains(b, &s.placeholder) || contains(b, &s.value);
+            (carries(bytes) || decoded.as_deref().is_some_and(carries)).then_some(s.name.as_str())
+        })
+    }
+
+    /// The name of a credential carried by any of `parts` (a target, header values, a body) other than `own`, the
+    /// one that belongs to the request's host.
+    pub fn found_in_any<'a>(&self, own: Option<&str>, parts: impl IntoIterator<Item = &'a [u8]>) -> Option<&str> {
+        if self.secrets.is_empty() {
+            return None;
+        }
+        parts.into_iter().find_map(|p| self.found_in(p).filter(|name| Some(*name) != own))
+    }
+
+    /// An HTTP/1.1 request to `host` as it goes out, and what the credentials made of it (see [`Outbound`]). The
+    /// head is copied only where there are credentials.
+    pub(crate) fn outgoing<'h>(
+        &self,
+        policy: &Policy,
+        host: &Host,
+        head: &'h RequestHead,
+    ) -> (Cow<'h, RequestHead>, Outbound) {
+        if self.secrets.is_empty() {
+            return (Cow::Borrowed(head), Outbound::Untouched);
+        }
+        let mut sent = head.clone();
+        let outbound = self.outbound(policy, host, &mut sent);
+        (Cow::Owned(sent), outbound)
+    }
+
+    fn outbound(&self, policy: &Policy, host: &Host, head: &mut RequestHead) -> Outbound {
+        let own = policy.credential_for(host);
+        let parts = std::iter::once(head.target.as_bytes()).chain(head.headers.iter().map(|h| h.value.as_slice()));
+        if let Some(leaked) = self.found_in_any(own.map(|c| &*c.name), parts) {
+            return Outbound::Leak(leaked.to_owned());
+        }
+        match own.and_then(|c| Some((c, self.get(&c.name)?))) {
+            Some((credential, secret)) if inject(&mut head.headers, credential, secret) => {
+                Outbound::Credential { name: credential.name.clone(), redactor: secret.redactor() }
+            }
+            _ => Outbound::Untouched,
+        }
+    }
+
+    /// [`Secrets::outbound`] for an HTTP/2 request's path and fields.
+    pub(crate) fn outbound_h2(
+        &self,
+        policy: &Policy,
+        host: &Host,
+        path: &str,
+        fields: &mut http::HeaderMap,
+    ) -> Outbound {
+        if self.secrets.is_empty() {
+            return Outbound::Untouched;
+        }
+        let own = policy.credential_for(host);
+        let parts = std::iter::once(path.as_bytes()).chain(fields.values().map(http::HeaderValue::as_bytes));
+        if let Some(leaked) = self.found_in_any(own.map(|c| &*c.name), parts) {
+            return Outbound::Leak(leaked.to_owned());
+        }
+        match own.and_then(|c| Some((c, self.get(&c.name)?))) {
+            Some((credential, secret)) if inject_h2(fields, credential, secret) => {
+                Outbound::Credential { name: credential.name.clone(), redactor: secret.redactor() }
+            }
+            _ => Outbound::Untouched,
+        }
+    }
+}
+
+/// Watches a request body on its way up for the placeholders and values of credentials that do not belong to its
+/// host. Bytes that may be the start of one are held until the next bytes tell, so a credential is found before
+/// its last byte is sent; the body is then cut off and the request refused.
+#[derive(Clone)]
+pub(crate) struct LeakWatch {
+    needles: Vec<(Arc<str>, Vec<u8>)>,
+    held: Vec<u8>,
+}
+
+impl LeakWatch {
+    /// A watch for a request to a host whose own credential (allowed in its body) is `own`; `None` when there is
+    /// nothing to watch for.
+    pub(crate) fn new(secrets: &Secrets, own: Option<&str>) -> Option<LeakWatch> {
+        let needles: Vec<(Arc<str>, Vec<u8>)> = secrets
+            .secrets
+            .iter()
+            .filter(|s| Some(s.name.as_str()) != own)
+            .flat_map(|s| {
+                [(Arc::from(s.name.as_str()), s.placeholder.clone()), (Arc::from(s.name.as_str()), s.value.clone())]
+            })
+            .collect();
+        (!needles.is_empty()).then_some(LeakWatch { needles, held: Vec::new() })
+    }
+
+    /// The next body bytes: what may go up now, or the credential they carry.
+    pub(crate) fn pass(&mut self, bytes: &[u8]) -> Result<Vec<u8>, Arc<str>> {
+        self.held.extend_from_slice(bytes);
+        if let Some((name, _)) = self.needles.iter().find(|(_, n)| contains(&self.held, n)) {
+            return Err(name.clone());
+        }
+        let hold = (1..self.held.len().min(self.longest()))
+            .rev()
+            .find(|&len| {
+                let tail = &self.held[self.held.len() - len..];
+                self.needles.iter().any(|(_, n)| n.starts_with(tail))
+            })
+            .unwrap_or(0);
+        let keep_from = self.held.len() - hold;
+        let now = self.held[..keep_from].to_vec();
+        self.held.drain(..keep_from);
+        Ok(now)
+    }
+
+    /// The body's end: what was held goes up.
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.held)
+    }
+
+    fn longest(&self) -> usize {
+        self.needles.iter().map(|(_, n)| n.len()).max().unwrap_or(0)
+    }
+}
+
+/// An upstream writer that sends a request body through a [`LeakWatch`]. A credential found fails the write with
+/// [`LeakFound`] inside the error, and nothing of it is written.
+pub(crate) struct Watched<'a, W> {
+    inner: &'a mut W,
+    watch: LeakWatch,
+    out: Vec<u8>,
+    at: usize,
+}
+
+/// The error a [`Watched`] writer fails with: the credential found.
+#[derive(Debug)]
+pub(crate) struct LeakFound(pub Arc<str>);
+
+impl fmt::Display for LeakFound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the request body carries credential `{}`", self.0)
+    }
+}
+
+impl std::error::Error for LeakFound {}
+
+impl LeakFound {
+    /// The credential, if `e` is a [`LeakFound`].
+    pub(crate) fn of(e: &io::Error) -> Option<Arc<str>> {
+        e.get_ref().and_then(|inner| inner.downcast_ref::<LeakFound>()).map(|l| l.0.clone())
+    }
+}
+
+impl<'a, W: AsyncWrite + Unpin> Watched<'a, W> {
+    pub(crate) fn new(inner: &'a mut W, watch: LeakWatch) -> Self {
+        Watched { inner, watch, out: Vec::new(), at: 0 }
+    }
+
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.at < self.out.len() {
+            let n = ready!(Pin::new(&mut *self.inner).poll_write(cx, &self.out[self.at..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.at += n;
+        }
+        self.out.clear();
+        self.at = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Watched<'_, W> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        ready!(self.drain(cx))?;
+        match self.watch.pass(data) {
+            Ok(now) => self.out = now,
+            Err(name) => return Poll::Ready(Err(io::Error::other(LeakFound(name)))),
+        }
+        if let Poll::Ready(Err(e)) = self.drain(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(data.len()))
+    }
+
+    /// A flush ends a body (leash flushes once a body is sent): what was held goes up then.
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.drain(cx))?;
+        let rest = self.watch.finish();
+        if !rest.is_empty() {
+            self.out = rest;
+            ready!(self.drain(cx))?;
+        }
+        Pin::new(&mut *self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.drain(cx))?;
+        Pin::new(&mut *self.inner).poll_shutdown(cx)
+    }
+}
+
+/// What leash does with credentials on one request.
+pub(crate) enum Outbound {
+    /// Nothing: no credential belongs to the host, or the request carries no placeholder where it travels.
+    Untouched,
+    /// The credential named went in; responses pass through `redactor`.
+    Credential { name: Arc<str>, redactor: Redactor },
+    /// The request carries the placeholder or value of this credential to a host it does not belong to: refuse.
+    Leak(String),
+}
+
+/// Put `secret` where `credential` says it travels in `headers`: its placeholder is replaced in that header's
+/// values (and inside a Basic authorization's user and password); with `add`, a request without the header gets
+/// one. True if the real value went in.
+pub fn inject(headers: &mut Vec<Header>, credential: &Credential, secret: &Secret) -> bool {
+    let mut used = false;
+    let mut present = false;
+    for h in headers.iter_mut().filter(|h| h.is(&credential.header)) {
+        present = true;
+        if let Some(value) = replaced(&h.value, secret) {
+            h.value = value;
+            used = true;
+        }
+    }
+    if !present && credential.add {
+        headers.push(Header { name: credential.header.clone(), value: added_value(&credential.form, secret) });
+        used = true;
+    }
+    used
+}
+
+/// [`inject`] for an HTTP/2 request's fields.
+pub fn inject_h2(headers: &mut http::HeaderMap, credential: &Credential, secret: &Secret) -> bool {
+    let Ok(name) = http::HeaderName::from_bytes(credential.header.as_bytes()) else { return false };
+    let mut used = false;
+    let values: Vec<http::HeaderValue> = headers.get_all(&name).iter().cloned().collect();
+    if values.is_empty() {
+        if !credential.add {
+            return false;
+        }
+        let added = added_value(&credential.form, secret);
+        return http::HeaderValue::from_bytes(&added).map(|v| headers.insert(name, v)).is_ok();
+    }
+    headers.remove(&name);
+    for value in values {
+        let new = match replaced(value.as_bytes(), secret).and_then(|v| http::HeaderValue::from_bytes(&v).ok()) {
+            Some(new) => {
+                used = true;
+                new
+            }
+            None => value,
+        };
+        headers.append(name.clone(), new);
+    }
+    used
+}
+
+/// `value` with the placeholder replaced by the secret, directly or inside `Basic base64(user:password)`; `None`
+/// when it holds no placeholder.
+fn replaced(value: &[u8], secret: &Secret) -> Option<Vec<u8>> {
+    if contains(value, &secret.placeholder) {
+        return Some(replace_all(value, &secret.placeholder, &secret.value));
+    }
+    let decoded = basic_credentials(value)?;
+    contains(&decoded, &secret.placeholder).then(|| {
+        let real = replace_all(&decoded, &secret.placeholder, &secret.value);
+        basic_value(&real)
+    })
+}
+
+fn added_value(form: &HeaderForm, secret: &Secret) -> Vec<u8> {
+    match form {
+        HeaderForm::Bare => secret.value.clone(),
+        HeaderForm::Scheme(word) => [word.as_bytes(), b" ", &secret.value].concat(),
+        HeaderForm::Basic(user) => basic_value(&[user.as_bytes(), b":", &secret.value].concat()),
+    }
+}
+
+/// The decoded `user:password` of a `Basic ...` value.
+fn basic_credentials(value: &[u8]) -> Option<Vec<u8>> {
+    let rest = value.get(..6).filter(|p| p.eq_ignore_ascii_case(b"basic ")).and(value.get(6..))?;
+    base64::engine::general_purpose::STANDARD.decode(rest.trim_ascii()).ok()
+}
+
+fn basic_value(user_password: &[u8]) -> Vec<u8> {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(user_password);
+    [b"Basic ".as_slice(), encoded.as_bytes()].concat()
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(hay.len() + to.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if hay[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+        } else {
+            out.push(hay[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A response body's writer that passes the body through a [`Redactor`] on its way to `inner`. With `chunked`, the
+/// chunk framing is told apart from the data, so a value split across chunks is caught.
+pub(crate) struct Redacting<'a, W> {
+    inner: &'a mut W,
+    redactor: Redactor,
+    chunked: Option<ChunkedScanner>,
+    out: Vec<u8>,
+    at: usize,
+}
+
+impl<'a, W: AsyncWrite + Unpin> Redacting<'a, W> {
+    pub(crate) fn new(inner: &'a mut W, redactor: Redactor, chunked: bool) -> Self {
+        Redacting { inner, redactor, chunked: chunked.then(ChunkedScanner::new), out: Vec::new(), at: 0 }
+    }
+
+    /// The body's end: what the redactor still holds goes out.
+    pub(crate) async fn finish(&mut self) -> io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let rest = self.redactor.finish();
+        let mut pending = self.out.split_off(self.at);
+        pending.extend_from_slice(&rest);
+        self.out.clear();
+        self.at = 0;
+        self.inner.write_all(&pending).await
+    }
+
+    fn take(&mut self, data: &[u8]) -> Vec<u8> {
+        let Some(scanner) = &mut self.chunked else { return self.redactor.push(data, true) };
+        let mut out = Vec::with_capacity(data.len());
+        let mut rest = data;
+        while !rest.is_empty() {
+            // Data goes through in runs; framing one byte at a time (its lines are short).
+            let left = scanner.data_left();
+            let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
+            let (now, later) = rest.split_at(n);
+            // A framing error is the relay's to report; here the bytes only pass through.
+            let _ = scanner.feed(now);
+            out.extend(self.redactor.push(now, left.is_some()));
+            rest = later;
+        }
+        out
+    }
+
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.at < self.out.len() {
+            let n = ready!(Pin::new(&mut *self.inner).poll_write(cx, &self.out[self.at..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.at += n;
+        }
+        self.out.clear();
+        self.at = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Redacting<'_, W> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        ready!(self.drain(cx))?;
+        let passed = self.take(data);
+        self.out = passed;
+        // Accepted whole; what could not be written yet goes first on the next call or flush.
+        if let Poll::Ready(Err(e)) = self.drain(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(data.len()))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.drain(cx))?;
+        Pin::new(&mut *self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.drain(cx))?;
+        Pin::new(&mut *self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Turns a secret echoed in a response body back into its placeholder, as the body streams: bytes are passed on as
+/// they come, except a tail that may be the start of the secret, held until the next bytes tell. Framing bytes
+/// (chunk-size lines) may sit between the bytes of a match; they pass in place, so a value split across chunks or
+/// frames is caught too. The placeholder is used when it has the secret's length, so framing lengths stay right;
+/// otherwise a run of `*` of that length.
+#[derive(Clone)]
+pub struct Redactor {
+    secret: Vec<u8>,
+    replacement: Vec<u8>,
+    /// Bytes not yet passed on, each marked as body data (matched) or framing (passed over).
+    pending: Vec<u8>,
+    is_data: Vec<bool>,
+}
+
+impl Redactor {
+    fn new(secret: &[u8], placeholder: &[u8]) -> Redactor {
+        let replacement =
+            if placeholder.len() == secret.len() { placeholder.to_vec() } else { vec![b'*'; secret.len()] };
+        Redactor { secret: secret.to_vec(), replacement, pending: Vec::new(), is_data: Vec::new() }
+    }
+
+    /// Take `bytes` (`data`: body data, else framing) and return what may be passed on now.
+    pub fn push(&mut self, bytes: &[u8], data: bool) -> Vec<u8> {
+        self.pending.extend_from_slice(bytes);
+        self.is_data.extend(std::iter::repeat_n(data, bytes.len()));
+        let data_at: Vec<usize> = (0..self.pending.len()).filter(|&i| self.is_data[i]).collect();
+        self.replace_matches(&data_at);
+        let held_from = self.held_from(&data_at);
+        self.is_data.drain(..held_from);
+        self.pending.drain(..held_from).collect()
+    }
+
+    /// The end of the body: everything held is passed on.
+    pub fn finish(&mut self) -> Vec<u8> {
+        self.is_data.clear();
+        std::mem::take(&mut self.pending)
+    }
+
+    fn replace_matches(&mut self, data_at: &[usize]) {
+        let n = self.secret.len();
+        let mut k = 0;
+        while k + n <= data_at.len() {
+            let matched = (0..n).all(|j| self.pending[data_at[k + j]] == self.secret[j]);
+            if matched {
+                for j in 0..n {
+                    self.pending[data_at[k + j]] = self.replacement[j];
+                }
+                k += n;
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// Where the held tail starts: at the longest run of final data bytes that is a proper prefix of the secret.
+    fn held_from(&self, data_at: &[usize]) -> usize {
+        let longest = self.secret.len().saturating_sub(1).min(data_at.len());
+        for len in (1..=longest).rev() {
+            let start = data_at.len() - len;
+            if (0..len).all(|j| self.pending[data_at[start + j]] == self.secret[j]) {
+                return data_at[start];
+            }
+        }
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

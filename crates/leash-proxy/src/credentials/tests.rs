@@ -1,0 +1,123 @@
+use leash_policy::{Credential, CredentialHost, HeaderForm, SecretSource};
+
+use super::*;
+
+const SECRET: &str = "sk-real-0123456789abcdef";
+const PLACEHOLDER: &str = "leash-placeholder-0123456";
+
+fn secret() -> Secret {
+    Secret::new("anthropic", SECRET, PLACEHOLDER).unwrap()
+}
+
+fn credential(header: &str, form: HeaderForm, add: bool) -> Credential {
+    Credential {
+        name: "anthropic".into(),
+        hosts: Vec::<CredentialHost>::new(),
+        env: "KEY".into(),
+        source: SecretSource::Env("KEY".into()),
+        header: header.into(),
+        form,
+        add,
+        plaintext: false,
+    }
+}
+
+fn header(name: &str, value: &str) -> Header {
+    Header { name: name.into(), value: value.as_bytes().to_vec() }
+}
+
+fn value_of<'h>(headers: &'h [Header], name: &str) -> &'h str {
+    std::str::from_utf8(&headers.iter().find(|h| h.is(name)).unwrap().value).unwrap()
+}
+
+#[test]
+fn the_placeholder_is_replaced_where_the_entry_says_and_nowhere_else() {
+    let mut headers = vec![header("X-Api-Key", PLACEHOLDER), header("x-other", PLACEHOLDER)];
+    assert!(inject(&mut headers, &credential("x-api-key", HeaderForm::Bare, false), &secret()));
+    assert_eq!(value_of(&headers, "x-api-key"), SECRET);
+    assert_eq!(value_of(&headers, "x-other"), PLACEHOLDER, "only the entry's header carries the secret");
+    let mut bearer = vec![header("Authorization", &format!("Bearer {PLACEHOLDER}"))];
+    assert!(inject(&mut bearer, &credential("authorization", HeaderForm::Bare, false), &secret()));
+    assert_eq!(value_of(&bearer, "authorization"), format!("Bearer {SECRET}"));
+}
+
+#[test]
+fn a_basic_authorization_carrying_the_placeholder_gets_the_secret_as_password() {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let sent = format!("Basic {}", b64.encode(format!("x-access-token:{PLACEHOLDER}")));
+    let mut headers = vec![header("authorization", &sent)];
+    let github = credential("authorization", HeaderForm::Basic("x-access-token".into()), false);
+    assert!(inject(&mut headers, &github, &secret()));
+    let now = value_of(&headers, "authorization").strip_prefix("Basic ").unwrap().to_owned();
+    assert_eq!(b64.decode(now).unwrap(), format!("x-access-token:{SECRET}").as_bytes());
+}
+
+#[test]
+fn a_missing_header_is_added_only_when_the_entry_says_so() {
+    let mut headers = vec![header("accept", "*/*")];
+    assert!(!inject(&mut headers, &credential("x-api-key", HeaderForm::Bare, false), &secret()));
+    assert_eq!(headers.len(), 1);
+    assert!(inject(&mut headers, &credential("authorization", HeaderForm::Scheme("Bearer".into()), true), &secret()));
+    assert_eq!(value_of(&headers, "authorization"), format!("Bearer {SECRET}"));
+    // A header without the placeholder is left alone (the client sent its own credential).
+    let mut own = vec![header("x-api-key", "sk-someone-elses")];
+    assert!(!inject(&mut own, &credential("x-api-key", HeaderForm::Bare, true), &secret()));
+    assert_eq!(value_of(&own, "x-api-key"), "sk-someone-elses");
+}
+
+#[test]
+fn http2_fields_get_the_same_treatment() {
+    let mut fields = http::HeaderMap::new();
+    fields.insert("x-api-key", http::HeaderValue::from_static(PLACEHOLDER));
+    assert!(inject_h2(&mut fields, &credential("x-api-key", HeaderForm::Bare, false), &secret()));
+    assert_eq!(fields["x-api-key"], SECRET);
+    let mut none = http::HeaderMap::new();
+    assert!(inject_h2(&mut none, &credential("x-goog-api-key", HeaderForm::Bare, true), &secret()));
+    assert_eq!(none["x-goog-api-key"], SECRET);
+}
+
+#[test]
+fn the_placeholder_or_the_value_anywhere_is_found_also_inside_basic() {
+    let secrets = Secrets::new(vec![secret()]);
+    assert_eq!(secrets.found_in(format!("/upload?k={PLACEHOLDER}").as_bytes()), Some("anthropic"));
+    assert_eq!(secrets.found_in(format!("token {SECRET}").as_bytes()), Some("anthropic"));
+    let b64 = base64::engine::general_purpose::STANDARD.encode(format!("u:{PLACEHOLDER}"));
+    assert_eq!(secrets.found_in(format!("Basic {b64}").as_bytes()), Some("anthropic"));
+    assert_eq!(secrets.found_in(b"/nothing/here"), None);
+    assert!(!format!("{:?}", secret()).contains(SECRET), "Debug never shows the value");
+}
+
+/// Feed `parts` (text, is-data) through a redactor; what comes out.
+fn redact(secret_len_placeholder: &str, parts: &[(&str, bool)]) -> String {
+    let s = Secret::new("k", "SECRETVALUE", secret_len_placeholder).unwrap();
+    let mut r = s.redactor();
+    let mut out = Vec::new();
+    for (text, data) in parts {
+        out.extend(r.push(text.as_bytes(), *data));
+    }
+    out.extend(r.finish());
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn an_echoed_secret_becomes_the_placeholder_across_chunk_boundaries() {
+    // Same length: the placeholder itself.
+    assert_eq!(redact("PLACEHOLDR!", &[("key: SECRETVALUE.", true)]), "key: PLACEHOLDR!.");
+    assert_eq!(redact("PLACEHOLDR!", &[("key: SECR", true), ("ETVALUE.", true)]), "key: PLACEHOLDR!.");
+    // Split by chunk framing: the framing stays where it was, the data around it is replaced.
+    let framed = [("b\r\nkey: SECRET", true), ("\r\n6\r\n", false), ("VALUE.", true), ("\r\n0\r\n\r\n", false)];
+    assert_eq!(redact("PLACEHOLDR!", &framed), "b\r\nkey: PLACEH\r\n6\r\nOLDR!.\r\n0\r\n\r\n");
+    // A different length: stars of the secret's length, so framing lengths stay right.
+    assert_eq!(redact("leash-placeholder-x", &[("[SECRETVALUE]", true)]), "[***********]");
+    // A prefix that goes nowhere is passed on unchanged at the end.
+    assert_eq!(redact("PLACEHOLDR!", &[("ends with SECRE", true)]), "ends with SECRE");
+}
+
+#[test]
+fn bytes_that_cannot_start_the_secret_are_passed_on_at_once() {
+    let s = Secret::new("k", "SECRETVALUE", "PLACEHOLDR!").unwrap();
+    let mut r = s.redactor();
+    assert_eq!(r.push(b"data: event\n\n", true), b"data: event\n\n", "an SSE event is not held back");
+    assert_eq!(r.push(b"data: SEC", true), b"data: ", "a possible start is held");
+    assert_eq!(r.push(b"OND\n\n", true), b"SECOND\n\n");
+}
