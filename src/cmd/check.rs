@@ -15,6 +15,11 @@ pub fn run(args: &CheckArgs) -> Exit {
     for w in &loaded.warnings {
         eprintln!("warning: {}: {}: {}", args.file.display(), w.entry, w.message);
     }
+    // Each credential's secret must be readable and non-empty here, as it must be when leash starts.
+    if let Err(why) = crate::shared::secrets::read(&loaded.policy) {
+        eprintln!("{}: {why}; leash would not start with this policy", args.file.display());
+        return Exit::Refused;
+    }
     let mode = match loaded.policy.mode() {
         _ if loaded.policy.audits() => "audit: an allowlist that logs what it would refuse as would-block",
         Mode::Allowlist => "allowlist",

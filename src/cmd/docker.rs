@@ -25,12 +25,12 @@ use leash_docker::engine::{Engine, EngineError};
 use leash_docker::gate::Gate;
 use leash_docker::options::{self, RunOptions};
 use leash_docker::serve::{StopSignals, PROXY_INSIDE};
-use leash_policy::Policy;
-use leash_proxy::{AuditLog, Inspection, UpstreamTrust};
+use leash_proxy::{Inspection, UpstreamTrust};
 
 use crate::cli::{DockerAttachArgs, DockerRunArgs, TlsArgs};
 use crate::exit::Exit;
-use crate::shared::sandboxed::{config, mode_env, proxy_parts, replay_deferred_log, Pins};
+use crate::shared::sandboxed::{config, mode_env, proxy_parts, replay_deferred_log, ProxyParts};
+use crate::shared::secrets::placeholder_env;
 use crate::shared::trust::{write_trust_files, BUNDLE_VARS, NODE_VAR};
 
 /// The CA variables the container gets: the same as `leash run`'s command.
@@ -66,7 +66,7 @@ pub fn run(args: DockerRunArgs) -> Exit {
 async fn run_container(
     opts: RunOptions,
     gated: bool,
-    (policy, pins, audit): ProxyParts,
+    ProxyParts { policy, pins, audit, secrets }: ProxyParts,
     inspection: Arc<Inspection>,
     mut stop: StopSignals,
     quiet: bool,
@@ -88,7 +88,9 @@ async fn run_container(
         }
     };
     let ipv6_on_host = Path::new("/proc/sys/net/ipv6").exists();
-    let create_args = container::create_args(&opts, &gate, &start, ipv6_on_host, TRUST_VARS, &[mode_env(&policy)]);
+    let mut env = vec![mode_env(&policy)];
+    env.extend(placeholder_env(&policy, &secrets));
+    let create_args = container::create_args(&opts, &gate, &start, ipv6_on_host, TRUST_VARS, &env);
     let container = match Container::create(engine, &create_args) {
         Ok(c) => c,
         Err(e) => return refuse_engine(&e),
@@ -96,7 +98,7 @@ async fn run_container(
     // Each socket is handed out of the container's namespace; a bound like `leash run`'s keeps that small.
     let transparent_ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
     let audit = Arc::new(audit.with_container(container.id()));
-    let config = config(policy, pins, audit.clone(), Some(inspection));
+    let config = config((policy, pins, secrets), audit.clone(), Some(inspection));
     let launch = Launch { interactive: opts.interactive, gated, transparent_ports };
     let policy = config.policy.clone();
     let exit = match container::supervise(&container, &gate, launch, config, &mut stop).await {
@@ -134,7 +136,7 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
 /// container is left running, with no way out).
 async fn attach_container(
     container: String,
-    (policy, pins, audit): ProxyParts,
+    ProxyParts { policy, pins, audit, secrets }: ProxyParts,
     inspection: Arc<Inspection>,
     mut stop: StopSignals,
 ) -> Exit {
@@ -147,7 +149,8 @@ async fn attach_container(
             return Exit::SandboxFailed;
         }
     };
-    let config = config(policy, pins, Arc::new(audit.with_container(attached.id())), Some(inspection));
+    let audit = Arc::new(audit.with_container(attached.id()));
+    let config = config((policy, pins, secrets), audit, Some(inspection));
     println!("listening inside {} on {PROXY_INSIDE}", container::short(attached.id()));
     match attached.serve(config, &mut stop).await {
         Ok(Some(code)) => Exit::Command(u8::try_from(code).unwrap_or(255)),
@@ -180,9 +183,6 @@ fn checked_options(args: &DockerRunArgs) -> Result<RunOptions, Exit> {
     eprintln!("leash: the container was not created; --danger-allow-unsafe-docker-options runs it anyway, unprotected");
     Err(Exit::Usage)
 }
-
-/// The policy, the `--resolve` pins and the audit log (not yet shared: the container ID is added once known).
-type ProxyParts = (Policy, Pins, AuditLog);
 
 /// The gate's command, or why there is none: an image that is not there gets a hint, a command-less one is a usage
 /// error.

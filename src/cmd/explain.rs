@@ -76,6 +76,7 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
     };
     let mut lines = vec![how];
     lines.extend(after_decision(&decision, host));
+    lines.extend(credential_line(policy, &decision, host, target.scheme));
     lines.extend(model_api_line(policy, &decision, host));
     Ok(Explained { decision, lines })
 }
@@ -100,6 +101,21 @@ fn after_decision(d: &Decision, host: &Host) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// What happens to a credential of this host's: put on the request by leash, or why the request is refused.
+fn credential_line(policy: &Policy, d: &Decision, host: &Host, scheme: Scheme) -> Option<String> {
+    let c = policy.credential_for(host)?;
+    Some(match (d.verdict, scheme) {
+        (Verdict::Block, _) => return None,
+        (_, Scheme::Http) => {
+            format!("credential `{}`: sent over plain HTTP, as its entry allows (plaintext: true)", c.name)
+        }
+        _ => format!(
+            "credential `{}`: leash puts its secret in `{}` in place of the placeholder the client holds in `{}`",
+            c.name, c.header, c.env
+        ),
+    })
 }
 
 /// What happens to a model API's request bodies, when the policy filters its provider-side tools.

@@ -14,6 +14,7 @@ use crate::cli::ProxyArgs;
 use crate::exit::Exit;
 use crate::policy_file::{load_file, located};
 use crate::shared::sandboxed::{audit_mode, parse_pins};
+use crate::shared::secrets;
 use crate::shared::tls::inspection;
 
 pub fn run(args: ProxyArgs) -> Exit {
@@ -34,6 +35,11 @@ async fn serve(args: ProxyArgs) -> Exit {
     };
     let mut loaded = loaded;
     loaded.policy = audit_mode(loaded.policy, args.audit);
+    let secrets = match secrets::read_or_exit(&loaded.policy) {
+        Ok(s) => Arc::new(s),
+        Err(code) => return code,
+    };
+    let placeholders = secrets::placeholder_lines(&loaded.policy, &secrets);
     let pins = match parse_pins(&args.resolve) {
         Ok(p) => p,
         Err(code) => return code,
@@ -71,11 +77,13 @@ async fn serve(args: ProxyArgs) -> Exit {
         limits: crate::fit_open_files(Limits::default()),
         inspection: Some(inspection),
         metrics: Arc::default(),
-        credentials: Arc::default(),
+        credentials: secrets,
     };
     if let Ok(addr) = listener.local_addr() {
+        // Clients are given the placeholders; the real values stay in this process.
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on {addr}").and_then(|()| out.flush());
+        let mut lines = std::iter::once(format!("listening on {addr}")).chain(placeholders);
+        let _ = lines.try_for_each(|l| writeln!(out, "{l}")).and_then(|()| out.flush());
     }
     if let Some(l) = metrics_listener {
         serve_metrics(l, &config.metrics, &policy);
@@ -138,13 +146,23 @@ async fn reload_on_hangup(
         if let Err(e) = audit.reopen() {
             tracing::error!("{e}; writing on to the file already open");
         }
-        match reload(&path, profile.as_deref()).map(|p| if audit_mode { p.into_audit() } else { p }) {
+        let reloaded = reload(&path, profile.as_deref()).map(|p| if audit_mode { p.into_audit() } else { p });
+        match reloaded.and_then(|p| same_credentials(&policy.current(), p)) {
             Ok(p) => {
                 policy.store(p);
                 tracing::info!("reloaded the policy from `{}`", path.display());
             }
             Err(why) => tracing::error!("keeping the old policy: {why}"),
         }
+    }
+}
+
+/// `new`, if its credentials are those the running policy has: secrets are read once, at start, so a reload that
+/// adds, removes or changes a credential is refused (restart leash to change credentials).
+fn same_credentials(running: &leash_policy::Policy, new: leash_policy::Policy) -> Result<leash_policy::Policy, String> {
+    match running.credentials() == new.credentials() {
+        true => Ok(new),
+        false => Err("its credentials differ from those read at start; restart leash to change credentials".into()),
     }
 }
 

@@ -11,7 +11,9 @@ use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
 use crate::exit::Exit;
-use crate::shared::sandboxed::{config, hidden_log, mode_env, proxy_parts, replay_deferred_log, Pins};
+use leash_proxy::credentials::Secrets;
+
+use crate::shared::sandboxed::{config, hidden_files, mode_env, proxy_parts, replay_deferred_log, Pins, ProxyParts};
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 
 /// Where the proxy listens inside the sandbox (the conventional proxy port, on the sandbox's own loopback).
@@ -29,7 +31,7 @@ pub fn run(args: RunArgs) -> Exit {
         eprintln!("leash: {e}");
         return Exit::SandboxFailed;
     }
-    let (policy, pins, audit) = match proxy_parts(&args.proxy, true) {
+    let ProxyParts { policy, pins, audit, secrets } = match proxy_parts(&args.proxy, true) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
@@ -52,6 +54,7 @@ pub fn run(args: RunArgs) -> Exit {
     };
     let mut spec = spec(&args, ca_files.is_some(), mode_env(&policy));
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
+    crate::shared::secrets::sandbox_env(&policy, &secrets, &mut spec.env);
     let ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
     spec.tcp_listeners.extend(ports.into_iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
     // The init is cloned before the CA's key exists, so its copy of leash's memory never holds it.
@@ -60,7 +63,7 @@ pub fn run(args: RunArgs) -> Exit {
         Err(e) => return not_run(e),
     };
     // On an early return, dropping `pending` ends the init: the command never starts.
-    let config = match proxy_config(&args, policy, pins, audit.clone(), ca_files.as_ref()) {
+    let config = match proxy_config(&args, (policy, pins, secrets), audit.clone(), ca_files.as_ref()) {
         Ok(config) => config,
         Err(code) => return code,
     };
@@ -95,19 +98,18 @@ pub fn run(args: RunArgs) -> Exit {
 /// inspection (a tunnel that would need it is refused). An unusable `--upstream-ca` is exit 2, like a usage error.
 fn proxy_config(
     args: &RunArgs,
-    policy: leash_policy::Policy,
-    pins: Pins,
+    parts: (leash_policy::Policy, Pins, Arc<Secrets>),
     audit: Arc<leash_proxy::AuditLog>,
     ca_files: Option<&CaFiles>,
 ) -> Result<ProxyConfig, Exit> {
-    let Some(ca_files) = ca_files else { return Ok(config(policy, pins, audit, None)) };
+    let Some(ca_files) = ca_files else { return Ok(config(parts, audit, None)) };
     let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
     let inspection = crate::shared::tls::inspection(&tls)?;
     if let Err(e) = ca_files.write(&inspection) {
         eprintln!("leash: the command was not run: cannot write the run's CA files: {e}");
         return Err(Exit::SandboxFailed);
     }
-    Ok(config(policy, pins, audit, Some(inspection)))
+    Ok(config(parts, audit, Some(inspection)))
 }
 
 /// Refuses an unusable `--upstream-ca` (exit 2, as when the CA is made) where no CA is made.
@@ -136,7 +138,7 @@ fn spec(args: &RunArgs, with_ca: bool, mode: (String, String)) -> SandboxSpec {
     spec.resolv_conf = Some("nameserver 127.0.0.1\noptions attempts:1 timeout:1\n".to_owned());
     spec.allow_unix_sockets = args.allow_unix_socket.clone();
     // INVARIANT: the audit log file is not reachable from inside; leash keeps the only handle that writes it.
-    spec.hide_paths = hidden_log(&args.proxy);
+    spec.hide_paths = hidden_files(&args.proxy);
     spec
 }
 

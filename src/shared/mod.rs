@@ -5,6 +5,7 @@
 
 pub mod audit_read;
 pub mod sandboxed;
+pub mod secrets;
 pub mod summary;
 pub mod tls;
 pub mod trust;

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use leash_policy::Policy;
+use leash_proxy::credentials::Secrets;
 use leash_proxy::{AuditLog, Inspection, Limits, OwnAddrs, PolicyHandle, ProxyConfig, SystemResolver};
 
 use crate::cli::SandboxProxyArgs;
@@ -36,7 +37,7 @@ pub fn parse_pins(specs: &[String]) -> Result<Pins, Exit> {
 /// or read away by it.
 ///
 /// An invalid policy is exit 2, like a usage error: 1 is an ordinary status of the wrapped command.
-pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<(Policy, Pins, AuditLog), Exit> {
+pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<ProxyParts, Exit> {
     let policy = match &args.policy {
         Some(path) => load_file(path, args.profile.as_deref()).map_err(|_| Exit::Usage)?.policy,
         None => Policy::from_inline(&args.allow, &args.block).map_err(|errors| {
@@ -45,6 +46,7 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<(Poli
         })?,
     };
     let policy = audit_mode(policy, args.audit);
+    let secrets = Arc::new(crate::shared::secrets::read_or_exit(&policy)?);
     let pins = parse_pins(&args.resolve)?;
     let audit = match &args.log {
         None if stderr_shared => AuditLog::deferred(&leash_sandbox::scratch_dir()).map_err(|e| {
@@ -57,7 +59,16 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<(Poli
             Exit::Usage
         })?,
     };
-    Ok((policy, pins, audit))
+    Ok(ProxyParts { policy, pins, audit, secrets })
+}
+
+/// What a sandbox's proxy is made of, read before anything of the sandbox exists: the policy, the `--resolve` pins,
+/// the audit log (not yet shared: `leash docker` adds the container ID once known) and the credentials' secrets.
+pub struct ProxyParts {
+    pub policy: Policy,
+    pub pins: Pins,
+    pub audit: AuditLog,
+    pub secrets: Arc<Secrets>,
 }
 
 /// Writes a deferred log's lines to standard error, once nothing of the sandbox runs any more.
@@ -67,9 +78,10 @@ pub fn replay_deferred_log(audit: &AuditLog) {
     }
 }
 
-/// The files the command must not reach: the audit log, by its absolute path (it exists: it was opened).
-pub fn hidden_log(args: &SandboxProxyArgs) -> Vec<std::path::PathBuf> {
-    args.log.iter().filter_map(|p| std::fs::canonicalize(p).ok()).collect()
+/// The files the command must not reach, by their absolute paths: the audit log (it exists: it was opened), and the
+/// policy file, which may say where secrets live and, under a blocklist, what the task must not see.
+pub fn hidden_files(args: &SandboxProxyArgs) -> Vec<std::path::PathBuf> {
+    args.log.iter().chain(&args.policy).filter_map(|p| std::fs::canonicalize(p).ok()).collect()
 }
 
 /// What tells the command it runs behind leash, and in which mode (never the rules), so an agent can say "the network
@@ -100,7 +112,11 @@ pub fn mode_env(policy: &Policy) -> (String, String) {
 }
 
 /// The proxy's configuration for a sandbox.
-pub fn config(policy: Policy, pins: Pins, audit: Arc<AuditLog>, inspection: Option<Arc<Inspection>>) -> ProxyConfig {
+pub fn config(
+    (policy, pins, secrets): (Policy, Pins, Arc<Secrets>),
+    audit: Arc<AuditLog>,
+    inspection: Option<Arc<Inspection>>,
+) -> ProxyConfig {
     ProxyConfig {
         policy: PolicyHandle::new(policy),
         audit,
@@ -109,6 +125,6 @@ pub fn config(policy: Policy, pins: Pins, audit: Arc<AuditLog>, inspection: Opti
         limits: crate::fit_open_files(Limits::default()),
         inspection,
         metrics: Arc::default(),
-        credentials: Arc::default(),
+        credentials: secrets,
     }
 }

@@ -127,3 +127,59 @@ pub fn sandbox_available() -> bool {
     }
     ok
 }
+
+/// A fake model provider over HTTPS on the host's loopback (the leaf from [`https_material`], `docs.test`): 401 unless
+/// `x-api-key` is `key`; then 200 with `your key: <the key it got>`, an API that quotes the key back. Every key it
+/// was sent is appended to `seen` (one per line). Killed on drop.
+pub struct FakeProvider {
+    child: Child,
+    pub port: u16,
+}
+
+impl FakeProvider {
+    pub fn start(dir: &Path, key: &str, seen: &Path) -> FakeProvider {
+        let script = r#"
+import http.server, ssl, sys
+KEY, SEEN = sys.argv[1], sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def answer(self):
+        got = self.headers.get("x-api-key", "")
+        n = int(self.headers.get("content-length") or 0)
+        self.rfile.read(n)
+        with open(SEEN, "a") as f:
+            f.write(got + "\n")
+        status, body = (200, ("your key: " + got).encode()) if got == KEY else (401, b"no valid key")
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = answer
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain("leaf.pem", "leaf.key")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+        let mut child = Command::new("python3")
+            .args(["-c", script, key])
+            .arg(seen)
+            .current_dir(dir)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        FakeProvider { child, port: line.trim().parse().expect("provider port") }
+    }
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

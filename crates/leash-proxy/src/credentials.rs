@@ -71,6 +71,19 @@ impl Secrets {
         self.secrets.iter().find(|s| s.name == name)
     }
 
+    /// `text` with every real value in it replaced by its placeholder; `None` when it holds none.
+    pub fn masked(&self, text: &str) -> Option<String> {
+        let mut out: Option<String> = None;
+        for s in &self.secrets {
+            let (value, placeholder) = (String::from_utf8_lossy(&s.value), s.placeholder());
+            let current = out.as_deref().unwrap_or(text);
+            if current.contains(&*value) {
+                out = Some(current.replace(&*value, placeholder));
+            }
+        }
+        out
+    }
+
     /// The name of a credential whose placeholder or value `bytes` contains (also inside a Basic authorization).
     pub fn found_in(&self, bytes: &[u8]) -> Option<&str> {
         let decoded = basic_credentials(bytes);

