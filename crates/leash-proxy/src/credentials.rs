@@ -376,7 +376,7 @@ fn basic_value(user_password: &[u8]) -> Vec<u8> {
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+    find(hay, needle).is_some()
 }
 
 fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
@@ -483,41 +483,63 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Redacting<'_, W> {
 pub struct Redactor {
     secret: Vec<u8>,
     replacement: Vec<u8>,
-    /// Bytes not yet passed on, each marked as body data (matched) or framing (passed over).
+    /// Bytes not yet passed on.
     pending: Vec<u8>,
-    is_data: Vec<bool>,
+    /// Where in `pending` framing bytes are (passed over by the match), in order; nearly always none.
+    framing: Vec<usize>,
 }
 
 impl Redactor {
     fn new(secret: &[u8], placeholder: &[u8]) -> Redactor {
         let replacement =
             if placeholder.len() == secret.len() { placeholder.to_vec() } else { vec![b'*'; secret.len()] };
-        Redactor { secret: secret.to_vec(), replacement, pending: Vec::new(), is_data: Vec::new() }
+        Redactor { secret: secret.to_vec(), replacement, pending: Vec::new(), framing: Vec::new() }
     }
 
     /// Take `bytes` (`data`: body data, else framing) and return what may be passed on now.
     pub fn push(&mut self, bytes: &[u8], data: bool) -> Vec<u8> {
+        let base = self.pending.len();
         self.pending.extend_from_slice(bytes);
-        self.is_data.extend(std::iter::repeat_n(data, bytes.len()));
-        let data_at: Vec<usize> = (0..self.pending.len()).filter(|&i| self.is_data[i]).collect();
-        self.replace_matches(&data_at);
-        let held_from = self.held_from(&data_at);
-        self.is_data.drain(..held_from);
+        if !data {
+            self.framing.extend(base..self.pending.len());
+        }
+        let held_from = match self.framing.is_empty() {
+            // The common case, all data: slices, no index per byte.
+            true => self.redact_data(),
+            false => self.redact_framed(),
+        };
+        self.framing.retain(|&i| i >= held_from);
+        self.framing.iter_mut().for_each(|i| *i -= held_from);
         self.pending.drain(..held_from).collect()
     }
 
     /// The end of the body: everything held is passed on.
     pub fn finish(&mut self) -> Vec<u8> {
-        self.is_data.clear();
+        self.framing.clear();
         std::mem::take(&mut self.pending)
     }
 
-    fn replace_matches(&mut self, data_at: &[usize]) {
+    /// Replace every match in `pending` (all data); where the held tail starts.
+    fn redact_data(&mut self) -> usize {
+        let n = self.secret.len();
+        let mut at = 0;
+        while let Some(found) = self.pending.get(at..).and_then(|rest| find(rest, &self.secret)) {
+            let start = at + found;
+            self.pending[start..start + n].copy_from_slice(&self.replacement);
+            at = start + n;
+        }
+        let longest = n.saturating_sub(1).min(self.pending.len());
+        let held = (1..=longest).rev().find(|&len| self.secret.starts_with(&self.pending[self.pending.len() - len..]));
+        self.pending.len() - held.unwrap_or(0)
+    }
+
+    /// [`Redactor::redact_data`] with framing bytes among the data, passed over by the match.
+    fn redact_framed(&mut self) -> usize {
+        let data_at: Vec<usize> = (0..self.pending.len()).filter(|i| self.framing.binary_search(i).is_err()).collect();
         let n = self.secret.len();
         let mut k = 0;
         while k + n <= data_at.len() {
-            let matched = (0..n).all(|j| self.pending[data_at[k + j]] == self.secret[j]);
-            if matched {
+            if (0..n).all(|j| self.pending[data_at[k + j]] == self.secret[j]) {
                 for j in 0..n {
                     self.pending[data_at[k + j]] = self.replacement[j];
                 }
@@ -526,11 +548,7 @@ impl Redactor {
                 k += 1;
             }
         }
-    }
-
-    /// Where the held tail starts: at the longest run of final data bytes that is a proper prefix of the secret.
-    fn held_from(&self, data_at: &[usize]) -> usize {
-        let longest = self.secret.len().saturating_sub(1).min(data_at.len());
+        let longest = n.saturating_sub(1).min(data_at.len());
         for len in (1..=longest).rev() {
             let start = data_at.len() - len;
             if (0..len).all(|j| self.pending[data_at[start + j]] == self.secret[j]) {
@@ -539,6 +557,20 @@ impl Redactor {
         }
         self.pending.len()
     }
+}
+
+/// Where `needle` first occurs in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    let first = *needle.first()?;
+    let mut at = 0;
+    while let Some(i) = hay.get(at..)?.iter().position(|&b| b == first) {
+        let start = at + i;
+        if hay.get(start..start + needle.len())? == needle {
+            return Some(start);
+        }
+        at = start + 1;
+    }
+    None
 }
 
 #[cfg(test)]
