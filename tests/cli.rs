@@ -131,7 +131,7 @@ fn explain_exits_2_not_1_when_the_policy_does_not_load() {
 }
 
 #[test]
-fn explain_says_a_model_api_is_inspected_and_its_plain_http_refused() {
+fn explain_says_a_model_api_is_inspected_and_its_bodies_read_plain_http_too() {
     let policy = "network:\n  mode: allowlist\n  allowed_hosts: [api.openai.com, gw.test]\n  model_apis: [gw.test]\n";
     let (code, out) = explain(policy, &["CONNECT", "gw.test:443"]);
     assert_eq!((code, out.lines().next()), (Some(0), Some("inspect rule gw.test")));
@@ -140,8 +140,8 @@ fn explain_says_a_model_api_is_inspected_and_its_plain_http_refused() {
     assert_eq!((code, out.lines().next()), (Some(0), Some("allow rule api.openai.com")));
     assert!(out.contains("provider-side tools (web search, web fetch, remote MCP, search grounding) are stripped"));
     let (code, out) = explain(policy, &["http://api.openai.com/v1/responses"]);
-    assert_eq!((code, out.lines().next()), (Some(1), Some("block provider-tools api.openai.com")));
-    assert!(out.contains("plain HTTP would carry its body unread"), "{out}");
+    assert_eq!((code, out.lines().next()), (Some(0), Some("allow rule api.openai.com")));
+    assert!(out.contains("each request body is read (JSON, uncompressed, bounded)"), "{out}");
     let allow = format!("{policy}  provider_tools: allow\n");
     let (code, out) = explain(&allow, &["CONNECT", "api.openai.com:443"]);
     assert_eq!((code, out.lines().next()), (Some(0), Some("allow rule api.openai.com")));

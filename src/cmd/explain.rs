@@ -125,11 +125,6 @@ fn model_api_line(policy: &Policy, d: &Decision, host: &Host) -> Option<String> 
     }
     let setting = policy.provider_tools();
     Some(match d.verdict {
-        Verdict::Block if d.reason == Reason::ProviderTools => format!(
-            "`{host}` is a model API (provider_tools: {}): plain HTTP would carry its body unread, so it is refused; \
-             use https",
-            setting.as_str()
-        ),
         Verdict::Block => return None,
         _ => format!(
             "`{host}` is a model API (provider_tools: {}): each request body is read (JSON, uncompressed, bounded) and \

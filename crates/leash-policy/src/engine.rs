@@ -241,7 +241,7 @@ impl Policy {
             Host::IpLiteral(_) => block(Reason::IpLiteral),
             Host::Ipv4(ip) => self.decide_ipv4(*ip),
             Host::Name(name) => {
-                let d = self.unread_model_body(req, self.decide_name(name, req.path));
+                let d = self.decide_name(name, req.path);
                 self.credential_in_clear(req, name, d)
             }
         }
@@ -351,17 +351,6 @@ impl Policy {
             may_inspect,
             audit: network.audit,
             credentials: network.credentials,
-        }
-    }
-
-    /// A plain-HTTP request to a model API whose tools are filtered: its body travels where leash does not read it
-    /// (only inspected tunnels are read), so an allowed one is refused rather than let through unread.
-    fn unread_model_body(&self, req: &Request<'_>, d: Decision) -> Decision {
-        match d.verdict {
-            Verdict::Allow if req.via == Via::ForwardProxy && self.filters_provider_tools(req.host) => {
-                Decision { verdict: Verdict::Block, reason: Reason::ProviderTools, rule: d.rule }
-            }
-            _ => d,
         }
     }
 

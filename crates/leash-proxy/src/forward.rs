@@ -12,6 +12,7 @@ use crate::credentials::{LeakWatch, Outbound};
 use crate::dial::{connect_checked, resolve_checked, DialError};
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, Extras, RequestCtx};
+use crate::model::{self, Gated};
 use crate::pool::PoolKey;
 use crate::refusal::{reply, Response};
 use crate::request::{plan, refuse_early, request_head_bytes, Plan};
@@ -25,7 +26,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let ctx = RequestCtx::new(sh, peer);
-    let plan = match plan(head, &head.target) {
+    let mut plan = match plan(head, &head.target) {
         Ok(plan) => plan,
         Err(early) => return refuse_early(&ctx, client, head, &head.target, early).await,
     };
@@ -58,8 +59,34 @@ where
         Outbound::Untouched => (None, None),
     };
     let own = ctx.snap.credential_for(&plan.target.authority.host).map(|c| &*c.name);
+    // A model API's body is read and checked for provider-side tools, as inside an inspected tunnel.
+    let (request, stripped) = match ctx.snap.filters_provider_tools(&plan.target.authority.host) {
+        false => (request_head_bytes(&sent, &plan), Vec::new()),
+        true => {
+            let tools = ctx.snap.provider_tools();
+            match model::gate(&sh.cfg.limits, client, (&sent, &plan, plan.target.path_and_query), tools).await {
+                Gated::Pass => (request_head_bytes(&sent, &plan), Vec::new()),
+                Gated::Body { request, removed } => {
+                    if let Some(name) = sh.cfg.credentials.found_in_any(own, [request.as_slice()]) {
+                        let refused = ctx.refuse_leak(&asked(plan.target.path_and_query), name);
+                        return reply(client, &refused, plan.client_keep_alive).await;
+                    }
+                    plan.framing = BodyFraming::None;
+                    (request, removed)
+                }
+                Gated::Refuse { why, keep } => {
+                    let answer = Response::provider_error(&host, &format!("{host}{path_only}"), &why);
+                    let refused = ctx.refuse_with(&asked(plan.target.path_and_query), &model::refused(), answer);
+                    return reply(client, &refused, keep).await;
+                }
+            }
+        }
+    };
+    let decision = model::forwarded(&decision, &stripped);
+    let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     let watches = Watches { redact, leaks: LeakWatch::new(&sh.cfg.credentials, own) };
-    let extras = Extras { stripped: None, credential: credential.as_deref() };
+
+    let extras = Extras { stripped: listed, credential: credential.as_deref() };
     let key = PoolKey { host: host.as_ref().into(), port: plan.port, generation: ctx.snap.generation };
     let upstream = match sh.pool.take(&key) {
         Some(stream) => Upstream { stream, pooled: true },
@@ -73,7 +100,7 @@ where
             return reply(client, &response, false).await;
         }
     }
-    forward(&ctx, client, (&sent, &plan, watches), key, upstream, &asked(path_only)).await
+    forward(&ctx, client, (&sent, &plan, &request, watches), key, upstream, &asked(path_only)).await
 }
 
 struct Upstream {
@@ -115,7 +142,7 @@ fn upstream_failed(ctx: &RequestCtx<'_>, asked: &Asked<'_>, e: &DialError) -> Re
 async fn forward<S>(
     ctx: &RequestCtx<'_>,
     client: &mut BufConn<S>,
-    (head, plan, watches): (&RequestHead, &Plan<'_>, Watches),
+    (head, plan, request, watches): (&RequestHead, &Plan<'_>, &[u8], Watches),
     key: PoolKey,
     mut upstream: Upstream,
     asked: &Asked<'_>,
@@ -124,15 +151,14 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let sh = ctx.sh;
-    let request = request_head_bytes(head, plan);
     let mut conn = BufConn::new(upstream.stream);
-    let mut result = exchange(sh, client, &mut conn, (&request, head, plan), watches.clone()).await;
+    let mut result = exchange(sh, client, &mut conn, (request, head, plan), watches.clone()).await;
     if matches!(result, Err(ExchangeError::Stale)) && upstream.pooled && plan.framing == BodyFraming::None {
         match redial(ctx, plan, asked).await {
             Ok(stream) => {
                 upstream = Upstream { stream, pooled: false };
                 conn = BufConn::new(upstream.stream);
-                result = exchange(sh, client, &mut conn, (&request, head, plan), watches).await;
+                result = exchange(sh, client, &mut conn, (request, head, plan), watches).await;
             }
             Err(e) => result = Err(e),
         }

@@ -10,7 +10,6 @@
 
 mod h1;
 mod h2;
-mod model;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};

@@ -20,6 +20,7 @@ mod gate;
 mod headers;
 mod inspect;
 mod metrics;
+mod model;
 mod netinfo;
 mod pool;
 pub mod provider_tools;

@@ -110,14 +110,16 @@ fn an_allowed_model_host_is_inspected_unless_provider_tools_is_allow() {
 }
 
 #[test]
-fn a_model_hosts_inner_requests_are_allowed_and_its_plain_http_is_refused() {
+fn a_model_hosts_requests_are_allowed_by_the_rules_alone_plain_http_too() {
+    // Plain HTTP to a model host (an operator's gateway) is allowed by the rules; the proxy reads its body as it
+    // does inside an inspected tunnel.
     assert_eq!(decide_inner(GATEWAY, "https://api.openai.com/v1/responses"), "allow rule api.openai.com");
-    assert_eq!(decide(GATEWAY, "http://models.test/v1/messages"), "block provider-tools models.test");
+    assert_eq!(decide(GATEWAY, "http://models.test/v1/messages"), "allow rule models.test");
     assert_eq!(decide(GATEWAY, "http://pypi.org/simple/"), "allow rule pypi.org");
     assert_eq!(decide(GATEWAY, "http://api.anthropic.com/"), "block not-allowed", "a refusal keeps its reason");
     let allow = format!("{GATEWAY}  provider_tools: allow\n");
     assert_eq!(decide(&allow, "http://models.test/v1/messages"), "allow rule models.test");
-    assert_eq!(decide(&blocklist(&[]), "http://generativelanguage.googleapis.com/"), "block provider-tools");
+    assert_eq!(decide(&blocklist(&[]), "http://generativelanguage.googleapis.com/"), "allow default");
 }
 
 #[test]

@@ -4,25 +4,19 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use leash_policy::{ProviderTools, Question, Request, Scheme, Via};
-use tokio::io::AsyncWriteExt;
+use leash_policy::{Question, Request, Scheme, Via};
 
-use super::model::{self, Capped, Gate};
 use super::{upstream_tls_refused, ClientTls, Inspected, UpstreamError, UpstreamTls};
 use crate::conn::{close_gracefully, BufConn, Next, Reparse};
 use crate::credentials::{LeakWatch, Outbound};
 use crate::dial::DialError;
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, Extras, RequestCtx};
+use crate::model::{self, Gated};
 use crate::refusal::{reply, Response};
 use crate::request::{bad_request, plan, refuse_early, refuse_unreadable, request_head_bytes, Plan};
-use crate::wire::http_head::{parse_request_head, upgrade_value, BodyFraming, Header, RequestHead};
+use crate::wire::http_head::{parse_request_head, BodyFraming, RequestHead};
 use crate::wire::target::split_query;
-
-/// Headers that describe the body as the client framed it; a body leash read and forwards from memory gets its own
-/// `Content-Length` instead (and needs no `100 Continue` from upstream: leash answered it).
-const REFRAMED: [&str; 3] = ["content-length", "transfer-encoding", "expect"];
 
 /// The tunnel's upstream session, and whether it has served a request already (only a reused one can be stale).
 struct Upstream {
@@ -110,7 +104,7 @@ async fn request(
         Outbound::Untouched => (None, None),
     };
     let gated = match ctx.snap.filters_provider_tools(&t.host) {
-        true => gate(t, client, &sent, &plan, ctx.snap.provider_tools()).await,
+        true => model::gate(&t.sh.cfg.limits, client, (&sent, &plan, &head.target), ctx.snap.provider_tools()).await,
         false => Gated::Pass,
     };
     let (bytes, stripped) = match gated {
@@ -141,99 +135,6 @@ async fn request(
     let watches = Watches { redact, leaks: LeakWatch::new(secrets, own) };
     let result = forward(t, client, (&sent, &plan, &bytes, watches), upstream, &logged).await;
     finish(t, (&ctx, &logged.asked), client, result, upstream, totals).await
-}
-
-/// What the model API gate made of a request.
-enum Gated {
-    /// No body: forward as usual.
-    Pass,
-    /// The body was read: forward `request` (head and body, Content-Length framed); `removed` is what went.
-    Body { request: Vec<u8>, removed: Vec<String> },
-    /// Refuse, saying why; `keep` if the body was read whole, so the connection can go on.
-    Refuse { why: String, keep: bool },
-}
-
-/// Read and check the body of a request to a model host whose provider-side tools the policy filters.
-async fn gate(
-    t: &Inspected,
-    client: &mut BufConn<ClientTls>,
-    head: &RequestHead,
-    plan: &Plan<'_>,
-    tools: ProviderTools,
-) -> Gated {
-    let unread = |why| Gated::Refuse { why, keep: false };
-    if upgrade_value(head).is_some() {
-        return unread(model::UPGRADE.to_owned());
-    }
-    let declared = match plan.framing {
-        BodyFraming::None | BodyFraming::ContentLength(0) => return Gated::Pass,
-        BodyFraming::ContentLength(n) => Some(n),
-        _ => None,
-    };
-    let max = t.sh.cfg.limits.max_model_body;
-    if declared.is_some_and(|n| n > max as u64) {
-        return unread(model::too_large(max));
-    }
-    // Read even a body refused for its encoding, so the connection can go on to the next request.
-    let body = match read_body(t, client, head, plan.framing, max).await {
-        Ok(body) => body,
-        Err(why) => return unread(why),
-    };
-    let refuse = |why| Gated::Refuse { why, keep: plan.client_keep_alive };
-    if let Some(why) = model::encoding_problem(head.values("content-encoding")) {
-        return refuse(why);
-    }
-    let (body, removed) = match body.is_empty() {
-        true => (Bytes::new(), Vec::new()),
-        false => match model::judge(Bytes::from(body), &head.target, tools) {
-            Gate::Forward { body, stripped } => (body, stripped),
-            Gate::Refuse(why) => return refuse(why),
-        },
-    };
-    Gated::Body { request: buffered_request(head, plan, &body), removed }
-}
-
-/// The whole body, at most `max` bytes as sent (chunk framing included), de-chunked; `Err` says why not.
-async fn read_body(
-    t: &Inspected,
-    client: &mut BufConn<ClientTls>,
-    head: &RequestHead,
-    framing: BodyFraming,
-    max: usize,
-) -> Result<Vec<u8>, String> {
-    let unreadable = |e: std::io::Error| format!("the body could not be read: {e}");
-    if head.values("expect").any(|v| v.eq_ignore_ascii_case(b"100-continue")) {
-        let continued = client.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
-        continued.and(client.io.flush().await).map_err(unreadable)?;
-    }
-    let mut capped = Capped::new(max);
-    let copy = async {
-        match framing {
-            BodyFraming::ContentLength(n) => client.source().copy_exact(&mut capped, n).await,
-            _ => client.source().relay_chunked(&mut capped).await,
-        }
-    };
-    // The client sends its body at its own pace; as long as leash would wait for an upstream's answer, no longer.
-    let copied = tokio::time::timeout(t.sh.cfg.limits.response_timeout, copy).await;
-    match copied {
-        _ if capped.over => Err(model::too_large(max)),
-        Err(_) => Err("the body did not arrive in time".to_owned()),
-        Ok(Err(e)) => Err(unreadable(e)),
-        Ok(Ok(_)) if framing == BodyFraming::Chunked => {
-            model::dechunk(&capped.buf).ok_or_else(|| "the chunked body is malformed".to_owned())
-        }
-        Ok(Ok(_)) => Ok(capped.buf),
-    }
-}
-
-/// The request to send for a body held in memory: the head with `Content-Length` framing, then the body.
-fn buffered_request(head: &RequestHead, plan: &Plan<'_>, body: &[u8]) -> Vec<u8> {
-    let mut reframed = head.clone();
-    reframed.headers.retain(|h| !REFRAMED.iter().any(|n| h.is(n)));
-    reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
-    let mut out = request_head_bytes(&reframed, plan);
-    out.extend_from_slice(body);
-    out
 }
 
 /// Send the request on the tunnel's upstream session (dialing one if there is none), once more on a fresh session

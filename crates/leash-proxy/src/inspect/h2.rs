@@ -21,12 +21,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use leash_policy::{canonicalize, parse_authority, Decision, ProviderTools, Question, Reason, Scheme, Verdict, Via};
 
-use super::model::{self, Gate};
 use super::{ClientTls, Inspected, UpstreamTls};
 use crate::audit::{refusal, UpstreamFailure};
 use crate::config::Snapshot;
 use crate::credentials::{LeakFound, LeakWatch, Outbound, Redactor};
 use crate::gate::{Asked, Extras, RequestCtx};
+use crate::model::{self, Gate};
 use crate::refusal::Response;
 use crate::wire::target::split_query;
 

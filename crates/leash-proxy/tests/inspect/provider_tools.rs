@@ -457,3 +457,38 @@ async fn h2_a_declared_length_over_the_bound_is_refused_before_the_body_is_read(
     assert!(origin.seen().is_empty(), "nothing reached the model API");
     assert_eq!(t.leash.decision("/v1/messages").await["reason"], "provider-tools");
 }
+
+/// A plain-HTTP model gateway (an operator's, on a private network) in `model_apis`, under `mode`.
+async fn plain_gateway(mode: &str) -> (Upstream, Leash) {
+    let up = Upstream::start().await;
+    let yaml = format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: [gw.test]\n  ports: [{}]\n  allow_destinations: [127.0.0.0/8]\n  \
+         model_apis: [gw.test]\n  provider_tools: {mode}\n",
+        up.port()
+    );
+    let leash = Leash::builder(&yaml).limits(|l| l.max_model_body = 64 * 1024).start().await;
+    (up, leash)
+}
+
+#[tokio::test]
+async fn a_plain_http_model_gateway_is_stripped_as_one_inside_tls_is() {
+    let (up, leash) = plain_gateway("strip").await;
+    let body = json!({"model": "m", "tools": [{"type": "web_search_20250305", "name": "web_search"}, weather()]});
+    let url = format!("http://gw.test:{}/v1/messages", up.port());
+    let out =
+        curl(leash.addr, &["-H", "content-type: application/json", "--data-binary", &body.to_string(), &url]).await;
+    assert_eq!(out.status, 200, "{}", out.text());
+    let got: Value = serde_json::from_str(&up.only_request().body.text()).unwrap();
+    assert_eq!(got, json!({"model": "m", "tools": [weather()]}), "the server tool went, the function tool stayed");
+    let line = leash.decision("/v1/messages").await;
+    assert_eq!(line["reason"], "provider-tools-stripped");
+
+    let (up, leash) = plain_gateway("refuse").await;
+    let url = format!("http://gw.test:{}/v1/messages", up.port());
+    let out =
+        curl(leash.addr, &["-H", "content-type: application/json", "--data-binary", &body.to_string(), &url]).await;
+    assert_eq!(out.status, 403);
+    let error: Value = serde_json::from_slice(&out.body).unwrap();
+    assert!(error["error"]["message"].as_str().unwrap().contains("provider-tools"), "{error}");
+    up.assert_untouched().await;
+}

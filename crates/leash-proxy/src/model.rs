@@ -2,7 +2,8 @@
 //! policy filters has its body read whole (bounded), checked by [`crate::provider_tools`], and forwarded unchanged,
 //! forwarded stripped, or refused. What cannot be checked — a body that is not JSON, is compressed, is larger than
 //! the bound, or a WebSocket whose messages follow the upgrade — is refused, never passed unread. Responses are not
-//! touched: they stream as for any request. [`h1`](super::h1) and [`h2`](super::h2) call in here.
+//! touched: they stream as for any request. Plain HTTP ([`crate::forward`]) and the inspected tunnels' HTTP/1.1
+//! and HTTP/2 call in here.
 
 use std::io;
 use std::pin::Pin;
@@ -10,10 +11,14 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use leash_policy::{Decision, ProviderTools, Reason, Verdict};
-use tokio::io::AsyncWrite;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::audit::refusal;
+use crate::config::Limits;
+use crate::conn::BufConn;
 use crate::provider_tools::{filter, Outcome};
+use crate::request::{request_head_bytes, Plan};
+use crate::wire::http_head::{upgrade_value, BodyFraming, Header, RequestHead};
 
 /// What becomes of a model API request with a body.
 #[derive(Debug)]
@@ -127,6 +132,109 @@ impl AsyncWrite for Capped {
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
     }
+}
+
+/// Headers that describe the body as the client framed it; a body leash read and forwards from memory gets its own
+/// `Content-Length` instead (and needs no `100 Continue` from upstream: leash answered it).
+const REFRAMED: [&str; 3] = ["content-length", "transfer-encoding", "expect"];
+
+/// What the model API gate made of a request.
+pub(crate) enum Gated {
+    /// No body: forward as usual.
+    Pass,
+    /// The body was read: forward `request` (head and body, Content-Length framed); `removed` is what went.
+    Body { request: Vec<u8>, removed: Vec<String> },
+    /// Refuse, saying why; `keep` if the body was read whole, so the connection can go on.
+    Refuse { why: String, keep: bool },
+}
+
+/// Read and check the body of an HTTP/1.1 request (plain, or inside an inspected tunnel) to a model host whose
+/// provider-side tools the policy filters. `path` is the request's path, which some shapes are recognised by.
+pub(crate) async fn gate<S>(
+    limits: &Limits,
+    client: &mut BufConn<S>,
+    (head, plan, path): (&RequestHead, &Plan<'_>, &str),
+    tools: ProviderTools,
+) -> Gated
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let unread = |why| Gated::Refuse { why, keep: false };
+    if upgrade_value(head).is_some() {
+        return unread(UPGRADE.to_owned());
+    }
+    let declared = match plan.framing {
+        BodyFraming::None | BodyFraming::ContentLength(0) => return Gated::Pass,
+        BodyFraming::ContentLength(n) => Some(n),
+        _ => None,
+    };
+    let max = limits.max_model_body;
+    if declared.is_some_and(|n| n > max as u64) {
+        return unread(too_large(max));
+    }
+    // Read even a body refused for its encoding, so the connection can go on to the next request.
+    let body = match read_body(limits, client, head, plan.framing).await {
+        Ok(body) => body,
+        Err(why) => return unread(why),
+    };
+    let refuse = |why| Gated::Refuse { why, keep: plan.client_keep_alive };
+    if let Some(why) = encoding_problem(head.values("content-encoding")) {
+        return refuse(why);
+    }
+    let (body, removed) = match body.is_empty() {
+        true => (Bytes::new(), Vec::new()),
+        false => match judge(Bytes::from(body), path, tools) {
+            Gate::Forward { body, stripped } => (body, stripped),
+            Gate::Refuse(why) => return refuse(why),
+        },
+    };
+    Gated::Body { request: buffered_request(head, plan, &body), removed }
+}
+
+/// The whole body, at most `max` bytes as sent (chunk framing included), de-chunked; `Err` says why not.
+async fn read_body<S>(
+    limits: &Limits,
+    client: &mut BufConn<S>,
+    head: &RequestHead,
+    framing: BodyFraming,
+) -> Result<Vec<u8>, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let max = limits.max_model_body;
+    let unreadable = |e: std::io::Error| format!("the body could not be read: {e}");
+    if head.values("expect").any(|v| v.eq_ignore_ascii_case(b"100-continue")) {
+        let continued = client.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
+        continued.and(client.io.flush().await).map_err(unreadable)?;
+    }
+    let mut capped = Capped::new(max);
+    let copy = async {
+        match framing {
+            BodyFraming::ContentLength(n) => client.source().copy_exact(&mut capped, n).await,
+            _ => client.source().relay_chunked(&mut capped).await,
+        }
+    };
+    // The client sends its body at its own pace; as long as leash would wait for an upstream's answer, no longer.
+    let copied = tokio::time::timeout(limits.response_timeout, copy).await;
+    match copied {
+        _ if capped.over => Err(too_large(max)),
+        Err(_) => Err("the body did not arrive in time".to_owned()),
+        Ok(Err(e)) => Err(unreadable(e)),
+        Ok(Ok(_)) if framing == BodyFraming::Chunked => {
+            dechunk(&capped.buf).ok_or_else(|| "the chunked body is malformed".to_owned())
+        }
+        Ok(Ok(_)) => Ok(capped.buf),
+    }
+}
+
+/// The request to send for a body held in memory: the head with `Content-Length` framing, then the body.
+fn buffered_request(head: &RequestHead, plan: &Plan<'_>, body: &[u8]) -> Vec<u8> {
+    let mut reframed = head.clone();
+    reframed.headers.retain(|h| !REFRAMED.iter().any(|n| h.is(n)));
+    reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
+    let mut out = request_head_bytes(&reframed, plan);
+    out.extend_from_slice(body);
+    out
 }
 
 #[cfg(test)]
