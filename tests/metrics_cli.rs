@@ -126,3 +126,31 @@ fn proxy_refuses_a_metrics_address_it_cannot_or_must_not_serve() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("the proxy's own address"), "{err}");
 }
+
+#[test]
+fn policy_reloads_are_counted_by_outcome() {
+    let port = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy(dir.path(), port);
+    let proxy = Proxy::start(&policy, &dir.path().join("audit.jsonl"));
+    let hangup = || {
+        let pid = proxy.child.id().to_string();
+        assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    };
+    // Waits on the counter itself (bounded): the reload happens on leash's own time after the signal.
+    let wait_for = |line: &str| {
+        for _ in 0..200 {
+            if proxy.scrape().contains(line) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        panic!("no `{line}` in\n{}", proxy.scrape());
+    };
+    hangup();
+    wait_for("leash_policy_reloads_total{outcome=\"applied\"} 1\n");
+    std::fs::write(&policy, "network:\n  mode: nonsense\n").unwrap();
+    hangup();
+    wait_for("leash_policy_reloads_total{outcome=\"refused\"} 1\n");
+    assert!(proxy.scrape().contains("leash_policy_generation 1\n"), "the invalid file changed nothing");
+}

@@ -79,6 +79,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         metrics: Arc::default(),
         credentials: secrets,
     };
+    let Signals { term, int, hup } = Signals::install();
     if let Ok(addr) = listener.local_addr() {
         // Clients are given the placeholders; the real values stay in this process.
         let mut out = std::io::stdout().lock();
@@ -88,8 +89,9 @@ async fn serve(args: ProxyArgs) -> Exit {
     if let Some(l) = metrics_listener {
         serve_metrics(l, &config.metrics, &policy);
     }
-    tokio::spawn(reload_on_hangup(policy, config.audit.clone(), args.policy.clone(), args.profile.clone(), args.audit));
-    match leash_proxy::serve(listener, config, shutdown_signal()).await {
+    let reloads = Reloads { policy, audit: config.audit.clone(), metrics: config.metrics.clone() };
+    tokio::spawn(reload_on_hangup(reloads, hup, (args.policy.clone(), args.profile.clone(), args.audit)));
+    match leash_proxy::serve(listener, config, shutdown_signal(term, int)).await {
         Ok(()) => Exit::Ok,
         Err(e) => {
             eprintln!("leash: {e}");
@@ -109,10 +111,29 @@ pub(crate) fn open_log(path: Option<&PathBuf>) -> Result<Arc<AuditLog>, Exit> {
     }
 }
 
+/// The signals leash acts on, installed before the `listening on` line: a harness may signal leash as soon as it
+/// reads that line, and a signal that came before its handler would end leash (SIGHUP) or skip the drain.
+struct Signals {
+    term: std::io::Result<tokio::signal::unix::Signal>,
+    int: std::io::Result<tokio::signal::unix::Signal>,
+    hup: std::io::Result<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Signals {
+        Signals {
+            term: signal(SignalKind::terminate()),
+            int: signal(SignalKind::interrupt()),
+            hup: signal(SignalKind::hangup()),
+        }
+    }
+}
+
 /// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let term = signal(SignalKind::terminate());
-    let int = signal(SignalKind::interrupt());
+async fn shutdown_signal(
+    term: std::io::Result<tokio::signal::unix::Signal>,
+    int: std::io::Result<tokio::signal::unix::Signal>,
+) {
     match (term, int) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
@@ -128,16 +149,22 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing in-flight requests");
 }
 
+/// What a SIGHUP acts on: the policy in force, the audit log to reopen, the counters of reloads.
+struct Reloads {
+    policy: PolicyHandle,
+    audit: Arc<AuditLog>,
+    metrics: Arc<Metrics>,
+}
+
 /// On SIGHUP, reopen the audit log file and load the policy file again; a valid file replaces the policy atomically,
 /// an invalid one keeps the old. `audit_mode` (`--audit`) holds for every policy loaded.
 async fn reload_on_hangup(
-    policy: PolicyHandle,
-    audit: Arc<AuditLog>,
-    path: PathBuf,
-    profile: Option<String>,
-    audit_mode: bool,
+    reloads: Reloads,
+    hup: std::io::Result<tokio::signal::unix::Signal>,
+    (path, profile, audit_mode): (PathBuf, Option<String>, bool),
 ) {
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+    let Reloads { policy, audit, metrics } = reloads;
+    let Ok(mut hup) = hup else {
         tracing::warn!("cannot install the SIGHUP handler; policy reload is unavailable");
         return;
     };
@@ -150,9 +177,13 @@ async fn reload_on_hangup(
         match reloaded.and_then(|p| same_credentials(&policy.current(), p)) {
             Ok(p) => {
                 policy.store(p);
+                metrics.count_reload(true);
                 tracing::info!("reloaded the policy from `{}`", path.display());
             }
-            Err(why) => tracing::error!("keeping the old policy: {why}"),
+            Err(why) => {
+                metrics.count_reload(false);
+                tracing::error!("keeping the old policy: {why}");
+            }
         }
     }
 }

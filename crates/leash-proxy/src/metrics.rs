@@ -80,6 +80,9 @@ pub struct Metrics {
     duration_sum_us: AtomicU64,
     audit_write_failures: AtomicU64,
     connections_open: AtomicU64,
+    /// SIGHUP reloads that replaced the policy, and those refused (an invalid file; changed credentials).
+    reloads_applied: AtomicU64,
+    reloads_refused: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -93,6 +96,8 @@ impl Default for Metrics {
             duration_sum_us: AtomicU64::new(0),
             audit_write_failures: AtomicU64::new(0),
             connections_open: AtomicU64::new(0),
+            reloads_applied: AtomicU64::new(0),
+            reloads_refused: AtomicU64::new(0),
         }
     }
 }
@@ -124,6 +129,11 @@ impl Metrics {
         add(&self.audit_write_failures, 1);
     }
 
+    /// Count a policy reload: `applied` (the new policy is in force) or refused (the old one is kept).
+    pub fn count_reload(&self, applied: bool) {
+        add(if applied { &self.reloads_applied } else { &self.reloads_refused }, 1);
+    }
+
     /// Count a client connection as open until the returned guard is dropped.
     pub(crate) fn connection_opened(&self) -> OpenConnection<'_> {
         add(&self.connections_open, 1);
@@ -138,6 +148,9 @@ impl Metrics {
         out.sample("leash_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1);
         out.family("leash_policy_generation", "gauge", "Policy reloads since leash started.");
         out.sample("leash_policy_generation", &[], policy_generation);
+        out.family("leash_policy_reloads_total", "counter", "Policy reloads (SIGHUP) by outcome.");
+        out.sample("leash_policy_reloads_total", &[("outcome", "applied")], load(&self.reloads_applied));
+        out.sample("leash_policy_reloads_total", &[("outcome", "refused")], load(&self.reloads_refused));
         out.family("leash_connections_open", "gauge", "Client connections open now.");
         out.sample("leash_connections_open", &[], load(&self.connections_open));
         self.render_decisions(&mut out);
