@@ -6,6 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod common;
+#[path = "docker/credentials.rs"]
+mod credentials;
 
 use common::{decided, https_material, log_lines, lookups_and_decisions, origin, stderr, stdout, HttpsOrigin};
 

@@ -71,7 +71,7 @@ async fn run_container(
     mut stop: StopSignals,
     quiet: bool,
 ) -> Exit {
-    let engine = Engine::new();
+    let engine = Engine::new().with_env(crate::shared::secrets::masked_env(&secrets));
     if let Err(e) = engine.check() {
         return refuse_engine(&e);
     }

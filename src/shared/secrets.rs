@@ -90,6 +90,14 @@ pub fn placeholder_env(policy: &Policy, secrets: &Secrets) -> Vec<(String, Strin
     policy.credentials().iter().filter_map(|c| Some((c.env.clone(), placeholder(&c.name)?))).collect()
 }
 
+/// The variables of leash's environment whose values hold a real secret, with the placeholder in its place: set for
+/// the `docker` client, which fills a name-only `-e NAME` from its own environment.
+pub fn masked_env(secrets: &Secrets) -> Vec<(OsString, OsString)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k, secrets.masked(v.to_str()?)?.into())))
+        .collect()
+}
+
 /// What `leash proxy` prints for its clients: `credential NAME: VAR=PLACEHOLDER` per credential.
 pub fn placeholder_lines(policy: &Policy, secrets: &Secrets) -> Vec<String> {
     let placeholder = |name: &str| secrets.get(name).map(Secret::placeholder).unwrap_or_default().to_owned();

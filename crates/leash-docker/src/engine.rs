@@ -19,6 +19,9 @@ pub const STOP_GRACE_SECS: u32 = 10;
 #[derive(Debug, Clone)]
 pub struct Engine {
     program: OsString,
+    /// Variables set for every `docker` call in place of leash's own: a name-only `-e NAME` is filled from the
+    /// docker client's environment, so a variable holding a secret must reach the client masked.
+    env: Vec<(OsString, OsString)>,
 }
 
 /// What a container is doing, from `docker inspect`.
@@ -58,7 +61,20 @@ impl Default for Engine {
 
 impl Engine {
     pub fn new() -> Self {
-        Engine { program: std::env::var_os("LEASH_DOCKER").unwrap_or_else(|| "docker".into()) }
+        Engine { program: std::env::var_os("LEASH_DOCKER").unwrap_or_else(|| "docker".into()), env: Vec::new() }
+    }
+
+    /// This engine, running `docker` with `env` set over leash's environment (masked secrets).
+    pub fn with_env(mut self, env: Vec<(OsString, OsString)>) -> Self {
+        self.env = env;
+        self
+    }
+
+    /// A `docker` command with the engine's environment.
+    fn docker(&self) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd
     }
 
     /// The daemon answers and this user may use it.
@@ -112,7 +128,7 @@ impl Engine {
 
     /// `docker start --attach [--interactive] ID` with leash's standard streams: returns when the container ends.
     pub fn start_attached(&self, id: &str, interactive: bool) -> Result<Child, EngineError> {
-        let mut cmd = Command::new(&self.program);
+        let mut cmd = self.docker();
         cmd.args(["start", "--attach"]);
         if interactive {
             cmd.arg("--interactive");
@@ -136,7 +152,8 @@ impl Engine {
 
     /// `docker wait ID` started, not awaited: `leash docker attach` serves until it ends, or kills it on a signal.
     pub fn waiter(&self, id: &str) -> Result<Waiter, EngineError> {
-        let child = Command::new(&self.program)
+        let child = self
+            .docker()
             .args(["wait", id])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -160,7 +177,8 @@ impl Engine {
     /// Runs `docker ARGS`, returns its trimmed standard output; killed after `limit`.
     fn call(&self, args: &[&str], limit: Duration) -> Result<String, EngineError> {
         let name = args.iter().take(2).copied().collect::<Vec<_>>().join(" ");
-        let child = Command::new(&self.program)
+        let child = self
+            .docker()
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
