@@ -71,7 +71,7 @@ async fn run_container(
     mut stop: StopSignals,
     quiet: bool,
 ) -> Exit {
-    let engine = Engine::new().with_env(crate::shared::secrets::masked_env(&secrets));
+    let engine = Engine::new().with_env(crate::shared::secrets::masked_env(&secrets.secrets));
     if let Err(e) = engine.check() {
         return refuse_engine(&e);
     }
@@ -89,7 +89,7 @@ async fn run_container(
     };
     let ipv6_on_host = Path::new("/proc/sys/net/ipv6").exists();
     let mut env = vec![mode_env(&policy)];
-    env.extend(placeholder_env(&policy, &secrets));
+    env.extend(placeholder_env(&policy, &secrets.secrets));
     let create_args = container::create_args(&opts, &gate, &start, ipv6_on_host, TRUST_VARS, &env);
     let container = match Container::create(engine, &create_args) {
         Ok(c) => c,

@@ -51,8 +51,9 @@ fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
     let mut lines = vec![format!(
         "CONNECT {target}: decided on the CONNECT target, then on the TLS server name (SNI), which must name the same host"
     )];
-    lines.extend(after_decision(&decision, &authority.host));
+    lines.extend(after_decision(&decision, &authority.host, direct(policy, &authority.host)));
     lines.extend(model_api_line(policy, &decision, &authority.host));
+    lines.extend(upstream_line(policy, &decision, &authority.host));
     Ok(Explained { decision, lines })
 }
 
@@ -75,8 +76,9 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
         _ => format!("http: decided on host `{host}`, port {port}, canonical path `{path}`"),
     };
     let mut lines = vec![how];
-    lines.extend(after_decision(&decision, host));
+    lines.extend(after_decision(&decision, host, direct(policy, host)));
     lines.extend(credential_line(policy, &decision, host, target.scheme));
+    lines.extend(upstream_line(policy, &decision, host));
     lines.extend(model_api_line(policy, &decision, host));
     Ok(Explained { decision, lines })
 }
@@ -86,7 +88,12 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
 const TLS: TlsInspection =
     if leash_proxy::TLS_INSPECTION { TlsInspection::Available } else { TlsInspection::Unavailable };
 
-fn after_decision(d: &Decision, host: &Host) -> Vec<String> {
+/// Whether leash itself resolves `host` (no upstream proxy, or `host` bypasses it).
+fn direct(policy: &Policy, host: &Host) -> bool {
+    policy.upstream_proxy().is_none_or(|up| up.bypasses(host))
+}
+
+fn after_decision(d: &Decision, host: &Host, direct: bool) -> Vec<String> {
     let mut lines = vec![format!("{}: {}", d.reason, d.reason.describe())];
     if let Some(rule) = &d.rule {
         lines.push(format!("matching entry: `{rule}`"));
@@ -94,13 +101,26 @@ fn after_decision(d: &Decision, host: &Host) -> Vec<String> {
     if d.verdict == Verdict::WouldBlock {
         lines.push("audit mode: the policy would refuse this; it is let through and logged as would-block".to_owned());
     }
-    if d.verdict != Verdict::Block {
+    if d.verdict != Verdict::Block && direct {
         lines.push(format!(
             "then: leash resolves `{host}` once and refuses it (internal-destination) if any address is loopback, \
              private, link-local, CGNAT or otherwise internal and not inside allow_destinations"
         ));
     }
     lines
+}
+
+/// Where an allowed request goes out: through the upstream proxy (which then resolves the name), or directly.
+fn upstream_line(policy: &Policy, d: &Decision, host: &Host) -> Option<String> {
+    let up = policy.upstream_proxy()?;
+    Some(match (d.verdict, up.bypasses(host)) {
+        (Verdict::Block, _) => return None,
+        (_, true) => format!("goes out directly: `{host}` is in upstream_proxy_bypass"),
+        _ => format!(
+            "goes out through the upstream proxy `{}`, which resolves `{host}` (leash does not see its address)",
+            up.authority()
+        ),
+    })
 }
 
 /// What happens to a credential of this host's: put on the request by leash, or why the request is refused.

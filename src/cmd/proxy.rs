@@ -40,6 +40,10 @@ async fn serve(args: ProxyArgs) -> Exit {
         Err(code) => return code,
     };
     let placeholders = secrets::placeholder_lines(&loaded.policy, &secrets);
+    let upstream_auth = match secrets::upstream_auth_or_exit(&loaded.policy) {
+        Ok(auth) => auth,
+        Err(code) => return code,
+    };
     let pins = match parse_pins(&args.resolve) {
         Ok(p) => p,
         Err(code) => return code,
@@ -78,6 +82,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         inspection: Some(inspection),
         metrics: Arc::default(),
         credentials: secrets,
+        upstream_auth,
     };
     let Signals { term, int, hup } = Signals::install();
     if let Ok(addr) = listener.local_addr() {

@@ -11,9 +11,9 @@ use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
 use crate::exit::Exit;
-use leash_proxy::credentials::Secrets;
-
-use crate::shared::sandboxed::{config, hidden_files, mode_env, proxy_parts, replay_deferred_log, Pins, ProxyParts};
+use crate::shared::sandboxed::{
+    config, hidden_files, mode_env, proxy_parts, replay_deferred_log, Pins, ProxyParts, Secured,
+};
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 
 /// Where the proxy listens inside the sandbox (the conventional proxy port, on the sandbox's own loopback).
@@ -54,7 +54,7 @@ pub fn run(args: RunArgs) -> Exit {
     };
     let mut spec = spec(&args, ca_files.is_some(), mode_env(&policy));
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
-    crate::shared::secrets::sandbox_env(&policy, &secrets, &mut spec.env);
+    crate::shared::secrets::sandbox_env(&policy, &secrets.secrets, &mut spec.env);
     let ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
     spec.tcp_listeners.extend(ports.into_iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
     // The init is cloned before the CA's key exists, so its copy of leash's memory never holds it.
@@ -98,7 +98,7 @@ pub fn run(args: RunArgs) -> Exit {
 /// inspection (a tunnel that would need it is refused). An unusable `--upstream-ca` is exit 2, like a usage error.
 fn proxy_config(
     args: &RunArgs,
-    parts: (leash_policy::Policy, Pins, Arc<Secrets>),
+    parts: (leash_policy::Policy, Pins, Secured),
     audit: Arc<leash_proxy::AuditLog>,
     ca_files: Option<&CaFiles>,
 ) -> Result<ProxyConfig, Exit> {

@@ -47,6 +47,7 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<Proxy
     };
     let policy = audit_mode(policy, args.audit);
     let secrets = Arc::new(crate::shared::secrets::read_or_exit(&policy)?);
+    let upstream_auth = crate::shared::secrets::upstream_auth_or_exit(&policy)?;
     let pins = parse_pins(&args.resolve)?;
     let audit = match &args.log {
         None if stderr_shared => AuditLog::deferred(&leash_sandbox::scratch_dir()).map_err(|e| {
@@ -59,7 +60,7 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<Proxy
             Exit::Usage
         })?,
     };
-    Ok(ProxyParts { policy, pins, audit, secrets })
+    Ok(ProxyParts { policy, pins, audit, secrets: Secured { secrets, upstream_auth } })
 }
 
 /// What a sandbox's proxy is made of, read before anything of the sandbox exists: the policy, the `--resolve` pins,
@@ -68,7 +69,14 @@ pub struct ProxyParts {
     pub policy: Policy,
     pub pins: Pins,
     pub audit: AuditLog,
+    pub secrets: Secured,
+}
+
+/// What leash read at start that the sandbox must never hold: the credentials' secrets and the upstream proxy's
+/// `Proxy-Authorization`.
+pub struct Secured {
     pub secrets: Arc<Secrets>,
+    pub upstream_auth: Option<Arc<str>>,
 }
 
 /// Writes a deferred log's lines to standard error, once nothing of the sandbox runs any more.
@@ -92,6 +100,14 @@ pub const MODE_VAR: &str = "LEASH_NETWORK_MODE";
 /// enforces only the destination rules.
 pub fn audit_mode(policy: Policy, audit: bool) -> Policy {
     let policy = if audit { policy.into_audit() } else { policy };
+    if let Some(up) = policy.upstream_proxy() {
+        tracing::warn!(
+            "upstream proxy {}: names are resolved there, so leash cannot refuse a name that resolves to an internal \
+             address for requests through it (names, IP literals, ports, paths and credentials are still decided by \
+             leash); that check is now the upstream proxy's job",
+            up.authority()
+        );
+    }
     if policy.audits() {
         tracing::warn!(
             "audit mode: what the policy's host and path rules would refuse is let through and logged as \
@@ -113,7 +129,7 @@ pub fn mode_env(policy: &Policy) -> (String, String) {
 
 /// The proxy's configuration for a sandbox.
 pub fn config(
-    (policy, pins, secrets): (Policy, Pins, Arc<Secrets>),
+    (policy, pins, secured): (Policy, Pins, Secured),
     audit: Arc<AuditLog>,
     inspection: Option<Arc<Inspection>>,
 ) -> ProxyConfig {
@@ -125,6 +141,7 @@ pub fn config(
         limits: crate::fit_open_files(Limits::default()),
         inspection,
         metrics: Arc::default(),
-        credentials: secrets,
+        credentials: secured.secrets,
+        upstream_auth: secured.upstream_auth,
     }
 }

@@ -5,6 +5,7 @@
 
 use std::ffi::OsString;
 use std::io::Read;
+use std::sync::Arc;
 
 use leash_policy::{Policy, SecretSource};
 use leash_proxy::credentials::{Secret, Secrets};
@@ -36,6 +37,26 @@ pub fn read(policy: &Policy) -> Result<Secrets, String> {
         secrets.push(secret);
     }
     Ok(Secrets::new(secrets))
+}
+
+/// The upstream proxy's `Proxy-Authorization` (Basic), from the variable the policy names (`user:password`); `None`
+/// when there is no upstream proxy or it needs no credentials. A named variable that is missing or empty is an error.
+pub fn upstream_auth(policy: &Policy) -> Result<Option<Arc<str>>, String> {
+    let Some(var) = policy.upstream_proxy().and_then(|up| up.auth_env.as_deref()) else { return Ok(None) };
+    match std::env::var(var) {
+        Ok(value) if value.contains(':') && !value.trim().is_empty() => {
+            Ok(Some(leash_proxy::credentials::basic_authorization(&value).into()))
+        }
+        _ => Err(format!("upstream_proxy_auth_env: `{var}` is not set to `user:password` in leash's environment")),
+    }
+}
+
+/// [`upstream_auth`] for a command: the message on stderr and exit 2.
+pub fn upstream_auth_or_exit(policy: &Policy) -> Result<Option<Arc<str>>, Exit> {
+    upstream_auth(policy).map_err(|why| {
+        eprintln!("leash: {why}; not starting without it");
+        Exit::Usage
+    })
 }
 
 /// [`read`] for a command: the message on stderr and exit 2 (the command never runs).
@@ -93,9 +114,7 @@ pub fn placeholder_env(policy: &Policy, secrets: &Secrets) -> Vec<(String, Strin
 /// The variables of leash's environment whose values hold a real secret, with the placeholder in its place: set for
 /// the `docker` client, which fills a name-only `-e NAME` from its own environment.
 pub fn masked_env(secrets: &Secrets) -> Vec<(OsString, OsString)> {
-    std::env::vars_os()
-        .filter_map(|(k, v)| Some((k, secrets.masked(v.to_str()?)?.into())))
-        .collect()
+    std::env::vars_os().filter_map(|(k, v)| Some((k, secrets.masked(v.to_str()?)?.into()))).collect()
 }
 
 /// What `leash proxy` prints for its clients: `credential NAME: VAR=PLACEHOLDER` per credential.

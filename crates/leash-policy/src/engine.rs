@@ -14,6 +14,7 @@ use crate::matcher::{Kind, Matcher};
 use crate::path::CanonicalPath;
 use crate::reason::Reason;
 use crate::spec::{HostPattern, Network, DEFAULT_MODEL_APIS};
+use crate::upstream::UpstreamProxy;
 
 /// Default deny (`allowlist`) or default allow (`blocklist`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +130,8 @@ pub struct Policy {
     audit: bool,
     /// `credentials`: secrets leash puts on requests to their hosts (see [`Policy::credential_for`]).
     credentials: Vec<Credential>,
+    /// `upstream_proxy`: where allowed requests go out, unless bypassed.
+    upstream: Option<UpstreamProxy>,
 }
 
 impl Policy {
@@ -157,6 +160,11 @@ impl Policy {
 
     fn credential_for_name(&self, name: &str) -> Option<&Credential> {
         self.credentials.iter().find(|c| c.hosts.iter().any(|h| h.covers(name)))
+    }
+
+    /// The upstream proxy allowed requests go out through, if the policy names one.
+    pub fn upstream_proxy(&self) -> Option<&UpstreamProxy> {
+        self.upstream.as_ref()
     }
 
     /// This policy in audit mode.
@@ -351,6 +359,7 @@ impl Policy {
             may_inspect,
             audit: network.audit,
             credentials: network.credentials,
+            upstream: network.upstream,
         }
     }
 

@@ -21,6 +21,7 @@ pub mod path;
 mod question;
 pub mod reason;
 mod spec;
+pub mod upstream;
 pub mod url;
 
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
@@ -33,4 +34,5 @@ pub use path::{canonicalize, CanonicalPath, PathError};
 pub use question::{Question, TlsInspection};
 pub use reason::Reason;
 pub use spec::DEFAULT_MODEL_APIS;
+pub use upstream::{BypassEntry, UpstreamProxy};
 pub use url::{parse_absolute_target, AbsoluteTarget, TargetError};

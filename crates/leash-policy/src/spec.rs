@@ -9,6 +9,7 @@ use crate::dest::Cidr;
 use crate::engine::{Mode, ProviderTools};
 use crate::host::Name;
 use crate::path::CanonicalPath;
+use crate::upstream::UpstreamProxy;
 
 /// Plain-HTTP ports when `ports` is not given.
 pub(crate) const DEFAULT_PORTS: [u16; 2] = [80, 443];
@@ -39,6 +40,8 @@ pub(crate) struct Network {
     pub(crate) provider_tools: ProviderTools,
     /// `credentials`: secrets leash puts on requests to their hosts.
     pub(crate) credentials: Vec<Credential>,
+    /// `upstream_proxy` (with its auth variable and bypass list).
+    pub(crate) upstream: Option<UpstreamProxy>,
 }
 
 impl Network {
@@ -56,6 +59,7 @@ impl Network {
             model_apis: Vec::new(),
             provider_tools: ProviderTools::default(),
             credentials: Vec::new(),
+            upstream: None,
         }
     }
 }

@@ -111,6 +111,8 @@ pub enum UpstreamFailure {
     BadResponse,
     /// The upstream closed (or reset) the connection before any byte of an answer.
     Closed,
+    /// The upstream proxy refused the tunnel (its status is in the warning and the client's 502).
+    UpstreamProxy,
 }
 
 impl UpstreamFailure {
@@ -124,6 +126,7 @@ impl UpstreamFailure {
             UpstreamFailure::CannotConnect => "cannot-connect",
             UpstreamFailure::BadResponse => "bad-response",
             UpstreamFailure::Closed => "closed",
+            UpstreamFailure::UpstreamProxy => "upstream-proxy",
         }
     }
 

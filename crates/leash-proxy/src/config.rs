@@ -163,6 +163,8 @@ pub struct ProxyConfig {
     /// The secrets of the policy's `credentials` entries and their placeholders (read when leash started; empty
     /// without credentials). A request to a credential's host whose secret is missing here is refused.
     pub credentials: Arc<Secrets>,
+    /// `Proxy-Authorization` for the policy's `upstream_proxy` (`Basic ...`, read when leash started), if it needs one.
+    pub upstream_auth: Option<Arc<str>>,
 }
 
 #[cfg(test)]

@@ -370,6 +370,11 @@ fn basic_credentials(value: &[u8]) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD.decode(rest.trim_ascii()).ok()
 }
 
+/// `Basic base64(user:password)`, as a `Proxy-Authorization` or `Authorization` value.
+pub fn basic_authorization(user_password: &str) -> String {
+    String::from_utf8_lossy(&basic_value(user_password.as_bytes())).into_owned()
+}
+
 fn basic_value(user_password: &[u8]) -> Vec<u8> {
     let encoded = base64::engine::general_purpose::STANDARD.encode(user_password);
     [b"Basic ".as_slice(), encoded.as_bytes()].concat()

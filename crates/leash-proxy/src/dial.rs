@@ -1,15 +1,20 @@
 //! Reaching an upstream: resolve an allowed name once, run the destination check on every address, and dial only
 //! the addresses that passed — never a second lookup, so a DNS answer cannot change between check and connect.
+//! With an `upstream_proxy`, an allowed request's connection goes to that proxy instead (a tunnel through its
+//! `CONNECT`), and the name is resolved there: leash decided it before, on everything but its address.
 
-use crate::audit::UpstreamFailure;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use leash_policy::{Host, Policy, Reason};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::audit::UpstreamFailure;
+use crate::conn::{BufConn, Reparse};
 use crate::shared::Shared;
+use crate::wire::http_head::parse_response_head;
 
 /// Why no upstream connection was made.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +28,9 @@ pub enum DialError {
     Connect(io::Error),
     #[error("connect timed out")]
     Timeout,
+    /// The upstream proxy answered the tunnel's CONNECT with this status (or with something that is no answer).
+    #[error("the upstream proxy `{0}` answered {1}")]
+    UpstreamProxy(String, String),
 }
 
 impl DialError {
@@ -33,6 +41,7 @@ impl DialError {
             DialError::Resolve(..) => Some(UpstreamFailure::CannotResolve),
             DialError::Connect(e) => Some(UpstreamFailure::of_io(e)),
             DialError::Timeout => Some(UpstreamFailure::TimedOut),
+            DialError::UpstreamProxy(..) => Some(UpstreamFailure::UpstreamProxy),
         }
     }
 
@@ -41,31 +50,107 @@ impl DialError {
         match self {
             DialError::Refused(_) => 403,
             DialError::Timeout => 504,
-            DialError::Resolve(..) | DialError::Connect(_) => 502,
+            DialError::Resolve(..) | DialError::Connect(_) | DialError::UpstreamProxy(..) => 502,
         }
+    }
+}
+
+/// Where an allowed request's connection goes.
+#[derive(Debug, Clone)]
+pub(crate) enum Route {
+    /// Straight to these checked addresses of the destination.
+    Direct(Vec<IpAddr>),
+    /// To the upstream proxy at these addresses and port (`authority` names it in messages).
+    Proxy { addrs: Vec<IpAddr>, port: u16, authority: String },
+}
+
+/// Whether requests to `host` go out through the policy's upstream proxy.
+pub(crate) fn through_proxy(policy: &Policy, host: &Host) -> bool {
+    policy.upstream_proxy().is_some_and(|up| !up.bypasses(host))
+}
+
+/// The route of an allowed request to `host:port`: the upstream proxy's addresses, or the destination's, resolved
+/// once and checked.
+pub(crate) async fn route_checked(sh: &Shared, policy: &Policy, host: &Host, port: u16) -> Result<Route, DialError> {
+    match policy.upstream_proxy().filter(|up| !up.bypasses(host)) {
+        // The proxy is the operator's own, named in the policy: its address is not checked as a destination is.
+        Some(up) => {
+            let addrs = resolve(sh, &up.host, up.port).await?;
+            Ok(Route::Proxy { addrs, port: up.port, authority: up.authority() })
+        }
+        None => resolve_checked(sh, policy, host, port).await.map(Route::Direct),
     }
 }
 
 /// The checked addresses of an allowed host: resolved once (by `sh`'s resolver) and passed by the destination check.
 pub async fn resolve_checked(sh: &Shared, policy: &Policy, host: &Host, port: u16) -> Result<Vec<IpAddr>, DialError> {
-    let addrs = match host {
-        // INVARIANT: a name reaches the resolver only after the policy allowed it; literals never do.
-        Host::Name(name) => {
-            sh.cfg.resolver.resolve(name, port).await.map_err(|e| DialError::Resolve(name.as_str().to_owned(), e))?
-        }
-        Host::Ipv4(ip) => vec![IpAddr::V4(*ip)],
-        Host::IpLiteral(_) => return Err(DialError::Refused(Reason::IpLiteral)),
-    };
+    let addrs = resolve(sh, host, port).await?;
     // The host's own addresses as they are now, after the lookup (which may have taken seconds).
     policy.check_destination(&addrs, &sh.own()).map_err(DialError::Refused)?;
     Ok(addrs)
+}
+
+async fn resolve(sh: &Shared, host: &Host, port: u16) -> Result<Vec<IpAddr>, DialError> {
+    match host {
+        // INVARIANT: a name reaches the resolver only after the policy allowed it; literals never do.
+        Host::Name(name) => {
+            sh.cfg.resolver.resolve(name, port).await.map_err(|e| DialError::Resolve(name.as_str().to_owned(), e))
+        }
+        Host::Ipv4(ip) => Ok(vec![IpAddr::V4(*ip)]),
+        Host::IpLiteral(_) => Err(DialError::Refused(Reason::IpLiteral)),
+    }
+}
+
+/// A connection for a plain-HTTP request: to the destination, or to the upstream proxy (the request then goes in
+/// absolute form).
+pub(crate) async fn connect_route(route: &Route, port: u16, timeout: Duration) -> Result<TcpStream, DialError> {
+    match route {
+        Route::Direct(addrs) => connect_checked(addrs, port, timeout).await,
+        Route::Proxy { addrs, port, .. } => connect_checked(addrs, *port, timeout).await,
+    }
+}
+
+/// A connection that carries a tunnel to `host:port`: straight to the destination, or the upstream proxy's once it
+/// answered `200` to `CONNECT host:port` (with `auth` as `Proxy-Authorization`).
+pub(crate) async fn connect_tunnel(
+    sh: &Shared,
+    route: &Route,
+    (host, port): (&Host, u16),
+    timeout: Duration,
+) -> Result<TcpStream, DialError> {
+    let Route::Proxy { addrs, port: proxy_port, authority } = route else {
+        return connect_route(route, port, timeout).await;
+    };
+    let stream = connect_checked(addrs, *proxy_port, timeout).await?;
+    let target = format!("{}:{port}", host.as_str());
+    let mut request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
+    if let Some(auth) = &sh.cfg.upstream_auth {
+        request.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
+    }
+    request.push_str("\r\n");
+    let mut conn = BufConn::new(stream);
+    conn.io.write_all(request.as_bytes()).await.map_err(DialError::Connect)?;
+    let max = sh.cfg.limits.max_head_bytes;
+    let head = conn
+        .read_head(timeout, timeout, Reparse::OnLineEnd { max }, |b| parse_response_head(b, max))
+        .await
+        .map_err(|e| DialError::UpstreamProxy(authority.clone(), format!("no answer to CONNECT ({e:?})")))?;
+    // INVARIANT: a tunnel through the upstream proxy starts only on its 2xx, with nothing of the proxy's left over.
+    if !(200..300).contains(&head.status) {
+        return Err(DialError::UpstreamProxy(authority.clone(), head.status.to_string()));
+    }
+    if !conn.buf.is_empty() {
+        return Err(DialError::UpstreamProxy(authority.clone(), "bytes after its 200".to_owned()));
+    }
+    Ok(conn.io)
 }
 
 /// Connect to the first checked address that answers.
 pub async fn connect_checked(addrs: &[IpAddr], port: u16, timeout: Duration) -> Result<TcpStream, DialError> {
     let mut last = DialError::Connect(io::Error::new(io::ErrorKind::NotFound, "no address"));
     for ip in addrs {
-        // INVARIANT: `addrs` passed `check_destination`; this is the only place upstream sockets are opened.
+        // INVARIANT: `addrs` passed `check_destination` (or are the upstream proxy's, the operator's own); this is
+        // the only place upstream sockets are opened.
         match tokio::time::timeout(timeout, TcpStream::connect(SocketAddr::new(*ip, port))).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);

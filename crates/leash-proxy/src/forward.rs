@@ -9,13 +9,13 @@ use tokio::net::TcpStream;
 
 use crate::conn::{BufConn, Next};
 use crate::credentials::{LeakWatch, Outbound};
-use crate::dial::{connect_checked, resolve_checked, DialError};
+use crate::dial::{connect_route, route_checked, through_proxy, DialError};
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, Extras, RequestCtx};
 use crate::model::{self, Gated};
 use crate::pool::PoolKey;
 use crate::refusal::{reply, Response};
-use crate::request::{plan, refuse_early, request_head_bytes, Plan};
+use crate::request::{plan, refuse_early, request_head_bytes, Plan, TargetForm};
 use crate::shared::Shared;
 use crate::wire::http_head::{BodyFraming, RequestHead};
 use crate::wire::target::split_query;
@@ -59,13 +59,18 @@ where
         Outbound::Untouched => (None, None),
     };
     let own = ctx.snap.credential_for(&plan.target.authority.host).map(|c| &*c.name);
+    // Through the upstream proxy the request goes in absolute form (the route is the policy's, fixed per host).
+    let form = match through_proxy(&ctx.snap, &plan.target.authority.host) {
+        true => TargetForm::Proxy { auth: sh.cfg.upstream_auth.as_deref() },
+        false => TargetForm::Origin,
+    };
     // A model API's body is read and checked for provider-side tools, as inside an inspected tunnel.
     let (request, stripped) = match ctx.snap.filters_provider_tools(&plan.target.authority.host) {
-        false => (request_head_bytes(&sent, &plan), Vec::new()),
+        false => (request_head_bytes(&sent, &plan, form), Vec::new()),
         true => {
             let tools = ctx.snap.provider_tools();
-            match model::gate(&sh.cfg.limits, client, (&sent, &plan, plan.target.path_and_query), tools).await {
-                Gated::Pass => (request_head_bytes(&sent, &plan), Vec::new()),
+            match model::gate(&sh.cfg.limits, client, (&sent, &plan, plan.target.path_and_query, form), tools).await {
+                Gated::Pass => (request_head_bytes(&sent, &plan, form), Vec::new()),
                 Gated::Body { request, removed } => {
                     if let Some(name) = sh.cfg.credentials.found_in_any(own, [request.as_slice()]) {
                         let refused = ctx.refuse_leak(&asked(plan.target.path_and_query), name);
@@ -116,8 +121,8 @@ async fn check_and_dial(
     (decision, extras): (&Decision, Extras<'_>),
 ) -> Result<TcpStream, Response> {
     let host = &plan.target.authority.host;
-    let addrs = match resolve_checked(ctx.sh, &ctx.snap, host, plan.port).await {
-        Ok(addrs) => addrs,
+    let route = match route_checked(ctx.sh, &ctx.snap, host, plan.port).await {
+        Ok(route) => route,
         Err(DialError::Refused(reason)) => return Err(ctx.refuse_destination(asked, reason)),
         Err(e) => {
             // The request was allowed; its upstream failed before it was dialled.
@@ -126,7 +131,7 @@ async fn check_and_dial(
         }
     };
     ctx.pass_with(asked, decision, extras)?;
-    connect_checked(&addrs, plan.port, ctx.sh.cfg.limits.connect_timeout)
+    connect_route(&route, plan.port, ctx.sh.cfg.limits.connect_timeout)
         .await
         .map_err(|e| upstream_failed(ctx, asked, &e))
 }
@@ -170,11 +175,11 @@ where
 /// checked again (the answer may have changed), a refusal answered exactly as at a first dial.
 async fn redial(ctx: &RequestCtx<'_>, plan: &Plan<'_>, asked: &Asked<'_>) -> Result<TcpStream, ExchangeError> {
     let host = &plan.target.authority.host;
-    let addrs = resolve_checked(ctx.sh, &ctx.snap, host, plan.port).await.map_err(|e| match e {
+    let route = route_checked(ctx.sh, &ctx.snap, host, plan.port).await.map_err(|e| match e {
         DialError::Refused(reason) => ExchangeError::Answered(ctx.refuse_destination(asked, reason)),
         e => ExchangeError::Dial(e),
     })?;
-    connect_checked(&addrs, plan.port, ctx.sh.cfg.limits.connect_timeout).await.map_err(ExchangeError::Dial)
+    connect_route(&route, plan.port, ctx.sh.cfg.limits.connect_timeout).await.map_err(ExchangeError::Dial)
 }
 
 /// Log the outcome, return the upstream to the pool when it is clean, and say whether the client may go on.

@@ -12,7 +12,7 @@ mod h1;
 mod h2;
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,7 +24,7 @@ use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
 
 use crate::config::Snapshot;
 use crate::conn::{close_gracefully, BufConn, Reparse, TlsIo};
-use crate::dial::{connect_checked, resolve_checked, DialError};
+use crate::dial::{connect_tunnel, route_checked, DialError, Route};
 use crate::gate::{Asked, RequestCtx};
 use crate::refusal::Response;
 use crate::shared::Shared;
@@ -83,24 +83,21 @@ impl Inspected {
         RequestCtx::new(&self.sh, self.peer)
     }
 
-    /// Resolve (once), check, dial the checked addresses and complete a verified TLS handshake offering `alpn`.
+    /// Resolve (once), check, dial the checked addresses (or the upstream proxy's tunnel) and complete a verified
+    /// TLS handshake offering `alpn`.
     async fn dial(&self, config: Arc<rustls::ClientConfig>) -> Result<UpstreamTls, UpstreamError> {
-        let addrs = self.checked_addrs().await.map_err(UpstreamError::Dial)?;
-        self.dial_addrs(&addrs, config).await
+        let route = self.route().await.map_err(UpstreamError::Dial)?;
+        self.dial_route(&route, config).await
     }
 
-    async fn checked_addrs(&self) -> Result<Vec<IpAddr>, DialError> {
-        let sh = &self.sh;
-        resolve_checked(sh, &self.snap, &self.host, self.port).await
+    async fn route(&self) -> Result<Route, DialError> {
+        route_checked(&self.sh, &self.snap, &self.host, self.port).await
     }
 
-    async fn dial_addrs(
-        &self,
-        addrs: &[IpAddr],
-        config: Arc<rustls::ClientConfig>,
-    ) -> Result<UpstreamTls, UpstreamError> {
+    async fn dial_route(&self, route: &Route, config: Arc<rustls::ClientConfig>) -> Result<UpstreamTls, UpstreamError> {
         let limits = &self.sh.cfg.limits;
-        let tcp = connect_checked(addrs, self.port, limits.connect_timeout).await.map_err(UpstreamError::Dial)?;
+        let target = (&self.host, self.port);
+        let tcp = connect_tunnel(&self.sh, route, target, limits.connect_timeout).await.map_err(UpstreamError::Dial)?;
         let name = ServerName::try_from(self.host_str()).map_err(|e| UpstreamError::Tls(e.to_string()))?;
         let handshake = TlsConnector::from(config).connect(name, TlsIo::new(tcp));
         match tokio::time::timeout(limits.connect_timeout, handshake).await {
@@ -122,8 +119,8 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
     let host = t.host_str();
     let ctx = t.ctx();
     let asked = Asked { method: "CONNECT", host: &host, port: t.port, path: None };
-    let addrs = match t.checked_addrs().await {
-        Ok(addrs) => addrs,
+    let route = match t.route().await {
+        Ok(route) => route,
         Err(DialError::Refused(reason)) => {
             let answer = ctx.refuse_destination(&asked, reason);
             return answer_at_path(&t, client, answer).await;
@@ -141,7 +138,7 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
     if let Err(answer) = ctx.pass(&asked, decision) {
         return answer_at_path(&t, client, answer).await;
     }
-    let upstream = match t.dial_addrs(&addrs, t.tls.upstream_config(alpn)).await {
+    let upstream = match t.dial_route(&route, t.tls.upstream_config(alpn)).await {
         Ok(upstream) => upstream,
         Err(UpstreamError::Tls(why)) => {
             let answer = upstream_tls_refused(&t, &ctx, &asked, decision.rule.clone(), &why);

@@ -41,7 +41,7 @@ const REASONS: usize = Reason::ALL.len();
 const DECISION_SLOTS: usize = KINDS.len() * DECISIONS.len() * REASONS;
 
 /// Every upstream failure, in the order the audit log's documentation lists their words.
-const FAILURES: [UpstreamFailure; 7] = [
+const FAILURES: [UpstreamFailure; 8] = [
     UpstreamFailure::CannotResolve,
     UpstreamFailure::Refused,
     UpstreamFailure::Reset,
@@ -49,6 +49,7 @@ const FAILURES: [UpstreamFailure; 7] = [
     UpstreamFailure::CannotConnect,
     UpstreamFailure::BadResponse,
     UpstreamFailure::Closed,
+    UpstreamFailure::UpstreamProxy,
 ];
 
 /// Upper bounds of the request-duration histogram's buckets, in microseconds and as the `le` label says them. An
@@ -377,6 +378,7 @@ fn failure_index(failure: UpstreamFailure) -> usize {
         UpstreamFailure::CannotConnect => 4,
         UpstreamFailure::BadResponse => 5,
         UpstreamFailure::Closed => 6,
+        UpstreamFailure::UpstreamProxy => 7,
     }
 }
 

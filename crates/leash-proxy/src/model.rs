@@ -17,7 +17,7 @@ use crate::audit::refusal;
 use crate::config::Limits;
 use crate::conn::BufConn;
 use crate::provider_tools::{filter, Outcome};
-use crate::request::{request_head_bytes, Plan};
+use crate::request::{request_head_bytes, Plan, TargetForm};
 use crate::wire::http_head::{upgrade_value, BodyFraming, Header, RequestHead};
 
 /// What becomes of a model API request with a body.
@@ -153,7 +153,7 @@ pub(crate) enum Gated {
 pub(crate) async fn gate<S>(
     limits: &Limits,
     client: &mut BufConn<S>,
-    (head, plan, path): (&RequestHead, &Plan<'_>, &str),
+    (head, plan, path, form): (&RequestHead, &Plan<'_>, &str, TargetForm<'_>),
     tools: ProviderTools,
 ) -> Gated
 where
@@ -188,7 +188,7 @@ where
             Gate::Refuse(why) => return refuse(why),
         },
     };
-    Gated::Body { request: buffered_request(head, plan, &body), removed }
+    Gated::Body { request: buffered_request(head, (plan, form), &body), removed }
 }
 
 /// The whole body, at most `max` bytes as sent (chunk framing included), de-chunked; `Err` says why not.
@@ -228,11 +228,11 @@ where
 }
 
 /// The request to send for a body held in memory: the head with `Content-Length` framing, then the body.
-fn buffered_request(head: &RequestHead, plan: &Plan<'_>, body: &[u8]) -> Vec<u8> {
+fn buffered_request(head: &RequestHead, (plan, form): (&Plan<'_>, TargetForm<'_>), body: &[u8]) -> Vec<u8> {
     let mut reframed = head.clone();
     reframed.headers.retain(|h| !REFRAMED.iter().any(|n| h.is(n)));
     reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
-    let mut out = request_head_bytes(&reframed, plan);
+    let mut out = request_head_bytes(&reframed, plan, form);
     out.extend_from_slice(body);
     out
 }

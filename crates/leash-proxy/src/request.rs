@@ -124,12 +124,24 @@ pub(crate) async fn refuse_unreadable<S: AsyncWrite + Unpin>(
     reply(client, &response, false).await;
 }
 
-/// The head sent upstream: origin-form of the original target (so `%2F` and friends reach the API as sent), one
-/// Host equal to the decided authority, end-to-end headers in order.
-pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>) -> Vec<u8> {
+/// How the request line names the target.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TargetForm<'a> {
+    /// `/path?query`, to the origin itself.
+    Origin,
+    /// `http://host:port/path?query`, to the upstream proxy, with its `Proxy-Authorization` if it needs one.
+    Proxy { auth: Option<&'a str> },
+}
+
+/// The head sent upstream: the original target (so `%2F` and friends reach the API as sent) in origin form, or in
+/// absolute form for the upstream proxy; one Host equal to the decided authority, end-to-end headers in order.
+pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>, form: TargetForm<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + head.target.len());
     out.extend_from_slice(head.method.as_bytes());
     out.push(b' ');
+    if let TargetForm::Proxy { .. } = form {
+        out.extend_from_slice(format!("http://{}:{}", plan.target.authority.host.as_str(), plan.port).as_bytes());
+    }
     // RFC 9112 §3.2.1: an empty path is sent as `/` (`http://host?q` → `/?q`).
     if plan.target.path_and_query.starts_with('?') {
         out.push(b'/');
@@ -142,6 +154,11 @@ pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>) -> Vec<u8>
     }
     out.extend_from_slice(b"\r\n");
     headers::write_end_to_end(&mut out, &head.headers, &["host"]);
+    if let TargetForm::Proxy { auth: Some(auth) } = form {
+        out.extend_from_slice(b"Proxy-Authorization: ");
+        out.extend_from_slice(auth.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
     if let Some(upgrade) = upgrade_value(head) {
         out.extend_from_slice(b"Connection: upgrade\r\nUpgrade: ");
         out.extend_from_slice(upgrade);

@@ -64,6 +64,7 @@ mod tests {
             inspection: None,
             metrics: Arc::default(),
             credentials: Arc::default(),
+            upstream_auth: None,
         };
         let listening: Vec<SocketAddr> = listening.iter().map(|a| a.parse().unwrap()).collect();
         Shared::new(cfg, &listening)

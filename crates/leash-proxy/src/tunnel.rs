@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::audit::{refusal, UpstreamFailure};
 use crate::conn::{close_gracefully, BufConn, ReadHeadError, Reparse};
-use crate::dial::{connect_checked, resolve_checked, DialError};
+use crate::dial::{connect_tunnel, route_checked, DialError};
 use crate::gate::{Asked, RequestCtx};
 use crate::inspect::{self, answer_in_tls, Inspected};
 use crate::refusal::{reply, Response};
@@ -190,8 +190,8 @@ impl Tunnel<'_> {
     /// Resolve the decided name once, check it, pass the gate, dial exactly the checked addresses, replay, relay.
     async fn splice(&self, client: BufConn<TcpStream>, host: &Host, asked: &Asked<'_>, decision: &Decision) {
         let ctx = &self.ctx;
-        let addrs = match resolve_checked(ctx.sh, &ctx.snap, host, self.port).await {
-            Ok(addrs) => addrs,
+        let route = match route_checked(ctx.sh, &ctx.snap, host, self.port).await {
+            Ok(route) => route,
             Err(DialError::Refused(reason)) => {
                 ctx.refuse_destination(asked, reason);
                 return drain_and_close(client).await;
@@ -206,7 +206,8 @@ impl Tunnel<'_> {
         if ctx.pass(asked, decision).is_err() {
             return drain_and_close(client).await;
         }
-        let upstream = match connect_checked(&addrs, self.port, ctx.sh.cfg.limits.connect_timeout).await {
+        let timeout = ctx.sh.cfg.limits.connect_timeout;
+        let upstream = match connect_tunnel(ctx.sh, &route, (host, self.port), timeout).await {
             Ok(s) => s,
             Err(e) => return self.failed(asked.host, e.status(), e.cause(), &e.to_string()),
         };

@@ -1,4 +1,4 @@
-//! The `credentials` list of a `network` section: each entry a preset (`preset: anthropic`), optionally adjusted, or
+//! The `credentials` list and the `upstream_proxy` keys of a `network` section. Credentials: each entry a preset (`preset: anthropic`), optionally adjusted, or
 //! a full entry (`name`, `hosts`, `env`, `header`). Every problem is reported with its entry; a secret is never
 //! accepted in the file (there is no key for one).
 
@@ -10,6 +10,8 @@ use super::raw::{Node, ScalarKind, Value};
 use super::validate::{find, join, Checker, Fields};
 use super::PolicyErrorKind::{BadHost, BadValue, DuplicateKey, MissingKey, WrongType};
 use crate::credentials::{preset, preset_names, Credential, CredentialHost, HeaderForm, SecretSource};
+use crate::spec::HostPattern;
+use crate::upstream::{parse_proxy_url, BypassEntry, UpstreamProxy};
 
 const CREDENTIAL_KEYS: &[&str] =
     &["preset", "name", "hosts", "env", "file", "header", "scheme", "basic", "add", "plaintext"];
@@ -171,5 +173,54 @@ impl Checker {
                 }
             },
         }
+    }
+}
+
+impl Checker {
+    /// `upstream_proxy`, `upstream_proxy_auth_env` and `upstream_proxy_bypass` of a `network` section.
+    pub(super) fn upstream_proxy(&mut self, prefix: &str, fields: &Fields<'_>) -> Option<UpstreamProxy> {
+        let text = |c: &mut Self, key: &str| find(fields, key).and_then(|(_, n)| c.string(&join(prefix, key), n));
+        let url = text(self, "upstream_proxy");
+        let auth_env = text(self, "upstream_proxy_auth_env").map(str::to_owned);
+        let bypass =
+            find(fields, "upstream_proxy_bypass").map(|(_, n)| self.bypass(&join(prefix, "upstream_proxy_bypass"), n));
+        let Some(url) = url else {
+            for key in ["upstream_proxy_auth_env", "upstream_proxy_bypass"] {
+                if let Some((k, _)) = find(fields, key) {
+                    let message = format!("`{key}` needs an `upstream_proxy`");
+                    self.error(MissingKey, &join(prefix, key), k.pos, message);
+                }
+            }
+            return None;
+        };
+        let pos = find(fields, "upstream_proxy").map(|(_, n)| n.pos).unwrap_or_default();
+        match parse_proxy_url(url) {
+            Ok((host, port)) => {
+                Some(UpstreamProxy { host, port, auth_env, bypass: bypass.flatten().unwrap_or_default() })
+            }
+            Err(message) => {
+                self.error(BadValue, &join(prefix, "upstream_proxy"), pos, message);
+                None
+            }
+        }
+    }
+
+    fn bypass(&mut self, entry: &str, node: &Node) -> Option<Vec<BypassEntry>> {
+        let items = self.list(entry, node)?;
+        let mut out = Vec::with_capacity(items.len());
+        for (index, item) in items.iter().enumerate() {
+            let at = || format!("{entry}[{index}]");
+            let Some(text) = self.item_string(item, at) else { continue };
+            match host_entry(text) {
+                Ok(HostPattern::Exact(n)) => out.push(BypassEntry::Exact(n)),
+                Ok(HostPattern::Subtree(n)) => out.push(BypassEntry::Subtree(n)),
+                Ok(HostPattern::Ipv4(_)) => {
+                    let message = format!("`{text}` is an address; leash refuses IP literals, so list names");
+                    self.error(BadHost, &at(), item.pos, message);
+                }
+                Err(e) => self.error(e.kind, &at(), item.pos, e.message),
+            }
+        }
+        Some(out)
     }
 }

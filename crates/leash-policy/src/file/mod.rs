@@ -153,6 +153,7 @@ pub fn load(text: &str, format: Format, profile: Option<&str>) -> Result<Loaded,
             let policy = Policy::compile(network);
             let mut warnings = checked.warnings;
             warnings.extend(warn::unused_credentials(profile, &policy));
+            warnings.extend(warn::upstream_proxy(profile, &policy));
             Ok(Loaded { policy, warnings })
         }
         // A section with errors has no network; its errors are in `errors`.

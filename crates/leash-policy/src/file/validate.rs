@@ -27,6 +27,9 @@ pub(crate) const NETWORK_KEYS: &[&str] = &[
     "model_apis",
     "provider_tools",
     "credentials",
+    "upstream_proxy",
+    "upstream_proxy_auth_env",
+    "upstream_proxy_bypass",
 ];
 
 /// Every section of a file, checked.
@@ -164,6 +167,7 @@ impl Checker {
         let inspect_all = find(&fields, "inspect").is_some_and(|(_, n)| self.inspect(&join(prefix, "inspect"), n));
         let model_apis = list(self, "model_apis").map(|items| self.model_apis(prefix, items));
         let credentials = list(self, "credentials").map(|items| self.credentials(prefix, items));
+        let upstream = self.upstream_proxy(prefix, &fields);
         let provider_tools = find(&fields, "provider_tools")
             .and_then(|(_, n)| self.provider_tools(&join(prefix, "provider_tools"), n))
             .unwrap_or_default();
@@ -188,6 +192,7 @@ impl Checker {
             model_apis: model_apis.unwrap_or_default(),
             provider_tools,
             credentials: credentials.unwrap_or_default(),
+            upstream,
         };
         self.warnings.extend(warn::network(prefix, &network));
         if let Some(section) = self.warnings.get_mut(first_warning..) {

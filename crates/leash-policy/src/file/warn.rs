@@ -299,6 +299,21 @@ mod tests {
     }
 }
 
+/// An upstream proxy resolves names itself: the internal-destination check cannot be leash's for requests through it.
+pub(crate) fn upstream_proxy(profile: Option<&str>, policy: &crate::Policy) -> Option<Warning> {
+    let up = policy.upstream_proxy()?;
+    let prefix = profile.map_or_else(|| "network".to_owned(), |p| format!("profiles.{p}.network"));
+    Some(Warning {
+        entry: format!("{prefix}.upstream_proxy"),
+        message: format!(
+            "requests through `{}` have their names resolved there: leash still decides names, IP literals, ports, \
+             paths and credentials, but refusing names that resolve to internal addresses is the upstream proxy's \
+             job (bypassed hosts are checked by leash as usual)",
+            up.authority()
+        ),
+    })
+}
+
 /// Credential hosts the policy refuses anyway (a tunnel to them on 443 is blocked by the mode's rules): the
 /// credential would never be used, which is likely a slip.
 pub(crate) fn unused_credentials(profile: Option<&str>, policy: &crate::Policy) -> Vec<Warning> {

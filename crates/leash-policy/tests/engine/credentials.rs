@@ -1,4 +1,4 @@
-//! The `credentials` section: presets and full entries, every mistake reported, and what a credential changes in
+//! The `credentials` section (and, beside it, `upstream_proxy`): presets and full entries, every mistake reported, and what a credential changes in
 //! decisions (its hosts always inspected, never reached over plain HTTP unless the entry allows it).
 
 use leash_policy::{Format, HeaderForm, SecretSource};
@@ -73,5 +73,33 @@ fn a_credential_for_a_host_the_policy_refuses_is_a_warning() {
         w,
         ["network.credentials[0].hosts[0]: `api.anthropic.com` is refused by this policy (not-allowed), so the \
           credential `anthropic` is never used there"]
+    );
+}
+
+#[test]
+fn an_upstream_proxy_is_an_http_url_with_its_auth_variable_and_bypass_list() {
+    let p = policy(
+        "network:\n  mode: blocklist\n  blocked_urls: []\n  upstream_proxy: http://proxy.corp.test:3128\n  \
+         upstream_proxy_auth_env: CORP_PROXY\n  upstream_proxy_bypass: [.internal.test, pypi.test]\n",
+    );
+    let up = p.upstream_proxy().unwrap();
+    assert_eq!((up.authority().as_str(), up.auth_env.as_deref()), ("proxy.corp.test:3128", Some("CORP_PROXY")));
+    let host = |h: &str| leash_policy::parse_host(h).unwrap();
+    assert!(up.bypasses(&host("a.internal.test")) && up.bypasses(&host("pypi.test")));
+    assert!(!up.bypasses(&host("files.pypi.test")) && !up.bypasses(&host("example.org")));
+    let entry = |body: &str| format!("network:\n  mode: blocklist\n  blocked_urls: []\n{body}");
+    let errs = errors(&entry("  upstream_proxy: https://proxy:443\n"), Format::Yaml);
+    assert!(errs[0].contains("an https:// upstream proxy is not supported yet"), "{errs:?}");
+    let errs = errors(&entry("  upstream_proxy_bypass: [x.test]\n"), Format::Yaml);
+    assert!(errs[0].contains("`upstream_proxy_bypass` needs an `upstream_proxy`"), "{errs:?}");
+    let errs =
+        errors(&entry("  upstream_proxy: http://proxy:3128\n  upstream_proxy_bypass: [10.0.0.1]\n"), Format::Yaml);
+    assert!(errs[0].contains("is an address"), "{errs:?}");
+    let w = warnings(
+        &entry("  upstream_proxy: http://proxy:3128\n  blocked_urls: [x.test]\n").replace("  blocked_urls: []\n", ""),
+    );
+    assert!(
+        w.iter().any(|w| w.contains("refusing names that resolve to internal addresses is the upstream proxy's job")),
+        "{w:?}"
     );
 }

@@ -14,7 +14,7 @@ use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, Extras, RequestCtx};
 use crate::model::{self, Gated};
 use crate::refusal::{reply, Response};
-use crate::request::{bad_request, plan, refuse_early, refuse_unreadable, request_head_bytes, Plan};
+use crate::request::{bad_request, plan, refuse_early, refuse_unreadable, request_head_bytes, Plan, TargetForm};
 use crate::wire::http_head::{parse_request_head, BodyFraming, RequestHead};
 use crate::wire::target::split_query;
 
@@ -104,11 +104,19 @@ async fn request(
         Outbound::Untouched => (None, None),
     };
     let gated = match ctx.snap.filters_provider_tools(&t.host) {
-        true => model::gate(&t.sh.cfg.limits, client, (&sent, &plan, &head.target), ctx.snap.provider_tools()).await,
+        true => {
+            model::gate(
+                &t.sh.cfg.limits,
+                client,
+                (&sent, &plan, &head.target, TargetForm::Origin),
+                ctx.snap.provider_tools(),
+            )
+            .await
+        }
         false => Gated::Pass,
     };
     let (bytes, stripped) = match gated {
-        Gated::Pass => (request_head_bytes(&sent, &plan), Vec::new()),
+        Gated::Pass => (request_head_bytes(&sent, &plan, TargetForm::Origin), Vec::new()),
         Gated::Body { request, removed } => {
             // A body leash read is searched too.
             let own = ctx.snap.credential_for(&t.host).map(|c| &*c.name);

@@ -91,6 +91,8 @@ pub struct Builder {
     transparent: Vec<u16>,
     /// The secrets of the policy's credentials.
     secrets: Arc<leash_proxy::credentials::Secrets>,
+    /// `Proxy-Authorization` for the policy's upstream proxy.
+    upstream_auth: Option<Arc<str>>,
 }
 
 impl Builder {
@@ -108,6 +110,12 @@ impl Builder {
     /// Also listen transparently on 127.0.0.2:`port` (the origins are on 127.0.0.1, so the same port is free).
     pub fn transparent(mut self, port: u16) -> Self {
         self.transparent.push(port);
+        self
+    }
+
+    /// `user:password` for the policy's upstream proxy, as leash reads it at start.
+    pub fn upstream_auth(mut self, user_password: &str) -> Self {
+        self.upstream_auth = Some(leash_proxy::credentials::basic_authorization(user_password).into());
         self
     }
 
@@ -152,6 +160,7 @@ impl Builder {
             inspection: inspection.clone(),
             metrics: metrics.clone(),
             credentials: self.secrets.clone(),
+            upstream_auth: self.upstream_auth.clone(),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
@@ -209,6 +218,7 @@ impl Leash {
             inspect_trusting: None,
             transparent: Vec::new(),
             secrets: Arc::default(),
+            upstream_auth: None,
         }
     }
 

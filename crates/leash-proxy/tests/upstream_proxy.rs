@@ -1,0 +1,208 @@
+//! A corporate proxy in front of the internet (`upstream_proxy`), over real sockets: an in-process HTTP proxy that
+//! records what it is asked, demands `Proxy-Authorization`, answers absolute-form requests itself and splices
+//! `CONNECT`s to the test origins, or refuses them. leash decides first, exactly as without it: refused requests
+//! never reach the upstream proxy; allowed ones go through it (plain HTTP in absolute form, tunnels through its
+//! CONNECT, spliced or inspected) with the proxy's credentials; names are resolved there, not by leash; a refusal by
+//! the upstream proxy reaches the client as 502 naming its status; bypassed hosts go out directly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use support::client::{exchange, get};
+use support::tls::{https_get, Writes};
+use support::*;
+
+const USER_PASSWORD: &str = "corp-user:s3cret";
+/// `Basic base64(corp-user:s3cret)`.
+const PROXY_AUTH: &str = "Basic Y29ycC11c2VyOnMzY3JldA==";
+
+/// The corporate proxy: what it was asked (request lines and their `Proxy-Authorization`), and the CONNECT targets
+/// whose host it refuses with 403.
+struct CorpProxy {
+    port: u16,
+    seen: Arc<Mutex<Vec<(String, Option<String>)>>>,
+}
+
+impl CorpProxy {
+    async fn start(refuse: &'static [&'static str]) -> CorpProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                tokio::spawn(serve(conn, s.clone(), refuse));
+            }
+        });
+        CorpProxy { port, seen }
+    }
+
+    fn seen(&self) -> Vec<(String, Option<String>)> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.seen().into_iter().map(|(line, _)| line).collect()
+    }
+}
+
+/// One client connection of the corporate proxy: CONNECT is spliced to 127.0.0.1 at the target's port (its name
+/// "resolved" here), any other request answered `via corp <target>`; 407 without the right credentials.
+async fn serve(mut conn: TcpStream, seen: Arc<Mutex<Vec<(String, Option<String>)>>>, refuse: &[&str]) {
+    loop {
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            if conn.read(&mut byte).await.unwrap_or(0) == 0 {
+                return;
+            }
+            head.push(byte[0]);
+        }
+        let text = String::from_utf8_lossy(&head).into_owned();
+        let line = text.lines().next().unwrap_or_default().to_owned();
+        let auth = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Proxy-Authorization: ").or_else(|| l.strip_prefix("proxy-authorization: ")))
+            .map(str::to_owned);
+        seen.lock().unwrap().push((line.clone(), auth.clone()));
+        if auth.as_deref() != Some(PROXY_AUTH) {
+            let _ = conn.write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n").await;
+            return;
+        }
+        let mut parts = line.split(' ');
+        let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("").to_owned());
+        if method == "CONNECT" {
+            let (host, port) = target.rsplit_once(':').unwrap();
+            if refuse.contains(&host) {
+                let _ = conn.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n").await;
+                return;
+            }
+            let mut origin = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).await.unwrap();
+            conn.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.unwrap();
+            let _ = tokio::io::copy_bidirectional(&mut conn, &mut origin).await;
+            return;
+        }
+        let body = format!("via corp {target}");
+        let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        if conn.write_all(reply.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// An allowlist of `allowed.test`, `other.allowed.test` and `direct.test` going out through `corp`, `direct.test`
+/// bypassing it.
+fn policy(corp: &CorpProxy, http_port: u16, tunnel_port: u16, extra: &str) -> String {
+    format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: [allowed.test, other.allowed.test, direct.test]\n  \
+         ports: [{http_port}]\n  tunnel_ports: [{tunnel_port}]\n  allow_destinations: [127.0.0.0/8]\n  \
+         upstream_proxy: http://proxy.test:{}\n  upstream_proxy_auth_env: CORP_PROXY\n  \
+         upstream_proxy_bypass: [direct.test]\n{extra}",
+        corp.port
+    )
+}
+
+async fn leash(yaml: &str) -> Leash {
+    Leash::builder(yaml).upstream_auth(USER_PASSWORD).start().await
+}
+
+#[tokio::test]
+async fn plain_http_goes_through_the_upstream_proxy_in_absolute_form_with_its_credentials() {
+    let corp = CorpProxy::start(&[]).await;
+    let leash = leash(&policy(&corp, 8080, 443, "")).await;
+    let r = exchange(leash.addr, get("http://allowed.test:8080/page?q=1")).await;
+    assert_eq!((r.status, r.text()), (200, "via corp http://allowed.test:8080/page?q=1".to_owned()));
+    assert_eq!(corp.seen(), [("GET http://allowed.test:8080/page?q=1 HTTP/1.1".to_owned(), Some(PROXY_AUTH.into()))]);
+    // leash resolved the proxy's name only: the destination's is the upstream proxy's to resolve.
+    assert_eq!(leash.resolver.asked(), ["proxy.test"]);
+    let line = leash.decision("/page").await;
+    assert_eq!(line["decision"], "allow");
+}
+
+#[tokio::test]
+async fn what_leash_refuses_never_reaches_the_upstream_proxy() {
+    let corp = CorpProxy::start(&[]).await;
+    let leash = leash(&policy(&corp, 8080, 443, "")).await;
+    assert_refused(&exchange(leash.addr, get("http://other.test:8080/")).await, 403, "not-allowed");
+    assert_refused(&exchange(leash.addr, get("http://allowed.test:9999/")).await, 403, "port");
+    assert_refused(&exchange(leash.addr, get("http://127.0.0.1:8080/")).await, 403, "ip-literal");
+    assert!(corp.seen().is_empty(), "the upstream proxy saw {:?}", corp.seen());
+    leash.resolver.assert_never_asked();
+}
+
+#[tokio::test]
+async fn tunnels_go_through_its_connect_spliced_and_inspected() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let corp = CorpProxy::start(&[]).await;
+    let rule = "  allowed_urls: [\"allowed.test/open/\"]\n";
+    let yaml = policy(&corp, 80, tls.port(), "").replace("allowed_hosts: [allowed.test, ", "allowed_hosts: [");
+    let leash = Leash::builder(&format!("{yaml}{rule}")).inspecting(&ca.pem).upstream_auth(USER_PASSWORD).start().await;
+    // Spliced: other.allowed.test is allowed whole; the TLS is end to end, through the proxy's tunnel.
+    let target = format!("other.allowed.test:{}", tls.port());
+    let r = https_get(leash.addr, &target, "other.allowed.test", ca.client_config(), Writes::Whole).await.unwrap();
+    assert_eq!(r.status, 200);
+    let connect = format!("CONNECT other.allowed.test:{} HTTP/1.1", tls.port());
+    assert_eq!(corp.seen()[0], (connect, Some(PROXY_AUTH.to_owned())));
+    assert_eq!(leash.resolver.asked(), ["proxy.test"], "leash resolved the proxy's name, never the destination's");
+    // Inspected: allowed.test has a path rule; the inner request is decided by leash inside the proxy's tunnel.
+    let t = inspecting(leash, ca, tls);
+    assert_eq!(t.get("allowed.test", "/open/x").await.status, 200);
+    assert_refused(&t.get("allowed.test", "/closed").await, 403, "not-allowed");
+    let connects = corp.lines().into_iter().filter(|l| l.starts_with("CONNECT allowed.test:")).count();
+    assert!(connects >= 1, "{:?}", corp.lines());
+}
+
+fn inspecting(leash: Leash, ca: TestCa, tls: TlsUpstream) -> Inspected {
+    Inspected { leash, ca, tls }
+}
+
+/// leash inspecting through the corporate proxy, with a client that trusts leash's CA.
+struct Inspected {
+    leash: Leash,
+    ca: TestCa,
+    tls: TlsUpstream,
+}
+
+impl Inspected {
+    async fn get(&self, host: &str, path: &str) -> Resp {
+        let _ = &self.ca;
+        let ca = self.leash.ca_path.as_ref().unwrap().to_str().unwrap().to_owned();
+        let url = format!("https://{host}:{}{path}", self.tls.port());
+        let out = curl(self.leash.addr, &["--cacert", &ca, &url]).await;
+        Resp { status: out.status, head: out.head, body: support::Body::of(&out.body) }
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_by_the_upstream_proxy_is_a_502_naming_its_status() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let corp = CorpProxy::start(&["allowed.test"]).await;
+    let yaml = format!("{}  inspect: all\n", policy(&corp, 80, tls.port(), ""));
+    let leash = Leash::builder(&yaml).inspecting(&ca.pem).upstream_auth(USER_PASSWORD).start().await;
+    let t = inspecting(leash, ca, tls);
+    let r = t.get("allowed.test", "/x").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().contains("the upstream proxy `proxy.test:"), "{}", r.text());
+    assert!(r.text().contains("answered 403"), "{}", r.text());
+    let lines = t.leash.log_until("the tunnel's outcome", |l| l["error"] == "upstream-proxy").await;
+    assert!(lines.iter().any(|l| l["status"] == 502), "{lines:?}");
+}
+
+#[tokio::test]
+async fn a_bypassed_host_goes_out_directly_checked_by_leash() {
+    let corp = CorpProxy::start(&[]).await;
+    let up = Upstream::start().await;
+    let leash = leash(&policy(&corp, up.port(), 443, "")).await;
+    let r = exchange(leash.addr, get(&format!("http://direct.test:{}/d", up.port()))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(up.only_request().head.start, "GET /d HTTP/1.1", "origin-form, straight to the origin");
+    assert!(corp.seen().is_empty(), "the upstream proxy saw {:?}", corp.seen());
+    assert_eq!(leash.resolver.asked(), ["direct.test"], "leash resolved and checked the bypassed name");
+}
