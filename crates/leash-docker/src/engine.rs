@@ -298,13 +298,13 @@ mod tests {
 
     #[test]
     fn a_missing_docker_is_reported_as_missing() {
-        let engine = Engine { program: "/nonexistent/docker".into() };
+        let engine = Engine { program: "/nonexistent/docker".into(), env: Vec::new() };
         assert!(matches!(engine.check(), Err(EngineError::Missing(_))));
     }
 
     #[test]
     fn a_hung_call_is_killed_at_its_bound() {
-        let engine = Engine { program: "sleep".into() };
+        let engine = Engine { program: "sleep".into(), env: Vec::new() };
         let started = std::time::Instant::now();
         assert!(matches!(engine.call(&["30"], Duration::from_millis(200)), Err(EngineError::TimedOut { .. })));
         assert!(started.elapsed() < Duration::from_secs(5));

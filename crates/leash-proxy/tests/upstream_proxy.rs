@@ -21,11 +21,14 @@ const USER_PASSWORD: &str = "corp-user:s3cret";
 /// `Basic base64(corp-user:s3cret)`.
 const PROXY_AUTH: &str = "Basic Y29ycC11c2VyOnMzY3JldA==";
 
+/// Request lines the corporate proxy was sent, each with its `Proxy-Authorization`.
+type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
 /// The corporate proxy: what it was asked (request lines and their `Proxy-Authorization`), and the CONNECT targets
 /// whose host it refuses with 403.
 struct CorpProxy {
     port: u16,
-    seen: Arc<Mutex<Vec<(String, Option<String>)>>>,
+    seen: Seen,
 }
 
 impl CorpProxy {
@@ -53,7 +56,7 @@ impl CorpProxy {
 
 /// One client connection of the corporate proxy: CONNECT is spliced to 127.0.0.1 at the target's port (its name
 /// "resolved" here), any other request answered `via corp <target>`; 407 without the right credentials.
-async fn serve(mut conn: TcpStream, seen: Arc<Mutex<Vec<(String, Option<String>)>>>, refuse: &[&str]) {
+async fn serve(mut conn: TcpStream, seen: Seen, refuse: &[&str]) {
     loop {
         let mut head = Vec::new();
         while !head.ends_with(b"\r\n\r\n") {

@@ -285,20 +285,6 @@ fn allow_cover(path: &str) -> impl Iterator<Item = &str> {
     slashes.flat_map(move |i| [path.get(..i), path.get(..=i)]).flatten().filter(move |q| !q.is_empty() && *q != path)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashSet;
-
-    #[test]
-    fn allow_cover_lists_boundary_prefixes() {
-        let v: HashSet<&str> = allow_cover("/a/b").collect();
-        assert_eq!(v, HashSet::from(["/", "/a", "/a/"]));
-        let v: HashSet<&str> = allow_cover("/a/").collect();
-        assert_eq!(v, HashSet::from(["/", "/a"]));
-    }
-}
-
 /// An upstream proxy resolves names itself: the internal-destination check cannot be leash's for requests through it.
 pub(crate) fn upstream_proxy(profile: Option<&str>, policy: &crate::Policy) -> Option<Warning> {
     let up = policy.upstream_proxy()?;
@@ -340,4 +326,18 @@ pub(crate) fn unused_credentials(profile: Option<&str>, policy: &crate::Policy) 
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn allow_cover_lists_boundary_prefixes() {
+        let v: HashSet<&str> = allow_cover("/a/b").collect();
+        assert_eq!(v, HashSet::from(["/", "/a", "/a/"]));
+        let v: HashSet<&str> = allow_cover("/a/").collect();
+        assert_eq!(v, HashSet::from(["/", "/a"]));
+    }
 }
