@@ -1,5 +1,5 @@
 //! Secrets stay outside the sandbox, with real programs: `leash run` gives the command a placeholder in place of
-//! `ANTHROPIC_API_KEY`; curl and Python reach a fake provider over HTTPS (test CA) that answers 401 unless the real
+//! `ANTHROPIC_API_KEY`; curl and Python's requests reach a fake provider over HTTPS (test CA) that answers 401 unless the real
 //! key arrives, and the key it quotes back arrives as the placeholder. Inside, neither the environment (the
 //! command's or init's), the policy file nor anything leash prints holds the real value, and the placeholder sent
 //! to another host is refused. `leash check` refuses a policy whose secret is missing.
@@ -39,9 +39,8 @@ fn the_command_holds_a_placeholder_and_its_requests_carry_the_real_key() {
     let script = format!(
         r#"echo "env=$ANTHROPIC_API_KEY"
 curl -s -H "x-api-key: $ANTHROPIC_API_KEY" https://docs.test:{port}/v1/messages; echo
-python3 -c 'import os, urllib.request as u
-r = u.Request("https://docs.test:{port}/v1/models", headers={{"x-api-key": os.environ["ANTHROPIC_API_KEY"]}})
-print(u.urlopen(r).read().decode())'
+python3 -c 'import os, requests
+print(requests.get("https://docs.test:{port}/v1/models", headers={{"x-api-key": os.environ["ANTHROPIC_API_KEY"]}}).text)'
 grep -c "{SECRET}" /proc/self/environ; cat /proc/1/environ 2>/dev/null | grep -c "{SECRET}"
 grep -c credentials {policy}; true
 "#,
@@ -114,4 +113,30 @@ fn a_missing_secret_stops_leash_before_anything_runs() {
     let empty =
         Command::new(LEASH).args(["check", policy.to_str().unwrap()]).env("ANTHROPIC_API_KEY", "").output().unwrap();
     assert!(stderr(&empty).contains("its secret (`ANTHROPIC_API_KEY`) is empty"), "{}", stderr(&empty));
+}
+
+#[test]
+fn a_secret_read_from_a_file_is_not_readable_inside() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("provider.key");
+    std::fs::write(&key_file, format!("{SECRET}\n")).unwrap();
+    let policy = dir.path().join("policy.yaml");
+    let text = format!(
+        "network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n    - preset: anthropic\n      \
+         hosts: [docs.test]\n      file: {}\n",
+        key_file.display()
+    );
+    std::fs::write(&policy, text).unwrap();
+    let script = format!("cat {} | wc -c; echo \"$ANTHROPIC_API_KEY\" | cut -c1-16", key_file.display());
+    let o = Command::new(LEASH)
+        .args(["run", "--policy", policy.to_str().unwrap(), "--", "sh", "-c", &script])
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "0\nleash-anthropic-\n", "the key file reads empty inside; the variable is the placeholder");
+    assert!(!stdout(&o).contains(SECRET) && !stderr(&o).contains(SECRET));
 }

@@ -12,7 +12,7 @@ use leash_sandbox::{Sandbox, SandboxSpec};
 use crate::cli::{RunArgs, TlsArgs};
 use crate::exit::Exit;
 use crate::shared::sandboxed::{
-    config, hidden_files, mode_env, proxy_parts, replay_deferred_log, Pins, ProxyParts, Secured,
+    config, hidden_files, mode_env, proxy_parts, replay_deferred_log, secret_files, Pins, ProxyParts, Secured,
 };
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 
@@ -53,6 +53,7 @@ pub fn run(args: RunArgs) -> Exit {
         }
     };
     let mut spec = spec(&args, ca_files.is_some(), mode_env(&policy));
+    spec.hide_paths.extend(secret_files(&policy));
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
     crate::shared::secrets::sandbox_env(&policy, &secrets.secrets, &mut spec.env);
     let ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);

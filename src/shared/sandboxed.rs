@@ -92,6 +92,15 @@ pub fn hidden_files(args: &SandboxProxyArgs) -> Vec<std::path::PathBuf> {
     args.log.iter().chain(&args.policy).filter_map(|p| std::fs::canonicalize(p).ok()).collect()
 }
 
+/// The files credentials' secrets are read from: hidden inside like the policy file (they exist: leash read them).
+pub fn secret_files(policy: &Policy) -> Vec<std::path::PathBuf> {
+    let files = policy.credentials().iter().filter_map(|c| match &c.source {
+        leash_policy::SecretSource::File(path) => std::fs::canonicalize(path).ok(),
+        leash_policy::SecretSource::Env(_) => None,
+    });
+    files.collect()
+}
+
 /// What tells the command it runs behind leash, and in which mode (never the rules), so an agent can say "the network
 /// policy refused this" instead of retrying: `allowlist`, `blocklist` or `audit`.
 pub const MODE_VAR: &str = "LEASH_NETWORK_MODE";
