@@ -20,6 +20,13 @@ fn main() -> ExitCode {
         cli::Command::Run(_) | cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Run(_) })
     );
     init_logging(if wraps_a_command { "warn" } else { "info" });
+    // Commands that only print end quietly when their reader goes away (`| head`), as Unix filters do.
+    if matches!(
+        cli.command,
+        cli::Command::Check(_) | cli::Command::Explain(_) | cli::Command::Log(_) | cli::Command::Policy(_)
+    ) {
+        leash_sandbox::die_on_closed_stdout();
+    }
     raise_fd_limit();
     let code = match cli.command {
         cli::Command::Proxy(args) => cmd::proxy::run(args),

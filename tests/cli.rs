@@ -779,3 +779,24 @@ else:
         .collect();
     assert_eq!(out, want, "stderr: {}", stderr(&o));
 }
+
+#[test]
+fn explain_piped_into_a_reader_that_went_away_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.yaml");
+    std::fs::write(&policy, "network:\n  mode: blocklist\n  blocked_urls: [x.test]\n").unwrap();
+    // The reader is gone before explain prints (as with `| head -1` on a long output): like any Unix filter, it ends
+    // on SIGPIPE, with no panic on stderr.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leash"))
+        .args(["explain", "--policy", policy.to_str().unwrap(), "https://example.org/"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(13), "ended by SIGPIPE: {:?}", o.status);
+}

@@ -308,6 +308,13 @@ pub fn scratch_dir() -> PathBuf {
     }
 }
 
+/// Lets `SIGPIPE` end the process, as it ends other Unix filters (`leash explain ... | head -1`): Rust ignores it, so
+/// printing to a closed pipe would panic instead. Only for commands that do nothing but print: a proxy must see a
+/// closed socket as an error, never die of it.
+pub fn die_on_closed_stdout() {
+    imp::die_on_closed_stdout();
+}
+
 /// Makes leash non-dumpable (`PR_SET_DUMPABLE` 0): no core dumps, and only a process with `CAP_SYS_PTRACE` over
 /// leash's user namespace may ptrace it or read its `/proc/PID/mem`. Call it first thing in `main`.
 pub fn harden_self() -> Result<(), SandboxError> {

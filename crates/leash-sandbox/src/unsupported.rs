@@ -54,6 +54,8 @@ pub(crate) fn forward_signals(child: &Child) -> Result<Forwarding, SandboxError>
     match *child {}
 }
 
+pub(crate) fn die_on_closed_stdout() {}
+
 pub(crate) fn harden_self() -> Result<(), SandboxError> {
     Err(SandboxError::Unsupported { os: std::env::consts::OS })
 }

@@ -135,6 +135,11 @@ pub(crate) fn forward_signals(child: &Child) -> Result<Forwarding, SandboxError>
 }
 
 /// Makes leash non-dumpable.
+pub(crate) fn die_on_closed_stdout() {
+    // SAFETY: installs the default disposition, no handler; called from `main` before any other thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 pub(crate) fn harden_self() -> Result<(), SandboxError> {
     sys::set_non_dumpable().map_err(|errno| setup(Step::HardenLeash, io::Error::from_raw_os_error(errno)))
 }
