@@ -25,11 +25,13 @@ use crate::wire::http_head::{
 };
 
 /// What watches an exchange for credentials: the one put on the request, turned back into its placeholder in the
-/// response (`redact`), and those the request body must not carry (`leaks`).
+/// response (`redact`), and those the request body must not carry (`leaks`); and the upstream proxy the request
+/// goes through, whose own 407 is its refusal, not the origin's answer (`via_proxy`, its authority).
 #[derive(Clone, Default)]
 pub(crate) struct Watches {
     pub redact: Option<Redactor>,
     pub leaks: Option<LeakWatch>,
+    pub via_proxy: Option<String>,
 }
 
 /// A completed exchange.
@@ -152,7 +154,7 @@ pub(crate) async fn exchange<S, U>(
     client: &mut BufConn<S>,
     upstream: &mut BufConn<U>,
     (request, head, plan): (&[u8], &RequestHead, &Plan<'_>),
-    Watches { redact, leaks }: Watches,
+    Watches { redact, leaks, via_proxy }: Watches,
 ) -> Result<Exchanged, ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -164,9 +166,9 @@ where
     let keep = plan.client_keep_alive;
     let (relayed, body_sent) = if plan.framing == BodyFraming::None {
         let mut down = upstream.source();
-        (relay_response(sh, &mut down, &mut client.io, (&head.method, keep), redact).await?, Some(0))
+        (relay_response(sh, &mut down, &mut client.io, (&head.method, keep), (redact, via_proxy)).await?, Some(0))
     } else {
-        with_body(sh, client, upstream, head, plan, Watches { redact, leaks }).await?
+        with_body(sh, client, upstream, head, plan, Watches { redact, leaks, via_proxy }).await?
     };
     let up = request.len() as u64 + body_sent.unwrap_or(0);
     if relayed.client_gone {
@@ -192,7 +194,7 @@ async fn with_body<S, U>(
     upstream: &mut BufConn<U>,
     head: &RequestHead,
     plan: &Plan<'_>,
-    Watches { redact, leaks }: Watches,
+    Watches { redact, leaks, via_proxy }: Watches,
 ) -> Result<(Relayed, Option<u64>), ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -209,7 +211,8 @@ where
             None => send_body(&mut body_src, &mut up_wr, plan.framing).await,
         }
     };
-    let recv = relay_response(sh, &mut down, &mut client_wr, (&head.method, plan.client_keep_alive), redact);
+    let recv =
+        relay_response(sh, &mut down, &mut client_wr, (&head.method, plan.client_keep_alive), (redact, via_proxy));
     tokio::pin!(send, recv);
     let mut sent = None;
     loop {
@@ -243,7 +246,7 @@ async fn relay_response<R, W>(
     down: &mut Source<'_, R>,
     client: &mut W,
     (method, client_keep_alive): (&str, bool),
-    redact: Option<Redactor>,
+    (redact, via_proxy): (Option<Redactor>, Option<String>),
 ) -> Result<Relayed, ExchangeError>
 where
     R: AsyncRead + Unpin,
@@ -264,6 +267,10 @@ where
             client.write_all(&response_head_bytes(&head, false)).await.map_err(ExchangeError::Midway)?;
             client.flush().await.map_err(ExchangeError::Midway)?;
             continue;
+        }
+        // The upstream proxy's refusal of its credentials: a 502 naming it, never passed on as the origin's answer.
+        if let (Some(proxy), 407) = (&via_proxy, head.status) {
+            return Err(ExchangeError::Dial(DialError::UpstreamProxy(proxy.clone(), "407".to_owned())));
         }
         return relay_final(down, client, &head, (method, client_keep_alive), redact).await;
     }

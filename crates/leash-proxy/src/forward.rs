@@ -60,10 +60,12 @@ where
     };
     let own = ctx.snap.credential_for(&plan.target.authority.host).map(|c| &*c.name);
     // Through the upstream proxy the request goes in absolute form (the route is the policy's, fixed per host).
-    let form = match through_proxy(&ctx.snap, &plan.target.authority.host) {
-        true => TargetForm::Proxy { auth: sh.cfg.upstream_auth.as_deref() },
-        false => TargetForm::Origin,
+    let via_proxy = ctx.snap.upstream_proxy().filter(|_| through_proxy(&ctx.snap, &plan.target.authority.host));
+    let form = match via_proxy {
+        Some(_) => TargetForm::Proxy { auth: sh.cfg.upstream_auth.as_deref() },
+        None => TargetForm::Origin,
     };
+    let via_proxy = via_proxy.map(|up| up.authority());
     // A model API's body is read and checked for provider-side tools, as inside an inspected tunnel.
     let (request, stripped) = match ctx.snap.filters_provider_tools(&plan.target.authority.host) {
         false => (request_head_bytes(&sent, &plan, form), Vec::new()),
@@ -89,7 +91,7 @@ where
     };
     let decision = model::forwarded(&decision, &stripped);
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
-    let watches = Watches { redact, leaks: LeakWatch::new(&sh.cfg.credentials, own) };
+    let watches = Watches { redact, leaks: LeakWatch::new(&sh.cfg.credentials, own), via_proxy };
 
     let extras = Extras { stripped: listed, credential: credential.as_deref() };
     let key = PoolKey { host: host.as_ref().into(), port: plan.port, generation: ctx.snap.generation };

@@ -209,3 +209,15 @@ async fn a_bypassed_host_goes_out_directly_checked_by_leash() {
     assert!(corp.seen().is_empty(), "the upstream proxy saw {:?}", corp.seen());
     assert_eq!(leash.resolver.asked(), ["direct.test"], "leash resolved and checked the bypassed name");
 }
+
+#[tokio::test]
+async fn the_upstream_proxys_407_to_a_plain_request_is_a_502_naming_it() {
+    let corp = CorpProxy::start(&[]).await;
+    let leash = Leash::builder(&policy(&corp, 8080, 443, "")).upstream_auth("corp-user:wrong").start().await;
+    let r = exchange(leash.addr, get("http://allowed.test:8080/page")).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().contains("the upstream proxy `proxy.test:") && r.text().contains("answered 407"), "{}", r.text());
+    let line = leash.decision("/page").await;
+    let outcome = leash.outcome(&line["id"]).await;
+    assert_eq!((outcome["status"].as_u64(), outcome["error"].as_str()), (Some(502), Some("upstream-proxy")));
+}

@@ -140,7 +140,7 @@ async fn request(
         return reply(client, &response, false).await;
     }
     let own = ctx.snap.credential_for(&t.host).map(|c| &*c.name);
-    let watches = Watches { redact, leaks: LeakWatch::new(secrets, own) };
+    let watches = Watches { redact, leaks: LeakWatch::new(secrets, own), via_proxy: None };
     let result = forward(t, client, (&sent, &plan, &bytes, watches), upstream, &logged).await;
     finish(t, (&ctx, &logged.asked), client, result, upstream, totals).await
 }
