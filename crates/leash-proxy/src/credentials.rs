@@ -163,7 +163,10 @@ impl Secrets {
 #[derive(Clone)]
 pub(crate) struct LeakWatch {
     needles: Vec<(Arc<str>, Vec<u8>)>,
+    /// Bytes not yet sent up.
     held: Vec<u8>,
+    /// Where in `held` chunk-framing bytes are (passed over by the search), in order; nearly always none.
+    framing: Vec<usize>,
 }
 
 impl LeakWatch {
@@ -178,30 +181,47 @@ impl LeakWatch {
                 [(Arc::from(s.name.as_str()), s.placeholder.clone()), (Arc::from(s.name.as_str()), s.value.clone())]
             })
             .collect();
-        (!needles.is_empty()).then_some(LeakWatch { needles, held: Vec::new() })
+        (!needles.is_empty()).then_some(LeakWatch { needles, held: Vec::new(), framing: Vec::new() })
     }
 
-    /// The next body bytes: what may go up now, or the credential they carry.
-    pub(crate) fn pass(&mut self, bytes: &[u8]) -> Result<Vec<u8>, Arc<str>> {
+    /// The next body bytes (`data`: body data, else chunk framing): what may go up now, or the credential found.
+    pub(crate) fn pass(&mut self, bytes: &[u8], data: bool) -> Result<Vec<u8>, Arc<str>> {
+        let base = self.held.len();
         self.held.extend_from_slice(bytes);
-        if let Some((name, _)) = self.needles.iter().find(|(_, n)| contains(&self.held, n)) {
+        if !data {
+            self.framing.extend(base..self.held.len());
+        }
+        let (view, raw_at) = self.data_view();
+        if let Some((name, _)) = self.needles.iter().find(|(_, n)| contains(&view, n)) {
             return Err(name.clone());
         }
-        let hold = (1..self.held.len().min(self.longest()))
-            .rev()
-            .find(|&len| {
-                let tail = &self.held[self.held.len() - len..];
-                self.needles.iter().any(|(_, n)| n.starts_with(tail))
-            })
-            .unwrap_or(0);
-        let keep_from = self.held.len() - hold;
-        let now = self.held[..keep_from].to_vec();
-        self.held.drain(..keep_from);
-        Ok(now)
+        // Hold back the longest run of final data bytes that may start a credential: its last byte never goes up.
+        let longest = self.longest().saturating_sub(1).min(view.len());
+        let held_len = (1..=longest).rev().find(|&len| {
+            let tail = &view[view.len() - len..];
+            self.needles.iter().any(|(_, n)| n.starts_with(tail))
+        });
+        let keep_from = match held_len {
+            Some(len) => raw_at.as_ref().map_or(self.held.len() - len, |at| at[view.len() - len]),
+            None => self.held.len(),
+        };
+        self.framing.retain(|&i| i >= keep_from);
+        self.framing.iter_mut().for_each(|i| *i -= keep_from);
+        Ok(self.held.drain(..keep_from).collect())
+    }
+
+    /// The data bytes held, and (where framing sits among them) each one's place in `held`.
+    fn data_view(&self) -> (Cow<'_, [u8]>, Option<Vec<usize>>) {
+        if self.framing.is_empty() {
+            return (Cow::Borrowed(&self.held), None);
+        }
+        let at: Vec<usize> = (0..self.held.len()).filter(|i| self.framing.binary_search(i).is_err()).collect();
+        (Cow::Owned(at.iter().map(|&i| self.held[i]).collect()), Some(at))
     }
 
     /// The body's end: what was held goes up.
     pub(crate) fn finish(&mut self) -> Vec<u8> {
+        self.framing.clear();
         std::mem::take(&mut self.held)
     }
 
@@ -215,6 +235,8 @@ impl LeakWatch {
 pub(crate) struct Watched<'a, W> {
     inner: &'a mut W,
     watch: LeakWatch,
+    /// For a chunked body: tells framing from data, so a credential split across chunks is found.
+    chunked: Option<ChunkedScanner>,
     out: Vec<u8>,
     at: usize,
 }
@@ -239,8 +261,24 @@ impl LeakFound {
 }
 
 impl<'a, W: AsyncWrite + Unpin> Watched<'a, W> {
-    pub(crate) fn new(inner: &'a mut W, watch: LeakWatch) -> Self {
-        Watched { inner, watch, out: Vec::new(), at: 0 }
+    pub(crate) fn new(inner: &'a mut W, watch: LeakWatch, chunked: bool) -> Self {
+        Watched { inner, watch, chunked: chunked.then(ChunkedScanner::new), out: Vec::new(), at: 0 }
+    }
+
+    fn take(&mut self, data: &[u8]) -> Result<Vec<u8>, Arc<str>> {
+        let Some(scanner) = &mut self.chunked else { return self.watch.pass(data, true) };
+        let mut out = Vec::with_capacity(data.len());
+        let mut rest = data;
+        while !rest.is_empty() {
+            let left = scanner.data_left();
+            let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
+            let (now, later) = rest.split_at(n);
+            // A framing error is the relay's to report; here the bytes only pass through.
+            let _ = scanner.feed(now);
+            out.extend(self.watch.pass(now, left.is_some())?);
+            rest = later;
+        }
+        Ok(out)
     }
 
     fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -260,7 +298,7 @@ impl<'a, W: AsyncWrite + Unpin> Watched<'a, W> {
 impl<W: AsyncWrite + Unpin> AsyncWrite for Watched<'_, W> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         ready!(self.drain(cx))?;
-        match self.watch.pass(data) {
+        match self.take(data) {
             Ok(now) => self.out = now,
             Err(name) => return Poll::Ready(Err(io::Error::other(LeakFound(name)))),
         }

@@ -207,7 +207,10 @@ where
     let mut down = Source { buf: &mut upstream.buf, io: &mut up_rd };
     let send = async {
         match leaks {
-            Some(watch) => send_body(&mut body_src, &mut Watched::new(&mut up_wr, watch), plan.framing).await,
+            Some(watch) => {
+                let chunked = plan.framing == BodyFraming::Chunked;
+                send_body(&mut body_src, &mut Watched::new(&mut up_wr, watch, chunked), plan.framing).await
+            }
             None => send_body(&mut body_src, &mut up_wr, plan.framing).await,
         }
     };

@@ -121,3 +121,37 @@ fn bytes_that_cannot_start_the_secret_are_passed_on_at_once() {
     assert_eq!(r.push(b"data: SEC", true), b"data: ", "a possible start is held");
     assert_eq!(r.push(b"OND\n\n", true), b"SECOND\n\n");
 }
+
+fn watch() -> LeakWatch {
+    LeakWatch::new(&Secrets::new(vec![secret()]), None).unwrap()
+}
+
+#[test]
+fn a_placeholder_split_across_writes_is_found_before_its_last_byte_goes_up() {
+    let mut w = watch();
+    let (first, second) = PLACEHOLDER.split_at(3);
+    let sent = w.pass(format!("k={first}").as_bytes(), true).unwrap();
+    assert_eq!(sent, b"k=", "a possible start is held back");
+    assert_eq!(w.pass(second.as_bytes(), true), Err(Arc::from("anthropic")));
+    let mut clean = watch();
+    assert_eq!(clean.pass(b"k=lea", true).unwrap(), b"k=");
+    assert_eq!(clean.pass(b"f and more", true).unwrap(), b"leaf and more", "released once it cannot be one");
+    assert_eq!(clean.finish(), b"");
+}
+
+#[test]
+fn a_value_split_by_chunk_framing_is_found_too() {
+    let mut w = watch();
+    let (first, second) = SECRET.split_at(10);
+    assert!(w.pass(first.as_bytes(), true).is_ok());
+    assert!(w.pass(b"\r\n10\r\n", false).is_ok(), "framing between the halves passes over");
+    assert_eq!(w.pass(second.as_bytes(), true), Err(Arc::from("anthropic")));
+}
+
+#[test]
+fn a_credentials_own_host_may_carry_it() {
+    let mut own = LeakWatch::new(&Secrets::new(vec![secret()]), Some("anthropic"));
+    assert!(own.is_none(), "nothing to watch for on the credential's own host");
+    own = LeakWatch::new(&Secrets::new(vec![secret()]), Some("other"));
+    assert!(own.unwrap().pass(PLACEHOLDER.as_bytes(), true).is_err());
+}

@@ -213,7 +213,7 @@ impl<B: Body<Data = Bytes, Error = BoxError> + Unpin> Body for WatchedBody<B> {
             Some(Ok(frame)) => frame,
         };
         match frame.into_data() {
-            Ok(data) => match self.watch.pass(&data) {
+            Ok(data) => match self.watch.pass(&data, true) {
                 Ok(now) => Poll::Ready(Some(Ok(Frame::data(Bytes::from(now))))),
                 Err(name) => {
                     *self.found.lock().unwrap_or_else(|p| p.into_inner()) = Some(name.clone());

@@ -254,3 +254,21 @@ async fn an_http2_stream_whose_body_carries_the_placeholder_elsewhere_is_refused
     assert_eq!(resp.status(), 403);
     assert_eq!(resp.headers()["x-leash-reason"], "credential-leak");
 }
+
+#[tokio::test]
+async fn a_chunked_body_with_the_value_split_across_chunks_is_cut_off_and_refused() {
+    let t = scene(false).await;
+    let port = t.tls.port();
+    let (a, b) = SECRET.split_at(9);
+    let raw = format!(
+        "POST /upload HTTP/1.1\r\nHost: other.allowed.test:{port}\r\nTransfer-Encoding: chunked\r\n\r\n\
+         {:x}\r\nk={a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+        a.len() + 2,
+        b.len()
+    );
+    let r = t.inner("other.allowed.test", raw).await;
+    assert_refused(&r, 403, "credential-leak");
+    for seen in t.tls.origin.requests() {
+        assert!(!seen.body.text().contains(b), "the rest of the value reached the other host");
+    }
+}
