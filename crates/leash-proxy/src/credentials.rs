@@ -352,11 +352,25 @@ pub fn inject(headers: &mut Vec<Header>, credential: &Credential, secret: &Secre
         headers.push(Header { name: credential.header.clone(), value: added_value(&credential.form, secret) });
         used = true;
     }
+    if used {
+        // A compressed response could echo the value where the redactor cannot see it: ask for none.
+        headers.retain(|h| !h.is("accept-encoding"));
+        headers.push(Header { name: "Accept-Encoding".to_owned(), value: b"identity".to_vec() });
+    }
     used
 }
 
 /// [`inject`] for an HTTP/2 request's fields.
 pub fn inject_h2(headers: &mut http::HeaderMap, credential: &Credential, secret: &Secret) -> bool {
+    let used = inject_h2_field(headers, credential, secret);
+    if used {
+        // A compressed response could echo the value where the redactor cannot see it: ask for none.
+        headers.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+    }
+    used
+}
+
+fn inject_h2_field(headers: &mut http::HeaderMap, credential: &Credential, secret: &Secret) -> bool {
     let Ok(name) = http::HeaderName::from_bytes(credential.header.as_bytes()) else { return false };
     let mut used = false;
     let values: Vec<http::HeaderValue> = headers.get_all(&name).iter().cloned().collect();
@@ -470,11 +484,13 @@ impl<'a, W: AsyncWrite + Unpin> Redacting<'a, W> {
         while !rest.is_empty() {
             // Data goes through in runs; framing one byte at a time (its lines are short).
             let left = scanner.data_left();
+            // Trailer fields are searched like data: an API may echo the value there too.
+            let searched = left.is_some() || scanner.in_trailer();
             let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
             let (now, later) = rest.split_at(n);
             // A framing error is the relay's to report; here the bytes only pass through.
             let _ = scanner.feed(now);
-            out.extend(self.redactor.push(now, left.is_some()));
+            out.extend(self.redactor.push(now, searched));
             rest = later;
         }
         out
@@ -560,6 +576,11 @@ impl Redactor {
     pub fn finish(&mut self) -> Vec<u8> {
         self.framing.clear();
         std::mem::take(&mut self.pending)
+    }
+
+    /// `bytes` (a whole response head, a field value) with every occurrence of the value replaced.
+    pub fn redact_all(&self, bytes: &[u8]) -> Vec<u8> {
+        replace_all(bytes, &self.secret, &self.replacement)
     }
 
     /// Replace every match in `pending` (all data); where the held tail starts.

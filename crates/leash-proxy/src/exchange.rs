@@ -308,7 +308,11 @@ where
         response_framing(head, method).map_err(|e| ExchangeError::BadResponse(e.to_string()))?
     };
     let closing = !client_keep_alive || framing == BodyFraming::UntilClose;
-    let head_bytes = response_head_bytes(head, closing && !upgraded);
+    let mut head_bytes = response_head_bytes(head, closing && !upgraded);
+    if let Some(redactor) = &redact {
+        // A value echoed in a header (a Location, a debug field) is turned back into the placeholder too.
+        head_bytes = redactor.redact_all(&head_bytes);
+    }
     let mut to = ToClient { inner: client, written: 0, failed: false };
     let relayed = async {
         to.write_all(&head_bytes).await?;

@@ -158,6 +158,10 @@ async fn stream(
     match sender.send_request(request).await {
         Ok(response) => {
             let status = response.status().as_u16();
+            let mut response = response;
+            if let Some(redactor) = &redact {
+                redact_fields(response.headers_mut(), redactor);
+            }
             let log = OutcomeLog {
                 t: t.clone(),
                 snap: ctx.snap.clone(),
@@ -361,6 +365,18 @@ fn own_response(r: &Response) -> HttpResponse<ResBody> {
     response
 }
 
+/// Response fields (or trailers) with a credential's value, where one echoes it, turned back into the placeholder.
+fn redact_fields(fields: &mut HeaderMap, redactor: &Redactor) {
+    for value in fields.values_mut() {
+        let redacted = redactor.redact_all(value.as_bytes());
+        if redacted != value.as_bytes() {
+            if let Ok(v) = HeaderValue::from_bytes(&redacted) {
+                *value = v;
+            }
+        }
+    }
+}
+
 /// A response body with a credential's value, wherever it is echoed, turned back into its placeholder (across DATA
 /// frames: a possible start of the value is held until the next frame tells, and passed on at the end).
 struct Redacted<B> {
@@ -389,7 +405,10 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Redacted<B> {
                     Poll::Ready(Some(Ok(Frame::data(Bytes::from(passed)))))
                 }
                 // Trailers end the data: what is held goes first, then the trailers on the next poll.
-                Err(trailers) => {
+                Err(mut trailers) => {
+                    if let Some(fields) = trailers.trailers_mut() {
+                        redact_fields(fields, &self.redactor);
+                    }
                     let held = self.redactor.finish();
                     if held.is_empty() {
                         return Poll::Ready(Some(Ok(trailers)));

@@ -122,7 +122,8 @@ impl ChunkedScanner {
         Ok(())
     }
 
-    fn in_trailer(&self) -> bool {
+    /// Inside the trailer section (after the last chunk): its lines are fields, like a head's.
+    pub fn in_trailer(&self) -> bool {
         matches!(self.state, State::TrailerStart | State::TrailerName | State::TrailerValue | State::TrailerLf)
     }
 

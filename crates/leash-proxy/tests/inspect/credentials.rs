@@ -54,8 +54,12 @@ fn provider(r: &Recorded) -> Reply {
 }
 
 async fn scene(add: bool) -> Inspecting {
+    scene_with(add, provider).await
+}
+
+async fn scene_with(add: bool, handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static) -> Inspecting {
     let ca = TestCa::new();
-    let tls = TlsUpstream::with(&ca, provider).await;
+    let tls = TlsUpstream::with(&ca, handler).await;
     let port = tls.port();
     let leash = Leash::builder(&policy(port, add)).inspecting(&ca.pem).secrets(secrets()).start().await;
     Inspecting { ca, tls, leash }
@@ -271,4 +275,36 @@ async fn a_chunked_body_with_the_value_split_across_chunks_is_cut_off_and_refuse
     for seen in t.tls.origin.requests() {
         assert!(!seen.body.text().contains(b), "the rest of the value reached the other host");
     }
+}
+
+/// A provider that echoes the key it got in a header, a Location, the body and a trailer.
+fn echoing(r: &Recorded) -> Reply {
+    let key = r.header("x-api-key").unwrap_or("").to_owned();
+    Reply::Chunked {
+        headers: vec![("X-Echo".into(), key.clone()), ("Location".into(), format!("https://elsewhere.test/?k={key}"))],
+        chunks: vec![format!("body {key}").into_bytes()],
+        trailers: vec![("x-key".into(), key)],
+    }
+}
+
+#[tokio::test]
+async fn an_echo_in_a_header_a_location_or_a_trailer_comes_back_as_the_placeholder_and_nothing_is_compressed() {
+    let t = scene_with(false, echoing).await;
+    let port = t.tls.port();
+    let mut tls = t.tunnel("models.test", &[b"http/1.1"]).await;
+    let request = format!(
+        "GET /v1 HTTP/1.1\r\nHost: models.test:{port}\r\nx-api-key: {PLACEHOLDER}\r\nAccept-Encoding: gzip\r\n\
+         Connection: close\r\n\r\n"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut tls, request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let _ = within("the whole response", tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut raw)).await;
+    let text = String::from_utf8_lossy(&raw);
+    assert!(!text.contains(SECRET), "the real value reached the client:\n{text}");
+    for place in ["X-Echo: ", "k=", "body ", "x-key: "] {
+        assert!(text.contains(&format!("{place}{PLACEHOLDER}")), "no placeholder after `{place}`:\n{text}");
+    }
+    let sent = &t.tls.origin.requests()[0];
+    assert_eq!(sent.header("x-api-key"), Some(SECRET));
+    assert_eq!(sent.header("accept-encoding"), Some("identity"), "a compressed echo could not be redacted");
 }
