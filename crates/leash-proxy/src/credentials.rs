@@ -111,49 +111,48 @@ impl Secrets {
         head: &'h RequestHead,
     ) -> (Cow<'h, RequestHead>, Outbound) {
         if self.secrets.is_empty() {
-            return (Cow::Borrowed(head), Outbound::Untouched);
+            return (Cow::Borrowed(head), Outbound::untouched());
         }
         let mut sent = head.clone();
-        let outbound = self.outbound(policy, host, &mut sent);
-        (Cow::Owned(sent), outbound)
-    }
-
-    fn outbound(&self, policy: &Policy, host: &Host, head: &mut RequestHead) -> Outbound {
         let own = policy.credential_for(host);
-        let parts = std::iter::once(head.target.as_bytes()).chain(head.headers.iter().map(|h| h.value.as_slice()));
+        let names = sent.headers.iter().map(|h| h.name.as_bytes());
+        let values = sent.headers.iter().map(|h| h.value.as_slice());
+        let parts = [sent.method.as_bytes(), sent.target.as_bytes()].into_iter().chain(names).chain(values);
         if let Some(leaked) = self.found_in_any(own.map(|c| &*c.name), parts) {
-            return Outbound::Leak(leaked.to_owned());
+            return (Cow::Borrowed(head), Outbound::Leak(leaked.to_owned()));
         }
-        match own.and_then(|c| Some((c, self.get(&c.name)?))) {
-            Some((credential, secret)) if inject(&mut head.headers, credential, secret) => {
-                Outbound::Credential { name: credential.name.clone(), redactor: secret.redactor() }
-            }
-            _ => Outbound::Untouched,
-        }
+        let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
+        let injected = secret.filter(|(c, s)| inject(&mut sent.headers, c, s));
+        (Cow::Owned(sent), Outbound::go(secret.map(|(_, s)| s), injected.map(|(c, _)| c)))
     }
 
-    /// [`Secrets::outbound`] for an HTTP/2 request's path and fields.
+    /// [`Secrets::outgoing`] for an HTTP/2 request's method, path and fields.
     pub(crate) fn outbound_h2(
         &self,
         policy: &Policy,
         host: &Host,
-        path: &str,
+        (method, path): (&str, &str),
         fields: &mut http::HeaderMap,
     ) -> Outbound {
         if self.secrets.is_empty() {
-            return Outbound::Untouched;
+            return Outbound::untouched();
         }
         let own = policy.credential_for(host);
-        let parts = std::iter::once(path.as_bytes()).chain(fields.values().map(http::HeaderValue::as_bytes));
+        let names = fields.keys().map(|k| k.as_str().as_bytes());
+        let values = fields.values().map(http::HeaderValue::as_bytes);
+        let parts = [method.as_bytes(), path.as_bytes()].into_iter().chain(names).chain(values);
         if let Some(leaked) = self.found_in_any(own.map(|c| &*c.name), parts) {
             return Outbound::Leak(leaked.to_owned());
         }
-        match own.and_then(|c| Some((c, self.get(&c.name)?))) {
-            Some((credential, secret)) if inject_h2(fields, credential, secret) => {
-                Outbound::Credential { name: credential.name.clone(), redactor: secret.redactor() }
-            }
-            _ => Outbound::Untouched,
-        }
+        let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
+        let injected = secret.filter(|(c, s)| inject_h2(fields, c, s));
+        Outbound::go(secret.map(|(_, s)| s), injected.map(|(c, _)| c))
+    }
+
+    /// The credential a host name carries (`leash-anthropic-….evil.example` would carry its placeholder out in a
+    /// DNS query and the TLS server name), if any.
+    pub(crate) fn found_in_name(&self, host: &str) -> Option<&str> {
+        self.found_in_any(None, [host.as_bytes()])
     }
 }
 
@@ -225,6 +224,11 @@ impl LeakWatch {
         std::mem::take(&mut self.held)
     }
 
+    /// The credential whole `bytes` (a trailer field's name or value) carry, if any.
+    pub(crate) fn found_in(&self, bytes: &[u8]) -> Option<Arc<str>> {
+        self.needles.iter().find(|(_, n)| contains(bytes, n)).map(|(name, _)| name.clone())
+    }
+
     fn longest(&self) -> usize {
         self.needles.iter().map(|(_, n)| n.len()).max().unwrap_or(0)
     }
@@ -271,11 +275,13 @@ impl<'a, W: AsyncWrite + Unpin> Watched<'a, W> {
         let mut rest = data;
         while !rest.is_empty() {
             let left = scanner.data_left();
+            // Chunk extensions and trailer fields are searched like data.
+            let searched = left.is_some() || scanner.in_text();
             let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
             let (now, later) = rest.split_at(n);
             // A framing error is the relay's to report; here the bytes only pass through.
             let _ = scanner.feed(now);
-            out.extend(self.watch.pass(now, left.is_some())?);
+            out.extend(self.watch.pass(now, searched)?);
             rest = later;
         }
         Ok(out)
@@ -327,12 +333,21 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Watched<'_, W> {
 
 /// What leash does with credentials on one request.
 pub(crate) enum Outbound {
-    /// Nothing: no credential belongs to the host, or the request carries no placeholder where it travels.
-    Untouched,
-    /// The credential named went in; responses pass through `redactor`.
-    Credential { name: Arc<str>, redactor: Redactor },
     /// The request carries the placeholder or value of this credential to a host it does not belong to: refuse.
     Leak(String),
+    /// It goes: with the credential named put on it (if one was), and every response from the host watched for the
+    /// host's own credential (whether or not this request carried it: the host may quote a value it got before).
+    Go { credential: Option<Arc<str>>, redactor: Option<Redactor> },
+}
+
+impl Outbound {
+    fn untouched() -> Outbound {
+        Outbound::Go { credential: None, redactor: None }
+    }
+
+    fn go(secret: Option<&Secret>, injected: Option<&Credential>) -> Outbound {
+        Outbound::Go { credential: injected.map(|c| c.name.clone()), redactor: secret.map(Secret::redactor) }
+    }
 }
 
 /// Put `secret` where `credential` says it travels in `headers`: its placeholder is replaced in that header's
@@ -419,7 +434,13 @@ fn added_value(form: &HeaderForm, secret: &Secret) -> Vec<u8> {
 /// The decoded `user:password` of a `Basic ...` value.
 fn basic_credentials(value: &[u8]) -> Option<Vec<u8>> {
     let rest = value.get(..6).filter(|p| p.eq_ignore_ascii_case(b"basic ")).and(value.get(6..))?;
-    base64::engine::general_purpose::STANDARD.decode(rest.trim_ascii()).ok()
+    // Padding or none: clients differ, and a credential must be found either way.
+    let lenient = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    lenient.decode(rest.trim_ascii()).ok()
 }
 
 /// `Basic base64(user:password)`, as a `Proxy-Authorization` or `Authorization` value.
@@ -484,8 +505,8 @@ impl<'a, W: AsyncWrite + Unpin> Redacting<'a, W> {
         while !rest.is_empty() {
             // Data goes through in runs; framing one byte at a time (its lines are short).
             let left = scanner.data_left();
-            // Trailer fields are searched like data: an API may echo the value there too.
-            let searched = left.is_some() || scanner.in_trailer();
+            // Chunk extensions and trailer fields are searched like data: an API may echo the value there too.
+            let searched = left.is_some() || scanner.in_text();
             let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
             let (now, later) = rest.split_at(n);
             // A framing error is the relay's to report; here the bytes only pass through.

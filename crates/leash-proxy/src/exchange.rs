@@ -163,6 +163,8 @@ where
     if let Err(e) = upstream.io.write_all(request).await.and(upstream.io.flush().await) {
         return Err(stale_or(e));
     }
+    // What watches the exchange watches the bytes after a 101 too.
+    let after_upgrade = (redact.clone(), leaks.clone());
     let keep = plan.client_keep_alive;
     let (relayed, body_sent) = if plan.framing == BodyFraming::None {
         let mut down = upstream.source();
@@ -175,7 +177,7 @@ where
         return Ok(done(relayed.status, up, relayed.down, false, false));
     }
     if relayed.upgraded && upgrade_value(head).is_some() {
-        let (a, b) = tokio::io::copy_bidirectional(client, upstream).await.unwrap_or((0, 0));
+        let (a, b) = relay_upgraded(client, upstream, after_upgrade).await?;
         return Ok(done(relayed.status, up + a, relayed.down + b, false, false));
     }
     let complete = body_sent.is_some() && relayed.framing != BodyFraming::UntilClose;
@@ -267,7 +269,9 @@ where
             .map_err(|e| head_error(e, first))?;
         first = false;
         if (100..200).contains(&head.status) && head.status != 101 {
-            client.write_all(&response_head_bytes(&head, false)).await.map_err(ExchangeError::Midway)?;
+            let bytes = response_head_bytes(&head, false);
+            let bytes = redact.as_ref().map_or(bytes.clone(), |r| r.redact_all(&bytes));
+            client.write_all(&bytes).await.map_err(ExchangeError::Midway)?;
             client.flush().await.map_err(ExchangeError::Midway)?;
             continue;
         }
@@ -334,6 +338,59 @@ where
     };
     let upstream_close = !head.is_persistent();
     Ok(Relayed { status: head.status, down: to.written, framing, upstream_close, upgraded, client_gone })
+}
+
+/// Relay both ways after a 101 (a WebSocket, say); returns the bytes up and down. With credentials, the client's
+/// bytes are watched for those bound elsewhere (a leak ends the connection: `ExchangeError::Leak`) and the
+/// upstream's have the host's own value turned back into the placeholder.
+async fn relay_upgraded<S, U>(
+    client: &mut BufConn<S>,
+    upstream: &mut BufConn<U>,
+    (redact, leaks): (Option<Redactor>, Option<LeakWatch>),
+) -> Result<(u64, u64), ExchangeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+    U: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    if redact.is_none() && leaks.is_none() {
+        return Ok(tokio::io::copy_bidirectional(client, upstream).await.unwrap_or((0, 0)));
+    }
+    let (mut client_rd, mut client_wr) = tokio::io::split(client);
+    let (mut up_rd, mut up_wr) = tokio::io::split(upstream);
+    let up = async {
+        let n = match leaks {
+            Some(watch) => {
+                let mut watched = Watched::new(&mut up_wr, watch, false);
+                let n = tokio::io::copy(&mut client_rd, &mut watched).await?;
+                watched.flush().await?;
+                n
+            }
+            None => tokio::io::copy(&mut client_rd, &mut up_wr).await?,
+        };
+        let _ = up_wr.shutdown().await;
+        Ok::<u64, io::Error>(n)
+    };
+    let down = async {
+        let n = match redact {
+            Some(redactor) => {
+                let mut redacting = Redacting::new(&mut client_wr, redactor, false);
+                let n = tokio::io::copy(&mut up_rd, &mut redacting).await?;
+                redacting.finish().await?;
+                n
+            }
+            None => tokio::io::copy(&mut up_rd, &mut client_wr).await?,
+        };
+        let _ = client_wr.shutdown().await;
+        Ok::<u64, io::Error>(n)
+    };
+    match tokio::try_join!(up, down) {
+        Ok(bytes) => Ok(bytes),
+        Err(e) => match LeakFound::of(&e) {
+            Some(name) => Err(ExchangeError::Leak(name)),
+            // Either side going away ends the relay, as it does without credentials.
+            None => Ok((0, 0)),
+        },
+    }
 }
 
 /// Relay a response body as it is framed; returns the bytes relayed.

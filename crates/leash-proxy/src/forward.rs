@@ -55,8 +55,7 @@ where
             let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
             return reply(client, &ctx.refuse_leak(&asked(plan.target.path_and_query), &name), keep).await;
         }
-        Outbound::Credential { name, redactor } => (Some(name), Some(redactor)),
-        Outbound::Untouched => (None, None),
+        Outbound::Go { credential, redactor } => (credential, redactor),
     };
     let own = ctx.snap.credential_for(&plan.target.authority.host).map(|c| &*c.name);
     // Through the upstream proxy the request goes in absolute form (the route is the policy's, fixed per host).

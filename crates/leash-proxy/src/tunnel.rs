@@ -41,6 +41,11 @@ pub(crate) async fn handle(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, hea
     };
     let host_text = target.as_str().into_owned();
     let asked = Asked { method: "CONNECT", host: &host_text, port, path: None };
+    // A name carrying a credential would take it out in a DNS query and the TLS server name, whatever is allowed.
+    if let Some(name) = sh.cfg.credentials.found_in_name(&host_text) {
+        reply(&mut client.io, &ctx.refuse_leak(&asked, name), false).await;
+        return;
+    }
     if let Err(refused) = ctx.check(&asked, &Question::Connect { target: &target, port }) {
         reply(&mut client.io, &refused, false).await;
         return;
@@ -141,6 +146,10 @@ impl Tunnel<'_> {
             _ => self.target.as_str().into_owned(),
         };
         let asked = Asked { method: "CONNECT", host: &shown, port: self.port, path: None };
+        if let Some(name) = self.sh.cfg.credentials.found_in_name(&shown) {
+            ctx.refuse_leak(&asked, name);
+            return drain_and_close(client).await;
+        }
         let named = match sni {
             Some(Ok(host @ Host::Name(_))) => Some(host),
             _ => None,

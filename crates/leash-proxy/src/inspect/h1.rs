@@ -100,8 +100,7 @@ async fn request(
             let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
             return reply(client, &ctx.refuse_leak(&asked(&head.target), &name), keep).await;
         }
-        Outbound::Credential { name, redactor } => (Some(name), Some(redactor)),
-        Outbound::Untouched => (None, None),
+        Outbound::Go { credential, redactor } => (credential, redactor),
     };
     let gated = match ctx.snap.filters_provider_tools(&t.host) {
         true => {

@@ -98,10 +98,11 @@ async fn stream(
     }
     // Credentials: one bound to another host refuses the stream; the host's own goes in.
     let secrets = &ctx.sh.cfg.credentials;
-    let (credential, redact) = match secrets.outbound_h2(&ctx.snap, &t.host, &path_and_query, &mut parts.headers) {
+    let method = parts.method.as_str().to_owned();
+    let outbound = secrets.outbound_h2(&ctx.snap, &t.host, (&method, &path_and_query), &mut parts.headers);
+    let (credential, redact) = match outbound {
         Outbound::Leak(name) => return own_response(&ctx.refuse_leak(&asked(&path_and_query), &name)),
-        Outbound::Credential { name, redactor } => (Some(name), Some(redactor)),
-        Outbound::Untouched => (None, None),
+        Outbound::Go { credential, redactor } => (credential, redactor),
     };
     let checked = match ctx.snap.filters_provider_tools(&t.host) {
         true => gate(&t, &parts, body, ctx.snap.provider_tools()).await,
@@ -225,6 +226,14 @@ impl<B: Body<Data = Bytes, Error = BoxError> + Unpin> Body for WatchedBody<B> {
                 }
             },
             Err(trailers) => {
+                let fields = trailers.trailers_ref().into_iter().flatten();
+                let leaked = fields.into_iter().find_map(|(k, v)| {
+                    self.watch.found_in(k.as_str().as_bytes()).or_else(|| self.watch.found_in(v.as_bytes()))
+                });
+                if let Some(name) = leaked {
+                    *self.found.lock().unwrap_or_else(|p| p.into_inner()) = Some(name.clone());
+                    return Poll::Ready(Some(Err(Box::new(LeakFound(name)))));
+                }
                 let rest = self.watch.finish();
                 if rest.is_empty() {
                     return Poll::Ready(Some(Ok(trailers)));

@@ -122,6 +122,12 @@ impl ChunkedScanner {
         Ok(())
     }
 
+    /// In text a peer chose (a chunk extension, the trailer section) rather than sizes and line ends: searched for
+    /// credentials like data is.
+    pub fn in_text(&self) -> bool {
+        matches!(self.state, State::Extension { .. }) || self.in_trailer()
+    }
+
     /// Inside the trailer section (after the last chunk): its lines are fields, like a head's.
     pub fn in_trailer(&self) -> bool {
         matches!(self.state, State::TrailerStart | State::TrailerName | State::TrailerValue | State::TrailerLf)
