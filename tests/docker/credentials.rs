@@ -1,7 +1,7 @@
 //! `leash docker run` with a `credentials` entry: the container is given the placeholder in the credential's
 //! variable, its request to the fake provider (on the host's loopback, over inspected HTTPS) carries the real key
 //! out, the key the provider quotes back arrives as the placeholder, and nothing leash prints or logs holds the real
-//! value.
+//! value. Beside it, the end-of-run summary of what was refused, which `leash docker run` prints as `leash run` does.
 
 use std::process::Command;
 
@@ -70,4 +70,33 @@ fn docker_run_gives_the_container_a_placeholder_and_its_requests_carry_the_real_
     assert_eq!(with_credential[0]["decision"], "allow", "{text}");
     assert_eq!(leftovers(&label), "", "a container was left behind");
     assert_no_new_network(&nets);
+}
+
+/// The end-of-run summary is `leash docker run`'s too: after the container ends, the refused destination with its
+/// count, reason and hint on stderr (and none with `--quiet`).
+#[test]
+fn docker_run_ends_with_the_summary_of_what_was_refused() {
+    if !docker_ready() {
+        return;
+    }
+    let run = |quiet: bool| {
+        let label = label(if quiet { "summary-quiet" } else { "summary" });
+        let mut cmd = Command::new(LEASH);
+        cmd.args(["docker", "run", "--allow", "example.test"]);
+        if quiet {
+            cmd.arg("--quiet");
+        }
+        let script = "curl -s -o /dev/null -w '%{http_code}' http://api.example.test/";
+        let o = bounded(cmd.args(["--label", &label, IMAGE, "sh", "-c", script]));
+        assert_eq!(leftovers(&label), "", "a container was left behind");
+        o
+    };
+    let o = run(false);
+    assert_eq!(stdout(&o), "403", "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("leash: 1 request refused"), "{err}");
+    assert!(err.contains("api.example.test") && err.contains("not-allowed"), "{err}");
+    assert!(err.contains("did you mean `.example.test`?"), "{err}");
+    let quiet = run(true);
+    assert!(!stderr(&quiet).contains("requests refused") && !stderr(&quiet).contains("request refused"));
 }
