@@ -234,17 +234,6 @@ impl LeakWatch {
     }
 }
 
-/// An upstream writer that sends a request body through a [`LeakWatch`]. A credential found fails the write with
-/// [`LeakFound`] inside the error, and nothing of it is written.
-pub(crate) struct Watched<'a, W> {
-    inner: &'a mut W,
-    watch: LeakWatch,
-    /// For a chunked body: tells framing from data, so a credential split across chunks is found.
-    chunked: Option<ChunkedScanner>,
-    out: Vec<u8>,
-    at: usize,
-}
-
 /// The error a [`Watched`] writer fails with: the credential found.
 #[derive(Debug)]
 pub(crate) struct LeakFound(pub Arc<str>);
@@ -261,73 +250,6 @@ impl LeakFound {
     /// The credential, if `e` is a [`LeakFound`].
     pub(crate) fn of(e: &io::Error) -> Option<Arc<str>> {
         e.get_ref().and_then(|inner| inner.downcast_ref::<LeakFound>()).map(|l| l.0.clone())
-    }
-}
-
-impl<'a, W: AsyncWrite + Unpin> Watched<'a, W> {
-    pub(crate) fn new(inner: &'a mut W, watch: LeakWatch, chunked: bool) -> Self {
-        Watched { inner, watch, chunked: chunked.then(ChunkedScanner::new), out: Vec::new(), at: 0 }
-    }
-
-    fn take(&mut self, data: &[u8]) -> Result<Vec<u8>, Arc<str>> {
-        let Some(scanner) = &mut self.chunked else { return self.watch.pass(data, true) };
-        let mut out = Vec::with_capacity(data.len());
-        let mut rest = data;
-        while !rest.is_empty() {
-            let left = scanner.data_left();
-            // Chunk extensions and trailer fields are searched like data.
-            let searched = left.is_some() || scanner.in_text();
-            let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
-            let (now, later) = rest.split_at(n);
-            // A framing error is the relay's to report; here the bytes only pass through.
-            let _ = scanner.feed(now);
-            out.extend(self.watch.pass(now, searched)?);
-            rest = later;
-        }
-        Ok(out)
-    }
-
-    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.at < self.out.len() {
-            let n = ready!(Pin::new(&mut *self.inner).poll_write(cx, &self.out[self.at..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-            }
-            self.at += n;
-        }
-        self.out.clear();
-        self.at = 0;
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<W: AsyncWrite + Unpin> AsyncWrite for Watched<'_, W> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        ready!(self.drain(cx))?;
-        match self.take(data) {
-            Ok(now) => self.out = now,
-            Err(name) => return Poll::Ready(Err(io::Error::other(LeakFound(name)))),
-        }
-        if let Poll::Ready(Err(e)) = self.drain(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Poll::Ready(Ok(data.len()))
-    }
-
-    /// A flush ends a body (leash flushes once a body is sent): what was held goes up then.
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(self.drain(cx))?;
-        let rest = self.watch.finish();
-        if !rest.is_empty() {
-            self.out = rest;
-            ready!(self.drain(cx))?;
-        }
-        Pin::new(&mut *self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(self.drain(cx))?;
-        Pin::new(&mut *self.inner).poll_shutdown(cx)
     }
 }
 
@@ -472,49 +394,87 @@ fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A response body's writer that passes the body through a [`Redactor`] on its way to `inner`. With `chunked`, the
-/// chunk framing is told apart from the data, so a value split across chunks is caught.
-pub(crate) struct Redacting<'a, W> {
+/// What a [`Filtered`] writer passes a byte stream through: a [`Redactor`] (a response) or a [`LeakWatch`] (a request).
+pub(crate) trait Filter {
+    /// The next bytes (`searched`: body data, a chunk extension or trailer text; else chunk framing): what may go on
+    /// now, or the credential that stops the stream.
+    fn filter(&mut self, bytes: &[u8], searched: bool) -> Result<Vec<u8>, Arc<str>>;
+    /// The stream's end: what was held goes on.
+    fn end(&mut self) -> Vec<u8>;
+}
+
+impl Filter for Redactor {
+    fn filter(&mut self, bytes: &[u8], searched: bool) -> Result<Vec<u8>, Arc<str>> {
+        Ok(self.push(bytes, searched))
+    }
+
+    fn end(&mut self) -> Vec<u8> {
+        self.finish()
+    }
+}
+
+impl Filter for LeakWatch {
+    fn filter(&mut self, bytes: &[u8], searched: bool) -> Result<Vec<u8>, Arc<str>> {
+        self.pass(bytes, searched)
+    }
+
+    fn end(&mut self) -> Vec<u8> {
+        self.finish()
+    }
+}
+
+/// A response body's writer that turns the host's own credential back into its placeholder.
+pub(crate) type Redacting<'a, W> = Filtered<'a, W, Redactor>;
+/// A request body's writer that stops at a credential bound to another host: the write fails with [`LeakFound`]
+/// inside the error, and nothing of the credential is written.
+pub(crate) type Watched<'a, W> = Filtered<'a, W, LeakWatch>;
+
+/// A writer that passes a byte stream through a [`Filter`] on its way to `inner`. With `chunked`, chunk framing is
+/// told apart from data, so a credential split across chunks is caught. Bytes the filter holds go on only at
+/// [`Filtered::finish`], never at a flush: a relay flushes whenever its reader waits, which may fall inside a
+/// credential.
+pub(crate) struct Filtered<'a, W, F> {
     inner: &'a mut W,
-    redactor: Redactor,
+    filter: F,
     chunked: Option<ChunkedScanner>,
+    /// Bytes the filter passed that `inner` has not taken yet, from `at` on.
     out: Vec<u8>,
     at: usize,
 }
 
-impl<'a, W: AsyncWrite + Unpin> Redacting<'a, W> {
-    pub(crate) fn new(inner: &'a mut W, redactor: Redactor, chunked: bool) -> Self {
-        Redacting { inner, redactor, chunked: chunked.then(ChunkedScanner::new), out: Vec::new(), at: 0 }
+impl<'a, W: AsyncWrite + Unpin, F: Filter + Unpin> Filtered<'a, W, F> {
+    pub(crate) fn new(inner: &'a mut W, filter: F, chunked: bool) -> Self {
+        Filtered { inner, filter, chunked: chunked.then(ChunkedScanner::new), out: Vec::new(), at: 0 }
     }
 
-    /// The body's end: what the redactor still holds goes out.
+    /// The stream's end: what the filter still holds goes on, and `inner` is flushed.
     pub(crate) async fn finish(&mut self) -> io::Result<()> {
         use tokio::io::AsyncWriteExt;
-        let rest = self.redactor.finish();
         let mut pending = self.out.split_off(self.at);
-        pending.extend_from_slice(&rest);
+        pending.extend_from_slice(&self.filter.end());
         self.out.clear();
         self.at = 0;
-        self.inner.write_all(&pending).await
+        self.inner.write_all(&pending).await?;
+        self.inner.flush().await
     }
 
-    fn take(&mut self, data: &[u8]) -> Vec<u8> {
-        let Some(scanner) = &mut self.chunked else { return self.redactor.push(data, true) };
+    fn take(&mut self, data: &[u8]) -> Result<Vec<u8>, Arc<str>> {
+        let Some(scanner) = &mut self.chunked else { return self.filter.filter(data, true) };
         let mut out = Vec::with_capacity(data.len());
         let mut rest = data;
         while !rest.is_empty() {
             // Data goes through in runs; framing one byte at a time (its lines are short).
             let left = scanner.data_left();
-            // Chunk extensions and trailer fields are searched like data: an API may echo the value there too.
+            // Chunk extensions and trailer fields are searched like data: a peer chooses them too.
             let searched = left.is_some() || scanner.in_text();
             let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
             let (now, later) = rest.split_at(n);
             // A framing error is the relay's to report; here the bytes only pass through.
             let _ = scanner.feed(now);
-            out.extend(self.redactor.push(now, searched));
+            out.extend(self.filter.filter(now, searched)?);
             rest = later;
         }
-        out
+        Ok(out)
     }
 
     fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -531,11 +491,13 @@ impl<'a, W: AsyncWrite + Unpin> Redacting<'a, W> {
     }
 }
 
-impl<W: AsyncWrite + Unpin> AsyncWrite for Redacting<'_, W> {
+impl<W: AsyncWrite + Unpin, F: Filter + Unpin> AsyncWrite for Filtered<'_, W, F> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         ready!(self.drain(cx))?;
-        let passed = self.take(data);
-        self.out = passed;
+        match self.take(data) {
+            Ok(passed) => self.out = passed,
+            Err(name) => return Poll::Ready(Err(io::Error::other(LeakFound(name)))),
+        }
         // Accepted whole; what could not be written yet goes first on the next call or flush.
         if let Poll::Ready(Err(e)) = self.drain(cx) {
             return Poll::Ready(Err(e));
@@ -543,6 +505,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Redacting<'_, W> {
         Poll::Ready(Ok(data.len()))
     }
 
+    /// What the filter passed goes on; what it holds stays held (see [`Filtered::finish`]).
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.drain(cx))?;
         Pin::new(&mut *self.inner).poll_flush(cx)

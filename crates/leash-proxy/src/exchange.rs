@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use crate::audit::UpstreamFailure;
 
 use crate::conn::{BufConn, Next, ReadHeadError, Reparse, Source};
-use crate::credentials::{LeakFound, LeakWatch, Redacting, Redactor, Watched};
+use crate::credentials::{Filter, Filtered, LeakFound, LeakWatch, Redacting, Redactor, Watched};
 use crate::dial::DialError;
 use crate::gate::{Asked, RequestCtx};
 use crate::headers;
@@ -211,7 +211,10 @@ where
         match leaks {
             Some(watch) => {
                 let chunked = plan.framing == BodyFraming::Chunked;
-                send_body(&mut body_src, &mut Watched::new(&mut up_wr, watch, chunked), plan.framing).await
+                let mut watched = Watched::new(&mut up_wr, watch, chunked);
+                let sent = send_body(&mut body_src, &mut watched, plan.framing).await?;
+                // The body's end: what the watch held (a possible start that was none) goes up.
+                watched.finish().await.map(|()| sent)
             }
             None => send_body(&mut body_src, &mut up_wr, plan.framing).await,
         }
@@ -357,32 +360,8 @@ where
     }
     let (mut client_rd, mut client_wr) = tokio::io::split(client);
     let (mut up_rd, mut up_wr) = tokio::io::split(upstream);
-    let up = async {
-        let n = match leaks {
-            Some(watch) => {
-                let mut watched = Watched::new(&mut up_wr, watch, false);
-                let n = tokio::io::copy(&mut client_rd, &mut watched).await?;
-                watched.flush().await?;
-                n
-            }
-            None => tokio::io::copy(&mut client_rd, &mut up_wr).await?,
-        };
-        let _ = up_wr.shutdown().await;
-        Ok::<u64, io::Error>(n)
-    };
-    let down = async {
-        let n = match redact {
-            Some(redactor) => {
-                let mut redacting = Redacting::new(&mut client_wr, redactor, false);
-                let n = tokio::io::copy(&mut up_rd, &mut redacting).await?;
-                redacting.finish().await?;
-                n
-            }
-            None => tokio::io::copy(&mut up_rd, &mut client_wr).await?,
-        };
-        let _ = client_wr.shutdown().await;
-        Ok::<u64, io::Error>(n)
-    };
+    let up = copy_through(&mut client_rd, &mut up_wr, leaks);
+    let down = copy_through(&mut up_rd, &mut client_wr, redact);
     match tokio::try_join!(up, down) {
         Ok(bytes) => Ok(bytes),
         Err(e) => match LeakFound::of(&e) {
@@ -391,6 +370,26 @@ where
             None => Ok((0, 0)),
         },
     }
+}
+
+/// Copy `from` to `to` until `from` ends, through `filter` when there is one, then shut `to`'s writing side.
+async fn copy_through<R, W, F>(from: &mut R, to: &mut W, filter: Option<F>) -> io::Result<u64>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+    F: Filter + Unpin,
+{
+    let n = match filter {
+        Some(filter) => {
+            let mut filtered = Filtered::new(&mut *to, filter, false);
+            let n = tokio::io::copy(from, &mut filtered).await?;
+            filtered.finish().await?;
+            n
+        }
+        None => tokio::io::copy(from, to).await?,
+    };
+    let _ = to.shutdown().await;
+    Ok(n)
 }
 
 /// Relay a response body as it is framed; returns the bytes relayed.

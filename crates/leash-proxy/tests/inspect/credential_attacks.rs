@@ -362,6 +362,29 @@ async fn placeholder_in_an_upgraded_stream_to_another_host_is_refused() {
     assert!(!reached(&t, PLACEHOLDER), "{:#?}", t.tls.origin.requests());
 }
 
+#[tokio::test]
+async fn placeholder_split_across_two_writes_in_an_upgraded_stream_is_refused() {
+    let t = scene().await;
+    let mut tls = t.tunnel("other.allowed.test", &[b"http/1.1"]).await;
+    let upgrade = request(&t, "other.allowed.test", "GET /ws", &["Connection: upgrade", "Upgrade: websocket"], "");
+    tls.write_all(upgrade.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut wire = Wire::new(tls);
+    let head = within("101", wire.head()).await.unwrap().unwrap();
+    assert!(head.start.contains("101"), "{}", head.raw);
+    // Two writes with a pause between: the relay goes idle (and flushes) while half the placeholder is held.
+    let inside = request(&t, "other.allowed.test", &format!("GET /?k={PLACEHOLDER}"), &[], "");
+    let split = inside.find(PLACEHOLDER).unwrap() + 8;
+    wire.io.write_all(&inside.as_bytes()[..split]).await.unwrap();
+    wire.io.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    wire.io.write_all(&inside.as_bytes()[split..]).await.unwrap();
+    wire.io.flush().await.unwrap();
+    let _ = before(Duration::from_secs(2), read_response(&mut wire, "GET")).await;
+    assert!(!reached(&t, PLACEHOLDER), "{:#?}", t.tls.origin.requests());
+    assert!(!reached(&t, &PLACEHOLDER[8..]), "the rest went up: {:#?}", t.tls.origin.requests());
+}
+
 // Outside the claim (leash matches the raw bytes and Basic-decoded ones): documented as they pass.
 
 #[tokio::test]
