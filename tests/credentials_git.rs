@@ -6,11 +6,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
-use common::{https_material, log_lines, sandbox_available, stderr, stdout};
+use common::{https_material, log_lines, sandbox_available, stderr, stdout, Served};
 
 const LEASH: &str = env!("CARGO_BIN_EXE_leash");
 const TOKEN: &str = "ghp_real7f3a9c2e1b5d4f6a8091a2b3c4d5e6f7a8";
@@ -56,7 +55,7 @@ fn leash_run(policy: &Path, log: &Path, ca: &Path, var: &str, secret: &str, scri
 /// again with its credentials). Each request is appended to `seen` as `METHOD PATH PASSWORD` (`-` when none came).
 /// Killed on drop.
 struct GitServer {
-    child: Child,
+    _server: Served,
     port: u16,
 }
 
@@ -130,24 +129,10 @@ srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
 print(srv.server_address[1], flush=True)
 srv.serve_forever()
 "#;
-        let mut child = Command::new("python3")
-            .args(["-c", script, token])
-            .arg(dir.join("repos"))
-            .arg(seen)
-            .current_dir(dir)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        GitServer { child, port: line.trim().parse().expect("git server port") }
-    }
-}
-
-impl Drop for GitServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let mut cmd = Command::new("python3");
+        cmd.args(["-c", script, token]).arg(dir.join("repos")).arg(seen).current_dir(dir);
+        let (_server, port) = Served::start(&mut cmd);
+        GitServer { _server, port }
     }
 }
 
@@ -279,7 +264,7 @@ fn git_clones_and_pushes_with_a_credential_helper_that_prints_the_placeholder() 
 /// back in two DATA frames that split it. Each request is appended to `seen` as `HTTP-VERSION METHOD KEY`. Killed on
 /// drop.
 struct H2Provider {
-    child: Child,
+    _server: Served,
     port: u16,
 }
 
@@ -305,23 +290,8 @@ const srv = http2.createSecureServer(options, (req, res) => {
 });
 srv.listen(0, "127.0.0.1", () => console.log(srv.address().port));
 "#;
-        let mut child = Command::new("node")
-            .args(["-e", script, key])
-            .arg(seen)
-            .current_dir(dir)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        H2Provider { child, port: line.trim().parse().expect("provider port") }
-    }
-}
-
-impl Drop for H2Provider {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let (_server, port) = Served::start(Command::new("node").args(["-e", script, key]).arg(seen).current_dir(dir));
+        H2Provider { _server, port }
     }
 }
 

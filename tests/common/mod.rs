@@ -75,7 +75,7 @@ openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out lea
 /// An HTTPS origin on the host's loopback (Python's http.server with the leaf from [`https_material`]) answering
 /// `origin-tls PATH`; killed on drop.
 pub struct HttpsOrigin {
-    child: Child,
+    _server: Served,
     pub port: u16,
 }
 
@@ -100,18 +100,30 @@ srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
 print(srv.server_address[1], flush=True)
 srv.serve_forever()
 "#;
-        let mut child =
-            Command::new("python3").args(["-c", script]).current_dir(dir).stdout(Stdio::piped()).spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        HttpsOrigin { child, port: line.trim().parse().expect("origin port") }
+        let (_server, port) = Served::start(Command::new("python3").args(["-c", script]).current_dir(dir));
+        HttpsOrigin { _server, port }
     }
 }
 
-impl Drop for HttpsOrigin {
+/// A server a test runs as a child process, which prints the port it listens on as its first line; killed and
+/// reaped when dropped.
+pub struct Served(Child);
+
+impl Served {
+    /// Start `cmd` (its standard output piped) and read the port it prints.
+    pub fn start(cmd: &mut Command) -> (Served, u16) {
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().parse().unwrap_or_else(|_| panic!("no port from {cmd:?}: {line:?}"));
+        (Served(child), port)
+    }
+}
+
+impl Drop for Served {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -132,7 +144,7 @@ pub fn sandbox_available() -> bool {
 /// `x-api-key` is `key`; then 200 with `your key: <the key it got>`, an API that quotes the key back. Every key it
 /// was sent is appended to `seen` (one per line). Killed on drop.
 pub struct FakeProvider {
-    child: Child,
+    _server: Served,
     pub port: u16,
 }
 
@@ -164,22 +176,8 @@ srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
 print(srv.server_address[1], flush=True)
 srv.serve_forever()
 "#;
-        let mut child = Command::new("python3")
-            .args(["-c", script, key])
-            .arg(seen)
-            .current_dir(dir)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        FakeProvider { child, port: line.trim().parse().expect("provider port") }
-    }
-}
-
-impl Drop for FakeProvider {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let (_server, port) =
+            Served::start(Command::new("python3").args(["-c", script, key]).arg(seen).current_dir(dir));
+        FakeProvider { _server, port }
     }
 }
