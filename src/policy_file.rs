@@ -11,10 +11,16 @@ use crate::exit::Exit;
 pub fn load_file(path: &Path, profile: Option<&str>) -> Result<Loaded, Exit> {
     let text = read(path)?;
     let format = format_of(path)?;
-    load(&text, format, profile).map_err(|errors| {
+    let loaded = load(&text, format, profile).map_err(|errors| {
         print_errors(path, &errors);
         Exit::Refused
-    })
+    })?;
+    // `upstream_proxy_ca` names a file the policy crate does not read: read it now, so a bad one is a load error.
+    leash_proxy::tls::check_upstream_proxy(&loaded.policy).map_err(|e| {
+        eprintln!("{}: network.upstream_proxy_ca: {e}", path.display());
+        Exit::Refused
+    })?;
+    Ok(loaded)
 }
 
 /// The file's text, or a printed error and exit 2.

@@ -32,7 +32,7 @@ const BLOCKLIST: &str =
 
 #[test]
 fn check_accepts_the_shipped_examples() {
-    for f in ["examples/allowlist.yaml", "examples/blocklist.yaml", "examples/allowlist.toml", "examples/demo.yaml"] {
+    for f in ["examples/allowlist.yaml", "examples/blocklist.yaml", "examples/allowlist.toml", "examples/demo.yaml", "examples/corporate-proxy.yaml"] {
         let o = leash(&["check", f]);
         assert_eq!(o.status.code(), Some(0), "{f}: {}", stderr(&o));
         assert!(stdout(&o).contains("valid"), "{f}");

@@ -118,7 +118,7 @@ fn upstream_line(policy: &Policy, d: &Decision, host: &Host) -> Option<String> {
         (_, true) => format!("goes out directly: `{host}` is in upstream_proxy_bypass"),
         _ => format!(
             "goes out through the upstream proxy `{}`, which resolves `{host}` (leash does not see its address)",
-            up.authority()
+            up.url()
         ),
     })
 }

@@ -2,7 +2,8 @@
 //! `upstream_proxy_bypass`. leash still decides every request first, exactly as without it; the upstream proxy only
 //! carries what leash allowed. What changes is who resolves names: through the proxy, leash never sees the address
 //! a name has, so the internal-destination check becomes the upstream proxy's job (docs/policy.md says so, and
-//! leash warns at start).
+//! leash warns at start). With `https://`, leash speaks TLS to the proxy itself; `upstream_proxy_ca` names a PEM
+//! file of further CAs for its certificate, read (like every file) by the caller, not here.
 
 use crate::host::{Host, Name};
 
@@ -12,6 +13,11 @@ pub struct UpstreamProxy {
     /// The proxy's host, as written (a name or an IPv4 address).
     pub host: Host,
     pub port: u16,
+    /// `https://`: leash speaks TLS to the proxy, verifying its certificate against `host` (a name or the address).
+    pub tls: bool,
+    /// `upstream_proxy_ca`: a PEM file of CAs trusted for the proxy's certificate besides the system roots (a path
+    /// as written, relative ones to leash's working directory). Only with `tls`.
+    pub ca_file: Option<String>,
     /// The variable of leash's environment holding `user:password` for the proxy (Basic), if it needs one.
     pub auth_env: Option<String>,
     /// Destinations reached directly (their names resolved and checked by leash as usual).
@@ -42,16 +48,32 @@ impl UpstreamProxy {
     pub fn authority(&self) -> String {
         format!("{}:{}", self.host.as_str(), self.port)
     }
+
+    /// The proxy as the policy wrote it: `http://host:port` or `https://host:port`.
+    pub fn url(&self) -> String {
+        format!("{}://{}", if self.tls { "https" } else { "http" }, self.authority())
+    }
 }
 
-/// Parse `http://HOST:PORT` (a trailing `/` allowed). Err says what is wrong, for the loader's message.
-pub(crate) fn parse_proxy_url(text: &str) -> Result<(Host, u16), String> {
-    let rest = match text.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
-        Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => {
-            return Err(format!("`{text}`: an https:// upstream proxy is not supported yet; use http://"))
+/// A parsed `upstream_proxy` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProxyUrl {
+    pub tls: bool,
+    pub host: Host,
+    pub port: u16,
+}
+
+/// Parse `http://HOST:PORT` or `https://HOST:PORT` (a trailing `/` allowed). Err says what is wrong, for the
+/// loader's message.
+pub(crate) fn parse_proxy_url(text: &str) -> Result<ProxyUrl, String> {
+    let (tls, rest) = match text.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (false, rest),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (true, rest),
+        _ => {
+            return Err(format!(
+                "`{text}` is not an upstream proxy URL; write `http://HOST:PORT` or `https://HOST:PORT`"
+            ))
         }
-        _ => return Err(format!("`{text}` is not an upstream proxy URL; write `http://HOST:PORT`")),
     };
     let authority = rest.strip_suffix('/').unwrap_or(rest);
     if authority.contains(['/', '?', '#', '@']) {
@@ -62,7 +84,7 @@ pub(crate) fn parse_proxy_url(text: &str) -> Result<(Host, u16), String> {
     let port = parsed.port.ok_or_else(|| format!("`{text}` needs a port, e.g. `{text}:3128`"))?;
     match parsed.host {
         Host::IpLiteral(_) => Err(format!("`{text}`: name the proxy, or write its address as a dotted quad")),
-        host => Ok((host, port)),
+        host => Ok(ProxyUrl { tls, host, port }),
     }
 }
 
@@ -71,11 +93,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_url_is_http_host_and_port_only() {
-        let (host, port) = parse_proxy_url("http://proxy.corp.test:3128").unwrap();
-        assert_eq!((host.as_str().into_owned(), port), ("proxy.corp.test".to_owned(), 3128));
+    fn the_url_is_http_or_https_host_and_port_only() {
+        let url = parse_proxy_url("http://proxy.corp.test:3128").unwrap();
+        assert_eq!((url.host.as_str().into_owned(), url.port, url.tls), ("proxy.corp.test".to_owned(), 3128, false));
         assert!(parse_proxy_url("http://10.1.2.3:8080/").is_ok());
-        assert!(parse_proxy_url("https://proxy:443").unwrap_err().contains("not supported yet"));
+        let url = parse_proxy_url("HTTPS://proxy:443").unwrap();
+        assert_eq!((url.host.as_str().into_owned(), url.port, url.tls), ("proxy".to_owned(), 443, true));
+        assert!(parse_proxy_url("https://10.1.2.3:3129/").unwrap().tls);
+        assert!(parse_proxy_url("socks5://proxy:1080").unwrap_err().contains("is not an upstream proxy URL"));
         assert!(parse_proxy_url("http://proxy").unwrap_err().contains("needs a port"));
         assert!(parse_proxy_url("http://user:pw@proxy:3128").unwrap_err().contains("upstream_proxy_auth_env"));
         assert!(parse_proxy_url("proxy:3128").unwrap_err().contains("is not an upstream proxy URL"));

@@ -1,19 +1,28 @@
 //! Reaching an upstream: resolve an allowed name once, run the destination check on every address, and dial only
 //! the addresses that passed — never a second lookup, so a DNS answer cannot change between check and connect.
 //! With an `upstream_proxy`, an allowed request's connection goes to that proxy instead (a tunnel through its
-//! `CONNECT`), and the name is resolved there: leash decided it before, on everything but its address.
+//! `CONNECT`), and the name is resolved there: leash decided it before, on everything but its address. An
+//! `https://` proxy is spoken to over TLS ([`UpstreamIo::Tls`]), verified against its name (or address); whatever
+//! then goes to the destination, a tunnel's TLS included, runs inside that session.
 
 use std::io;
+use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use leash_policy::{Host, Policy, Reason};
-use tokio::io::AsyncWriteExt;
+use leash_policy::{Host, Policy, Reason, UpstreamProxy};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::{client, TlsConnector};
 
 use crate::audit::UpstreamFailure;
-use crate::conn::{BufConn, Reparse};
+use crate::conn::{BufConn, Reparse, TlsIo};
 use crate::shared::Shared;
+use crate::tls::SEND_BUFFER_LIMIT;
 use crate::wire::http_head::parse_response_head;
 
 /// Why no upstream connection was made.
@@ -60,8 +69,23 @@ impl DialError {
 pub(crate) enum Route {
     /// Straight to these checked addresses of the destination.
     Direct(Vec<IpAddr>),
-    /// To the upstream proxy at these addresses and port (`authority` names it in messages).
-    Proxy { addrs: Vec<IpAddr>, port: u16, authority: String },
+    /// To the upstream proxy at these addresses and port (`authority` names it in messages), over TLS when `tls`
+    /// is given.
+    Proxy { addrs: Vec<IpAddr>, port: u16, authority: String, tls: Option<ProxyTls> },
+}
+
+/// How to speak TLS to an `https://` upstream proxy: the name (or address) its certificate must carry, and the
+/// configuration trusting the system roots and `upstream_proxy_ca`.
+#[derive(Clone)]
+pub(crate) struct ProxyTls {
+    name: ServerName<'static>,
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl std::fmt::Debug for ProxyTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyTls").field("name", &self.name).finish_non_exhaustive()
+    }
 }
 
 /// Whether requests to `host` go out through the policy's upstream proxy.
@@ -75,11 +99,23 @@ pub(crate) async fn route_checked(sh: &Shared, policy: &Policy, host: &Host, por
     match policy.upstream_proxy().filter(|up| !up.bypasses(host)) {
         // The proxy is the operator's own, named in the policy: its address is not checked as a destination is.
         Some(up) => {
+            let tls = if up.tls { Some(proxy_tls(sh, up)?) } else { None };
             let addrs = resolve(sh, &up.host, up.port).await?;
-            Ok(Route::Proxy { addrs, port: up.port, authority: up.authority() })
+            Ok(Route::Proxy { addrs, port: up.port, authority: up.authority(), tls })
         }
         None => resolve_checked(sh, policy, host, port).await.map(Route::Direct),
     }
+}
+
+/// The TLS side of an `https://` upstream proxy: its configuration (built once) and the name to verify.
+fn proxy_tls(sh: &Shared, up: &UpstreamProxy) -> Result<ProxyTls, DialError> {
+    let failed = |why: String| DialError::UpstreamProxy(up.authority(), why);
+    let config = sh.proxy_tls.config(up.ca_file.as_deref()).map_err(|e| failed(format!("no TLS set-up: {e}")))?;
+    let name = match &up.host {
+        Host::Ipv4(ip) => ServerName::IpAddress(IpAddr::V4(*ip).into()),
+        host => ServerName::try_from(host.as_str().into_owned()).map_err(|e| failed(format!("its name: {e}")))?,
+    };
+    Ok(ProxyTls { name, config })
 }
 
 /// The checked addresses of an allowed host: resolved once (by `sh`'s resolver) and passed by the destination check.
@@ -103,10 +139,30 @@ async fn resolve(sh: &Shared, host: &Host, port: u16) -> Result<Vec<IpAddr>, Dia
 
 /// A connection for a plain-HTTP request: to the destination, or to the upstream proxy (the request then goes in
 /// absolute form).
-pub(crate) async fn connect_route(route: &Route, port: u16, timeout: Duration) -> Result<TcpStream, DialError> {
+pub(crate) async fn connect_route(route: &Route, port: u16, timeout: Duration) -> Result<UpstreamIo, DialError> {
     match route {
-        Route::Direct(addrs) => connect_checked(addrs, port, timeout).await,
-        Route::Proxy { addrs, port, .. } => connect_checked(addrs, *port, timeout).await,
+        Route::Direct(addrs) => connect_checked(addrs, port, timeout).await.map(UpstreamIo::Tcp),
+        Route::Proxy { addrs, port, authority, tls } => connect_proxy(addrs, *port, (authority, tls), timeout).await,
+    }
+}
+
+/// A connection to the upstream proxy: TCP, and over it the TLS session with an `https://` one.
+async fn connect_proxy(
+    addrs: &[IpAddr],
+    port: u16,
+    (authority, tls): (&str, &Option<ProxyTls>),
+    timeout: Duration,
+) -> Result<UpstreamIo, DialError> {
+    let tcp = connect_checked(addrs, port, timeout).await?;
+    let Some(tls) = tls else { return Ok(UpstreamIo::Tcp(tcp)) };
+    let handshake = TlsConnector::from(tls.config.clone()).connect(tls.name.clone(), TlsIo::new(tcp));
+    match tokio::time::timeout(timeout, handshake).await {
+        Ok(Ok(mut session)) => {
+            session.get_mut().1.set_buffer_limit(Some(SEND_BUFFER_LIMIT));
+            Ok(UpstreamIo::Tls(Box::new(session)))
+        }
+        Ok(Err(e)) => Err(DialError::UpstreamProxy(authority.to_owned(), format!("no TLS session: {e}"))),
+        Err(_) => Err(DialError::Timeout),
     }
 }
 
@@ -117,11 +173,11 @@ pub(crate) async fn connect_tunnel(
     route: &Route,
     (host, port): (&Host, u16),
     timeout: Duration,
-) -> Result<TcpStream, DialError> {
-    let Route::Proxy { addrs, port: proxy_port, authority } = route else {
+) -> Result<UpstreamIo, DialError> {
+    let Route::Proxy { authority, .. } = route else {
         return connect_route(route, port, timeout).await;
     };
-    let stream = connect_checked(addrs, *proxy_port, timeout).await?;
+    let stream = connect_route(route, port, timeout).await?;
     let target = format!("{}:{port}", host.as_str());
     let mut request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
     if let Some(auth) = &sh.cfg.upstream_auth {
@@ -129,7 +185,9 @@ pub(crate) async fn connect_tunnel(
     }
     request.push_str("\r\n");
     let mut conn = BufConn::new(stream);
-    conn.io.write_all(request.as_bytes()).await.map_err(DialError::Connect)?;
+    // A TLS session holds what is written until flushed; on TCP the flush costs nothing.
+    let sent = async { conn.io.write_all(request.as_bytes()).await.and(conn.io.flush().await) };
+    sent.await.map_err(DialError::Connect)?;
     let max = sh.cfg.limits.max_head_bytes;
     let head = conn
         .read_head(timeout, timeout, Reparse::OnLineEnd { max }, |b| parse_response_head(b, max))
@@ -161,4 +219,81 @@ pub async fn connect_checked(addrs: &[IpAddr], port: u16, timeout: Duration) -> 
         }
     }
     Err(last)
+}
+
+/// The TLS session with an `https://` upstream proxy.
+pub(crate) type ProxySession = client::TlsStream<TlsIo<TcpStream>>;
+
+/// A connection to an upstream: plain TCP (the destination, or an `http://` upstream proxy), or the TLS session
+/// with an `https://` upstream proxy. Only the second needs user-space copies where TCP could be relayed by the
+/// socket alone (`relay::tunnel`); everything else reads and writes either alike.
+pub(crate) enum UpstreamIo {
+    Tcp(TcpStream),
+    Tls(Box<ProxySession>),
+}
+
+impl UpstreamIo {
+    /// Whether an idle connection has nothing to read: data would be a protocol error, the end a closed
+    /// connection. A TLS session is polled once without waiting (records that carry no data, a session ticket,
+    /// are taken in on the way).
+    pub(crate) fn is_quiet(&mut self) -> bool {
+        match self {
+            UpstreamIo::Tcp(tcp) => {
+                let mut probe = [0u8; 1];
+                matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+            UpstreamIo::Tls(session) => {
+                let mut probe = [0u8; 1];
+                let mut buf = ReadBuf::new(&mut probe);
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                Pin::new(&mut **session).poll_read(&mut cx, &mut buf).is_pending()
+            }
+        }
+    }
+}
+
+impl AsyncRead for UpstreamIo {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpstreamIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_write(cx, data),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, data),
+        }
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamIo::Tcp(s) => s.is_write_vectored(),
+            UpstreamIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_flush(cx),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
 }

@@ -26,7 +26,7 @@ use crate::wire::http_head::{
 
 /// What watches an exchange for credentials: the one put on the request, turned back into its placeholder in the
 /// response (`redact`), and those the request body must not carry (`leaks`); and the upstream proxy the request
-/// goes through, whose own 407 is its refusal, not the origin's answer (`via_proxy`, its authority).
+/// goes through, whose own refusals (see [`proxy_refusal`]) are not the origin's answer (`via_proxy`, its authority).
 #[derive(Clone, Default)]
 pub(crate) struct Watches {
     pub redact: Option<Redactor>,
@@ -278,12 +278,24 @@ where
             client.flush().await.map_err(ExchangeError::Midway)?;
             continue;
         }
-        // The upstream proxy's refusal of its credentials: a 502 naming it, never passed on as the origin's answer.
-        if let (Some(proxy), 407) = (&via_proxy, head.status) {
-            return Err(ExchangeError::Dial(DialError::UpstreamProxy(proxy.clone(), "407".to_owned())));
+        // The upstream proxy's own refusal: a 502 naming it, never passed on as the origin's answer.
+        if let Some(refused) = via_proxy.as_ref().and_then(|proxy| proxy_refusal(&head).map(|why| (proxy, why))) {
+            return Err(ExchangeError::Dial(DialError::UpstreamProxy(refused.0.clone(), refused.1)));
         }
         return relay_final(down, client, &head, (method, client_keep_alive), redact).await;
     }
+}
+
+/// Whether a response through the upstream proxy is the proxy's own refusal rather than the origin's answer, and
+/// then its status and marker as the 502 and the log name them. Only what proxies mark as theirs counts: `407`
+/// (only a proxy asks for proxy credentials) and squid's `X-Squid-Error` (on every page squid itself generates:
+/// `ERR_ACCESS_DENIED`, `ERR_DNS_FAIL`, ...). Any other status, a `403` included, may be the origin's and is relayed.
+/// RFC 9209's `Proxy-Status` is not taken: a CDN in front of the origin sets it on its own errors too.
+fn proxy_refusal(head: &ResponseHead) -> Option<String> {
+    if let Some(marker) = head.values("x-squid-error").next() {
+        return Some(format!("{} (X-Squid-Error: {})", head.status, String::from_utf8_lossy(marker).trim()));
+    }
+    (head.status == 407).then(|| "407".to_owned())
 }
 
 fn head_error(e: ReadHeadError<crate::wire::http_head::HeadError>, first: bool) -> ExchangeError {

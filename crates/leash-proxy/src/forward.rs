@@ -5,11 +5,10 @@ use std::net::SocketAddr;
 
 use leash_policy::{Decision, Question, Request, Via};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 
 use crate::conn::{BufConn, Next};
 use crate::credentials::{LeakWatch, Outbound};
-use crate::dial::{connect_route, route_checked, through_proxy, DialError};
+use crate::dial::{connect_route, route_checked, through_proxy, DialError, UpstreamIo};
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, Extras, RequestCtx};
 use crate::model::{self, Gated};
@@ -110,7 +109,7 @@ where
 }
 
 struct Upstream {
-    stream: TcpStream,
+    stream: UpstreamIo,
     pooled: bool,
 }
 
@@ -120,7 +119,7 @@ async fn check_and_dial(
     plan: &Plan<'_>,
     asked: &Asked<'_>,
     (decision, extras): (&Decision, Extras<'_>),
-) -> Result<TcpStream, Response> {
+) -> Result<UpstreamIo, Response> {
     let host = &plan.target.authority.host;
     let route = match route_checked(ctx.sh, &ctx.snap, host, plan.port).await {
         Ok(route) => route,
@@ -174,7 +173,7 @@ where
 
 /// A fresh connection for a request already logged as allowed whose pooled connection was stale: resolved and
 /// checked again (the answer may have changed), a refusal answered exactly as at a first dial.
-async fn redial(ctx: &RequestCtx<'_>, plan: &Plan<'_>, asked: &Asked<'_>) -> Result<TcpStream, ExchangeError> {
+async fn redial(ctx: &RequestCtx<'_>, plan: &Plan<'_>, asked: &Asked<'_>) -> Result<UpstreamIo, ExchangeError> {
     let host = &plan.target.authority.host;
     let route = route_checked(ctx.sh, &ctx.snap, host, plan.port).await.map_err(|e| match e {
         DialError::Refused(reason) => ExchangeError::Answered(ctx.refuse_destination(asked, reason)),
@@ -187,7 +186,7 @@ async fn redial(ctx: &RequestCtx<'_>, plan: &Plan<'_>, asked: &Asked<'_>) -> Res
 async fn finish<S>(
     ctx: &RequestCtx<'_>,
     client: &mut BufConn<S>,
-    conn: BufConn<TcpStream>,
+    conn: BufConn<UpstreamIo>,
     (key, asked): (PoolKey, &Asked<'_>),
     result: Result<Exchanged, ExchangeError>,
 ) -> Next

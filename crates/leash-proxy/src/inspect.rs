@@ -24,7 +24,7 @@ use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
 
 use crate::config::Snapshot;
 use crate::conn::{close_gracefully, BufConn, Reparse, TlsIo};
-use crate::dial::{connect_tunnel, route_checked, DialError, Route};
+use crate::dial::{connect_tunnel, route_checked, DialError, Route, UpstreamIo};
 use crate::gate::{Asked, RequestCtx};
 use crate::refusal::Response;
 use crate::shared::Shared;
@@ -35,8 +35,8 @@ use crate::wire::target::split_query;
 /// The client side of an inspected tunnel: TLS over the client connection (whose buffer replays the ClientHello).
 /// [`TlsIo`] under each session reads many records per syscall and writes them vectored.
 pub(crate) type ClientTls = server::TlsStream<TlsIo<BufConn<TcpStream>>>;
-/// The upstream side.
-pub(crate) type UpstreamTls = client::TlsStream<TlsIo<TcpStream>>;
+/// The upstream side (inside the TLS session with an `https://` upstream proxy, if there is one).
+pub(crate) type UpstreamTls = client::TlsStream<TlsIo<UpstreamIo>>;
 
 /// One inspected tunnel: whose it is and what it was decided on.
 pub(crate) struct Inspected {

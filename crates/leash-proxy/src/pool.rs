@@ -2,11 +2,10 @@
 //! policy generation (so a reload never reuses a connection checked under the old policy).
 
 use std::collections::HashMap;
-use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
+use crate::dial::UpstreamIo;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PoolKey {
@@ -16,7 +15,7 @@ pub struct PoolKey {
 }
 
 struct Idle {
-    stream: TcpStream,
+    stream: UpstreamIo,
     since: Instant,
 }
 
@@ -33,11 +32,12 @@ impl Pool {
     }
 
     /// A live idle connection for `key`, newest first; stale or closed ones are dropped on the way.
-    pub fn take(&self, key: &PoolKey) -> Option<TcpStream> {
+    pub(crate) fn take(&self, key: &PoolKey) -> Option<UpstreamIo> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let list = idle.get_mut(key)?;
-        while let Some(conn) = list.pop() {
-            if conn.since.elapsed() < self.max_idle && is_quiet(&conn.stream) {
+        while let Some(mut conn) = list.pop() {
+            // An idle upstream connection must have nothing to read: data means a protocol error, EOF a close.
+            if conn.since.elapsed() < self.max_idle && conn.stream.is_quiet() {
                 return Some(conn.stream);
             }
         }
@@ -45,7 +45,7 @@ impl Pool {
     }
 
     /// Return a connection whose last response was read to its end.
-    pub fn put(&self, key: PoolKey, stream: TcpStream) {
+    pub(crate) fn put(&self, key: PoolKey, stream: UpstreamIo) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let list = idle.entry(key).or_default();
         list.retain(|c| c.since.elapsed() < self.max_idle);
@@ -53,10 +53,4 @@ impl Pool {
             list.push(Idle { stream, since: Instant::now() });
         }
     }
-}
-
-/// An idle upstream connection must have nothing to read: data means a protocol error, EOF means it was closed.
-fn is_quiet(stream: &TcpStream) -> bool {
-    let mut probe = [0u8; 1];
-    matches!(stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }

@@ -11,7 +11,7 @@ use std::future::poll_fn;
 use std::io;
 use std::net::Shutdown;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -118,6 +118,43 @@ pub async fn tunnel(client: &mut TcpStream, upstream: &mut TcpStream) -> (u64, u
     let (upstream_rd, upstream_wr) = upstream.split();
     let (up, down) = tokio::join!(one_way(client_rd, upstream_wr), one_way(upstream_rd, client_wr));
     (up.unwrap_or_else(|e| e.0), down.unwrap_or_else(|e| e.0))
+}
+
+/// Relay a tunnel whose upstream is a stream the socket calls cannot see through (the TLS session with an `https://`
+/// upstream proxy): both directions copied in user space, each write flushed (a TLS session holds it otherwise), the
+/// half-close passed on as a shutdown (`close_notify`, then FIN). An error in either direction ends both. Unlike
+/// [`tunnel`], each direction holds its buffer while idle: a TLS stream cannot be waited on without reading it.
+pub async fn tunnel_stream<U>(client: &mut TcpStream, upstream: &mut U) -> (u64, u64)
+where
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let (client_rd, client_wr) = client.split();
+    let (upstream_rd, upstream_wr) = tokio::io::split(upstream);
+    let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
+    // `try_join!` drops the other direction at the first error; the counters keep what each had moved.
+    let _ = tokio::try_join!(copy_flushed(client_rd, upstream_wr, &up), copy_flushed(upstream_rd, client_wr, &down));
+    (up.into_inner(), down.into_inner())
+}
+
+/// Copy `from` to `to` until `from` ends, flushing each burst, then shut `to` down; `total` counts what was written.
+async fn copy_flushed<R, W>(mut from: R, mut to: W, total: &AtomicU64) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = Buf::take();
+    loop {
+        let got = read_burst(&mut from, buf.bytes()).await?;
+        if got == 0 {
+            break;
+        }
+        to.write_all(&buf.bytes()[..got]).await?;
+        to.flush().await?;
+        total.fetch_add(got as u64, Ordering::Relaxed);
+        grow_if_filled(&mut buf, got);
+    }
+    // Pass the half-close on: the peer sees the end and may still answer the other way.
+    to.shutdown().await
 }
 
 /// Bytes moved before an error ended a direction.

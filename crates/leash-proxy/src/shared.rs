@@ -7,10 +7,13 @@ use std::sync::Arc;
 use crate::config::{OwnAddrs, ProxyConfig};
 use crate::netinfo::HostAddrs;
 use crate::pool::Pool;
+use crate::tls::ProxyTls;
 
 pub(crate) struct Shared {
     pub cfg: ProxyConfig,
     pub pool: Pool,
+    /// The client configuration for an `https://` upstream proxy, built on first use.
+    pub proxy_tls: ProxyTls,
     /// `cfg.own_addrs` plus the addresses this proxy listens on (specified ones): never dialed.
     own: Own,
 }
@@ -32,7 +35,7 @@ impl Shared {
             // Nothing is read (or subscribed to) here: a run that never dials does not pay for it.
             OwnAddrs::Host => Own::Host(HostAddrs::new(listening)),
         };
-        Self { cfg, pool, own }
+        Self { cfg, pool, proxy_tls: ProxyTls::default(), own }
     }
 
     /// The addresses no upstream may be now: the host's own and the proxy's listening ones.

@@ -12,7 +12,7 @@
 //! bad one still stops leash there.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustls::pki_types::CertificateDer;
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -43,6 +43,8 @@ pub enum TlsSetupError {
     BadCertificate(PathBuf, String),
     #[error("no trusted root at all: the system store is empty and no --upstream-ca was given")]
     NoRoots,
+    #[error("no trusted root for the upstream proxy: the system store is empty and no upstream_proxy_ca was given")]
+    NoProxyRoots,
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
 }
@@ -216,15 +218,71 @@ fn client_configs(
     roots: RootCertStore,
 ) -> Result<[Arc<ClientConfig>; 4], TlsSetupError> {
     let roots = Arc::new(roots);
-    let client = |alpn: &[&[u8]]| -> Result<Arc<ClientConfig>, TlsSetupError> {
-        let mut cfg = ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots.clone())
-            .with_no_client_auth();
-        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        Ok(Arc::new(cfg))
-    };
+    let client = |alpn: &[&[u8]]| client_config(provider, &roots, alpn);
     Ok([client(&[ALPN_H2, ALPN_HTTP1])?, client(&[ALPN_H2])?, client(&[ALPN_HTTP1])?, client(&[])?])
+}
+
+/// A verifying client configuration trusting `roots`, offering `alpn`.
+fn client_config(
+    provider: &Arc<rustls::crypto::CryptoProvider>,
+    roots: &Arc<RootCertStore>,
+    alpn: &[&[u8]],
+) -> Result<Arc<ClientConfig>, TlsSetupError> {
+    let mut cfg = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots.clone())
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(cfg))
+}
+
+/// The client configuration for the policy's `https://` upstream proxy, built on first use and kept while the
+/// policy names the same `upstream_proxy_ca` (a reload naming another file builds it anew).
+#[derive(Default)]
+pub(crate) struct ProxyTls {
+    built: Mutex<Option<(Option<String>, Arc<ClientConfig>)>>,
+}
+
+impl ProxyTls {
+    /// The configuration trusting the system roots and `ca_file`'s certificates.
+    pub(crate) fn config(&self, ca_file: Option<&str>) -> Result<Arc<ClientConfig>, TlsSetupError> {
+        let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((file, config)) = built.as_ref() {
+            if file.as_deref() == ca_file {
+                return Ok(config.clone());
+            }
+        }
+        let config = proxy_client_config(ca_file)?;
+        *built = Some((ca_file.map(str::to_owned), config.clone()));
+        Ok(config)
+    }
+}
+
+/// Read the policy's `upstream_proxy_ca` as the proxy will, so a file that is missing, unreadable or holds no usable
+/// PEM certificate stops leash at policy load (`leash check` included) instead of failing its first request.
+pub fn check_upstream_proxy(policy: &leash_policy::Policy) -> Result<(), TlsSetupError> {
+    match policy.upstream_proxy().and_then(|up| up.ca_file.as_deref()) {
+        Some(file) => extra_roots(&[PathBuf::from(file)]).map(drop),
+        None => Ok(()),
+    }
+}
+
+/// System roots plus `ca_file`'s certificates, no ALPN: the proxy is spoken to in HTTP/1.1.
+fn proxy_client_config(ca_file: Option<&str>) -> Result<Arc<ClientConfig>, TlsSetupError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = match ca_file {
+        Some(file) => extra_roots(&[PathBuf::from(file)])?,
+        None => RootCertStore::empty(),
+    };
+    let found = rustls_native_certs::load_native_certs();
+    for e in &found.errors {
+        tracing::warn!("system trust store: {e}");
+    }
+    roots.add_parsable_certificates(found.certs);
+    if roots.is_empty() {
+        return Err(TlsSetupError::NoProxyRoots);
+    }
+    client_config(&provider, &Arc::new(roots), &[])
 }
 
 /// Every `--upstream-ca` file's certificates as trust anchors, each one checked now, so a bad file stops leash.

@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::audit::{refusal, UpstreamFailure};
 use crate::conn::{close_gracefully, BufConn, ReadHeadError, Reparse};
-use crate::dial::{connect_tunnel, route_checked, DialError};
+use crate::dial::{connect_tunnel, route_checked, DialError, UpstreamIo};
 use crate::gate::{Asked, RequestCtx};
 use crate::inspect::{self, answer_in_tls, Inspected};
 use crate::refusal::{reply, Response};
@@ -222,15 +222,21 @@ impl Tunnel<'_> {
         };
         let replayed = client.buf.len() as u64;
         let mut upstream = upstream;
-        if let Err(e) = upstream.write_all(&client.buf).await {
+        // Flushed: a TLS session to the upstream proxy holds what is written until then (free on TCP).
+        if let Err(e) = upstream.write_all(&client.buf).await.and(upstream.flush().await) {
             return self.failed(asked.host, 502, Some(UpstreamFailure::of_io(&e)), &e.to_string());
         }
         self.relay(client, upstream, replayed).await;
     }
 
-    async fn relay(&self, mut client: BufConn<TcpStream>, mut upstream: TcpStream, replayed: u64) {
+    /// Relay until both sides end: socket to socket over TCP; in user space through a TLS session with the
+    /// upstream proxy.
+    async fn relay(&self, mut client: BufConn<TcpStream>, upstream: UpstreamIo, replayed: u64) {
         client.buf = Vec::new();
-        let (up, down) = relay::tunnel(&mut client.io, &mut upstream).await;
+        let (up, down) = match upstream {
+            UpstreamIo::Tcp(mut tcp) => relay::tunnel(&mut client.io, &mut tcp).await,
+            UpstreamIo::Tls(mut session) => relay::tunnel_stream(&mut client.io, &mut *session).await,
+        };
         self.ctx.outcome(200, replayed + up, down);
     }
 

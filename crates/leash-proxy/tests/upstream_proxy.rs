@@ -3,15 +3,18 @@
 //! `CONNECT`s to the test origins, or refuses them. leash decides first, exactly as without it: refused requests
 //! never reach the upstream proxy; allowed ones go through it (plain HTTP in absolute form, tunnels through its
 //! CONNECT, spliced or inspected) with the proxy's credentials; names are resolved there, not by leash; a refusal by
-//! the upstream proxy reaches the client as 502 naming its status; bypassed hosts go out directly.
+//! the upstream proxy reaches the client as 502 naming its status; bypassed hosts go out directly. The same proxy
+//! behind TLS stands for an `https://` upstream proxy: everything runs inside that session, tunnels TLS-in-TLS, and
+//! its certificate is verified (against `upstream_proxy_ca`), never skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod support;
 
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 
 use support::client::{exchange, get};
 use support::tls::{https_get, Writes};
@@ -45,6 +48,27 @@ impl CorpProxy {
         CorpProxy { port, seen }
     }
 
+    /// The same proxy behind TLS, with a leaf of `ca`'s for `names`: an `https://` upstream proxy.
+    async fn start_tls(refuse: &'static [&'static str], ca: &TestCa, names: &[&str]) -> CorpProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let acceptor = TlsAcceptor::from(Arc::new(ca.server_config(names)));
+        tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                let (acceptor, s) = (acceptor.clone(), s.clone());
+                tokio::spawn(async move {
+                    // A client that does not trust the certificate ends here: nothing reaches `serve`.
+                    if let Ok(tls) = acceptor.accept(conn).await {
+                        serve(tls, s, refuse).await;
+                    }
+                });
+            }
+        });
+        CorpProxy { port, seen }
+    }
+
     fn seen(&self) -> Vec<(String, Option<String>)> {
         self.seen.lock().unwrap().clone()
     }
@@ -55,8 +79,10 @@ impl CorpProxy {
 }
 
 /// One client connection of the corporate proxy: CONNECT is spliced to 127.0.0.1 at the target's port (its name
-/// "resolved" here), any other request answered `via corp <target>`; 407 without the right credentials.
-async fn serve(mut conn: TcpStream, seen: Seen, refuse: &[&str]) {
+/// "resolved" here), any other request answered `via corp <target>`; 407 without the right credentials; a target
+/// whose host is in `refuse` gets squid's own 403 (marked `X-Squid-Error`), a path `/origin-403` an unmarked 403 as
+/// an origin would answer.
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut conn: S, seen: Seen, refuse: &[&str]) {
     loop {
         let mut head = Vec::new();
         while !head.ends_with(b"\r\n\r\n") {
@@ -90,8 +116,15 @@ async fn serve(mut conn: TcpStream, seen: Seen, refuse: &[&str]) {
             let _ = tokio::io::copy_bidirectional(&mut conn, &mut origin).await;
             return;
         }
-        let body = format!("via corp {target}");
-        let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        let host = target.trim_start_matches("http://").split([':', '/']).next().unwrap_or_default();
+        let reply = if refuse.contains(&host) {
+            "HTTP/1.1 403 Forbidden\r\nX-Squid-Error: ERR_ACCESS_DENIED 0\r\nContent-Length: 6\r\n\r\ndenied".to_owned()
+        } else if target.ends_with("/origin-403") {
+            "HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\n\r\norigin403".to_owned()
+        } else {
+            let body = format!("via corp {target}");
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+        };
         if conn.write_all(reply.as_bytes()).await.is_err() {
             return;
         }
@@ -220,4 +253,99 @@ async fn the_upstream_proxys_407_to_a_plain_request_is_a_502_naming_it() {
     let line = leash.decision("/page").await;
     let outcome = leash.outcome(&line["id"]).await;
     assert_eq!((outcome["status"].as_u64(), outcome["error"].as_str()), (Some(502), Some("upstream-proxy")));
+}
+
+#[tokio::test]
+async fn the_upstream_proxys_own_refusal_of_a_plain_request_is_a_502_an_origins_403_is_relayed() {
+    let corp = CorpProxy::start(&["other.allowed.test"]).await;
+    let leash = leash(&policy(&corp, 8080, 443, "")).await;
+    // squid's own page (X-Squid-Error): the proxy refused, the client is told so, not handed the page as the origin's.
+    let r = exchange(leash.addr, get("http://other.allowed.test:8080/page")).await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(r.text().contains("the upstream proxy `proxy.test:"), "{}", r.text());
+    assert!(r.text().contains("answered 403 (X-Squid-Error: ERR_ACCESS_DENIED 0)"), "{}", r.text());
+    let line = leash.decision("/page").await;
+    let outcome = leash.outcome(&line["id"]).await;
+    assert_eq!((outcome["status"].as_u64(), outcome["error"].as_str()), (Some(502), Some("upstream-proxy")));
+    // An unmarked 403 may be the origin's own answer: relayed as it came.
+    let r = exchange(leash.addr, get("http://allowed.test:8080/origin-403")).await;
+    assert_eq!((r.status, r.text()), (403, "origin403".to_owned()));
+    let line = leash.decision("/origin-403").await;
+    let outcome = leash.outcome(&line["id"]).await;
+    assert_eq!((outcome["status"].as_u64(), outcome["error"].as_str()), (Some(403), None));
+}
+
+/// `policy` with an `https://` upstream proxy at `host`, trusting the CA file at `ca` (if any).
+fn https_policy(corp: &CorpProxy, host: &str, ca: Option<&std::path::Path>, ports: (u16, u16), extra: &str) -> String {
+    let ca = ca.map_or(String::new(), |p| format!("  upstream_proxy_ca: {}\n", p.display()));
+    policy(corp, ports.0, ports.1, &format!("{ca}{extra}"))
+        .replace("upstream_proxy: http://proxy.test:", &format!("upstream_proxy: https://{host}:"))
+}
+
+/// The test CA's certificate as a file, for `upstream_proxy_ca`.
+fn ca_file(ca: &TestCa) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("corp-ca.pem");
+    std::fs::write(&path, &ca.pem).unwrap();
+    (dir, path)
+}
+
+#[tokio::test]
+async fn an_https_upstream_proxy_carries_everything_inside_its_tls_session() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let corp = CorpProxy::start_tls(&[], &ca, &["proxy.test"]).await;
+    let (_dir, ca_path) = ca_file(&ca);
+    let rule = "  allowed_urls: [\"allowed.test/open/\"]\n";
+    let yaml = https_policy(&corp, "proxy.test", Some(&ca_path), (8080, tls.port()), rule)
+        .replace("allowed_hosts: [allowed.test, ", "allowed_hosts: [");
+    let leash = Leash::builder(&yaml).inspecting(&ca.pem).upstream_auth(USER_PASSWORD).start().await;
+    // Plain HTTP, twice: the second request reuses the pooled TLS session to the proxy.
+    for _ in 0..2 {
+        let r = exchange(leash.addr, get("http://other.allowed.test:8080/page")).await;
+        assert_eq!((r.status, r.text()), (200, "via corp http://other.allowed.test:8080/page".to_owned()));
+    }
+    // Spliced: the client's TLS to the origin runs inside leash's TLS to the proxy.
+    let target = format!("other.allowed.test:{}", tls.port());
+    let r = https_get(leash.addr, &target, "other.allowed.test", ca.client_config(), Writes::Whole).await.unwrap();
+    assert_eq!(r.status, 200);
+    let connect = format!("CONNECT other.allowed.test:{} HTTP/1.1", tls.port());
+    assert!(corp.seen().contains(&(connect, Some(PROXY_AUTH.to_owned()))), "{:?}", corp.seen());
+    // Inspected: leash terminates the client's TLS and opens its own to the origin, inside the proxy's session.
+    let t = inspecting(leash, ca, tls);
+    assert_eq!(t.get("allowed.test", "/open/x").await.status, 200);
+    assert_refused(&t.get("allowed.test", "/closed").await, 403, "not-allowed");
+    assert_eq!(t.leash.resolver.asked().iter().filter(|n| *n != "proxy.test").count(), 0, "only the proxy's name");
+    let lines = corp.lines();
+    assert_eq!(lines.iter().filter(|l| l.starts_with("GET http://other.allowed.test:8080/page")).count(), 2);
+    assert!(lines.iter().any(|l| l.starts_with("CONNECT allowed.test:")), "{lines:?}");
+}
+
+#[tokio::test]
+async fn an_https_upstream_proxy_is_verified_against_its_name_or_address() {
+    let ca = TestCa::new();
+    let (_dir, ca_path) = ca_file(&ca);
+    // Addressed by IP: its certificate must carry that address.
+    let by_ip = CorpProxy::start_tls(&[], &ca, &["127.0.0.1"]).await;
+    let through_ip = leash(&https_policy(&by_ip, "127.0.0.1", Some(&ca_path), (8080, 443), "")).await;
+    let r = exchange(through_ip.addr, get("http://allowed.test:8080/ip")).await;
+    assert_eq!((r.status, r.text()), (200, "via corp http://allowed.test:8080/ip".to_owned()));
+    // A certificate for another name, or from a CA leash does not trust: 502, and nothing is sent in the clear.
+    let wrong_name = CorpProxy::start_tls(&[], &ca, &["elsewhere.test"]).await;
+    let other_ca = TestCa::new();
+    let untrusted = CorpProxy::start_tls(&[], &other_ca, &["proxy.test"]).await;
+    for corp in [&wrong_name, &untrusted] {
+        let leash = leash(&https_policy(corp, "proxy.test", Some(&ca_path), (8080, 443), "")).await;
+        let r = exchange(leash.addr, get("http://allowed.test:8080/page")).await;
+        assert_eq!(r.status, 502, "{}", r.text());
+        assert!(
+            r.text().contains("the upstream proxy `proxy.test:") && r.text().contains("no TLS session"),
+            "{}",
+            r.text()
+        );
+        let line = leash.decision("/page").await;
+        let outcome = leash.outcome(&line["id"]).await;
+        assert_eq!(outcome["error"], "upstream-proxy");
+        assert!(corp.seen().is_empty(), "the proxy read a request: {:?}", corp.seen());
+    }
 }

@@ -177,15 +177,17 @@ impl Checker {
 }
 
 impl Checker {
-    /// `upstream_proxy`, `upstream_proxy_auth_env` and `upstream_proxy_bypass` of a `network` section.
+    /// `upstream_proxy`, `upstream_proxy_auth_env`, `upstream_proxy_bypass` and `upstream_proxy_ca` of a `network`
+    /// section. The CA file is named here and read by the caller (this crate reads no files).
     pub(super) fn upstream_proxy(&mut self, prefix: &str, fields: &Fields<'_>) -> Option<UpstreamProxy> {
         let text = |c: &mut Self, key: &str| find(fields, key).and_then(|(_, n)| c.string(&join(prefix, key), n));
         let url = text(self, "upstream_proxy");
         let auth_env = text(self, "upstream_proxy_auth_env").map(str::to_owned);
+        let ca_file = text(self, "upstream_proxy_ca").map(str::to_owned);
         let bypass =
             find(fields, "upstream_proxy_bypass").map(|(_, n)| self.bypass(&join(prefix, "upstream_proxy_bypass"), n));
         let Some(url) = url else {
-            for key in ["upstream_proxy_auth_env", "upstream_proxy_bypass"] {
+            for key in ["upstream_proxy_auth_env", "upstream_proxy_bypass", "upstream_proxy_ca"] {
                 if let Some((k, _)) = find(fields, key) {
                     let message = format!("`{key}` needs an `upstream_proxy`");
                     self.error(MissingKey, &join(prefix, key), k.pos, message);
@@ -194,15 +196,26 @@ impl Checker {
             return None;
         };
         let pos = find(fields, "upstream_proxy").map(|(_, n)| n.pos).unwrap_or_default();
-        match parse_proxy_url(url) {
-            Ok((host, port)) => {
-                Some(UpstreamProxy { host, port, auth_env, bypass: bypass.flatten().unwrap_or_default() })
-            }
+        let url = match parse_proxy_url(url) {
+            Ok(url) => url,
             Err(message) => {
                 self.error(BadValue, &join(prefix, "upstream_proxy"), pos, message);
-                None
+                return None;
+            }
+        };
+        if let (Some(path), Some((_, node))) = (&ca_file, find(fields, "upstream_proxy_ca")) {
+            let why = match (url.tls, path.trim().is_empty()) {
+                (false, _) => Some(format!("`{path}`: a CA is for an https:// upstream proxy; this one is http://")),
+                (true, true) => Some("an empty path; name a PEM file of CA certificates".to_owned()),
+                (true, false) => None,
+            };
+            if let Some(message) = why {
+                self.error(BadValue, &join(prefix, "upstream_proxy_ca"), node.pos, message);
+                return None;
             }
         }
+        let bypass = bypass.flatten().unwrap_or_default();
+        Some(UpstreamProxy { host: url.host, port: url.port, tls: url.tls, ca_file, auth_env, bypass })
     }
 
     fn bypass(&mut self, entry: &str, node: &Node) -> Option<Vec<BypassEntry>> {

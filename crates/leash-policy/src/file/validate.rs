@@ -30,6 +30,7 @@ pub(crate) const NETWORK_KEYS: &[&str] = &[
     "upstream_proxy",
     "upstream_proxy_auth_env",
     "upstream_proxy_bypass",
+    "upstream_proxy_ca",
 ];
 
 /// Every section of a file, checked.

@@ -88,8 +88,10 @@ fn an_upstream_proxy_is_an_http_url_with_its_auth_variable_and_bypass_list() {
     assert!(up.bypasses(&host("a.internal.test")) && up.bypasses(&host("pypi.test")));
     assert!(!up.bypasses(&host("files.pypi.test")) && !up.bypasses(&host("example.org")));
     let entry = |body: &str| format!("network:\n  mode: blocklist\n  blocked_urls: []\n{body}");
-    let errs = errors(&entry("  upstream_proxy: https://proxy:443\n"), Format::Yaml);
-    assert!(errs[0].contains("an https:// upstream proxy is not supported yet"), "{errs:?}");
+    let errs = errors(&entry("  upstream_proxy: http://proxy:3128\n  upstream_proxy_ca: /etc/ca.pem\n"), Format::Yaml);
+    assert!(errs[0].contains("a CA is for an https:// upstream proxy"), "{errs:?}");
+    let errs = errors(&entry("  upstream_proxy_ca: /etc/ca.pem\n"), Format::Yaml);
+    assert!(errs[0].contains("`upstream_proxy_ca` needs an `upstream_proxy`"), "{errs:?}");
     let errs = errors(&entry("  upstream_proxy_bypass: [x.test]\n"), Format::Yaml);
     assert!(errs[0].contains("`upstream_proxy_bypass` needs an `upstream_proxy`"), "{errs:?}");
     let errs =
@@ -102,4 +104,18 @@ fn an_upstream_proxy_is_an_http_url_with_its_auth_variable_and_bypass_list() {
         w.iter().any(|w| w.contains("refusing names that resolve to internal addresses is the upstream proxy's job")),
         "{w:?}"
     );
+}
+
+#[test]
+fn an_https_upstream_proxy_has_its_ca_file_named_not_read() {
+    let p = policy(
+        "network:\n  mode: blocklist\n  blocked_urls: []\n  upstream_proxy: https://10.9.8.7:3129/\n  \
+         upstream_proxy_ca: corp-ca.pem\n",
+    );
+    let up = p.upstream_proxy().unwrap();
+    assert_eq!((up.url().as_str(), up.tls), ("https://10.9.8.7:3129", true));
+    assert_eq!(up.ca_file.as_deref(), Some("corp-ca.pem"), "a path as written: the caller reads it");
+    let plain = policy("network:\n  mode: blocklist\n  blocked_urls: []\n  upstream_proxy: http://proxy:3128\n");
+    let up = plain.upstream_proxy().unwrap();
+    assert_eq!((up.url().as_str(), up.tls, up.ca_file.as_deref()), ("http://proxy:3128", false, None));
 }
