@@ -13,6 +13,7 @@ use crate::host::{parse_host, Host, Name};
 use crate::matcher::{Kind, Matcher};
 use crate::path::CanonicalPath;
 use crate::reason::Reason;
+use crate::services::Service;
 use crate::spec::{HostPattern, Network, DEFAULT_MODEL_APIS};
 use crate::upstream::UpstreamProxy;
 
@@ -132,6 +133,8 @@ pub struct Policy {
     credentials: Vec<Credential>,
     /// `upstream_proxy`: where allowed requests go out, unless bypassed.
     upstream: Option<UpstreamProxy>,
+    /// `services`: the operator's own services (see [`Policy::services`]).
+    services: Vec<Service>,
 }
 
 impl Policy {
@@ -165,6 +168,17 @@ impl Policy {
     /// The upstream proxy allowed requests go out through, if the policy names one.
     pub fn upstream_proxy(&self) -> Option<&UpstreamProxy> {
         self.upstream.as_ref()
+    }
+
+    /// The `services` entries, in the file's order: each listens inside the sandbox and relays to its target on
+    /// the host, outside the proxy's rules (the loader made sure the proxy cannot reach the targets too).
+    pub fn services(&self) -> &[Service] {
+        &self.services
+    }
+
+    /// The service listening on loopback port `port`, if any.
+    pub fn service_on_port(&self, port: u16) -> Option<&Service> {
+        self.services.iter().find(|s| s.listen == crate::services::ServiceListen::Port(port))
     }
 
     /// This policy in audit mode.
@@ -360,6 +374,7 @@ impl Policy {
             audit: network.audit,
             credentials: network.credentials,
             upstream: network.upstream,
+            services: network.services,
         }
     }
 

@@ -20,6 +20,7 @@ mod matcher;
 pub mod path;
 mod question;
 pub mod reason;
+pub mod services;
 mod spec;
 pub mod upstream;
 pub mod url;
@@ -33,6 +34,7 @@ pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostErr
 pub use path::{canonicalize, CanonicalPath, PathError};
 pub use question::{Question, TlsInspection};
 pub use reason::Reason;
+pub use services::{Service, ServiceKind, ServiceListen, ServiceTarget};
 pub use spec::DEFAULT_MODEL_APIS;
 pub use upstream::{BypassEntry, UpstreamProxy};
 pub use url::{parse_absolute_target, AbsoluteTarget, TargetError};

@@ -9,6 +9,7 @@ use crate::dest::Cidr;
 use crate::engine::{Mode, ProviderTools};
 use crate::host::Name;
 use crate::path::CanonicalPath;
+use crate::services::Service;
 use crate::upstream::UpstreamProxy;
 
 /// Plain-HTTP ports when `ports` is not given.
@@ -42,6 +43,8 @@ pub(crate) struct Network {
     pub(crate) credentials: Vec<Credential>,
     /// `upstream_proxy` (with its auth variable and bypass list).
     pub(crate) upstream: Option<UpstreamProxy>,
+    /// `services`: the operator's own services, each reached through a listener of its own.
+    pub(crate) services: Vec<Service>,
 }
 
 impl Network {
@@ -60,6 +63,7 @@ impl Network {
             provider_tools: ProviderTools::default(),
             credentials: Vec::new(),
             upstream: None,
+            services: Vec::new(),
         }
     }
 }

@@ -29,6 +29,8 @@ mod purity;
 mod reachable;
 #[path = "engine/scale.rs"]
 mod scale;
+#[path = "engine/services.rs"]
+mod services;
 
 /// Load a YAML policy that must be valid.
 pub fn policy(yaml: &str) -> Policy {

@@ -14,6 +14,7 @@ mod credentials;
 mod entries;
 mod inline;
 mod raw;
+mod services;
 mod toml;
 mod validate;
 mod warn;
@@ -75,6 +76,9 @@ pub enum PolicyErrorKind {
     WrongList,
     /// The profile asked for is not defined.
     UnknownProfile,
+    /// A `services` entry that would not be a gate, or clashes: its target also reachable through the proxy, a
+    /// loopback name allowed beside services, a listener on leash's own port or a transparent one.
+    ServiceClash,
 }
 
 /// One problem in a policy file.

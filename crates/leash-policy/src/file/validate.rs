@@ -31,6 +31,7 @@ pub(crate) const NETWORK_KEYS: &[&str] = &[
     "upstream_proxy_auth_env",
     "upstream_proxy_bypass",
     "upstream_proxy_ca",
+    "services",
 ];
 
 /// Every section of a file, checked.
@@ -169,6 +170,7 @@ impl Checker {
         let model_apis = list(self, "model_apis").map(|items| self.model_apis(prefix, items));
         let credentials = list(self, "credentials").map(|items| self.credentials(prefix, items));
         let upstream = self.upstream_proxy(prefix, &fields);
+        let services = list(self, "services").map(|items| self.services(prefix, items)).unwrap_or_default();
         let provider_tools = find(&fields, "provider_tools")
             .and_then(|(_, n)| self.provider_tools(&join(prefix, "provider_tools"), n))
             .unwrap_or_default();
@@ -194,7 +196,12 @@ impl Checker {
             provider_tools,
             credentials: credentials.unwrap_or_default(),
             upstream,
+            services: services.iter().map(|w| w.service.clone()).collect(),
         };
+        self.services_are_gates(prefix, &network, &services);
+        if self.errors.len() > before {
+            return None;
+        }
         self.warnings.extend(warn::network(prefix, &network));
         if let Some(section) = self.warnings.get_mut(first_warning..) {
             section.sort_by_cached_key(|w| warn::order(&w.entry));
