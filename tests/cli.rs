@@ -32,11 +32,22 @@ const BLOCKLIST: &str =
 
 #[test]
 fn check_accepts_the_shipped_examples() {
-    for f in ["examples/allowlist.yaml", "examples/blocklist.yaml", "examples/allowlist.toml", "examples/demo.yaml", "examples/corporate-proxy.yaml"] {
+    // Every policy file in examples/, so a new example cannot ship unchecked.
+    let mut examples: Vec<String> = std::fs::read_dir("examples")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".yaml") || name.ends_with(".toml"))
+        .map(|name| format!("examples/{name}"))
+        .collect();
+    examples.sort();
+    assert!(examples.len() >= 6, "{examples:?}");
+    for f in &examples {
         let o = leash(&["check", f]);
         assert_eq!(o.status.code(), Some(0), "{f}: {}", stderr(&o));
         assert!(stdout(&o).contains("valid"), "{f}");
     }
+    let services = leash(&["check", "examples/services.yaml"]);
+    assert!(stdout(&services).contains("service mcp: port 8080 -> 127.0.0.1:9000 (http, only /mcp"), "{services:?}");
 }
 
 #[test]

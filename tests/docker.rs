@@ -769,3 +769,105 @@ fn docker_attach_refuses_a_container_with_a_network_and_says_why() {
     assert_eq!(leftovers(&label), "");
     assert_no_new_network(&nets);
 }
+
+/// A python HTTP server on the host's loopback, serving `dir` and answering JSON-RPC POSTs on `/mcp` (an MCP tool
+/// server's shape), listening on TCP `port` or, with `socket`, on that Unix socket; each request's path is appended
+/// to `dir/served`.
+fn mcp_server(dir: &Path, listen: &str) -> std::process::Child {
+    let script = dir.join("mcp.py");
+    std::fs::write(
+        &script,
+        r#"import http.server, json, os, socket, socketserver, sys
+served = os.path.join(os.path.dirname(sys.argv[0]), "served")
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def address_string(self): return "-"
+    def answer(self, body):
+        with open(served, "a") as f: f.write(self.path + "\n")
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self): self.answer(b"admin")
+    def do_POST(self):
+        call = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.answer(json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": {"tools": [{"name": "search"}]}}).encode())
+listen = sys.argv[1]
+if listen.startswith("/"):
+    class S(socketserver.ThreadingMixIn, socketserver.UnixStreamServer): pass
+    s = S(listen, H)
+else:
+    s = http.server.ThreadingHTTPServer(("127.0.0.1", int(listen)), H)
+print("ready", flush=True)
+s.serve_forever()
+"#,
+    )
+    .unwrap();
+    let mut child = Command::new("python3").arg(&script).arg(listen).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    child
+}
+
+#[test]
+fn docker_run_reaches_the_operators_services_and_nothing_else_on_the_host() {
+    if !docker_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (mcp_port, neighbour) = (free(), origin());
+    let mut tcp = mcp_server(dir.path(), &mcp_port.to_string());
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock = sock_dir.path().join("tools.sock");
+    let mut unix = mcp_server(sock_dir.path(), sock.to_str().unwrap());
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [docs.test]\n  services:\n    \
+             - {{name: mcp, listen: 8080, target: '127.0.0.1:{mcp_port}', kind: http, paths: [/mcp]}}\n    \
+             - {{name: tools, listen: /run/tools.sock, target: '{}'}}\n",
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let label = label("services");
+    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#;
+    let script = format!(
+        "curl -s -d '{call}' http://127.0.0.1:8080/mcp; echo; \
+         curl -s -o /dev/null -w '%{{http_code}}\\n' http://127.0.0.1:8080/admin; \
+         curl -s -d '{call}' --unix-socket /run/tools.sock http://tools/mcp; echo; \
+         curl -s -m 5 -o /dev/null -w '%{{http_code}}\\n' --noproxy '*' http://127.0.0.1:{neighbour}/; \
+         NO_PROXY= no_proxy= curl -s -o /dev/null -w '%{{http_code}}\\n' http://127.0.0.1:{neighbour}/"
+    );
+    let o = bounded(
+        Command::new(LEASH)
+            .args(["docker", "run", "--policy"])
+            .arg(&policy)
+            .arg("--log")
+            .arg(&log)
+            .args(["--label", &label, IMAGE, "sh", "-c", &script]),
+    );
+    let _ = (tcp.kill(), unix.kill(), tcp.wait(), unix.wait());
+    assert_eq!(leftovers(&label), "", "a container was left behind");
+    let result = r#"{"jsonrpc": "2.0", "id": 7, "result": {"tools": [{"name": "search"}]}}"#;
+    assert_eq!(
+        stdout(&o),
+        format!("{result}\n403\n{result}\n000\n403\n"),
+        "the services answer, a path outside the service's and the host's other port do not; stderr: {}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_to_string(dir.path().join("served")).unwrap(), "/mcp\n", "/admin never reached it");
+    assert_eq!(std::fs::read_to_string(sock_dir.path().join("served")).unwrap(), "/mcp\n");
+    let lines = log_lines(&log);
+    let service_lines: Vec<_> = lines.iter().filter(|l| l.get("service").is_some()).collect();
+    let seen: Vec<(&str, &str, &str)> = service_lines
+        .iter()
+        .map(|l| (l["method"].as_str().unwrap(), l["host"].as_str().unwrap(), l["decision"].as_str().unwrap()))
+        .collect();
+    assert_eq!(seen, [("POST", "mcp", "allow"), ("GET", "mcp", "block"), ("SERVICE", "tools", "allow")]);
+    let tools_id = &service_lines[2]["id"];
+    let outcome = lines.iter().find(|l| l["id"] == *tools_id && l.get("bytes_down").is_some()).unwrap();
+    assert!(outcome["bytes_down"].as_u64().unwrap() > 60, "the relayed answer is counted: {outcome}");
+}

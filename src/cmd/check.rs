@@ -1,7 +1,7 @@
 //! `leash check FILE`: validate every part of a policy file (every profile), print every error with its place, and
 //! warn about policies that are valid but surprising.
 
-use leash_policy::Mode;
+use leash_policy::{Mode, ServiceKind};
 
 use crate::cli::CheckArgs;
 use crate::exit::Exit;
@@ -26,5 +26,32 @@ pub fn run(args: &CheckArgs) -> Exit {
         Mode::Blocklist => "blocklist",
     };
     println!("{}: valid ({mode})", args.file.display());
+    for line in reach_lines(&loaded.policy) {
+        println!("  {line}");
+    }
     Exit::Ok
+}
+
+/// What the policy reaches besides the proxy's rules: the upstream proxy requests go out through, and each service.
+fn reach_lines(policy: &leash_policy::Policy) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(up) = policy.upstream_proxy() {
+        let bypass = match up.bypass.len() {
+            0 => String::new(),
+            n => format!(", {n} destination(s) reached directly (upstream_proxy_bypass)"),
+        };
+        lines.push(format!("allowed requests go out through the upstream proxy {}{bypass}", up.url()));
+    }
+    for s in policy.services() {
+        let kind = match &s.kind {
+            ServiceKind::Tcp => "tcp, every connection logged".to_owned(),
+            ServiceKind::Http { paths } if paths.is_empty() => "http, every path, each request logged".to_owned(),
+            ServiceKind::Http { paths } => {
+                let paths: Vec<&str> = paths.iter().map(|p| p.as_str()).collect();
+                format!("http, only {}, each request logged", paths.join(" "))
+            }
+        };
+        lines.push(format!("service {}: {} -> {} ({kind})", s.name, s.listen.shown(), s.target.shown()));
+    }
+    lines
 }

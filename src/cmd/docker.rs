@@ -31,6 +31,7 @@ use crate::cli::{DockerAttachArgs, DockerRunArgs, TlsArgs};
 use crate::exit::Exit;
 use crate::shared::sandboxed::{config, mode_env, proxy_parts, replay_deferred_log, ProxyParts};
 use crate::shared::secrets::placeholder_env;
+use crate::shared::services;
 use crate::shared::trust::{write_trust_files, BUNDLE_VARS, NODE_VAR};
 
 /// The CA variables the container gets: the same as `leash run`'s command.
@@ -90,24 +91,37 @@ async fn run_container(
     let ipv6_on_host = Path::new("/proc/sys/net/ipv6").exists();
     let mut env = vec![mode_env(&policy)];
     env.extend(placeholder_env(&policy, &secrets.secrets));
-    let create_args = container::create_args(&opts, &gate, &start, ipv6_on_host, TRUST_VARS, &env);
+    env.extend(services::no_proxy_env(&policy).into_iter().map(|(k, v)| (lossy(k), lossy(v))));
+    let (unix_services, mounts) = match services::bind_sockets_in(&policy, &gate.dir) {
+        Ok(bound) => bound,
+        Err(code) => return code,
+    };
+    let create_args = container::create_args(&opts, &gate, &start, ipv6_on_host, TRUST_VARS, &env, &mounts);
     let container = match Container::create(engine, &create_args) {
         Ok(c) => c,
         Err(e) => return refuse_engine(&e),
     };
     // Each socket is handed out of the container's namespace; a bound like `leash run`'s keeps that small.
-    let transparent_ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
+    let service_ports = services::ports(&policy);
+    let room = leash_sandbox::MAX_SOCKETS.saturating_sub(2 + service_ports.len());
+    let transparent_ports = leash_proxy::transparent_ports(&policy, room);
+    services::announce(&policy);
     let audit = Arc::new(audit.with_container(container.id()));
     let config = config((policy, pins, secrets), audit.clone(), Some(inspection));
-    let launch = Launch { interactive: opts.interactive, gated, transparent_ports };
+    let launch = Launch { interactive: opts.interactive, gated, transparent_ports, service_ports };
     let policy = config.policy.clone();
-    let exit = match container::supervise(&container, &gate, launch, config, &mut stop).await {
+    let exit = match container::supervise(&container, &gate, launch, (config, unix_services), &mut stop).await {
         Ok(code) => Exit::Command(u8::try_from(code).unwrap_or(255)),
         Err(e) => refuse_start(e),
     };
     replay_deferred_log(&audit);
     crate::shared::summary::print(&audit, &policy, quiet);
     exit
+}
+
+/// An `OsString` as the container's environment takes it.
+fn lossy(s: std::ffi::OsString) -> String {
+    s.to_string_lossy().into_owned()
 }
 
 pub fn attach(args: DockerAttachArgs) -> Exit {
@@ -140,7 +154,14 @@ async fn attach_container(
     inspection: Arc<Inspection>,
     mut stop: StopSignals,
 ) -> Exit {
-    let attached = match container::attach(&Engine::new(), &container) {
+    // A running container's mounts are fixed: its services' Unix sockets cannot be put there.
+    for s in policy.services().iter().filter(|s| matches!(s.listen, leash_policy::ServiceListen::Socket(_))) {
+        tracing::warn!(
+            "service {}: a Unix socket cannot be added to a running container; use leash docker run",
+            s.name
+        );
+    }
+    let attached = match container::attach(&Engine::new(), &container, &services::ports(&policy)) {
         Ok(a) => a,
         Err(AttachError::Engine(e)) => return refuse_engine(&e),
         Err(AttachError::Bind { source, network_mode }) => return refuse_bind(&source, &network_mode),

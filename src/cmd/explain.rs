@@ -2,8 +2,8 @@
 //! comes from the one function the proxy asks too ([`Policy::decide`]); this module only puts it into words.
 
 use leash_policy::{
-    parse_absolute_target, parse_authority, Decision, Host, Policy, ProviderTools, Question, Reason, Scheme,
-    TargetError, TlsInspection, Verdict,
+    parse_absolute_target, parse_authority, Decision, Host, Policy, ProviderTools, Question, Reason, Scheme, Service,
+    ServiceKind, TargetError, TlsInspection, Verdict,
 };
 
 use crate::cli::ExplainArgs;
@@ -24,8 +24,11 @@ pub fn run(args: &ExplainArgs) -> Exit {
             .map_err(|errors| print_errors(std::path::Path::new("the command line"), &errors)),
     };
     let Ok(policy) = loaded else { return Exit::Usage };
-    let explained =
-        if method.eq_ignore_ascii_case("CONNECT") { explain_connect(&policy, url) } else { explain_url(&policy, url) };
+    let explained = match service_asked(&policy, url) {
+        Some((service, path)) => explain_service(service, method, path),
+        None if method.eq_ignore_ascii_case("CONNECT") => explain_connect(&policy, url),
+        None => explain_url(&policy, url),
+    };
     match explained {
         Ok(mut e) => {
             e.lines.extend(crate::shared::summary::explain_hint_lines(&policy, method, url, &e.decision));
@@ -33,6 +36,52 @@ pub fn run(args: &ExplainArgs) -> Exit {
         }
         Err(msg) => usage(&msg),
     }
+}
+
+/// The service a URL reaches and the path asked of it: `service:NAME[/path]`, or `http://localhost:PORT/path` (or
+/// `127.0.0.1`) where a service listens on PORT inside the sandbox.
+fn service_asked<'p, 'u>(policy: &'p Policy, url: &'u str) -> Option<(&'p Service, &'u str)> {
+    if let Some(rest) = url.strip_prefix("service:") {
+        let (name, path) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
+        return policy.services().iter().find(|s| &*s.name == name).map(|s| (s, path));
+    }
+    let target = parse_absolute_target(url).ok()?;
+    let loopback = matches!(target.authority.host.as_str().as_ref(), "localhost" | "127.0.0.1");
+    let service = policy.service_on_port(target.port()).filter(|_| loopback && target.scheme == Scheme::Http)?;
+    Some((service, target.path_and_query))
+}
+
+/// A request on one of the policy's services, decided by the service alone.
+fn explain_service(service: &Service, method: &str, path: &str) -> Result<Explained, String> {
+    let decision = match service.kind {
+        ServiceKind::Tcp => service.decide_connection(),
+        ServiceKind::Http { .. } => service.decide_request(path),
+    };
+    let what = match &service.kind {
+        ServiceKind::Tcp => {
+            "a TCP service: every connection is relayed and logged (method SERVICE); leash reads no request".to_owned()
+        }
+        ServiceKind::Http { paths } if paths.is_empty() => {
+            "an HTTP service: every path is allowed, each request logged".to_owned()
+        }
+        ServiceKind::Http { paths } => {
+            let paths: Vec<&str> = paths.iter().map(|p| p.as_str()).collect();
+            format!(
+                "an HTTP service allowing only {}; `{method} {path}` is decided on its canonical path",
+                paths.join(" ")
+            )
+        }
+    };
+    let lines = vec![
+        format!(
+            "service `{}`: listens on {} in the sandbox, relayed to {} on the host, outside the proxy's rules",
+            service.name,
+            service.listen.shown(),
+            service.target.shown()
+        ),
+        what,
+    ];
+    Ok(Explained { decision, lines })
 }
 
 /// A decision and the sentences that explain it.

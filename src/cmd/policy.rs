@@ -128,6 +128,10 @@ impl Usage {
             self.lookups += 1;
             return;
         }
+        // A service is its own gate, written in `services`: nothing for the proxy's rules to learn from.
+        if record.is_service() {
+            return;
+        }
         self.requests += 1;
         let host = parse_host(&record.host).map(|h| h.to_string()).unwrap_or_else(|_| record.host.clone());
         let entry = self.hosts.entry(host).or_default();

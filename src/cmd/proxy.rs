@@ -15,6 +15,7 @@ use crate::exit::Exit;
 use crate::policy_file::{load_file, located};
 use crate::shared::sandboxed::{audit_mode, parse_pins};
 use crate::shared::secrets;
+use crate::shared::services;
 use crate::shared::tls::inspection;
 
 pub fn run(args: ProxyArgs) -> Exit {
@@ -63,6 +64,10 @@ async fn serve(args: ProxyArgs) -> Exit {
         Ok(l) => l,
         Err(code) => return code,
     };
+    let (service_sockets, socket_files) = match bind_services(&loaded.policy, &listener, args.metrics) {
+        Ok(bound) => bound,
+        Err(code) => return code,
+    };
     let inspection = match inspection(&args.tls) {
         Ok(i) => i,
         Err(code) => return code,
@@ -96,7 +101,10 @@ async fn serve(args: ProxyArgs) -> Exit {
     }
     let reloads = Reloads { policy, audit: config.audit.clone(), metrics: config.metrics.clone() };
     tokio::spawn(reload_on_hangup(reloads, hup, (args.policy.clone(), args.profile.clone(), args.audit)));
-    match leash_proxy::serve(listener, config, shutdown_signal(term, int)).await {
+    let listeners = leash_proxy::Listeners { proxy: listener, transparent: Vec::new(), services: service_sockets };
+    let served = leash_proxy::serve_listeners(listeners, config, shutdown_signal(term, int)).await;
+    drop(socket_files);
+    match served {
         Ok(()) => Exit::Ok,
         Err(e) => {
             eprintln!("leash: {e}");
@@ -179,7 +187,8 @@ async fn reload_on_hangup(
             tracing::error!("{e}; writing on to the file already open");
         }
         let reloaded = reload(&path, profile.as_deref()).map(|p| if audit_mode { p.into_audit() } else { p });
-        match reloaded.and_then(|p| same_credentials(&policy.current(), p)) {
+        let reloaded = reloaded.and_then(|p| same_credentials(&policy.current(), p));
+        match reloaded.and_then(|p| same_listeners(&policy.current(), p)) {
             Ok(p) => {
                 policy.store(p);
                 metrics.count_reload(true);
@@ -199,6 +208,18 @@ fn same_credentials(running: &leash_policy::Policy, new: leash_policy::Policy) -
     match running.credentials() == new.credentials() {
         true => Ok(new),
         false => Err("its credentials differ from those read at start; restart leash to change credentials".into()),
+    }
+}
+
+/// `new`, if its services listen where the running policy's do: listeners are bound once, at start, so a reload
+/// that adds, removes or moves a service is refused (a service's target and paths may change).
+fn same_listeners(running: &leash_policy::Policy, new: leash_policy::Policy) -> Result<leash_policy::Policy, String> {
+    let listeners = |p: &leash_policy::Policy| -> Vec<_> {
+        p.services().iter().map(|s| (s.name.clone(), s.listen.clone())).collect()
+    };
+    match listeners(running) == listeners(&new) {
+        true => Ok(new),
+        false => Err("its services listen elsewhere than those bound at start; restart leash to change them".into()),
     }
 }
 
@@ -227,6 +248,37 @@ async fn bind_metrics(addr: Option<SocketAddr>, proxy: &TcpListener) -> Result<O
 /// Whether sockets bound at `a` and `b` would take each other's connections: one port, one address or every one.
 fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// The policy's services, bound: each port on the proxy's own address (where the sandboxes it serves reach it),
+/// each Unix socket at its path. A port the proxy or the metrics already take is exit 2.
+fn bind_services(
+    policy: &leash_policy::Policy,
+    proxy: &TcpListener,
+    metrics: Option<SocketAddr>,
+) -> Result<(Vec<leash_proxy::ServiceSocket>, services::SocketFiles), Exit> {
+    let proxy = proxy.local_addr().map_err(|e| {
+        eprintln!("leash: cannot read the proxy's own address: {e}");
+        Exit::Usage
+    })?;
+    let mut sockets = Vec::new();
+    for (name, port) in services::ports(policy) {
+        let addr = SocketAddr::new(proxy.ip(), port);
+        if overlaps(addr, proxy) || metrics.is_some_and(|m| overlaps(addr, m)) {
+            eprintln!("leash: service `{name}` would listen on {addr}, which the proxy or its metrics take already");
+            return Err(Exit::Usage);
+        }
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+            eprintln!("leash: service `{name}`: cannot listen on {addr}: {e}");
+            Exit::Usage
+        })?;
+        tracing::info!("service {name}: listening on {addr}");
+        sockets.push(leash_proxy::ServiceSocket { name, listener: leash_proxy::ServiceListener::Tcp(listener) });
+    }
+    let (unix, files) = services::bind_sockets(policy)?;
+    sockets.extend(unix);
+    services::announce(policy);
+    Ok((sockets, files))
 }
 
 /// Print `metrics on ADDR` (after the `listening on` line) and serve the metrics until leash exits.

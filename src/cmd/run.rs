@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 
-use leash_proxy::{PolicyHandle, ProxyConfig, TRANSPARENT_ADDR};
+use leash_proxy::{PolicyHandle, ProxyConfig, ServiceListener, ServiceSocket, TRANSPARENT_ADDR};
 use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
@@ -14,6 +14,7 @@ use crate::exit::Exit;
 use crate::shared::sandboxed::{
     config, hidden_files, mode_env, proxy_parts, replay_deferred_log, secret_files, Pins, ProxyParts, Secured,
 };
+use crate::shared::services;
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 
 /// Where the proxy listens inside the sandbox (the conventional proxy port, on the sandbox's own loopback).
@@ -56,8 +57,21 @@ pub fn run(args: RunArgs) -> Exit {
     spec.hide_paths.extend(secret_files(&policy));
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
     crate::shared::secrets::sandbox_env(&policy, &secrets.secrets, &mut spec.env);
-    let ports = leash_proxy::transparent_ports(&policy, leash_sandbox::MAX_SOCKETS - 2);
+    // The services' sockets exist before the sandbox does: it is let connect to exactly those files.
+    let (unix_services, socket_files) = match services::bind_sockets(&policy) {
+        Ok(bound) => bound,
+        Err(code) => return code,
+    };
+    spec.allow_unix_sockets.extend(socket_files.paths().iter().cloned());
+    let service_ports = services::ports(&policy);
+    let room = leash_sandbox::MAX_SOCKETS.saturating_sub(2 + service_ports.len());
+    let ports = leash_proxy::transparent_ports(&policy, room);
+    let listeners =
+        Listening { transparent: ports.len(), services: service_ports.iter().map(|(n, _)| n.clone()).collect() };
     spec.tcp_listeners.extend(ports.into_iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
+    spec.tcp_listeners.extend(service_ports.iter().map(|(_, p)| SocketAddrV4::new(Ipv4Addr::LOCALHOST, *p)));
+    services::announce(&policy);
+    spec.env.extend(services::no_proxy_env(&policy));
     // The init is cloned before the CA's key exists, so its copy of leash's memory never holds it.
     let pending = match Sandbox::prepare(spec) {
         Ok(p) => p,
@@ -88,10 +102,11 @@ pub fn run(args: RunArgs) -> Exit {
         }
     };
     let policy = config.policy.clone();
-    let exit = supervise(sandbox, config, hold, runtime);
+    let exit = supervise(sandbox, (config, listeners, unix_services), hold, runtime);
     replay_deferred_log(&audit);
     crate::shared::summary::print(&audit, &policy, args.quiet);
     drop(ca_files);
+    drop(socket_files);
     exit
 }
 
@@ -181,22 +196,37 @@ fn child_env(
     env
 }
 
-/// Serve the proxy on the sandbox's listener (and the transparent ones) until the command has exited, then drain,
-/// flush and report.
+/// How the TCP listeners the sandbox hands back are laid out after the proxy's: this many transparent ones, then one
+/// per service port, by name.
+struct Listening {
+    transparent: usize,
+    services: Vec<Arc<str>>,
+}
+
+/// Serve the proxy on the sandbox's listener (and the transparent and service ones) until the command has exited,
+/// then drain, flush and report.
 fn supervise(
     mut sandbox: Sandbox,
-    config: ProxyConfig,
+    (config, layout, unix_services): (ProxyConfig, Listening, Vec<ServiceSocket>),
     hold: Option<leash_sandbox::SignalHold>,
     runtime: tokio::runtime::Runtime,
 ) -> Exit {
     let mut tcp = std::mem::take(&mut sandbox.tcp).into_iter();
     let listener = tcp.next();
-    let transparent: Vec<_> = tcp.collect();
+    let transparent: Vec<_> = tcp.by_ref().take(layout.transparent).collect();
+    let mut services: Vec<ServiceSocket> = layout
+        .services
+        .into_iter()
+        .zip(tcp)
+        .map(|(name, l)| ServiceSocket { name, listener: ServiceListener::Tcp(l) })
+        .collect();
+    services.extend(unix_services);
     let dns_socket = sandbox.udp.pop();
     let forwarding = sandbox.forward_signals().map_err(|e| tracing::warn!("signals are not forwarded: {e}"));
     // Armed: a signal held since the spawn is delivered now, and forwarded.
     drop(hold);
-    let status = runtime.block_on(serve_until_exit(&sandbox, listener, transparent, dns_socket, config));
+    let served = Served { listener, transparent, services, dns_socket };
+    let status = runtime.block_on(serve_until_exit(&sandbox, served, config));
     // Every connection is finished and logged: the blocking pool's threads (name lookups) need not be waited for.
     runtime.shutdown_background();
     drop(forwarding);
@@ -211,21 +241,29 @@ fn supervise(
     }
 }
 
-/// The proxy, the transparent listeners and the DNS stub, served until the sandbox reports its end.
-async fn serve_until_exit(
-    sandbox: &Sandbox,
+/// The sockets a run serves.
+struct Served {
     listener: Option<std::net::TcpListener>,
     transparent: Vec<std::net::TcpListener>,
+    services: Vec<ServiceSocket>,
     dns_socket: Option<std::net::UdpSocket>,
+}
+
+/// The proxy, the transparent and service listeners and the DNS stub, served until the sandbox reports its end.
+async fn serve_until_exit(
+    sandbox: &Sandbox,
+    served: Served,
     config: ProxyConfig,
 ) -> Result<leash_sandbox::ExitStatus, leash_sandbox::SandboxError> {
-    let listener = listener
+    let listener = served
+        .listener
         .and_then(on_runtime)
         .ok_or_else(|| leash_sandbox::SandboxError::InitDied("no proxy listener".into()))?;
-    let transparent = transparent.into_iter().filter_map(on_runtime).collect();
-    let dns_stop = start_dns(dns_socket, config.policy.clone(), config.audit.clone());
+    let transparent = served.transparent.into_iter().filter_map(on_runtime).collect();
+    let dns_stop = start_dns(served.dns_socket, config.policy.clone(), config.audit.clone());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let proxy = tokio::spawn(leash_proxy::serve_with_transparent(listener, transparent, config, async move {
+    let listeners = leash_proxy::Listeners { proxy: listener, transparent, services: served.services };
+    let proxy = tokio::spawn(leash_proxy::serve_listeners(listeners, config, async move {
         let _ = stop_rx.await;
     }));
     let status = sandbox.wait_async().await;

@@ -22,6 +22,8 @@ pub struct Record {
     /// The reason word; for `would-block`, the reason the request would have been refused with.
     pub reason: String,
     pub outcome: Option<Outcome>,
+    /// The `services` entry it came through (`host` is then `service:NAME`): no request through the proxy.
+    pub service: Option<String>,
 }
 
 /// The `decision` word of a line.
@@ -64,6 +66,11 @@ impl Record {
 
     pub fn is_tunnel(&self) -> bool {
         self.method == "CONNECT"
+    }
+
+    /// A connection or request on one of the policy's services, which the proxy's rules do not decide.
+    pub fn is_service(&self) -> bool {
+        self.service.is_some()
     }
 }
 
@@ -202,13 +209,18 @@ impl Joiner {
 
 fn decision_record(fields: &Map<String, Value>) -> Option<Record> {
     let text = |key: &str| fields.get(key).and_then(Value::as_str).map(printable);
+    let service = text("service");
     Some(Record {
         method: text("method")?,
-        host: text("host")?,
+        host: match &service {
+            Some(name) => format!("service:{name}"),
+            None => text("host")?,
+        },
         port: u16::try_from(fields.get("port")?.as_u64()?).ok()?,
         decided: Decided::parse(fields.get("decision")?.as_str()?)?,
         reason: text("reason")?,
         outcome: None,
+        service,
     })
 }
 

@@ -6,6 +6,7 @@
 pub mod audit_read;
 pub mod sandboxed;
 pub mod secrets;
+pub mod services;
 pub mod summary;
 pub mod tls;
 pub mod trust;

@@ -107,6 +107,7 @@ pub fn create_args(
     ipv6_on_host: bool,
     trust: TrustVars,
     env: &[(String, String)],
+    mounts: &[(std::path::PathBuf, std::path::PathBuf)],
 ) -> Vec<String> {
     let url = format!("http://{PROXY_INSIDE}");
     let mut args = opts.passthrough.clone();
@@ -133,6 +134,10 @@ pub fn create_args(
         args.extend(["--env".to_owned(), format!("{name}={value}")]);
     }
     args.extend(["--volume".to_owned(), format!("{}:{GATE_MOUNT}:ro", gate.dir.display())]);
+    // The services' Unix sockets: bound by leash on the host, each mounted where its service listens inside.
+    for (host, inside) in mounts {
+        args.extend(["--mount".to_owned(), format!("type=bind,src={},dst={}", host.display(), inside.display())]);
+    }
     match start {
         Start::Gated(argv) => {
             args.extend(["--entrypoint", "/bin/sh", opts.image.as_str(), "-c"].map(String::from));
@@ -190,6 +195,8 @@ pub struct Launch {
     pub interactive: bool,
     pub gated: bool,
     pub transparent_ports: Vec<u16>,
+    /// The policy's services that listen on a port inside, by name.
+    pub service_ports: Vec<(std::sync::Arc<str>, u16)>,
 }
 
 /// Start the container, bind the listener inside once it runs, open the gate, serve until it ends; its status.
@@ -197,11 +204,12 @@ pub async fn supervise(
     container: &Container,
     gate: &Gate,
     launch: Launch,
-    config: ProxyConfig,
+    (config, unix_services): (ProxyConfig, Vec<leash_proxy::ServiceSocket>),
     stop: &mut StopSignals,
 ) -> Result<i32, StartError> {
     let (mut start, inside) = start_behind_gate(container, gate, launch)?;
     if let Some(inside) = inside {
+        let inside = inside.with_services(unix_services);
         let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::spawn(move || {
             let _ = tx.send(start.wait());
@@ -232,7 +240,7 @@ fn start_behind_gate(
         None if !launch.gated => return Ok((start, None)),
         None => return Err(StartError::EndedAtGate),
     };
-    let inside = match bind_inside(pid, Some(&launch.transparent_ports)) {
+    let inside = match bind_inside(pid, Some(&launch.transparent_ports), &launch.service_ports) {
         Ok(inside) => inside,
         Err(_) if !launch.gated && ended_soon(engine, &container.id, &mut start) => return Ok((start, None)),
         Err(e) => return Err(StartError::Bind(e)),
@@ -294,15 +302,19 @@ pub struct Attached {
     waiter: Waiter,
 }
 
-/// Checks that Docker answers and `container` runs, binds the proxy's listener inside its network namespace (which
-/// must hold only `lo`), and starts waiting for it to exit.
-pub fn attach(engine: &Engine, container: &str) -> Result<Attached, AttachError> {
+/// Checks that Docker answers and `container` runs, binds the proxy's listener (and a listener per service port,
+/// by name) inside its network namespace (which must hold only `lo`), and starts waiting for it to exit.
+pub fn attach(
+    engine: &Engine,
+    container: &str,
+    service_ports: &[(std::sync::Arc<str>, u16)],
+) -> Result<Attached, AttachError> {
     let state = match engine.check().and_then(|_| engine.state(container)) {
         Ok(s) if s.running && s.pid != 0 => s,
         Ok(_) => return Err(AttachError::NotRunning { container: container.to_owned() }),
         Err(e) => return Err(AttachError::Engine(e)),
     };
-    let inside = bind_inside(state.pid, None)
+    let inside = bind_inside(state.pid, None, service_ports)
         .map_err(|source| AttachError::Bind { source, network_mode: state.network_mode.clone() })?;
     let waiter = engine.waiter(&state.id).map_err(AttachError::Engine)?;
     Ok(Attached { state, inside, waiter })
@@ -349,7 +361,7 @@ mod tests {
         let gate = Gate { dir: std::path::PathBuf::from("/tmp/gate") };
         let mode = [("LEASH_NETWORK_MODE".to_owned(), "allowlist".to_owned())];
         let args =
-            create_args(&opts, &gate, &Start::Gated(vec!["/bin/app".into(), "--flag".into()]), true, TRUST, &mode);
+            create_args(&opts, &gate, &Start::Gated(vec!["/bin/app".into(), "--flag".into()]), true, TRUST, &mode, &[]);
         let joined = args.join(" ");
         let user = joined.find("HTTP_PROXY=x").unwrap();
         let ours = joined.find("HTTP_PROXY=http://127.0.0.1:3128").unwrap();
@@ -369,7 +381,7 @@ mod tests {
         let words = ["--entrypoint", "/app", "img", "serve", "--port", "1"].map(String::from);
         let opts = options::scan(&words).unwrap();
         let gate = Gate { dir: std::path::PathBuf::from("/tmp/gate") };
-        let joined = create_args(&opts, &gate, &Start::Ungated, false, TRUST, &[]).join(" ");
+        let joined = create_args(&opts, &gate, &Start::Ungated, false, TRUST, &[], &[]).join(" ");
         assert!(joined.ends_with(":/run/leash:ro --entrypoint /app img serve --port 1"), "{joined}");
         assert!(!joined.contains("disable_ipv6"), "no IPv6 sysctls where the kernel has no IPv6: {joined}");
         std::mem::forget(gate);

@@ -4,7 +4,9 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use leash_proxy::{PolicyHandle, ProxyConfig, TRANSPARENT_ADDR};
+use std::sync::Arc;
+
+use leash_proxy::{PolicyHandle, ProxyConfig, ServiceListener, ServiceSocket, TRANSPARENT_ADDR};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Where the proxy listens inside the container: its own loopback, the conventional proxy port (as `leash run`).
@@ -18,19 +20,42 @@ pub struct Inside {
     proxy: std::net::TcpListener,
     dns: Option<std::net::UdpSocket>,
     transparent: Vec<std::net::TcpListener>,
+    /// The policy's services: their ports bound inside, and their Unix sockets (bound on the host, mounted in).
+    services: Vec<ServiceSocket>,
 }
 
-/// Binds the proxy's listener (and with `transparent_ports`, the stub's socket and a transparent listener per port)
-/// inside the network namespace of `pid`, which must hold only `lo`.
-pub fn bind_inside(pid: u32, transparent_ports: Option<&[u16]>) -> Result<Inside, leash_sandbox::SandboxError> {
+impl Inside {
+    /// These sockets plus services bound elsewhere (the Unix sockets mounted into the container).
+    pub fn with_services(mut self, more: Vec<ServiceSocket>) -> Inside {
+        self.services.extend(more);
+        self
+    }
+}
+
+/// Binds the proxy's listener (and with `transparent_ports`, the stub's socket and a transparent listener per port;
+/// and a listener on the container's loopback per service port, by service name) inside the network namespace of
+/// `pid`, which must hold only `lo`.
+pub fn bind_inside(
+    pid: u32,
+    transparent_ports: Option<&[u16]>,
+    service_ports: &[(Arc<str>, u16)],
+) -> Result<Inside, leash_sandbox::SandboxError> {
     let udp: &[SocketAddrV4] = if transparent_ports.is_some() { &[DNS_INSIDE] } else { &[] };
+    let transparent_ports = transparent_ports.unwrap_or_default();
     let mut tcp = vec![PROXY_INSIDE];
-    tcp.extend(transparent_ports.unwrap_or_default().iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, *p)));
+    tcp.extend(transparent_ports.iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, *p)));
+    tcp.extend(service_ports.iter().map(|(_, p)| SocketAddrV4::new(Ipv4Addr::LOCALHOST, *p)));
     let mut sockets = leash_sandbox::bind_in_netns(pid, &tcp, udp)?;
     let no_listener = || leash_sandbox::SandboxError::InvalidSpec("no listener was bound".into());
     let mut bound = std::mem::take(&mut sockets.tcp).into_iter();
     let proxy = bound.next().ok_or_else(no_listener)?;
-    Ok(Inside { proxy, dns: sockets.udp.pop(), transparent: bound.collect() })
+    let transparent = bound.by_ref().take(transparent_ports.len()).collect();
+    let services = service_ports
+        .iter()
+        .zip(bound)
+        .map(|((name, _), l)| ServiceSocket { name: name.clone(), listener: ServiceListener::Tcp(l) })
+        .collect();
+    Ok(Inside { proxy, dns: sockets.udp.pop(), transparent, services })
 }
 
 /// Serves the proxy on `listener` until `ended` resolves (its value returned) or a stop signal arrives. On a signal,
@@ -54,9 +79,12 @@ pub async fn serve_until<T>(
         .filter_map(|l| l.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(l)).ok())
         .collect();
     let proxy = match listener {
-        Ok(l) => Some(tokio::spawn(leash_proxy::serve_with_transparent(l, transparent, config, async move {
-            let _ = stop_rx.await;
-        }))),
+        Ok(proxy) => {
+            let listeners = leash_proxy::Listeners { proxy, transparent, services: inside.services };
+            Some(tokio::spawn(leash_proxy::serve_listeners(listeners, config, async move {
+                let _ = stop_rx.await;
+            })))
+        }
         Err(e) => {
             tracing::error!("cannot serve the container's listener: {e}");
             None

@@ -74,6 +74,9 @@ pub struct DecisionEntry<'a> {
     /// The credential leash put on the request (its `credentials` entry's name; never its value).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub credential: Option<&'a str>,
+    /// The `services` entry the request or connection came through (its `host` is the service's name then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<&'a str>,
 }
 
 /// The outcome record of an allowed request, joined to its decision by `id`: `status` is the upstream's (leash's
@@ -565,6 +568,7 @@ mod tests {
             client: None,
             stripped: None,
             credential: None,
+            service: None,
         }
     }
 

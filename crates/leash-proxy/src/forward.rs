@@ -91,7 +91,7 @@ where
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     let watches = Watches { redact, leaks: LeakWatch::new(&sh.cfg.credentials, own), via_proxy };
 
-    let extras = Extras { stripped: listed, credential: credential.as_deref() };
+    let extras = Extras { stripped: listed, credential: credential.as_deref(), service: None };
     let key = PoolKey { host: host.as_ref().into(), port: plan.port, generation: ctx.snap.generation };
     let upstream = match sh.pool.take(&key) {
         Some(stream) => Upstream { stream, pooled: true },

@@ -50,6 +50,8 @@ pub(crate) struct Extras<'a> {
     pub stripped: Option<&'a [String]>,
     /// The credential put on the request (its entry's name).
     pub credential: Option<&'a str>,
+    /// The service the request came through (see [`crate::service`]).
+    pub service: Option<&'a str>,
 }
 
 /// One request on its way through leash.
@@ -61,13 +63,20 @@ pub(crate) struct RequestCtx<'s> {
     pub id: u64,
     pub peer: SocketAddr,
     pub started: Instant,
+    /// The policy's service the request came through (its lines say so), if any.
+    pub service: Option<Arc<str>>,
 }
 
 impl<'s> RequestCtx<'s> {
     /// A request that begins now: the next audit id, the policy as it is now.
     pub fn new(sh: &'s Shared, peer: SocketAddr) -> Self {
         let (id, snap) = (sh.cfg.audit.next_id(), sh.cfg.policy.current());
-        Self { sh, snap, id, peer, started: Instant::now() }
+        Self { sh, snap, id, peer, started: Instant::now(), service: None }
+    }
+
+    /// A request that begins now on the listener of service `name`.
+    pub fn for_service(sh: &'s Shared, peer: SocketAddr, name: &Arc<str>) -> Self {
+        Self { service: Some(name.clone()), ..Self::new(sh, peer) }
     }
 
     /// The policy's answer to `question`, with the inspection this proxy can give.
@@ -134,6 +143,7 @@ impl<'s> RequestCtx<'s> {
     /// Write the decision line under this request's id, and count it: as decided, or as the 503 `audit-failed` the
     /// client gets when the line cannot be written.
     fn record(&self, asked: &Asked<'_>, decision: &Decision, extras: Extras<'_>) -> Result<(), AuditError> {
+        let extras = Extras { service: self.service.as_deref(), ..extras };
         let written = write_decision(&self.sh.cfg.audit, self.id, asked, decision, Some(self.peer), extras);
         let metrics = &self.sh.cfg.metrics;
         match &written {
@@ -198,6 +208,7 @@ pub(crate) fn write_decision(
         client: client.map(|c| c.to_string()),
         stripped: extras.stripped,
         credential: extras.credential,
+        service: extras.service,
     };
     let written = audit.decision(&entry);
     if let Err(e) = &written {

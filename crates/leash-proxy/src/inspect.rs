@@ -74,7 +74,14 @@ impl Inspected {
 
     /// The tunnel's own context at the gate: its CONNECT line's id, policy and start.
     fn ctx(&self) -> RequestCtx<'_> {
-        RequestCtx { sh: &self.sh, snap: self.snap.clone(), id: self.id, peer: self.peer, started: self.started }
+        RequestCtx {
+            sh: &self.sh,
+            snap: self.snap.clone(),
+            id: self.id,
+            peer: self.peer,
+            started: self.started,
+            service: None,
+        }
     }
 
     /// A request inside the tunnel: an id of its own, decided on the policy as it is now (so a reload applies

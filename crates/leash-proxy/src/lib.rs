@@ -29,6 +29,7 @@ mod relay;
 mod request;
 pub mod resolve;
 mod server;
+pub mod service;
 mod shared;
 pub mod tls;
 mod tunnel;
@@ -39,7 +40,8 @@ pub use config::{Limits, OwnAddrs, PolicyHandle, ProxyConfig};
 pub use dns::{serve_dns, transparent_ports, TRANSPARENT_ADDR};
 pub use metrics::{serve_metrics, Metrics};
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};
-pub use server::{serve, serve_with_transparent};
+pub use server::{serve, serve_listeners, serve_with_transparent, Listeners};
+pub use service::{ServiceListener, ServiceSocket};
 pub use tls::{Inspection, TlsSetupError, UpstreamTrust};
 
 /// Whether this build terminates TLS for hosts with path rules (else such tunnels are refused with

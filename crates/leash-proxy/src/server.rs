@@ -15,6 +15,7 @@ use crate::config::ProxyConfig;
 use crate::conn::{close_gracefully, BufConn, Next, Reparse};
 use crate::forward;
 use crate::request::refuse_unreadable;
+use crate::service::Listening;
 use crate::shared::Shared;
 use crate::tunnel;
 use crate::wire::http_head::{parse_request_head, RequestHead};
@@ -56,22 +57,49 @@ pub async fn serve_with_transparent(
     config: ProxyConfig,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let mut listening = vec![listener.local_addr()?];
-    let mut listeners = vec![(listener, Entry::Proxy)];
-    for l in transparent {
+    serve_listeners(Listeners { proxy: listener, transparent, services: Vec::new() }, config, shutdown).await
+}
+
+/// Every listener one proxy serves.
+pub struct Listeners {
+    /// Where clients that use leash as their proxy connect.
+    pub proxy: TcpListener,
+    /// Where programs unaware of any proxy connect (`leash run`'s allowed names resolve there), one per port.
+    pub transparent: Vec<TcpListener>,
+    /// The policy's `services`, each relayed to its target (see [`crate::service`]).
+    pub services: Vec<crate::service::ServiceSocket>,
+}
+
+/// [`serve`] on all of `listeners`, sharing one connection bound, upstream pool and audit log.
+pub async fn serve_listeners(
+    listeners: Listeners,
+    config: ProxyConfig,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let mut listening = vec![listeners.proxy.local_addr()?];
+    let mut tcp = vec![(listeners.proxy, Entry::Proxy)];
+    for l in listeners.transparent {
         let local = l.local_addr()?;
         listening.push(local);
-        listeners.push((l, Entry::Transparent(local.port())));
+        tcp.push((l, Entry::Transparent(local.port())));
     }
+    let services = listeners
+        .services
+        .into_iter()
+        .map(|s| Ok((s.name, Listening::new(s.listener)?)))
+        .collect::<io::Result<Vec<_>>>()?;
     let max = config.limits.max_connections;
     let drain = config.limits.drain_timeout;
     let shared = Arc::new(Shared::new(config, &listening));
     let permits = Arc::new(Semaphore::new(max));
     let (stop_tx, stop_rx) = watch::channel(false);
-    let accepting: Vec<_> = listeners
+    let mut accepting: Vec<_> = tcp
         .into_iter()
         .map(|(l, entry)| tokio::spawn(accept_loop(l, entry, shared.clone(), permits.clone(), stop_rx.clone())))
         .collect();
+    for (name, l) in services {
+        accepting.push(tokio::spawn(service_accept_loop(l, name, shared.clone(), permits.clone(), stop_rx.clone())));
+    }
     shutdown.await;
     let _ = stop_tx.send(true);
     for task in accepting {
@@ -83,6 +111,41 @@ pub async fn serve_with_transparent(
         tracing::warn!("shutdown: connections still open after {drain:?}; closing them");
     }
     shared.cfg.audit.flush().map_err(io::Error::other)
+}
+
+/// Accept on a service's listener until shutdown; each connection holds a permit of the shared bound.
+async fn service_accept_loop(
+    listener: Listening,
+    name: Arc<str>,
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            _ = stop.changed() => return,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("service {name}: accept failed: {e}");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let (sh, name) = (shared.clone(), name.clone());
+        tokio::spawn(async move {
+            crate::service::connection(&sh, &name, accepted).await;
+            drop(permit);
+        });
+    }
 }
 
 /// Accept on one listener until shutdown; each connection holds a permit of the shared bound.

@@ -134,7 +134,7 @@ async fn request(
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     let logged = Logged { ctx: &ctx, asked: asked(path_only), rule: decision.rule.clone() };
     // INVARIANT: logged before a byte of the request goes up.
-    let extras = Extras { stripped: listed, credential: credential.as_deref() };
+    let extras = Extras { stripped: listed, credential: credential.as_deref(), service: None };
     if let Err(response) = ctx.pass_with(&logged.asked, &model::forwarded(&decision, &stripped), extras) {
         return reply(client, &response, false).await;
     }

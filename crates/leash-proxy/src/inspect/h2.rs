@@ -125,7 +125,7 @@ async fn stream(
     let listed = (!checked.stripped.is_empty()).then_some(checked.stripped.as_slice());
     // INVARIANT: logged before the stream's head or body goes up.
     let forwarded = model::forwarded(&decision, &checked.stripped);
-    let extras = Extras { stripped: listed, credential: credential.as_deref() };
+    let extras = Extras { stripped: listed, credential: credential.as_deref(), service: None };
     if let Err(answer) = ctx.pass_with(&asked(path_only), &forwarded, extras) {
         return own_response(&answer);
     }
@@ -487,7 +487,14 @@ impl<B> Drop for Counted<B> {
             let (up, down) = (log.up.load(Ordering::Relaxed), self.count.load(Ordering::Relaxed));
             log.totals.up.fetch_add(up, Ordering::Relaxed);
             log.totals.down.fetch_add(down, Ordering::Relaxed);
-            let ctx = RequestCtx { sh: &log.t.sh, snap: log.snap, id: log.id, peer: log.t.peer, started: log.started };
+            let ctx = RequestCtx {
+                sh: &log.t.sh,
+                snap: log.snap,
+                id: log.id,
+                peer: log.t.peer,
+                started: log.started,
+                service: None,
+            };
             ctx.outcome(log.status, up, down);
         }
     }

@@ -93,6 +93,8 @@ pub struct Builder {
     secrets: Arc<leash_proxy::credentials::Secrets>,
     /// `Proxy-Authorization` for the policy's upstream proxy.
     upstream_auth: Option<Arc<str>>,
+    /// The policy's services' listeners, bound by the test.
+    services: Vec<leash_proxy::ServiceSocket>,
 }
 
 impl Builder {
@@ -122,6 +124,12 @@ impl Builder {
     /// The credentials' secrets and placeholders, as leash reads them at start.
     pub fn secrets(mut self, secrets: leash_proxy::credentials::Secrets) -> Self {
         self.secrets = Arc::new(secrets);
+        self
+    }
+
+    /// Serve the policy's service `name` on `listener` (bound by the test, so its port can be in the policy).
+    pub fn service(mut self, name: &str, listener: leash_proxy::ServiceListener) -> Self {
+        self.services.push(leash_proxy::ServiceSocket { name: Arc::from(name), listener });
         self
     }
 
@@ -169,7 +177,8 @@ impl Builder {
         for port in &self.transparent {
             transparent.push(TcpListener::bind(("127.0.0.2", *port)).await.expect("bind transparent listener"));
         }
-        let task = tokio::spawn(leash_proxy::serve_with_transparent(listener, transparent, config, async move {
+        let listeners = leash_proxy::Listeners { proxy: listener, transparent, services: self.services };
+        let task = tokio::spawn(leash_proxy::serve_listeners(listeners, config, async move {
             let _ = stopped.await;
         }));
         Leash {
@@ -219,6 +228,7 @@ impl Leash {
             transparent: Vec::new(),
             secrets: Arc::default(),
             upstream_auth: None,
+            services: Vec::new(),
         }
     }
 
