@@ -32,8 +32,10 @@ const LOOPBACK_NAMES: [&str; 5] =
 /// A service as written, with where each of its parts was, for the checks that need the whole section.
 pub(super) struct Written {
     pub(super) service: Service,
-    pub(super) pos: Pos,
     pub(super) entry: String,
+    /// Where `listen` and `target` are written.
+    pub(super) listen_pos: Pos,
+    pub(super) target_pos: Pos,
 }
 
 impl Checker {
@@ -43,6 +45,11 @@ impl Checker {
         for (index, node) in items.iter().enumerate() {
             let entry = format!("{prefix}.services[{index}]");
             let Some(service) = self.service(&entry, node) else { continue };
+            let pos_of = |key: &str| match &node.value {
+                Value::Map(pairs) => pairs.iter().find(|(k, _)| k.name == key).map_or(node.pos, |(_, v)| v.pos),
+                _ => node.pos,
+            };
+            let (listen_pos, target_pos) = (pos_of("listen"), pos_of("target"));
             if !names.insert(service.name.clone()) {
                 let message = format!("a service named `{}` is given twice", service.name);
                 self.error(DuplicateKey, &join(&entry, "name"), node.pos, message);
@@ -51,7 +58,7 @@ impl Checker {
                 let message = format!("two services listen on {}", service.listen.shown());
                 self.error(DuplicateKey, &join(&entry, "listen"), node.pos, message);
             }
-            out.push(Written { service, pos: node.pos, entry });
+            out.push(Written { service, entry, listen_pos, target_pos });
         }
         out
     }
@@ -189,8 +196,15 @@ impl Checker {
         Some(ServiceKind::Http { paths: out })
     }
 
-    /// The checks that keep each service a gate, on the section's compiled rules.
-    pub(super) fn services_are_gates(&mut self, prefix: &str, network: &Network, written: &[Written]) {
+    /// The checks that keep each service a gate, on the section's compiled rules (those that parsed: with errors
+    /// elsewhere in the section, these still report). `host_nodes` are the `allowed_hosts` entries, for positions.
+    pub(super) fn services_are_gates(
+        &mut self,
+        prefix: &str,
+        network: &Network,
+        written: &[Written],
+        host_nodes: &[Node],
+    ) {
         if written.is_empty() {
             return;
         }
@@ -199,7 +213,7 @@ impl Checker {
             self.listener_free(network, w);
             self.target_not_proxied(&policy, w);
         }
-        self.no_loopback_allowed(prefix, &policy, written[0].pos);
+        self.no_loopback_allowed(prefix, &policy, host_nodes);
     }
 
     fn listener_free(&mut self, network: &Network, w: &Written) {
@@ -213,7 +227,7 @@ impl Checker {
         };
         if let Some(what) = taken {
             let message = format!("service `{}` listens on port {port}, which is {what}", w.service.name);
-            self.error(PolicyErrorKind::ServiceClash, &join(&w.entry, "listen"), w.pos, message);
+            self.error(PolicyErrorKind::ServiceClash, &join(&w.entry, "listen"), w.listen_pos, message);
         }
     }
 
@@ -238,22 +252,34 @@ impl Checker {
                 w.service.name,
                 w.service.target.shown()
             );
-            self.error(PolicyErrorKind::ServiceClash, &join(&w.entry, "target"), w.pos, message);
+            self.error(PolicyErrorKind::ServiceClash, &join(&w.entry, "target"), w.target_pos, message);
         }
     }
 
-    fn no_loopback_allowed(&mut self, prefix: &str, policy: &Policy, pos: Pos) {
-        let allowed = LOOPBACK_NAMES
-            .iter()
-            .filter_map(|n| crate::host::parse_host(n).ok())
-            .find(|h| policy.mode() == crate::engine::Mode::Allowlist && lookup_allowed(policy, h));
-        if let Some(host) = allowed {
+    fn no_loopback_allowed(&mut self, prefix: &str, policy: &Policy, host_nodes: &[Node]) {
+        if policy.mode() != crate::engine::Mode::Allowlist {
+            return;
+        }
+        let hosts = LOOPBACK_NAMES.iter().filter_map(|n| crate::host::parse_host(n).ok());
+        for host in hosts {
+            let decision = policy.decide(&Question::Lookup { host: &host }, TlsInspection::Available);
+            if decision.verdict == Verdict::Block {
+                continue;
+            }
+            // The entry that admits it, where it is written.
+            let rule = decision.rule.as_deref().unwrap_or_default();
+            let at = host_nodes.iter().enumerate().find(|(_, n)| matches!(&n.value, Value::Scalar(_, t) if t == rule));
+            let (entry, pos) = match at {
+                Some((index, node)) => (format!("{prefix}.allowed_hosts[{index}]"), node.pos),
+                None => (join(prefix, "allowed_hosts"), host_nodes.first().map(|n| n.pos).unwrap_or_default()),
+            };
             let message = format!(
                 "`{}` is allowed through the proxy while `services` exist: the host's loopback is reached only through \
                  a service; remove it from `allowed_hosts`",
                 host.as_str()
             );
-            self.error(PolicyErrorKind::ServiceClash, &join(prefix, "allowed_hosts"), pos, message);
+            self.error(PolicyErrorKind::ServiceClash, &entry, pos, message);
+            return;
         }
     }
 }

@@ -176,9 +176,8 @@ impl Checker {
             .unwrap_or_default();
         let (mode, audit) = mode?;
         self.mode_mismatch(prefix, mode, &fields);
-        if self.errors.len() > before {
-            return None;
-        }
+        // Built even when an entry was refused, so the services' checks report on what did parse: `leash check`
+        // names every bad entry at once.
         let urls = match mode {
             Mode::Allowlist => allowed_urls,
             Mode::Blocklist => blocked_urls,
@@ -198,7 +197,11 @@ impl Checker {
             upstream,
             services: services.iter().map(|w| w.service.clone()).collect(),
         };
-        self.services_are_gates(prefix, &network, &services);
+        let host_nodes = find(&fields, "allowed_hosts").and_then(|(_, n)| match &n.value {
+            Value::Seq(items) => Some(items.as_slice()),
+            _ => None,
+        });
+        self.services_are_gates(prefix, &network, &services, host_nodes.unwrap_or_default());
         if self.errors.len() > before {
             return None;
         }

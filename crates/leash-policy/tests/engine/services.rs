@@ -127,7 +127,7 @@ fn loopback_names_are_not_allowed_beside_services() {
              - {{name: gw, listen: 4000, target: '127.0.0.1:4000'}}\n"
         );
         let errs = errors(&text);
-        assert_eq!((errs[0].0, errs[0].1.as_str()), (PolicyErrorKind::ServiceClash, "network.allowed_hosts"));
+        assert_eq!((errs[0].0, errs[0].1.as_str()), (PolicyErrorKind::ServiceClash, "network.allowed_hosts[0]"));
     }
     // Without services, `localhost` stays an ordinary (if odd) entry.
     assert!(load("network:\n  mode: allowlist\n  allowed_hosts: [localhost]\n", Format::Yaml, None).is_ok());
