@@ -32,6 +32,8 @@ pub enum Command {
     Run(RunArgs),
     /// Run (or attach to) a Docker container whose only way out is leash's proxy
     Docker(DockerArgs),
+    /// Serve leash's proxy inside any network namespace: a microVM's tap, a pod, another runtime's container
+    Attach(AttachArgs),
     /// Read audit logs: what was allowed and refused, by host
     Log(LogArgs),
     /// Write a policy from audit logs
@@ -150,6 +152,57 @@ pub struct DockerAttachArgs {
     /// The container's name or ID
     #[arg(value_name = "CONTAINER")]
     pub container: String,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  leash attach --netns /run/netns/agent1 --policy policy.yaml --log audit.jsonl\n  \
+    leash attach --netns /run/netns/vm1 --interface tap0 --listen 169.254.100.1:3128 --policy policy.yaml \
+    --ca-cert-out ca.pem\n  leash attach --pid 4242 --transparent --policy policy.yaml\n  \
+    leash attach --dir /etc/leash/attachments --log /var/log/leash/audit.jsonl\n\n\
+    leash binds its proxy's listener inside the namespace (at --listen, 127.0.0.1:3128 by default; a tap's \
+    address for a microVM guest) and serves it from its own namespace, where upstreams are reached. It refuses a \
+    namespace that has another way out: an interface other than `lo` and those named with --interface, a route out \
+    (a default route, or one through a gateway, in any table) or an IPv6 address other than link-local -- unless \
+    --allow-routes says something else (a NetworkPolicy, a firewall) drops that traffic. It prints `listening inside \
+    NETNS on ADDR` and serves until SIGINT/SIGTERM/SIGHUP, or until the namespace is gone (its file removed, as by \
+    `ip netns delete`, or the process exited); then it exits 0. Setting the proxy variables and the CA (--ca-cert-out) \
+    for the namespace's programs is the caller's part. With --dir, one leash serves every attachment file in DIR \
+    (see docs/attach.md). Needs root."
+)]
+pub struct AttachArgs {
+    #[command(flatten)]
+    pub proxy: SandboxProxyArgs,
+    /// The network namespace's file: /run/netns/NAME (`ip netns add`), /proc/PID/ns/net, or a bind mount of one
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "dir"], required_unless_present_any = ["pid", "dir"])]
+    pub netns: Option<PathBuf>,
+    /// The network namespace of this process
+    #[arg(long, value_name = "PID", conflicts_with = "dir")]
+    pub pid: Option<u32>,
+    /// Serve every attachment file (*.yaml, *.yml, *.toml) in DIR, each with its namespace, policy and labels,
+    /// adding, reloading and removing them as the files appear, change and go
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Where the proxy listens inside the namespace (an IPv4 address there: its loopback, or a tap's address)
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:3128")]
+    pub listen: std::net::SocketAddrV4,
+    /// An interface the namespace may hold besides `lo` (a microVM's tap, a pod's veth); repeatable
+    #[arg(long = "interface", value_name = "NAME")]
+    pub interfaces: Vec<String>,
+    /// Serve the namespace even with a route out or an IPv6 address other than link-local: something else (a
+    /// Kubernetes NetworkPolicy, a firewall) must then drop its other traffic, which leash cannot check
+    #[arg(long)]
+    pub allow_routes: bool,
+    /// Also answer DNS on the namespace's 127.0.0.1:53 (allowed names resolve to 127.0.0.2) and listen on 127.0.0.2
+    /// for programs that ignore the proxy variables, as `leash run` does
+    #[arg(long)]
+    pub transparent: bool,
+    /// Write the run's CA certificate (PEM) to FILE, for the namespace's clients to trust (TLS inspection)
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert_out: Option<PathBuf>,
+    /// Write the system roots plus the run's CA (PEM) to FILE (for SSL_CERT_FILE and the like)
+    #[arg(long, value_name = "FILE")]
+    pub ca_bundle_out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -37,6 +37,7 @@ fn main() -> ExitCode {
         cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Attach(args) }) => {
             cmd::docker::attach(args)
         }
+        cli::Command::Attach(args) => cmd::attach::run(args),
         cli::Command::Log(cli::LogArgs { command: cli::LogCommand::Summary(args) }) => cmd::log::summary(&args),
         cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Suggest(args) }) => {
             cmd::policy::suggest(&args)

@@ -40,12 +40,26 @@ pub fn bind_inside(
     transparent_ports: Option<&[u16]>,
     service_ports: &[(Arc<str>, u16)],
 ) -> Result<Inside, leash_sandbox::SandboxError> {
+    let netns = leash_sandbox::Netns::Process(pid);
+    bind_in_namespace(&netns, &leash_sandbox::Isolation::default(), PROXY_INSIDE, transparent_ports, service_ports)
+}
+
+/// [`bind_inside`] for any network namespace, checked as `isolation` says: the proxy's listener at `listen`, the
+/// stub's socket and transparent listeners (with `transparent_ports`) on the namespace's loopback, and a listener
+/// per service port on `listen`'s address. The building block of `leash attach` and `leash docker`.
+pub fn bind_in_namespace(
+    netns: &leash_sandbox::Netns,
+    isolation: &leash_sandbox::Isolation,
+    listen: SocketAddrV4,
+    transparent_ports: Option<&[u16]>,
+    service_ports: &[(Arc<str>, u16)],
+) -> Result<Inside, leash_sandbox::SandboxError> {
     let udp: &[SocketAddrV4] = if transparent_ports.is_some() { &[DNS_INSIDE] } else { &[] };
     let transparent_ports = transparent_ports.unwrap_or_default();
-    let mut tcp = vec![PROXY_INSIDE];
+    let mut tcp = vec![listen];
     tcp.extend(transparent_ports.iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, *p)));
-    tcp.extend(service_ports.iter().map(|(_, p)| SocketAddrV4::new(Ipv4Addr::LOCALHOST, *p)));
-    let mut sockets = leash_sandbox::bind_in_netns(pid, &tcp, udp)?;
+    tcp.extend(service_ports.iter().map(|(_, p)| SocketAddrV4::new(*listen.ip(), *p)));
+    let mut sockets = leash_sandbox::bind_in(netns, isolation, &tcp, udp)?;
     let no_listener = || leash_sandbox::SandboxError::InvalidSpec("no listener was bound".into());
     let mut bound = std::mem::take(&mut sockets.tcp).into_iter();
     let proxy = bound.next().ok_or_else(no_listener)?;
@@ -68,28 +82,10 @@ pub async fn serve_until<T>(
     stop: &mut StopSignals,
     on_signal: Option<impl FnOnce()>,
 ) -> Option<T> {
-    let audit = config.audit.clone();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let _dns_running = inside.dns.and_then(|socket| serve_dns(socket, config.policy.clone(), audit.clone()));
-    let listener = inside.proxy;
-    let listener = listener.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(listener));
-    let transparent = inside
-        .transparent
-        .into_iter()
-        .filter_map(|l| l.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(l)).ok())
-        .collect();
-    let proxy = match listener {
-        Ok(proxy) => {
-            let listeners = leash_proxy::Listeners { proxy, transparent, services: inside.services };
-            Some(tokio::spawn(leash_proxy::serve_listeners(listeners, config, async move {
-                let _ = stop_rx.await;
-            })))
-        }
-        Err(e) => {
-            tracing::error!("cannot serve the container's listener: {e}");
-            None
-        }
-    };
+    let serving = tokio::spawn(inside.serve(config, async move {
+        let _ = stop_rx.await;
+    }));
     let result = tokio::select! {
         r = &mut ended => r.ok(),
         () = stop.recv() => match on_signal {
@@ -101,15 +97,35 @@ pub async fn serve_until<T>(
         }
     };
     let _ = stop_tx.send(());
-    if let Some(proxy) = proxy {
-        if let Ok(Err(e)) = proxy.await {
-            tracing::error!("proxy: {e}");
+    let _ = serving.await;
+    result
+}
+
+impl Inside {
+    /// Serves the proxy, the DNS stub, the transparent and the service listeners bound here until `shutdown`
+    /// completes; then drains in-flight requests and flushes the log.
+    pub async fn serve(self, config: ProxyConfig, shutdown: impl std::future::Future<Output = ()>) {
+        let audit = config.audit.clone();
+        let _dns_running = self.dns.and_then(|socket| serve_dns(socket, config.policy.clone(), audit.clone()));
+        let proxy = self.proxy.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(self.proxy));
+        let transparent = self
+            .transparent
+            .into_iter()
+            .filter_map(|l| l.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(l)).ok())
+            .collect();
+        match proxy {
+            Ok(proxy) => {
+                let listeners = leash_proxy::Listeners { proxy, transparent, services: self.services };
+                if let Err(e) = leash_proxy::serve_listeners(listeners, config, shutdown).await {
+                    tracing::error!("proxy: {e}");
+                }
+            }
+            Err(e) => tracing::error!("cannot serve the namespace's listener: {e}"),
+        }
+        if let Err(e) = audit.flush() {
+            tracing::error!("{e}");
         }
     }
-    if let Err(e) = audit.flush() {
-        tracing::error!("{e}");
-    }
-    result
 }
 
 /// Serves the DNS stub on `socket` until the returned sender is dropped. A stub that cannot run only means lookups

@@ -28,7 +28,7 @@ pub mod url;
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
 pub use dest::{is_internal, Cidr, CidrError};
 pub use engine::{ClientHelloFacts, Decision, Mode, Policy, ProviderTools, Request, Scheme, Verdict, Via};
-pub use file::{load, Format, Loaded, PolicyError, PolicyErrorKind, Warning};
+pub use file::{load, load_attachment, Attachment, Format, Loaded, Namespace, PolicyError, PolicyErrorKind, Warning};
 pub use hints::{Hint, PortList, Refused, RequestKind};
 pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostError, Name};
 pub use path::{canonicalize, CanonicalPath, PathError};

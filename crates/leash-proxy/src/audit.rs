@@ -50,6 +50,8 @@ pub struct AuditLog {
     next_id: AtomicU64,
     /// The container the run serves (`leash docker`), added to every line as `container`.
     container: Option<Box<str>>,
+    /// The attachment's labels (`leash attach`), added to every line as `labels`.
+    labels: Option<std::collections::BTreeMap<String, String>>,
     /// The refusals written so far; locked only for a refusal, never for an allowed request.
     refused: Mutex<Tally>,
 }
@@ -283,12 +285,24 @@ impl AuditLog {
     }
 
     fn with_sink(sink: Sink) -> Self {
-        Self { sink: Mutex::new(sink), next_id: AtomicU64::new(1), container: None, refused: Mutex::default() }
+        Self {
+            sink: Mutex::new(sink),
+            next_id: AtomicU64::new(1),
+            container: None,
+            labels: None,
+            refused: Mutex::default(),
+        }
     }
 
     /// Every line written from now on carries `"container": id` (the Docker container this run serves).
     pub fn with_container(mut self, id: &str) -> Self {
         self.container = Some(id.into());
+        self
+    }
+
+    /// Every line written from now on carries `"labels": {...}` (the attachment a node agent serves, say which pod).
+    pub fn with_labels(mut self, labels: std::collections::BTreeMap<String, String>) -> Self {
+        self.labels = (!labels.is_empty()).then_some(labels);
         self
     }
 
@@ -332,9 +346,11 @@ impl AuditLog {
     }
 
     fn write_line<T: Serialize>(&self, entry: &T) -> Result<(), AuditError> {
-        let json = match &self.container {
-            None => serde_json::to_vec(entry),
-            Some(container) => serde_json::to_vec(&InContainer { entry, container }),
+        let json = match (&self.container, &self.labels) {
+            (None, None) => serde_json::to_vec(entry),
+            (container, labels) => {
+                serde_json::to_vec(&Tagged { entry, container: container.as_deref(), labels: labels.as_ref() })
+            }
         };
         let mut line = json.map_err(|e| err(Path::new("<json>"), e.into()))?;
         line.push(b'\n');
@@ -436,12 +452,15 @@ fn cut(text: &str, max: usize) -> &str {
     text.get(..end).unwrap_or_default()
 }
 
-/// An entry with the container it came from appended.
+/// An entry with the container or the attachment it came from appended.
 #[derive(Serialize)]
-struct InContainer<'a, T> {
+struct Tagged<'a, T> {
     #[serde(flatten)]
     entry: &'a T,
-    container: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<&'a std::collections::BTreeMap<String, String>>,
 }
 
 /// Create (mode 0600) or append to the log file at `path`; with its device and inode.

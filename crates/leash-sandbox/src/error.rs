@@ -39,12 +39,12 @@ pub enum SandboxError {
     /// The sandbox's init ended before it reported the command started.
     #[error("the sandbox's init ended before the command started ({0})")]
     InitDied(String),
-    /// A network namespace to bind in (`bind_in_netns`) is not isolated: it is leash's own, or it holds an
-    /// interface other than `lo`, so serving a proxy there would not be its only way out.
-    #[error("the network namespace of process {pid} is not isolated: {why}")]
+    /// A network namespace to bind in (`bind_in`, `bind_in_netns`) is not isolated: it is leash's own, or it holds
+    /// an interface, a route out or an address that would give it another way out than leash's listener.
+    #[error("the network namespace {netns} is not isolated: {why}")]
     NotIsolated {
-        /// The process whose namespace it is.
-        pid: u32,
+        /// Which namespace.
+        netns: crate::Netns,
         /// What was found.
         why: String,
     },
@@ -117,10 +117,10 @@ pub enum Step {
     ChangeDir(PathBuf),
     /// `execve` of the command.
     Exec(PathBuf),
-    /// Opening `/proc/PID/ns/net` of another process (`bind_in_netns`).
-    OpenNetns(u32),
-    /// `setns` into another process's network namespace.
-    EnterNetns(u32),
+    /// Opening a network namespace (`/proc/PID/ns/net`, or a path such as `/run/netns/NAME`).
+    OpenNetns(crate::Netns),
+    /// `setns` into another network namespace.
+    EnterNetns(crate::Netns),
     /// Listing the interfaces of a network namespace.
     ListInterfaces,
     /// `unshare(CLONE_NEWIPC)`.
@@ -169,9 +169,9 @@ impl fmt::Display for Step {
             Step::RedirectStdio => f.write_str("set up the command's stdin, stdout and stderr"),
             Step::ChangeDir(p) => write!(f, "change to the working directory `{}`", p.display()),
             Step::Exec(p) => write!(f, "run `{}`", p.display()),
-            Step::OpenNetns(pid) => write!(f, "open the network namespace of process {pid}"),
-            Step::EnterNetns(pid) => write!(f, "enter the network namespace of process {pid}"),
-            Step::ListInterfaces => f.write_str("list the network namespace's interfaces"),
+            Step::OpenNetns(netns) => write!(f, "open the network namespace {netns}"),
+            Step::EnterNetns(netns) => write!(f, "enter the network namespace {netns}"),
+            Step::ListInterfaces => f.write_str("list the network namespace's interfaces, routes and addresses"),
             Step::CreateIpcNamespace => f.write_str("create an IPC namespace"),
             Step::MountMqueue => f.write_str("mount the sandbox's own /dev/mqueue"),
             Step::NewSession => f.write_str("start the command in a session of its own"),
@@ -208,7 +208,12 @@ fn hint(step: &Step, source: &io::Error) -> &'static str {
         Step::MapIds(_) | Step::MapCommandIds(_) if denied => {
             "; the kernel refused the uid/gid mapping: check AppArmor or LSM user namespace restrictions"
         }
-        Step::OpenNetns(_) if source.kind() == io::ErrorKind::NotFound => "; the process has exited",
+        Step::OpenNetns(crate::Netns::Process(_)) if source.kind() == io::ErrorKind::NotFound => {
+            "; the process has exited"
+        }
+        Step::OpenNetns(crate::Netns::Path(_)) if source.kind() == io::ErrorKind::NotFound => {
+            "; no such file (`ip netns list` names the namespaces under /run/netns)"
+        }
         Step::OpenNetns(_) | Step::EnterNetns(_) if denied => {
             "; entering another process's network namespace needs root (CAP_SYS_ADMIN and CAP_SYS_PTRACE)"
         }

@@ -270,6 +270,63 @@ pub struct NetnsSockets {
     pub udp: Vec<UdpSocket>,
 }
 
+/// A network namespace leash did not make: a process's, or one a path names (`/run/netns/NAME`, a bind mount,
+/// `/proc/PID/ns/net`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Netns {
+    Process(u32),
+    Path(PathBuf),
+}
+
+impl Netns {
+    /// The namespace's file.
+    pub fn file(&self) -> PathBuf {
+        match self {
+            Netns::Process(pid) => PathBuf::from(format!("/proc/{pid}/ns/net")),
+            Netns::Path(path) => path.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for Netns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Netns::Process(pid) => write!(f, "of process {pid}"),
+            Netns::Path(path) => write!(f, "`{}`", path.display()),
+        }
+    }
+}
+
+/// What a namespace leash serves may hold besides `lo` (see [`bind_in`]). The default: nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Isolation {
+    /// Interfaces expected there (a microVM's tap, a pod's veth): any other is refused.
+    pub interfaces: Vec<String>,
+    /// Serve even with a route out or an IPv6 address other than link-local, because something else drops that
+    /// traffic (a Kubernetes NetworkPolicy, a firewall): leash then cannot vouch for being the only way out.
+    pub allow_routes: bool,
+}
+
+/// Binds TCP listeners and UDP sockets inside `netns`, for leash to serve from its own namespace. A dedicated thread
+/// enters the namespace, refuses it ([`SandboxError::NotIsolated`]) if it is leash's own, holds an interface other
+/// than `lo` and those `isolation` names, or (unless `isolation.allow_routes`) has a route out — a default route
+/// or one through a gateway, in any table — or an IPv6 address other than link-local; then binds, and ends. Needs
+/// root (`CAP_SYS_ADMIN` to enter the namespace).
+pub fn bind_in(
+    netns: &Netns,
+    isolation: &Isolation,
+    tcp: &[SocketAddrV4],
+    udp: &[SocketAddrV4],
+) -> Result<NetnsSockets, SandboxError> {
+    imp::bind_in(netns, isolation, tcp, udp).map(|(tcp, udp)| NetnsSockets { tcp, udp })
+}
+
+/// The device and inode of `netns` now: a different pair (or an error) later means the path no longer names it,
+/// or the process is gone.
+pub fn netns_id(netns: &Netns) -> Result<(u64, u64), SandboxError> {
+    imp::netns_id(netns)
+}
+
 /// Binds TCP listeners and UDP sockets inside the network namespace of process `pid` (a `--network none`
 /// container's init, say), for leash to serve from its own namespace. A dedicated thread enters the namespace,
 /// refuses it unless it holds no interface but `lo` and is not leash's own ([`SandboxError::NotIsolated`]), binds,

@@ -31,6 +31,19 @@ impl Pending {
     }
 }
 
+pub(crate) fn bind_in(
+    _netns: &crate::Netns,
+    _isolation: &crate::Isolation,
+    _tcp: &[SocketAddrV4],
+    _udp: &[SocketAddrV4],
+) -> Result<(Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
+    Err(SandboxError::Unsupported { os: std::env::consts::OS })
+}
+
+pub(crate) fn netns_id(_netns: &crate::Netns) -> Result<(u64, u64), SandboxError> {
+    Err(SandboxError::Unsupported { os: std::env::consts::OS })
+}
+
 pub(crate) fn bind_in_netns(
     _pid: u32,
     _tcp: &[SocketAddrV4],

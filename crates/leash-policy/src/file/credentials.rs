@@ -157,7 +157,7 @@ impl Checker {
         }
     }
 
-    fn flag(&mut self, entry: &str, fields: &Fields<'_>, key: &str) -> bool {
+    pub(super) fn flag(&mut self, entry: &str, fields: &Fields<'_>, key: &str) -> bool {
         match find(fields, key) {
             None => false,
             Some((_, node)) => match &node.value {

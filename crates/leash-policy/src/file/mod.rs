@@ -8,8 +8,11 @@
 
 use std::fmt;
 
+pub use attachment::{load_attachment, Attachment, Namespace};
+
 use crate::engine::Policy;
 
+mod attachment;
 mod credentials;
 mod entries;
 mod inline;

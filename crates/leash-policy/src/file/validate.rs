@@ -73,7 +73,7 @@ pub(crate) fn document(root: &Node) -> Checked {
 
 pub(super) struct Checker {
     pub(super) errors: Vec<PolicyError>,
-    warnings: Vec<Warning>,
+    pub(super) warnings: Vec<Warning>,
 }
 
 pub(super) type Fields<'n> = Vec<(&'n Key, &'n Node)>;
