@@ -459,6 +459,8 @@ fn squid_in_its_own_namespace_is_leashs_only_route_and_leash_still_decides() {
     let lines = leash.stop();
     let outcome = outcome_of(&lines, "/squid-says-no");
     assert_eq!((outcome["status"].as_u64(), outcome["error"].as_str()), (Some(502), Some("upstream-proxy")));
+    let answer = outcome["upstream_proxy_answer"].as_str().unwrap_or_default();
+    assert!(answer.contains("answered 403") && answer.contains("ERR_ACCESS_DENIED"), "the log says why: {outcome}");
     let access = squid.access();
     for seen in ["http://docs.test/open/plain", "CONNECT tls.test:443", "CONNECT docs.test:443", "corp-user"] {
         assert!(access.contains(seen), "squid's log lacks {seen}: {access}");

@@ -97,6 +97,9 @@ pub struct OutcomeEntry {
     /// failure's cause (see [`UpstreamFailure`]); absent when the upstream answered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<&'static str>,
+    /// With `error: upstream-proxy`: what the upstream proxy answered (its status, and squid's error name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_proxy_answer: Option<String>,
 }
 
 /// Why an allowed request's upstream failed, as the outcome's `error` word says it.
@@ -651,6 +654,7 @@ mod tests {
             bytes_down: 2,
             duration_ms: 0.5,
             error: None,
+            upstream_proxy_answer: None,
         };
         log.outcome(&outcome).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();

@@ -165,7 +165,8 @@ impl<'s> RequestCtx<'s> {
 
     /// Record how an allowed request ended. A failure here cannot refuse anything any more; it is reported.
     pub fn outcome(&self, status: u16, up: u64, down: u64) {
-        write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, status, (up, down), self.started, None);
+        let outcome = (status, (up, down), None, None);
+        write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, outcome, self.started);
     }
 
     /// Record that an allowed request's upstream (`authority`) failed, and why: the outcome's `error`, and a warning
@@ -174,7 +175,10 @@ impl<'s> RequestCtx<'s> {
         if let Some(cause) = cause {
             tracing::warn!("upstream {authority} failed ({}): {why}", cause.as_str());
         }
-        write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, status, (0, 0), self.started, cause);
+        // The upstream proxy's own answer goes on record, so a refusal by it is told from leash's.
+        let answer = (cause == Some(UpstreamFailure::UpstreamProxy)).then(|| why.to_owned());
+        let outcome = (status, (0, 0), cause, answer);
+        write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, outcome, self.started);
     }
 }
 
@@ -217,14 +221,15 @@ pub(crate) fn write_decision(
     written
 }
 
+/// How a request ended: its status, the bytes each way, and for a failure its cause and the upstream proxy's answer.
+type Ending = (u16, (u64, u64), Option<UpstreamFailure>, Option<String>);
+
 fn write_outcome(
     audit: &AuditLog,
     metrics: &Metrics,
     id: u64,
-    status: u16,
-    (up, down): (u64, u64),
+    (status, (up, down), cause, answer): Ending,
     started: Instant,
-    cause: Option<UpstreamFailure>,
 ) {
     let entry = OutcomeEntry {
         id,
@@ -234,6 +239,7 @@ fn write_outcome(
         bytes_down: down,
         duration_ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
         error: cause.map(UpstreamFailure::as_str),
+        upstream_proxy_answer: answer,
     };
     metrics.count_outcome((up, down), started.elapsed(), cause);
     if let Err(e) = audit.outcome(&entry) {

@@ -253,6 +253,7 @@ async fn the_upstream_proxys_407_to_a_plain_request_is_a_502_naming_it() {
     let line = leash.decision("/page").await;
     let outcome = leash.outcome(&line["id"]).await;
     assert_eq!((outcome["status"].as_u64(), outcome["error"].as_str()), (Some(502), Some("upstream-proxy")));
+    assert!(outcome["upstream_proxy_answer"].as_str().is_some_and(|a| a.contains("answered 407")), "{outcome}");
 }
 
 #[tokio::test]
@@ -267,6 +268,8 @@ async fn the_upstream_proxys_own_refusal_of_a_plain_request_is_a_502_an_origins_
     let line = leash.decision("/page").await;
     let outcome = leash.outcome(&line["id"]).await;
     assert_eq!((outcome["status"].as_u64(), outcome["error"].as_str()), (Some(502), Some("upstream-proxy")));
+    let answer = outcome["upstream_proxy_answer"].as_str().unwrap_or_default();
+    assert!(answer.contains("answered 403 (X-Squid-Error: ERR_ACCESS_DENIED 0)"), "{outcome}");
     // An unmarked 403 may be the origin's own answer: relayed as it came.
     let r = exchange(leash.addr, get("http://allowed.test:8080/origin-403")).await;
     assert_eq!((r.status, r.text()), (403, "origin403".to_owned()));
