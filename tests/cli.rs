@@ -121,6 +121,38 @@ fn explain_connect_to_a_host_with_path_rules_says_what_the_proxy_does() {
     assert_eq!((code, out.lines().next()), (Some(1), Some("block rule api.semanticscholar.org")));
 }
 
+/// A policy with services: an HTTP one limited to /mcp and a TCP one on a Unix socket.
+const SERVICES: &str = "network:\n  mode: allowlist\n  allowed_hosts: [docs.test]\n  services:\n    \
+    - {name: mcp, listen: 8080, target: '127.0.0.1:9000', kind: http, paths: [/mcp]}\n    \
+    - {name: tools, listen: /run/leash-tools.sock, target: /var/run/tools.sock}\n";
+
+#[test]
+fn explain_decides_a_request_on_a_service_as_the_service_would() {
+    let (code, out) = explain(SERVICES, &["POST", "http://localhost:8080/mcp/call"]);
+    assert_eq!((code, out.lines().next()), (Some(0), Some("allow rule service:mcp/mcp")), "{out}");
+    assert!(out.contains("service `mcp`: listens on port 8080 in the sandbox, relayed to 127.0.0.1:9000"), "{out}");
+    let (code, out) = explain(SERVICES, &["http://127.0.0.1:8080/admin"]);
+    assert_eq!((code, out.lines().next()), (Some(1), Some("block not-allowed")), "{out}");
+    let (code, out) = explain(SERVICES, &["service:tools"]);
+    assert_eq!((code, out.lines().next()), (Some(0), Some("allow rule service:tools")), "{out}");
+    assert!(out.contains("a TCP service"), "{out}");
+    // A port that is no service's is a request through the proxy, decided by its rules.
+    let (code, out) = explain(SERVICES, &["http://localhost:8081/mcp"]);
+    assert_eq!((code, out.lines().next()), (Some(1), Some("block port")), "{out}");
+}
+
+#[test]
+fn check_lists_the_services_and_the_upstream_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let with_proxy = format!("{SERVICES}  upstream_proxy: http://proxy.corp.test:3128\n");
+    let o = leash(&["check", write(dir.path(), "s.yaml", &with_proxy).to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("  allowed requests go out through the upstream proxy http://proxy.corp.test:3128"), "{out}");
+    assert!(out.contains("  service mcp: port 8080 -> 127.0.0.1:9000 (http, only /mcp, each request logged)"), "{out}");
+    assert!(out.contains("  service tools: /run/leash-tools.sock -> /var/run/tools.sock (tcp"), "{out}");
+}
+
 #[test]
 fn explain_refuses_ip_literals_and_rejects_usage_errors() {
     let (code, out) = explain(BLOCKLIST, &["http://0x7f000001/"]);
