@@ -830,14 +830,16 @@ fn explain_piped_into_a_reader_that_went_away_ends_quietly() {
     std::fs::write(&policy, "network:\n  mode: blocklist\n  blocked_urls: [x.test]\n").unwrap();
     // The reader is gone before explain prints (as with `| head -1` on a long output): like any Unix filter, it ends
     // on SIGPIPE, with no panic on stderr.
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leash"))
+    // The pipe's reading end is closed before leash starts, so its first write always meets a closed pipe (dropping
+    // it after the spawn raced the write, which a fast leash could finish first).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_leash"))
         .args(["explain", "--policy", policy.to_str().unwrap(), "https://example.org/"])
-        .stdout(std::process::Stdio::piped())
+        .stdout(writer)
         .stderr(std::process::Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    drop(child.stdout.take());
-    let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
     use std::os::unix::process::ExitStatusExt;
