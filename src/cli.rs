@@ -165,7 +165,7 @@ pub struct DockerAttachArgs {
     namespace that has another way out: an interface other than `lo` and those named with --interface, a route out \
     (a default route, or one through a gateway, in any table) or an IPv6 address other than link-local -- unless \
     --allow-routes says something else (a NetworkPolicy, a firewall) drops that traffic. It prints `listening inside \
-    NETNS on ADDR` and serves until SIGINT/SIGTERM/SIGHUP, or until the namespace is gone (its file removed, as by \
+    the network namespace NETNS on ADDR` and serves until SIGINT/SIGTERM/SIGHUP, or until the namespace is gone (its file removed, as by \
     `ip netns delete`, or the process exited); then it exits 0. Setting the proxy variables and the CA (--ca-cert-out) \
     for the namespace's programs is the caller's part. With --dir, one leash serves every attachment file in DIR \
     (see docs/attach.md). Needs root."

@@ -86,7 +86,7 @@ async fn serve(target: Target, parts: ProxyParts, inspection: Arc<Inspection>, s
         Err(code) => return code,
     };
     let config = config((policy, pins, secrets), Arc::new(audit), Some(inspection));
-    println!("listening inside {} on {}", target.netns, target.listen);
+    println!("listening inside the network namespace {} on {}", target.netns, target.listen);
     let (gone_tx, gone_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         let _ = gone_tx.send(gone(&target.netns, attached.id).await);

@@ -149,9 +149,13 @@ impl Agent {
                 continue;
             }
             match self.start(&path, now) {
-                Ok(r) => {
+                Ok(Some(r)) => {
                     broken.remove(&path);
                     running.insert(path, r);
+                }
+                // A policy file: looked at again only once it changes, and never reported.
+                Ok(None) => {
+                    broken.insert(path, now);
                 }
                 Err(why) => {
                     tracing::error!("attachment `{}`: {why}; skipped until it changes", path.display());
@@ -161,14 +165,19 @@ impl Agent {
         }
     }
 
-    /// Read, check and attach one file.
-    fn start(&self, path: &Path, file_version: Version) -> Result<Running, String> {
+    /// Read, check and attach one file. `Ok(None)`: it is no attachment but a policy file (one with a top-level
+    /// `network`), kept beside the attachments that name it.
+    fn start(&self, path: &Path, file_version: Version) -> Result<Option<Running>, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
         let format = Format::from_path(path).ok_or("unknown extension")?;
-        let a = leash_policy::load_attachment(&text, format).map_err(|errors| {
-            let list: Vec<String> = errors.iter().map(|e| crate::policy_file::located(path, e)).collect();
-            list.join("; ")
-        })?;
+        let a = match leash_policy::load_attachment(&text, format) {
+            Ok(a) => a,
+            Err(errors) if errors.iter().any(|e| e.entry == "network") => return Ok(None),
+            Err(errors) => {
+                let list: Vec<String> = errors.iter().map(|e| crate::policy_file::located(path, e)).collect();
+                return Err(list.join("; "));
+            }
+        };
         let base = path.parent().unwrap_or(Path::new("."));
         let policy_file = base.join(&a.policy);
         let policy_version = version(&policy_file);
@@ -184,7 +193,12 @@ impl Agent {
         let secured = Secured { secrets: Arc::new(secrets), upstream_auth };
         let cfg = config((policy, self.pins.clone(), secured), Arc::new(audit), Some(self.inspection.clone()));
         let handle = cfg.policy.clone();
-        tracing::info!("attachment `{}`: serving {} on {}", path.display(), target.netns, target.listen);
+        tracing::info!(
+            "attachment `{}`: serving the network namespace {} on {}",
+            path.display(),
+            target.netns,
+            target.listen
+        );
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (netns, id) = (target.netns.clone(), attached.id);
         let shown = path.display().to_string();
@@ -200,15 +214,16 @@ impl Agent {
             drop(socket_files);
         });
         let profile = a.profile.clone();
-        Ok(Running {
+        let policy = handle;
+        Ok(Some(Running {
             version: file_version,
             policy_file,
             policy_version,
             profile,
-            policy: handle,
+            policy,
             stop: Some(stop_tx),
             task,
-        })
+        }))
     }
 
     /// The attachment's own handle on the shared log, labelled.
