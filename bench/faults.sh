@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Load and faults: held connections, slowloris, 4 GiB bodies, upstream faults, a full log filesystem,
-# SIGTERM drain, kill -9 — against a real `leash proxy`, in a private network and mount namespace (its own loopback,
-# its own tmpfs mount), so nothing leaves the machine and nothing on the host changes. Every loop is bounded; the
-# whole run is killed after 10 minutes. Prints a markdown table (copied into bench/RESULTS.md by hand).
+# Load and faults: held connections, one greedy client beside another, slowloris, 4 GiB bodies, upstream faults, a
+# full log filesystem, SIGTERM drain, kill -9 — against a real `leash proxy`, in a private network and mount namespace
+# (its own loopback, its own tmpfs mount), so nothing leaves the machine and nothing on the host changes. Every loop
+# is bounded; the whole run is killed after 10 minutes. Prints a markdown table (copied into bench/RESULTS.md by hand).
 #
-#   sudo bench/faults.sh            # full: 10,000 held connections, 9,000 held tunnels, 2,000 slowloris clients,
-#                                   # 4 GiB each way (~2 min after the build; the 120 s response time-out runs beside)
-#   sudo bench/faults.sh --quick    # 1,000 / 1,000 / 200 / 256 MiB (as long: the response time-out sets the pace)
-#   sudo bench/faults.sh --only=sigterm,kill9   # some steps: held tunnels slowloris big upstream full-log sigterm kill9
-#   LEASH_BIN=target/x86_64-unknown-linux-gnu/release/leash sudo -E bench/faults.sh   # an existing binary instead of `cargo build --release`
+#   sudo bench/faults.sh            # full: 8,000 held connections, 9,000 held tunnels, a greedy client asking for
+#                                   # 10,000 connections of leash's 9,968 (from one address, then from 8) while
+#                                   # another sends a request every 50 ms,
+#                                   # 2,000 slowloris clients, 4 GiB each way (~2 min after the build; the 120 s
+#                                   # response time-out runs beside)
+#   sudo bench/faults.sh --quick    # 1,000 / 1,000 / 1,000 of 992 (leash at 2,048 open files) / 200 / 256 MiB
+#                                   # (as long: the response time-out sets the pace)
+#   sudo bench/faults.sh --only=sigterm,kill9   # some steps: held tunnels two-clients greedy-spread
+#                                               # slowloris big upstream full-log sigterm kill9
+#   LEASH_BIN=target/x86_64-unknown-linux-gnu/release/leash sudo -E bench/faults.sh   # an existing binary instead of
+#                                                                                     # `cargo build --release`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -6,10 +6,19 @@ import asyncio, json, os, signal, ssl, subprocess, sys, threading, time
 LEASH, WORK = sys.argv[1], sys.argv[2]
 QUICK = "--quick" in sys.argv
 HTTP_PORT, HOLD_PORT, DEAD_PORT = 18080, 14443, 18081
-HELD = 1000 if QUICK else 10_000
+# Below seven eighths of leash's connection bound (9,968 at this machine's 20,000 open files): nearer, leash closes
+# idle keep-alive connections to make room. From HELD_SOURCES addresses: one client holds at most 3/4 of the bound.
+HELD = 1000 if QUICK else 8_000
+HELD_SOURCES = 4
 # Tunnels are two sockets each in leash, and this machine's hard limit on open files is 20,000 (not raisable here).
 TUNNELS = int(os.environ.get("FAULTS_TUNNELS", 1000 if QUICK else 9_000))
 SLOWLORIS = 200 if QUICK else 2_000
+# The two-client case: the greedy client's connections, against leash's open-file limit (its connection bound is
+# (limit - 64) / 2: 9,968 at 20,000, 992 at 2,048), so the greedy client asks for more than the whole bound.
+GREEDY = 1000 if QUICK else 10_000
+GREEDY_NOFILE = 2048 if QUICK else 20_000
+OTHER_EVERY = 0.05  # the other client's pace: a request every 50 ms
+PROMPT = 1.0  # the other client's requests must each be answered within this (seconds)
 BIG = (256 << 20) if QUICK else (4 << 30)
 DRAIN_REQUESTS = 300
 POLICY = f"""network:
@@ -28,7 +37,7 @@ def say(line=""):
 
 
 class Leash:
-    def __init__(self, name, log):
+    def __init__(self, name, log, nofile=None):
         self.log = log
         policy = os.path.join(WORK, "policy.yaml")
         with open(policy, "w") as f:
@@ -36,8 +45,10 @@ class Leash:
         self.stderr_path = os.path.join(WORK, name + ".stderr")
         args = [LEASH, "proxy", "--policy", policy, "--listen", "127.0.0.1:0", "--log", log,
                 "--resolve", "origin.test:127.0.0.1", "--resolve", "hold.test:127.0.0.1"]
+        limit = (lambda: __import__("resource").setrlimit(__import__("resource").RLIMIT_NOFILE, (nofile, nofile))
+                 ) if nofile else None
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(self.stderr_path, "w"),
-                                     env={**os.environ, "RUST_LOG": "warn"})
+                                     env={**os.environ, "RUST_LOG": "warn"}, preexec_fn=limit)
         line = self.proc.stdout.readline().decode()
         assert line.startswith("listening on "), line
         host, port = line.split()[-1].rsplit(":", 1)
@@ -72,12 +83,13 @@ def log_lines(path):
 SENT = {}
 
 
-async def request(addr, target, timeout=10, method="GET"):
+async def request(addr, target, timeout=10, method="GET", source=None):
     """One request on a fresh connection: (status, seconds, body). Status 0: no response (closed or timed out).
     SENT[task] is when the whole head had been written (for the drain step)."""
     start = time.monotonic()
     try:
-        r, w = await asyncio.wait_for(asyncio.open_connection(*addr), timeout)
+        local = (source, 0) if source else None
+        r, w = await asyncio.wait_for(asyncio.open_connection(*addr, local_addr=local), timeout)
         host = target.split("/")[2]
         w.write(f"{method} {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
         await w.drain()
@@ -122,11 +134,12 @@ async def held(leash, kind, n):
     connect = f"CONNECT hold.test:{HOLD_PORT} HTTP/1.1\r\nHost: hold.test:{HOLD_PORT}\r\n\r\n".encode()
     get = f"GET http://origin.test:{HTTP_PORT}/small HTTP/1.1\r\nHost: origin.test:{HTTP_PORT}\r\n\r\n".encode()
 
-    async def one():
+    async def one(i):
         nonlocal failed
         async with sem:
             try:
-                r, w = await asyncio.wait_for(asyncio.open_connection(*leash.addr), 20)
+                source = ("127.0.0.%d" % (10 + i % HELD_SOURCES), 0)
+                r, w = await asyncio.wait_for(asyncio.open_connection(*leash.addr, local_addr=source), 20)
                 w.write(connect if kind == "tunnel" else get)
                 head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 20)
                 assert head.startswith(b"HTTP/1.1 200"), head
@@ -142,7 +155,7 @@ async def held(leash, kind, n):
     await asyncio.sleep(0.5)
     before, fds_before = leash.rss_kb(), leash.fds()
     t0 = time.monotonic()
-    await asyncio.gather(*(one() for _ in range(n)))
+    await asyncio.gather(*(one(i) for i in range(n)))
     opened_in = time.monotonic() - t0
     await asyncio.sleep(2)  # every splice set up and idle
     rss_held, fds_held = leash.rss_kb(), leash.fds()
@@ -157,11 +170,88 @@ async def held(leash, kind, n):
     what = {"keepalive": "keep-alive client connections held idle, each after one request through the proxy",
             "tunnel": "CONNECT tunnels held (CONNECT + a real ClientHello for an allowed name, spliced to an upstream "
                       "that holds them open: two sockets each in leash)"}[kind]
-    say(f"| {n:,} {what} | {len(open_):,} open, {failed} failed, in {opened_in:.1f} s; leash fds "
+    say(f"| {n:,} {what}, from {HELD_SOURCES} addresses | {len(open_):,} open, {failed} failed, in {opened_in:.1f} s; leash fds "
         f"{fds_before:,} → {fds_held:,}; RSS {before:,} kB → {rss_held:,} kB held → {after:,} kB after closing; "
         f"**{per:,.0f} bytes per connection**; a normal request meanwhile: {status} in {secs * 1000:.1f} ms, "
         f"after closing: {again} |")
     return len(open_) == n and status == 200 and again == 200
+
+
+# ---- 1b. one greedy client, one other ---------------------------------------------------------------------------
+
+async def two_clients(sources):
+    """A greedy client opens and holds as many keep-alive connections as it can (GREEDY, more than leash's whole
+    bound), each after one request, from `sources` addresses (1: 127.0.0.1, a single client; more: 127.0.0.10 and
+    on, a client leash cannot tell from many, so the global bound is reached and idle connections are closed to
+    make room); the other client (127.0.0.2) sends a request every OTHER_EVERY seconds on a fresh connection all
+    along. Its latencies and failures, the greedy client's refusals and closed connections, and RSS after the greedy
+    client closes."""
+    leash = Leash("fair%d" % sources, os.path.join(WORK, "fair%d.jsonl" % sources), nofile=GREEDY_NOFILE)
+    target = f"http://origin.test:{HTTP_PORT}/small"
+    get = f"GET {target} HTTP/1.1\r\nHost: origin.test:{HTTP_PORT}\r\n\r\n".encode()
+    held, refused, reset, unanswered = [], 0, 0, 0
+    other, other_failed, stop = [], 0, asyncio.Event()
+    sem = asyncio.Semaphore(256)
+
+    async def greedy_one(i):
+        nonlocal refused, reset, unanswered
+        async with sem:
+            try:
+                source = ("127.0.0.1" if sources == 1 else "127.0.0.%d" % (10 + i % sources), 0)
+                r, w = await asyncio.wait_for(asyncio.open_connection(*leash.addr, local_addr=source), 10)
+                w.write(get)
+                head = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), 10)
+                if head.startswith(b"HTTP/1.1 503"):
+                    refused += 1
+                    w.close()
+                    return
+                assert head.startswith(b"HTTP/1.1 200"), head
+                await asyncio.wait_for(r.readexactly(100), 10)
+                held.append((r, w))
+            except asyncio.TimeoutError:
+                unanswered += 1
+            except (OSError, AssertionError, asyncio.IncompleteReadError):
+                reset += 1
+
+    async def other_client():
+        nonlocal other_failed
+        while not stop.is_set() and len(other) + other_failed < 10_000:
+            status, secs, _ = await request(leash.addr, target, timeout=10, source="127.0.0.2")
+            if status == 200:
+                other.append(secs)
+            else:
+                other_failed += 1
+            await asyncio.sleep(OTHER_EVERY)
+
+    await asyncio.sleep(0.5)
+    before = leash.rss_kb()
+    pacer = asyncio.ensure_future(other_client())
+    t0 = time.monotonic()
+    await asyncio.gather(*(greedy_one(i) for i in range(GREEDY)))
+    opened_in = time.monotonic() - t0
+    await asyncio.sleep(3)  # the other client goes on while the greedy one holds everything it got
+    rss_held, fds_held = leash.rss_kb(), leash.fds()
+    stop.set()
+    await pacer
+    closed_by_leash = sum(1 for r, _ in held if r.at_eof())
+    for _, w in held:
+        w.close()
+    await asyncio.sleep(3)  # closed, and leash's settle time before giving memory back
+    after = leash.rss_kb()
+    again, _, _ = await request(leash.addr, target)
+    leash.stop()
+    slow = sum(1 for s in other if s > PROMPT)
+    whence = "one address" if sources == 1 else f"{sources} addresses"
+    say(f"| a greedy client asks for {GREEDY:,} keep-alive connections from {whence} (leash's open-file limit "
+        f"{GREEDY_NOFILE:,}), each after one request, and holds them; another client sends a request every "
+        f"{OTHER_EVERY * 1000:.0f} ms | greedy: {len(held):,} answered, {closed_by_leash:,} of them closed by leash "
+        f"while held, {refused:,} refused with 503, {reset:,} closed unanswered (reset), {unanswered:,} not answered "
+        f"within 10 s; "
+        f"all in {opened_in:.1f} s; the other: {len(other):,} answered (p50 {pct(other, .5) * 1000:.1f} ms, max "
+        f"{max(other, default=float('nan')) * 1000:.0f} ms, {slow} over {PROMPT:g} s), {other_failed} failed; "
+        f"leash fds {fds_held:,} held; RSS {before:,} kB → {rss_held:,} kB held → {after:,} kB 3 s after the greedy "
+        f"client closed; a request then: {again} |")
+    return other_failed == 0 and slow == 0 and again == 200
 
 
 # ---- 2. slowloris --------------------------------------------------------------------------------------------
@@ -404,6 +494,7 @@ async def main():
         hang = asyncio.ensure_future(request(leash.addr, f"http://origin.test:{HTTP_PORT}/hang", timeout=150))
     run_big = lambda: asyncio.get_running_loop().run_in_executor(None, big_bodies, leash)
     steps = [("held", lambda: held(leash, "keepalive", HELD)), ("tunnels", held_on_a_fresh_leash),
+             ("two-clients", lambda: two_clients(1)), ("greedy-spread", lambda: two_clients(8)),
              ("slowloris", lambda: slowloris(leash)), ("big", run_big),
              ("upstream", lambda: upstream_faults(leash, hang)), ("stop", None), ("full-log", full_log),
              ("sigterm", sigterm_drain), ("kill9", kill9)]

@@ -65,8 +65,13 @@ pub struct Limits {
     pub connect_timeout: Duration,
     /// From the request's end to the upstream's response head (504 beyond).
     pub response_timeout: Duration,
-    /// Concurrent client connections; further ones wait in the listen backlog.
+    /// Concurrent client connections; further ones wait in the listen backlog (or, while idle keep-alive
+    /// connections can be closed to make room, are accepted).
     pub max_connections: usize,
+    /// Concurrent connections from one client address (a `leash run` sandbox or a container is one client: every
+    /// connection it makes comes from one address); a connection beyond is refused at once and takes no part of
+    /// [`Limits::max_connections`]. `None`: [`Limits::connections_per_client`]'s default share.
+    pub max_connections_per_client: Option<usize>,
     /// After shutdown is asked, how long in-flight requests and tunnels may take to finish.
     pub drain_timeout: Duration,
     /// Idle upstream connections kept per host for reuse.
@@ -96,6 +101,7 @@ impl Default for Limits {
             response_timeout: Duration::from_secs(120),
             // Above the 10,000 concurrent connections the load test holds; each costs a few kB.
             max_connections: 16_384,
+            max_connections_per_client: None,
             drain_timeout: Duration::from_secs(10),
             // wrk and agents open up to ~64 connections to one host; keeping that many warm is what makes
             // keep-alive forwarding fast.
@@ -124,6 +130,16 @@ impl Limits {
         let lowered = fit < self.max_connections;
         self.max_connections = self.max_connections.min(fit);
         (self, lowered)
+    }
+}
+
+impl Limits {
+    /// The bound on one client's connections: [`Limits::max_connections_per_client`], or by default three quarters
+    /// of [`Limits::max_connections`], so one client can never hold them all (a quarter is always left for the
+    /// others) while the usual single client of `leash run` keeps most of them. At least one, at most the global bound.
+    pub fn connections_per_client(&self) -> usize {
+        let default = self.max_connections - self.max_connections / 4;
+        self.max_connections_per_client.unwrap_or(default).clamp(1, self.max_connections.max(1))
     }
 }
 
@@ -190,5 +206,18 @@ mod tests {
         assert_eq!((limits.max_connections, lowered), (wanted, false));
         let (limits, lowered) = Limits::default().within_open_files(u64::MAX);
         assert_eq!((limits.max_connections, lowered), (wanted, false));
+    }
+
+    #[test]
+    fn one_client_gets_three_quarters_of_the_bound_unless_told_otherwise() {
+        let (fitted, _) = Limits::default().within_open_files(20_000);
+        assert_eq!(fitted.connections_per_client(), 7_476);
+        let small = |max, per| Limits { max_connections: max, max_connections_per_client: per, ..Limits::default() };
+        assert_eq!(small(64, None).connections_per_client(), 48);
+        assert_eq!(small(2, None).connections_per_client(), 2);
+        assert_eq!(small(1, None).connections_per_client(), 1);
+        assert_eq!(small(64, Some(10)).connections_per_client(), 10);
+        assert_eq!(small(64, Some(1_000)).connections_per_client(), 64);
+        assert_eq!(small(64, Some(0)).connections_per_client(), 1);
     }
 }

@@ -15,6 +15,7 @@ pub mod credentials;
 mod dial;
 pub mod dns;
 mod exchange;
+mod fair;
 mod forward;
 mod gate;
 mod headers;

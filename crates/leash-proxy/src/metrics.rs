@@ -81,6 +81,10 @@ pub struct Metrics {
     duration_sum_us: AtomicU64,
     audit_write_failures: AtomicU64,
     connections_open: AtomicU64,
+    /// Connections refused because their client held its bound.
+    connections_over_client_bound: AtomicU64,
+    /// Idle keep-alive connections closed to make room near the global bound.
+    idle_connections_reclaimed: AtomicU64,
     /// SIGHUP reloads that replaced the policy, and those refused (an invalid file; changed credentials).
     reloads_applied: AtomicU64,
     reloads_refused: AtomicU64,
@@ -97,6 +101,8 @@ impl Default for Metrics {
             duration_sum_us: AtomicU64::new(0),
             audit_write_failures: AtomicU64::new(0),
             connections_open: AtomicU64::new(0),
+            connections_over_client_bound: AtomicU64::new(0),
+            idle_connections_reclaimed: AtomicU64::new(0),
             reloads_applied: AtomicU64::new(0),
             reloads_refused: AtomicU64::new(0),
         }
@@ -136,6 +142,16 @@ impl Metrics {
     }
 
     /// Count a client connection as open until the returned guard is dropped.
+    /// A connection refused because its client held its bound (see `fair.rs`).
+    pub(crate) fn count_over_client_bound(&self) {
+        add(&self.connections_over_client_bound, 1);
+    }
+
+    /// An idle keep-alive connection closed to make room for new ones (see `fair.rs`).
+    pub(crate) fn count_idle_reclaimed(&self) {
+        add(&self.idle_connections_reclaimed, 1);
+    }
+
     pub(crate) fn connection_opened(&self) -> OpenConnection<'_> {
         add(&self.connections_open, 1);
         OpenConnection(self)
@@ -154,6 +170,12 @@ impl Metrics {
         out.sample("leash_policy_reloads_total", &[("outcome", "refused")], load(&self.reloads_refused));
         out.family("leash_connections_open", "gauge", "Client connections open now.");
         out.sample("leash_connections_open", &[], load(&self.connections_open));
+        let over = "leash_connections_over_client_limit_total";
+        out.family(over, "counter", "Connections refused because their client held its share of the connections.");
+        out.sample(over, &[], load(&self.connections_over_client_bound));
+        let reclaimed = "leash_idle_connections_closed_total";
+        out.family(reclaimed, "counter", "Idle keep-alive connections closed to make room near the connection limit.");
+        out.sample(reclaimed, &[], load(&self.idle_connections_reclaimed));
         self.render_decisions(&mut out);
         self.render_outcomes(&mut out);
         out.family("leash_audit_write_failures_total", "counter", "Audit lines that could not be written.");

@@ -1,6 +1,6 @@
-//! The accept loop and the per-connection loop: bounded concurrency, one request head at a time (keep-alive and
-//! pipelining, each request decided on its own), CONNECT handed to the tunnel, clean shutdown that lets in-flight
-//! work finish within the drain timeout.
+//! The accept loop and the per-connection loop: bounded concurrency, globally and per client ([`crate::fair`]), one
+//! request head at a time (keep-alive and pipelining, each request decided on its own), CONNECT handed to the
+//! tunnel, clean shutdown that lets in-flight work finish within the drain timeout.
 
 use std::future::Future;
 use std::io;
@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 use crate::config::ProxyConfig;
 use crate::conn::{close_gracefully, BufConn, Next, Reparse};
+use crate::fair::{Admitted, Fair};
 use crate::forward;
 use crate::request::refuse_unreadable;
 use crate::service::Listening;
@@ -88,17 +89,16 @@ pub async fn serve_listeners(
         .into_iter()
         .map(|s| Ok((s.name, Listening::new(s.listener)?)))
         .collect::<io::Result<Vec<_>>>()?;
-    let max = config.limits.max_connections;
+    let fair = Fair::new(&config.limits, config.metrics.clone());
     let drain = config.limits.drain_timeout;
     let shared = Arc::new(Shared::new(config, &listening));
-    let permits = Arc::new(Semaphore::new(max));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut accepting: Vec<_> = tcp
         .into_iter()
-        .map(|(l, entry)| tokio::spawn(accept_loop(l, entry, shared.clone(), permits.clone(), stop_rx.clone())))
+        .map(|(l, entry)| tokio::spawn(accept_loop(l, entry, shared.clone(), fair.clone(), stop_rx.clone())))
         .collect();
     for (name, l) in services {
-        accepting.push(tokio::spawn(service_accept_loop(l, name, shared.clone(), permits.clone(), stop_rx.clone())));
+        accepting.push(tokio::spawn(service_accept_loop(l, name, shared.clone(), fair.clone(), stop_rx.clone())));
     }
     shutdown.await;
     let _ = stop_tx.send(true);
@@ -106,80 +106,99 @@ pub async fn serve_listeners(
         let _ = task.await;
     }
     // Every connection holds a permit: having them all back means every connection has ended.
-    let all = u32::try_from(max).unwrap_or(u32::MAX);
-    if tokio::time::timeout(drain, permits.acquire_many(all)).await.is_err() {
+    if !fair.all_closed(drain).await {
         tracing::warn!("shutdown: connections still open after {drain:?}; closing them");
     }
     shared.cfg.audit.flush().map_err(io::Error::other)
 }
 
-/// Accept on a service's listener until shutdown; each connection holds a permit of the shared bound.
+/// Accept on a service's listener until shutdown; each connection holds a permit of the shared bound and counts
+/// against its client's (a Unix-socket service's clients are one client: they have no address).
 async fn service_accept_loop(
     listener: Listening,
     name: Arc<str>,
     shared: Arc<Shared>,
-    permits: Arc<Semaphore>,
+    fair: Arc<Fair>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut held = None;
     loop {
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
+        let permit = match held.take() {
+            Some(p) => p,
+            None => match fair.permit(&mut stop).await {
+                Some(p) => p,
+                None => return,
             },
-            _ = stop.changed() => return,
         };
         let accepted = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!("service {name}: accept failed: {e}");
+                    held = Some(permit);
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
             _ = stop.changed() => return,
         };
+        let admitted = match fair.admit(accepted.peer.ip(), permit) {
+            Ok(a) => a,
+            // Closed: a service's client may speak anything, so an HTTP refusal would mean nothing to it.
+            Err(permit) => {
+                held = Some(permit);
+                continue;
+            }
+        };
         let (sh, name) = (shared.clone(), name.clone());
         tokio::spawn(async move {
             crate::service::connection(&sh, &name, accepted).await;
-            drop(permit);
+            drop(admitted);
         });
     }
 }
 
-/// Accept on one listener until shutdown; each connection holds a permit of the shared bound.
+/// Accept on one listener until shutdown; each connection holds a permit of the shared bound and counts against its
+/// client's. A connection over its client's bound is refused (a 503 to a proxy client, closed on a transparent
+/// listener, whose client may speak TLS) and the permit kept for the next.
 async fn accept_loop(
     listener: TcpListener,
     entry: Entry,
     shared: Arc<Shared>,
-    permits: Arc<Semaphore>,
+    fair: Arc<Fair>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut held = None;
     loop {
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => return,
+        let permit = match held.take() {
+            Some(p) => p,
+            None => match fair.permit(&mut stop).await {
+                Some(p) => p,
+                None => return,
             },
-            _ = stop.changed() => return,
         };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
+                    held = Some(permit);
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
-            _ = stop.changed() => return drain_backlog(listener, entry, &shared, &permits, &stop, permit),
+            _ = stop.changed() => return drain_backlog(listener, entry, &shared, &fair, &stop, permit),
+        };
+        let admitted = match fair.admit(peer.ip(), permit) {
+            Ok(a) => a,
+            Err(permit) => {
+                fair.refuse(stream, entry == Entry::Proxy);
+                held = Some(permit);
+                continue;
+            }
         };
         let (sh, stop) = (shared.clone(), stop.clone());
-        tokio::spawn(async move {
-            connection(&sh, stream, peer, entry, stop).await;
-            drop(permit);
-        });
+        tokio::spawn(async move { connection(&sh, stream, peer, entry, stop, admitted).await });
     }
 }
 
@@ -190,36 +209,45 @@ fn drain_backlog(
     listener: TcpListener,
     entry: Entry,
     shared: &Arc<Shared>,
-    permits: &Arc<Semaphore>,
+    fair: &Arc<Fair>,
     stop: &watch::Receiver<bool>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let Ok(listener) = listener.into_std() else { return };
     let mut permit = Some(permit);
     while let Ok((stream, peer)) = listener.accept() {
-        let Some(held) = permit.take().or_else(|| permits.clone().try_acquire_owned().ok()) else { return };
+        let Some(held) = permit.take().or_else(|| fair.try_permit()) else { return };
+        let admitted = match fair.admit(peer.ip(), held) {
+            Ok(a) => a,
+            Err(held) => {
+                permit = Some(held);
+                continue;
+            }
+        };
         let Ok(stream) = stream.set_nonblocking(true).and_then(|()| TcpStream::from_std(stream)) else { continue };
         let (sh, stop) = (shared.clone(), stop.clone());
-        tokio::spawn(async move {
-            connection(&sh, stream, peer, entry, stop).await;
-            drop(held);
-        });
+        tokio::spawn(async move { connection(&sh, stream, peer, entry, stop, admitted).await });
     }
 }
 
-/// One client connection: requests until it closes, goes idle, breaks a rule that ends it, or shutdown.
+/// One client connection: requests until it closes, goes idle, breaks a rule that ends it, or shutdown. While it
+/// waits for a request head it holds no read buffer and may be closed to make room ([`wait_idle`]).
 async fn connection(
     sh: &Arc<Shared>,
     stream: TcpStream,
     peer: SocketAddr,
     entry: Entry,
     mut stop: watch::Receiver<bool>,
+    admitted: Admitted,
 ) {
     let _open = sh.cfg.metrics.connection_opened();
     let _ = stream.set_nodelay(true);
     let mut client = BufConn::new(stream);
     let limits = &sh.cfg.limits;
     if let Entry::Transparent(port) = entry {
+        if wait_idle(&mut client, &admitted, limits.idle_timeout, &mut stop).await == Idle::Close {
+            return;
+        }
         match tokio::time::timeout(limits.idle_timeout, client.source().fill(TLS_PROBE)).await {
             Ok(Ok(n)) if n > 0 => {}
             _ => return,
@@ -229,6 +257,9 @@ async fn connection(
         }
     }
     loop {
+        if wait_idle(&mut client, &admitted, limits.idle_timeout, &mut stop).await == Idle::Close {
+            return;
+        }
         let max = limits.max_head_bytes;
         let head = {
             let read = client.read_head(limits.idle_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
@@ -269,6 +300,39 @@ async fn connection(
             return;
         }
     }
+}
+
+/// How an idle wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Idle {
+    /// Bytes arrived, or shutdown began (a head may be on its way: the caller reads it, briefly), or the buffer
+    /// already holds the next head's start (pipelining): read the head.
+    Read,
+    /// Nothing within the idle timeout, or leash closes it to make room for another connection.
+    Close,
+}
+
+/// Before a request head: if nothing of it is buffered yet, drop the read buffer (an idle keep-alive connection
+/// then costs no buffer) and wait for the first byte as an idle connection that may be closed to make room.
+async fn wait_idle(
+    client: &mut BufConn<TcpStream>,
+    admitted: &Admitted,
+    idle_timeout: Duration,
+    stop: &mut watch::Receiver<bool>,
+) -> Idle {
+    if !client.buf.is_empty() || *stop.borrow() {
+        return Idle::Read;
+    }
+    client.buf = Vec::new();
+    let idle = admitted.idle();
+    let waited = tokio::time::timeout(idle_timeout, async {
+        tokio::select! {
+            _ = client.io.readable() => Idle::Read,
+            _ = stop.changed() => Idle::Read,
+            () = idle.closing() => Idle::Close,
+        }
+    });
+    waited.await.unwrap_or(Idle::Close)
 }
 
 /// The absolute-form target an origin-form request to a transparent listener stands for: `http://<Host's

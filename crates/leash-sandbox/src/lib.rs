@@ -78,6 +78,7 @@
 mod error;
 #[cfg(target_os = "linux")]
 mod linux;
+mod memory;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 
@@ -87,6 +88,7 @@ use linux as imp;
 use unsupported as imp;
 
 pub use error::{SandboxError, Step};
+pub use memory::release_free_memory;
 
 use std::ffi::OsString;
 use std::net::{SocketAddrV4, TcpListener, UdpSocket};
