@@ -13,7 +13,7 @@ use leash_sandbox::{Isolation, Netns};
 
 use crate::cli::{AttachArgs, TlsArgs};
 use crate::exit::Exit;
-use crate::shared::sandboxed::{config, proxy_parts, ProxyParts};
+use crate::shared::sandboxed::{config, proxy_parts, with_stop_signals, ProxyParts};
 use crate::shared::services;
 
 /// How often leash looks whether the namespace it serves is still there.
@@ -46,24 +46,7 @@ pub fn run(args: AttachArgs) -> Exit {
         Err(code) => return code,
     };
     let target = Target { netns, isolation: isolation(&args), listen: args.listen, transparent: args.transparent };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leash: cannot start the async runtime: {e}");
-            return Exit::SandboxFailed;
-        }
-    };
-    runtime.block_on(async move {
-        // Taken over before the `listening` line, so a harness may stop leash as soon as it reads it.
-        let mut stop = match StopSignals::install() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("leash: cannot take over the stop signals: {e}");
-                return Exit::SandboxFailed;
-            }
-        };
-        serve(target, parts, inspection, &mut stop).await
-    })
+    with_stop_signals(move |mut stop| async move { serve(target, parts, inspection, &mut stop).await })
 }
 
 /// A namespace to serve and how.

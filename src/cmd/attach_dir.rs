@@ -19,7 +19,7 @@ use leash_sandbox::{Isolation, Netns};
 use super::attach::{attach, gone, refuse_policy_options, Target};
 use crate::cli::{AttachArgs, TlsArgs};
 use crate::exit::Exit;
-use crate::shared::sandboxed::{audit_mode, config, parse_pins, Pins, Secured};
+use crate::shared::sandboxed::{audit_mode, config, parse_pins, with_stop_signals, Pins, Secured};
 
 /// How often DIR (and the policy files its attachments name) is looked at.
 const SCAN_EVERY: Duration = Duration::from_secs(1);
@@ -44,22 +44,8 @@ pub fn run(dir: &Path, args: AttachArgs) -> Exit {
         Ok(i) => i,
         Err(code) => return code,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leash: cannot start the async runtime: {e}");
-            return Exit::SandboxFailed;
-        }
-    };
     let agent = Agent { dir: dir.to_owned(), log: args.proxy.log.clone(), audit: args.proxy.audit, pins, inspection };
-    runtime.block_on(async move {
-        let mut stop = match StopSignals::install() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("leash: cannot take over the stop signals: {e}");
-                return Exit::SandboxFailed;
-            }
-        };
+    with_stop_signals(move |mut stop| async move {
         println!("watching {}", agent.dir.display());
         agent.watch(&mut stop).await;
         Exit::Ok

@@ -29,7 +29,7 @@ use leash_proxy::{Inspection, UpstreamTrust};
 
 use crate::cli::{DockerAttachArgs, DockerRunArgs, TlsArgs};
 use crate::exit::Exit;
-use crate::shared::sandboxed::{config, mode_env, proxy_parts, replay_deferred_log, ProxyParts};
+use crate::shared::sandboxed::{config, mode_env, proxy_parts, replay_deferred_log, with_stop_signals, ProxyParts};
 use crate::shared::secrets::placeholder_env;
 use crate::shared::services;
 use crate::shared::trust::{write_trust_files, BUNDLE_VARS, NODE_VAR};
@@ -61,7 +61,7 @@ pub fn run(args: DockerRunArgs) -> Exit {
     };
     // Signals are taken over before anything is created, so a Ctrl-C at any moment still removes the container.
     let (gated, quiet) = (!args.no_start_gate, args.quiet);
-    with_runtime(move |stop| run_container(opts, gated, parts, inspection, stop, quiet))
+    with_stop_signals(move |stop| run_container(opts, gated, parts, inspection, stop, quiet))
 }
 
 async fn run_container(
@@ -143,7 +143,7 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         Err(code) => return code,
     };
     // Signals are taken over before the `listening` line, so a harness may stop leash as soon as it reads it.
-    with_runtime(move |stop| attach_container(args.container, parts, inspection, stop))
+    with_stop_signals(move |stop| attach_container(args.container, parts, inspection, stop))
 }
 
 /// Checks the container, binds inside it, and serves until it exits (its status) or a stop signal (0; the
@@ -260,24 +260,4 @@ fn refuse_bind(e: &leash_sandbox::SandboxError, network_mode: &str) -> Exit {
         _ => eprintln!("leash: {e}"),
     }
     Exit::SandboxFailed
-}
-
-/// Runs `work` on a new runtime with SIGINT and SIGTERM taken over.
-fn with_runtime<F: std::future::Future<Output = Exit>>(work: impl FnOnce(StopSignals) -> F) -> Exit {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leash: cannot start the async runtime: {e}");
-            return Exit::SandboxFailed;
-        }
-    };
-    runtime.block_on(async move {
-        match StopSignals::install() {
-            Ok(stop) => work(stop).await,
-            Err(e) => {
-                eprintln!("leash: cannot install the SIGINT/SIGTERM/SIGHUP handlers: {e}");
-                Exit::SandboxFailed
-            }
-        }
-    })
 }

@@ -154,3 +154,26 @@ pub fn config(
         upstream_auth: secured.upstream_auth,
     }
 }
+
+/// Runs `work` on a new runtime with SIGINT, SIGTERM and SIGHUP taken over (before `work` says it is ready, so a
+/// harness may stop leash as soon as it reads that).
+pub fn with_stop_signals<F: std::future::Future<Output = Exit>>(
+    work: impl FnOnce(leash_docker::serve::StopSignals) -> F,
+) -> Exit {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leash: cannot start the async runtime: {e}");
+            return Exit::SandboxFailed;
+        }
+    };
+    runtime.block_on(async move {
+        match leash_docker::serve::StopSignals::install() {
+            Ok(stop) => work(stop).await,
+            Err(e) => {
+                eprintln!("leash: cannot install the SIGINT/SIGTERM/SIGHUP handlers: {e}");
+                Exit::SandboxFailed
+            }
+        }
+    })
+}

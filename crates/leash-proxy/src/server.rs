@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use crate::config::ProxyConfig;
 use crate::conn::{close_gracefully, BufConn, Next, Reparse};
@@ -122,34 +122,13 @@ async fn service_accept_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut held = None;
-    loop {
-        let permit = match held.take() {
-            Some(p) => p,
-            None => match fair.permit(&mut stop).await {
-                Some(p) => p,
-                None => return,
-            },
-        };
-        let accepted = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!("service {name}: accept failed: {e}");
-                    held = Some(permit);
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
-            _ = stop.changed() => return,
-        };
-        let admitted = match fair.admit(accepted.peer.ip(), permit) {
-            Ok(a) => a,
-            // Closed: a service's client may speak anything, so an HTTP refusal would mean nothing to it.
-            Err(permit) => {
-                held = Some(permit);
-                continue;
-            }
-        };
+    let accept = || async {
+        let accepted = listener.accept().await?;
+        let peer = accepted.peer;
+        Ok((accepted, peer))
+    };
+    // Over its client's bound, closed: a service's client may speak anything, so an HTTP refusal would mean nothing.
+    while let Ok((accepted, _, admitted)) = admit_next(&fair, &mut stop, &mut held, accept, drop).await {
         let (sh, name) = (shared.clone(), name.clone());
         tokio::spawn(async move {
             crate::service::connection(&sh, &name, accepted).await;
@@ -170,35 +149,56 @@ async fn accept_loop(
 ) {
     let mut held = None;
     loop {
+        let refuse = |stream| fair.refuse(stream, entry == Entry::Proxy);
+        match admit_next(&fair, &mut stop, &mut held, || listener.accept(), refuse).await {
+            Ok((stream, peer, admitted)) => {
+                let (sh, stop) = (shared.clone(), stop.clone());
+                tokio::spawn(async move { connection(&sh, stream, peer, entry, stop, admitted).await });
+            }
+            Err(Some(permit)) => return drain_backlog(listener, entry, &shared, &fair, &stop, permit),
+            Err(None) => return,
+        }
+    }
+}
+
+/// The next connection `accept` gives, admitted: a permit of the global bound (the one `held` over from a refusal,
+/// or a new one) and a place in its client's bound; one over its client's bound goes to `refuse` and the loop goes
+/// on. At shutdown, `Err` with the permit taken for it, if any (for the backlog drain).
+async fn admit_next<S, F, Fut>(
+    fair: &Arc<Fair>,
+    stop: &mut watch::Receiver<bool>,
+    held: &mut Option<OwnedSemaphorePermit>,
+    mut accept: F,
+    refuse: impl Fn(S),
+) -> Result<(S, SocketAddr, Admitted), Option<OwnedSemaphorePermit>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = io::Result<(S, SocketAddr)>>,
+{
+    loop {
         let permit = match held.take() {
             Some(p) => p,
-            None => match fair.permit(&mut stop).await {
-                Some(p) => p,
-                None => return,
-            },
+            None => fair.permit(stop).await.ok_or(None)?,
         };
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
-                    held = Some(permit);
+                    *held = Some(permit);
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
-            _ = stop.changed() => return drain_backlog(listener, entry, &shared, &fair, &stop, permit),
+            _ = stop.changed() => return Err(Some(permit)),
         };
-        let admitted = match fair.admit(peer.ip(), permit) {
-            Ok(a) => a,
+        match fair.admit(peer.ip(), permit) {
+            Ok(admitted) => return Ok((stream, peer, admitted)),
             Err(permit) => {
-                fair.refuse(stream, entry == Entry::Proxy);
-                held = Some(permit);
-                continue;
+                refuse(stream);
+                *held = Some(permit);
             }
-        };
-        let (sh, stop) = (shared.clone(), stop.clone());
-        tokio::spawn(async move { connection(&sh, stream, peer, entry, stop, admitted).await });
+        }
     }
 }
 
@@ -211,7 +211,7 @@ fn drain_backlog(
     shared: &Arc<Shared>,
     fair: &Arc<Fair>,
     stop: &watch::Receiver<bool>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
 ) {
     let Ok(listener) = listener.into_std() else { return };
     let mut permit = Some(permit);
