@@ -193,6 +193,10 @@ pub struct AttachArgs {
     /// Kubernetes NetworkPolicy, a firewall) must then drop its other traffic, which leash cannot check
     #[arg(long)]
     pub allow_routes: bool,
+    /// With --netns: also stop once processes have been in the namespace and none is left (a microVM's VMM, the
+    /// container's processes ended); a named namespace otherwise outlives its processes until its file is removed
+    #[arg(long, requires = "netns")]
+    pub until_empty: bool,
     /// Also answer DNS on the namespace's 127.0.0.1:53 (allowed names resolve to 127.0.0.2) and listen on 127.0.0.2
     /// for programs that ignore the proxy variables, as `leash run` does
     #[arg(long)]

@@ -272,6 +272,30 @@ fn a_named_namespace_is_served_and_leash_exits_0_once_it_is_deleted() {
 }
 
 #[test]
+fn until_empty_stops_once_the_last_process_in_the_namespace_has_exited() {
+    if !can_attach("until_empty_stops_once_the_last_process_in_the_namespace_has_exited") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = origin();
+    let ns = Ns::add("empty");
+    let mut leash = attach(&["--netns", &ns.path(), "--until-empty"], dir.path(), port);
+    // No process has been in it yet (a tap namespace waiting for its VM): still served a while later.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(leash.child.try_wait().unwrap().is_none(), "stopped before any process was in it: {}", leash.stderr());
+    // A process lives in it (the VMM, say) and is served; once it has exited, nothing is left to serve.
+    let mut vmm = Command::new("ip").args(["netns", "exec", &ns.name, "sleep", "3"]).spawn().unwrap();
+    let ok = fetch(&ns.name, Some(PROXY), &allowed_url(port));
+    assert_eq!(ok.status, "200", "{ok:?}");
+    let _ = vmm.wait();
+    let ended = Instant::now();
+    let status = leash.exited();
+    assert_eq!(status.code(), Some(0), "{}", leash.stderr());
+    assert!(ended.elapsed() < Duration::from_secs(5), "took {:?} to notice", ended.elapsed());
+    assert!(leash.stderr().contains("the last process in the network namespace"), "{}", leash.stderr());
+}
+
+#[test]
 fn a_namespace_with_another_way_out_is_refused_with_the_reason() {
     if !can_attach("a_namespace_with_another_way_out_is_refused_with_the_reason") {
         return;

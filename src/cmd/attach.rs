@@ -46,7 +46,8 @@ pub fn run(args: AttachArgs) -> Exit {
         Err(code) => return code,
     };
     let target = Target { netns, isolation: isolation(&args), listen: args.listen, transparent: args.transparent };
-    with_stop_signals(move |mut stop| async move { serve(target, parts, inspection, &mut stop).await })
+    let until_empty = args.until_empty;
+    with_stop_signals(move |mut stop| async move { serve(target, until_empty, parts, inspection, &mut stop).await })
 }
 
 /// A namespace to serve and how.
@@ -62,7 +63,13 @@ pub fn isolation(args: &AttachArgs) -> Isolation {
 }
 
 /// Bind inside `target`, say so, and serve until a stop signal or the namespace is gone.
-async fn serve(target: Target, parts: ProxyParts, inspection: Arc<Inspection>, stop: &mut StopSignals) -> Exit {
+async fn serve(
+    target: Target,
+    until_empty: bool,
+    parts: ProxyParts,
+    inspection: Arc<Inspection>,
+    stop: &mut StopSignals,
+) -> Exit {
     let ProxyParts { policy, pins, audit, secrets } = parts;
     let attached = match attach(&target, &policy) {
         Ok(a) => a,
@@ -72,7 +79,11 @@ async fn serve(target: Target, parts: ProxyParts, inspection: Arc<Inspection>, s
     println!("listening inside the network namespace {} on {}", target.netns, target.listen);
     let (gone_tx, gone_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        let _ = gone_tx.send(gone(&target.netns, attached.id).await);
+        let why = tokio::select! {
+            why = gone(&target.netns, attached.id) => why,
+            why = emptied(&target.netns, attached.id), if until_empty => why,
+        };
+        let _ = gone_tx.send(why);
     });
     if let Some(why) = serve_until(attached.inside, config, gone_rx, stop, None::<fn()>).await {
         tracing::info!("{why}; stopped serving it");
@@ -115,6 +126,40 @@ pub async fn gone(netns: &Netns, id: (u64, u64)) -> String {
             Err(_) => return format!("the network namespace {netns} is gone"),
         }
     }
+}
+
+/// How often a named namespace is looked at for processes still in it.
+const EMPTIED_POLL: Duration = Duration::from_secs(1);
+
+/// `--until-empty`, for a namespace named by a path (one `ip netns add` made lives on with no process in it):
+/// completes once processes have been seen in it and none is left — the microVM's QEMU or the container ended.
+/// Never for a process's namespace (`--pid`), which [`gone`] watches already, nor for one that never had a process
+/// (a tap namespace waiting for its VM). Opt-in: a one-off `ip netns exec NS curl` would otherwise end the serving.
+pub async fn emptied(netns: &Netns, id: (u64, u64)) -> String {
+    if matches!(netns, Netns::Process(_)) {
+        return std::future::pending().await;
+    }
+    let mut seen = false;
+    loop {
+        tokio::time::sleep(EMPTIED_POLL).await;
+        let inside = tokio::task::spawn_blocking(move || processes_in(id)).await.unwrap_or(1);
+        match (inside, seen) {
+            (0, true) => return format!("the last process in the network namespace {netns} exited"),
+            (0, false) => {}
+            (_, _) => seen = true,
+        }
+    }
+}
+
+/// How many processes are in the network namespace `id` now (their /proc/PID/ns/net is that namespace).
+fn processes_in(id: (u64, u64)) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 1 };
+    let pids =
+        entries.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()));
+    let in_it =
+        |e: &std::fs::DirEntry| std::fs::metadata(e.path().join("ns/net")).is_ok_and(|m| (m.dev(), m.ino()) == id);
+    pids.filter(in_it).count()
 }
 
 fn refuse(e: &leash_sandbox::SandboxError) -> Exit {
