@@ -11,7 +11,7 @@ use leash_policy::Policy;
 use leash_proxy::Inspection;
 use leash_sandbox::{Isolation, Netns};
 
-use crate::cli::{AttachArgs, TlsArgs};
+use crate::cli::AttachArgs;
 use crate::exit::Exit;
 use crate::shared::sandboxed::{config, proxy_parts, with_stop_signals, ProxyParts};
 use crate::shared::services;
@@ -36,12 +36,8 @@ pub fn run(args: AttachArgs) -> Exit {
         Ok(parts) => parts,
         Err(code) => return code,
     };
-    let tls = TlsArgs {
-        ca_cert_out: args.ca_cert_out.clone(),
-        ca_bundle_out: args.ca_bundle_out.clone(),
-        upstream_ca: args.proxy.upstream_ca.clone(),
-    };
-    let inspection = match crate::shared::tls::inspection(&tls) {
+    let (ca_out, bundle_out) = (args.ca_cert_out.as_deref(), args.ca_bundle_out.as_deref());
+    let inspection = match crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca) {
         Ok(i) => i,
         Err(code) => return code,
     };

@@ -27,7 +27,7 @@ use leash_docker::options::{self, RunOptions};
 use leash_docker::serve::{StopSignals, PROXY_INSIDE};
 use leash_proxy::{Inspection, UpstreamTrust};
 
-use crate::cli::{DockerAttachArgs, DockerRunArgs, TlsArgs};
+use crate::cli::{DockerAttachArgs, DockerRunArgs};
 use crate::exit::Exit;
 use crate::shared::sandboxed::{config, mode_env, proxy_parts, replay_deferred_log, with_stop_signals, ProxyParts};
 use crate::shared::secrets::placeholder_env;
@@ -133,12 +133,8 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         Ok(parts) => parts,
         Err(code) => return code,
     };
-    let tls = TlsArgs {
-        ca_cert_out: args.ca_cert_out.clone(),
-        ca_bundle_out: args.ca_bundle_out.clone(),
-        upstream_ca: args.proxy.upstream_ca.clone(),
-    };
-    let inspection = match crate::shared::tls::inspection(&tls) {
+    let (ca_out, bundle_out) = (args.ca_cert_out.as_deref(), args.ca_bundle_out.as_deref());
+    let inspection = match crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca) {
         Ok(i) => i,
         Err(code) => return code,
     };

@@ -9,6 +9,21 @@ use leash_proxy::{Inspection, UpstreamTrust};
 use crate::cli::TlsArgs;
 use crate::exit::Exit;
 
+/// [`inspection`] for a command whose clients it does not start (`leash attach`, `leash docker attach`): the CA
+/// written to `--ca-cert-out` and the bundle to `--ca-bundle-out`, for the caller to hand them.
+pub fn inspection_for_clients(
+    ca_cert_out: Option<&Path>,
+    ca_bundle_out: Option<&Path>,
+    upstream_ca: &[PathBuf],
+) -> Result<Arc<Inspection>, Exit> {
+    let args = TlsArgs {
+        ca_cert_out: ca_cert_out.map(Path::to_owned),
+        ca_bundle_out: ca_bundle_out.map(Path::to_owned),
+        upstream_ca: upstream_ca.to_vec(),
+    };
+    inspection(&args)
+}
+
 /// TLS inspection: a new CA for this run, upstream trust, and the CA (or bundle) written where asked. Any failure
 /// stops leash: a policy with path rules cannot be enforced over HTTPS without it.
 pub fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Exit> {
