@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use leash_docker::serve::StopSignals;
 use leash_policy::{Attachment, Format, Namespace, Policy};
-use leash_proxy::{AuditLog, Inspection, PolicyHandle};
+use leash_proxy::{AuditLog, ConnectionBound, Inspection, PolicyHandle};
 use leash_sandbox::{Isolation, Netns};
 
 use super::attach::{attach, gone, refuse_policy_options, Target};
@@ -44,7 +44,15 @@ pub fn run(dir: &Path, args: AttachArgs) -> Exit {
         Ok(i) => i,
         Err(code) => return code,
     };
-    let agent = Agent { dir: dir.to_owned(), log: args.proxy.log.clone(), audit: args.proxy.audit, pins, inspection };
+    let agent = Agent {
+        dir: dir.to_owned(),
+        log: args.proxy.log.clone(),
+        audit: args.proxy.audit,
+        pins,
+        inspection,
+        bound: node_bound(),
+        next_scope: std::sync::atomic::AtomicU32::new(1),
+    };
     with_stop_signals(move |mut stop| async move {
         println!("watching {}", agent.dir.display());
         agent.watch(&mut stop).await;
@@ -62,6 +70,20 @@ struct Agent {
     pins: Pins,
     /// One CA for the node: each attachment may write it where its file says.
     inspection: Arc<Inspection>,
+    /// One connection bound for the node, each attachment a scope of it (see [`node_bound`]).
+    bound: ConnectionBound,
+    /// The scope the next attachment gets.
+    next_scope: std::sync::atomic::AtomicU32,
+}
+
+/// The node's connection bound: what the open-file limit serves, shared by every attachment, and a quarter of it
+/// per client — a pod (its loopback clients are one client of its attachment) can never hold the node's
+/// connections, and its neighbours keep theirs.
+fn node_bound() -> ConnectionBound {
+    let limits = crate::fit_open_files(leash_proxy::Limits::default());
+    let per_pod = (limits.max_connections / 4).max(1);
+    let limits = leash_proxy::Limits { max_connections_per_client: Some(per_pod), ..limits };
+    ConnectionBound::new(&limits, Arc::default())
 }
 
 /// An attachment being served.
@@ -177,7 +199,9 @@ impl Agent {
         let attached = attach(&target, &policy).map_err(|_| "not attached (the reason is above)".to_owned())?;
         let audit = self.audit_log(path, &a)?;
         let secured = Secured { secrets: Arc::new(secrets), upstream_auth };
-        let cfg = config((policy, self.pins.clone(), secured), Arc::new(audit), Some(self.inspection.clone()));
+        let mut cfg = config((policy, self.pins.clone(), secured), Arc::new(audit), Some(self.inspection.clone()));
+        let scope = self.next_scope.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cfg.bound = Some(self.bound.scope(scope));
         let handle = cfg.policy.clone();
         tracing::info!(
             "attachment `{}`: serving the network namespace {} on {}",

@@ -88,6 +88,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         metrics: Arc::default(),
         credentials: secrets,
         upstream_auth,
+        bound: None,
     };
     let Signals { term, int, hup } = Signals::install();
     if let Ok(addr) = listener.local_addr() {

@@ -152,6 +152,7 @@ pub fn config(
         metrics: Arc::default(),
         credentials: secured.secrets,
         upstream_auth: secured.upstream_auth,
+        bound: None,
     }
 }
 

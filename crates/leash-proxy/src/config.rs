@@ -181,6 +181,8 @@ pub struct ProxyConfig {
     pub credentials: Arc<Secrets>,
     /// `Proxy-Authorization` for the policy's `upstream_proxy` (`Basic ...`, read when leash started), if it needs one.
     pub upstream_auth: Option<Arc<str>>,
+    /// A connection bound shared with other proxies (`leash attach --dir`); `None`: one of its own, from `limits`.
+    pub bound: Option<crate::fair::ConnectionBound>,
 }
 
 #[cfg(test)]

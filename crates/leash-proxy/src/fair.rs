@@ -65,9 +65,26 @@ pub(crate) struct Fair {
     metrics: Arc<crate::metrics::Metrics>,
 }
 
+/// A client: its address, within one scope (an attachment of `leash attach --dir`; 0 for a proxy alone), so the
+/// loopback clients of two pods are two clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct ClientKey {
+    scope: u32,
+    ip: IpAddr,
+}
+
+impl std::fmt::Display for ClientKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.scope {
+            0 => write!(f, "{}", self.ip),
+            scope => write!(f, "{} (attachment {scope})", self.ip),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    clients: HashMap<IpAddr, Client>,
+    clients: HashMap<ClientKey, Client>,
     /// Connections open now, and their peak since the last trim.
     open: usize,
     peak: usize,
@@ -92,7 +109,7 @@ struct Idle {
 /// A connection admitted: its part of the global bound and of its client's. Dropping it ends both.
 pub(crate) struct Admitted {
     fair: Arc<Fair>,
-    client: IpAddr,
+    client: ClientKey,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -101,6 +118,46 @@ pub(crate) struct IdleGuard<'a> {
     admitted: &'a Admitted,
     seq: u64,
     close: Arc<Notify>,
+}
+
+/// The connection bound a proxy serves under: its own, or a share of one several proxies use (`leash attach --dir`:
+/// one bound for the node, each attachment a scope of its own, so one pod's clients are never another's and no pod
+/// can hold more than its client bound of the node's connections).
+#[derive(Clone)]
+pub struct ConnectionBound {
+    pub(crate) fair: Arc<Fair>,
+    pub(crate) scope: u32,
+}
+
+impl ConnectionBound {
+    /// A bound of `limits.max_connections`, `limits.connections_per_client()` per client, counted in `metrics`.
+    pub fn new(limits: &Limits, metrics: Arc<crate::metrics::Metrics>) -> ConnectionBound {
+        ConnectionBound { fair: Fair::new(limits, metrics), scope: 0 }
+    }
+
+    /// The same bound for another proxy, whose clients are its own (scope 0 is [`ConnectionBound::new`]'s).
+    pub fn scope(&self, scope: u32) -> ConnectionBound {
+        ConnectionBound { fair: self.fair.clone(), scope }
+    }
+
+    /// Count a connection from `peer` of this scope against its client's bound (see [`Fair::admit`]).
+    pub(crate) fn admit(&self, peer: IpAddr, permit: OwnedSemaphorePermit) -> Result<Admitted, OwnedSemaphorePermit> {
+        self.fair.admit(self.scope, peer, permit)
+    }
+
+    /// Wait until every connection of this scope has ended, at most `drain`; false if some were still open.
+    pub(crate) async fn all_closed(&self, drain: Duration) -> bool {
+        if self.scope == 0 {
+            return self.fair.all_closed(drain).await;
+        }
+        let scope = self.scope;
+        let closed = async {
+            while self.fair.lock().clients.keys().any(|k| k.scope == scope) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(drain, closed).await.is_ok()
+    }
 }
 
 impl Fair {
@@ -144,10 +201,11 @@ impl Fair {
     /// permit is handed back, for the next connection).
     pub fn admit(
         self: &Arc<Self>,
+        scope: u32,
         peer: IpAddr,
         permit: OwnedSemaphorePermit,
     ) -> Result<Admitted, OwnedSemaphorePermit> {
-        let client = peer.to_canonical();
+        let client = ClientKey { scope, ip: peer.to_canonical() };
         let mut state = self.lock();
         let entry = state.clients.entry(client).or_default();
         if entry.open >= self.per_client {
@@ -293,7 +351,7 @@ mod tests {
 
     fn admit(fair: &Arc<Fair>, ip: IpAddr) -> Option<Admitted> {
         let permit = fair.try_permit()?;
-        fair.admit(ip, permit).ok()
+        fair.admit(0, ip, permit).ok()
     }
 
     #[test]
@@ -303,9 +361,9 @@ mod tests {
         let (first, second) = (admit(&fair, a), admit(&fair, a));
         assert!(first.is_some() && second.is_some());
         let permit = fair.try_permit().unwrap();
-        let permit = fair.admit(a, permit).err().expect("a third connection from one client is refused");
+        let permit = fair.admit(0, a, permit).err().expect("a third connection from one client is refused");
         assert_eq!(fair.permits.available_permits(), 5, "the refused connection's permit is not lost");
-        assert!(fair.admit(b, permit).is_ok(), "another client has its own bound");
+        assert!(fair.admit(0, b, permit).is_ok(), "another client has its own bound");
         drop(first);
         assert!(admit(&fair, a).is_some(), "room again once one of its connections closed");
     }

@@ -16,6 +16,7 @@ mod dial;
 pub mod dns;
 mod exchange;
 mod fair;
+pub use fair::ConnectionBound;
 mod forward;
 mod gate;
 mod headers;

@@ -13,7 +13,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use crate::config::ProxyConfig;
 use crate::conn::{close_gracefully, BufConn, Next, Reparse};
-use crate::fair::{Admitted, Fair};
+use crate::fair::{Admitted, ConnectionBound};
 use crate::forward;
 use crate::request::refuse_unreadable;
 use crate::service::Listening;
@@ -89,7 +89,7 @@ pub async fn serve_listeners(
         .into_iter()
         .map(|s| Ok((s.name, Listening::new(s.listener)?)))
         .collect::<io::Result<Vec<_>>>()?;
-    let fair = Fair::new(&config.limits, config.metrics.clone());
+    let fair = config.bound.clone().unwrap_or_else(|| ConnectionBound::new(&config.limits, config.metrics.clone()));
     let drain = config.limits.drain_timeout;
     let shared = Arc::new(Shared::new(config, &listening));
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -118,7 +118,7 @@ async fn service_accept_loop(
     listener: Listening,
     name: Arc<str>,
     shared: Arc<Shared>,
-    fair: Arc<Fair>,
+    fair: ConnectionBound,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut held = None;
@@ -144,12 +144,12 @@ async fn accept_loop(
     listener: TcpListener,
     entry: Entry,
     shared: Arc<Shared>,
-    fair: Arc<Fair>,
+    fair: ConnectionBound,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut held = None;
     loop {
-        let refuse = |stream| fair.refuse(stream, entry == Entry::Proxy);
+        let refuse = |stream| fair.fair.refuse(stream, entry == Entry::Proxy);
         match admit_next(&fair, &mut stop, &mut held, || listener.accept(), refuse).await {
             Ok((stream, peer, admitted)) => {
                 let (sh, stop) = (shared.clone(), stop.clone());
@@ -165,7 +165,7 @@ async fn accept_loop(
 /// or a new one) and a place in its client's bound; one over its client's bound goes to `refuse` and the loop goes
 /// on. At shutdown, `Err` with the permit taken for it, if any (for the backlog drain).
 async fn admit_next<S, F, Fut>(
-    fair: &Arc<Fair>,
+    fair: &ConnectionBound,
     stop: &mut watch::Receiver<bool>,
     held: &mut Option<OwnedSemaphorePermit>,
     mut accept: F,
@@ -178,7 +178,7 @@ where
     loop {
         let permit = match held.take() {
             Some(p) => p,
-            None => fair.permit(stop).await.ok_or(None)?,
+            None => fair.fair.permit(stop).await.ok_or(None)?,
         };
         let (stream, peer) = tokio::select! {
             accepted = accept() => match accepted {
@@ -209,14 +209,14 @@ fn drain_backlog(
     listener: TcpListener,
     entry: Entry,
     shared: &Arc<Shared>,
-    fair: &Arc<Fair>,
+    fair: &ConnectionBound,
     stop: &watch::Receiver<bool>,
     permit: OwnedSemaphorePermit,
 ) {
     let Ok(listener) = listener.into_std() else { return };
     let mut permit = Some(permit);
     while let Ok((stream, peer)) = listener.accept() {
-        let Some(held) = permit.take().or_else(|| fair.try_permit()) else { return };
+        let Some(held) = permit.take().or_else(|| fair.fair.try_permit()) else { return };
         let admitted = match fair.admit(peer.ip(), held) {
             Ok(a) => a,
             Err(held) => {

@@ -68,6 +68,7 @@ mod tests {
             metrics: Arc::default(),
             credentials: Arc::default(),
             upstream_auth: None,
+            bound: None,
         };
         let listening: Vec<SocketAddr> = listening.iter().map(|a| a.parse().unwrap()).collect();
         Shared::new(cfg, &listening)

@@ -188,3 +188,36 @@ async fn service_connections_count_against_their_clients_bound() {
     assert_eq!(before(PROMPTLY, other.response()).await.expect("another client was not answered").status, 200);
     drop((held, leash));
 }
+
+#[tokio::test]
+async fn proxies_sharing_a_bound_each_get_their_own_clients_within_it() {
+    // One bound of 8 for two proxies (two pods of one `leash attach --dir`), 3 per client: both pods' clients come
+    // from 127.0.0.1, each its own pod's client.
+    let up = Upstream::start().await;
+    let limits = leash_proxy::Limits { max_connections: 8, max_connections_per_client: Some(3), ..Default::default() };
+    let node = leash_proxy::ConnectionBound::new(&limits, std::sync::Arc::default());
+    let policy = allowlist(&["allowed.test"], &[up.port()], &[443]);
+    let pod_a = Leash::builder(&policy).bound(node.scope(1)).start().await;
+    let pod_b = Leash::builder(&policy).bound(node.scope(2)).start().await;
+    let url = format!("http://allowed.test:{}/", up.port());
+    let (held_a, refused_a) = hold([127, 0, 0, 1], pod_a.addr, &url, 5).await;
+    assert_eq!((held_a.len(), refused_a), (3, 2), "pod a holds its client's bound, no more");
+    let (held_b, refused_b) = hold([127, 0, 0, 1], pod_b.addr, &url, 3).await;
+    assert_eq!((held_b.len(), refused_b), (3, 0), "pod b's client is not pod a's, though both are 127.0.0.1");
+    // The node's bound is shared: with 6 of 8 taken, a third pod's client gets what is left, and beyond it a
+    // connection is served only once leash has closed an idle one somewhere on the node to make room.
+    let pod_c = Leash::builder(&policy).bound(node.scope(3)).start().await;
+    let (mut held_c, _) = hold([127, 0, 0, 1], pod_c.addr, &url, 2).await;
+    assert_eq!(held_c.len(), 2);
+    let mut ninth = connect_from([127, 0, 0, 1], pod_c.addr).await;
+    ninth.send(get(&url)).await;
+    let answered = before(PROMPTLY, ninth.response()).await.expect("the ninth connection was never served");
+    assert_eq!(answered.status, 200);
+    let (mut held_a, mut held_b) = (held_a, held_b);
+    let mut closed = 0;
+    for c in held_a.iter_mut().chain(held_b.iter_mut()).chain(held_c.iter_mut()) {
+        closed += usize::from(c.closed_within(Duration::from_millis(50)).await);
+    }
+    assert!(closed >= 1, "nine connections open at once under a node bound of 8");
+    drop((held_a, held_b, held_c));
+}

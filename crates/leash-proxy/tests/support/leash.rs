@@ -95,6 +95,8 @@ pub struct Builder {
     upstream_auth: Option<Arc<str>>,
     /// The policy's services' listeners, bound by the test.
     services: Vec<leash_proxy::ServiceSocket>,
+    /// A connection bound shared with other proxies of the test.
+    bound: Option<leash_proxy::ConnectionBound>,
 }
 
 impl Builder {
@@ -130,6 +132,12 @@ impl Builder {
     /// Serve the policy's service `name` on `listener` (bound by the test, so its port can be in the policy).
     pub fn service(mut self, name: &str, listener: leash_proxy::ServiceListener) -> Self {
         self.services.push(leash_proxy::ServiceSocket { name: Arc::from(name), listener });
+        self
+    }
+
+    /// Serve under `bound`, shared with other proxies (as `leash attach --dir` does per attachment).
+    pub fn bound(mut self, bound: leash_proxy::ConnectionBound) -> Self {
+        self.bound = Some(bound);
         self
     }
 
@@ -169,6 +177,7 @@ impl Builder {
             metrics: metrics.clone(),
             credentials: self.secrets.clone(),
             upstream_auth: self.upstream_auth.clone(),
+            bound: self.bound,
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
@@ -229,6 +238,7 @@ impl Leash {
             secrets: Arc::default(),
             upstream_auth: None,
             services: Vec::new(),
+            bound: None,
         }
     }
 
