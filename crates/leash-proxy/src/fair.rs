@@ -140,6 +140,21 @@ impl ConnectionBound {
         ConnectionBound { fair: self.fair.clone(), scope }
     }
 
+    /// A part of the global bound for the next connection (see [`Fair::permit`]).
+    pub(crate) async fn permit(&self, stop: &mut watch::Receiver<bool>) -> Option<OwnedSemaphorePermit> {
+        self.fair.permit(stop).await
+    }
+
+    /// A permit if one is free now (see [`Fair::try_permit`]).
+    pub(crate) fn try_permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.fair.try_permit()
+    }
+
+    /// Refuse a connection over its client's bound (see [`Fair::refuse`]).
+    pub(crate) fn refuse(&self, stream: TcpStream, http: bool) {
+        self.fair.refuse(stream, http);
+    }
+
     /// Count a connection from `peer` of this scope against its client's bound (see [`Fair::admit`]).
     pub(crate) fn admit(&self, peer: IpAddr, permit: OwnedSemaphorePermit) -> Result<Admitted, OwnedSemaphorePermit> {
         self.fair.admit(self.scope, peer, permit)

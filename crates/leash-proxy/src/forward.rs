@@ -91,7 +91,7 @@ where
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     let watches = Watches { redact, leaks: LeakWatch::new(&sh.cfg.credentials, own), via_proxy };
 
-    let extras = Extras { stripped: listed, credential: credential.as_deref(), service: None };
+    let extras = Extras { stripped: listed, credential: credential.as_deref(), ..Extras::default() };
     let key = PoolKey { host: host.as_ref().into(), port: plan.port, generation: ctx.snap.generation };
     let upstream = match sh.pool.take(&key) {
         Some(stream) => Upstream { stream, pooled: true },
@@ -138,9 +138,7 @@ async fn check_and_dial(
 
 /// An allowed request whose upstream could not be reached: its failure outcome, and the 502/504 saying why.
 fn upstream_failed(ctx: &RequestCtx<'_>, asked: &Asked<'_>, e: &DialError) -> Response {
-    let authority = format!("{}:{}", asked.host, asked.port);
-    ctx.failed(e.status(), &authority, e.cause(), &e.to_string());
-    Response::upstream_failed(e.status(), &authority, &e.to_string())
+    ctx.dial_failed(&format!("{}:{}", asked.host, asked.port), e)
 }
 
 /// Send the request and relay the response, retrying once on a fresh connection when a pooled one turns out stale.

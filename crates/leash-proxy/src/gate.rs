@@ -169,6 +169,13 @@ impl<'s> RequestCtx<'s> {
         write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, outcome, self.started);
     }
 
+    /// Record that an allowed request's upstream (`authority`) could not be reached, and answer it: the failure
+    /// outcome, and the 502/504 saying why.
+    pub fn dial_failed(&self, authority: &str, e: &crate::dial::DialError) -> Response {
+        self.failed(e.status(), authority, e.cause(), &e.to_string());
+        Response::upstream_failed(e.status(), authority, &e.to_string())
+    }
+
     /// Record that an allowed request's upstream (`authority`) failed, and why: the outcome's `error`, and a warning
     /// naming the host and the cause, so an operator sees why a client saw a bare failure.
     pub fn failed(&self, status: u16, authority: &str, cause: Option<UpstreamFailure>, why: &str) {

@@ -173,8 +173,7 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
 /// A resolution or connection failure of an allowed tunnel whose decision line was written: its failure outcome,
 /// and the 502/504 to answer inside TLS.
 fn dial_failed(t: &Inspected, ctx: &RequestCtx<'_>, e: &DialError) -> Response {
-    ctx.failed(e.status(), &t.authority(), e.cause(), &e.to_string());
-    Response::upstream_failed(e.status(), &t.authority(), &e.to_string())
+    ctx.dial_failed(&t.authority(), e)
 }
 
 /// Record and answer an upstream whose certificate (or TLS itself) failed, at the tunnel's first dial or an HTTP/1.1

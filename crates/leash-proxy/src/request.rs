@@ -6,12 +6,13 @@ use leash_policy::{parse_absolute_target, parse_authority, AbsoluteTarget, Reaso
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::audit::refusal;
-use crate::conn::{BufConn, Next, ReadHeadError};
+use crate::config::Limits;
+use crate::conn::{BufConn, Next, ReadHeadError, Reparse};
 use crate::gate::{Asked, RequestCtx};
 use crate::headers;
 use crate::refusal::{reply, Response};
 use crate::shared::Shared;
-use crate::wire::http_head::{request_framing, upgrade_value, BodyFraming, HeadError, RequestHead};
+use crate::wire::http_head::{parse_request_head, request_framing, upgrade_value, BodyFraming, HeadError, RequestHead};
 use crate::wire::target::{default_port, loose_target, split_query};
 
 /// A request that passed the checks that need no policy: its parts, framing and connection options.
@@ -79,6 +80,17 @@ fn forbidden_raw(target: &str, reason: Reason) -> Response {
 
 pub(crate) fn bad_request(why: &str) -> Early {
     Early { response: Response::bad_request(400, why), reason: Reason::BadRequest }
+}
+
+/// The next request head on `client` (a proxy client, a service's, or one inside an inspected tunnel), read within
+/// `limits`: up to the idle timeout for its first byte, then the head timeout and size bound for all of it.
+pub(crate) async fn read_request_head<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut BufConn<S>,
+    limits: &Limits,
+) -> Result<RequestHead, ReadHeadError<HeadError>> {
+    let max = limits.max_head_bytes;
+    let reparse = Reparse::OnLineEnd { max };
+    client.read_head(limits.idle_timeout, limits.head_timeout, reparse, |b| parse_request_head(b, max)).await
 }
 
 /// Record and answer a request refused before the policy was asked (400s, bad hosts, Host mismatches). `target` is

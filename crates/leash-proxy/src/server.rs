@@ -12,14 +12,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use crate::config::ProxyConfig;
-use crate::conn::{close_gracefully, BufConn, Next, Reparse};
+use crate::conn::{close_gracefully, BufConn, Next};
 use crate::fair::{Admitted, ConnectionBound};
 use crate::forward;
 use crate::request::refuse_unreadable;
 use crate::service::Listening;
 use crate::shared::Shared;
 use crate::tunnel;
-use crate::wire::http_head::{parse_request_head, RequestHead};
+use crate::wire::http_head::RequestHead;
 
 /// The first byte of a TLS record carrying a handshake: what a transparent listener's TLS clients send first.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -149,7 +149,7 @@ async fn accept_loop(
 ) {
     let mut held = None;
     loop {
-        let refuse = |stream| fair.fair.refuse(stream, entry == Entry::Proxy);
+        let refuse = |stream| fair.refuse(stream, entry == Entry::Proxy);
         match admit_next(&fair, &mut stop, &mut held, || listener.accept(), refuse).await {
             Ok((stream, peer, admitted)) => {
                 let (sh, stop) = (shared.clone(), stop.clone());
@@ -178,7 +178,7 @@ where
     loop {
         let permit = match held.take() {
             Some(p) => p,
-            None => fair.fair.permit(stop).await.ok_or(None)?,
+            None => fair.permit(stop).await.ok_or(None)?,
         };
         let (stream, peer) = tokio::select! {
             accepted = accept() => match accepted {
@@ -216,7 +216,7 @@ fn drain_backlog(
     let Ok(listener) = listener.into_std() else { return };
     let mut permit = Some(permit);
     while let Ok((stream, peer)) = listener.accept() {
-        let Some(held) = permit.take().or_else(|| fair.fair.try_permit()) else { return };
+        let Some(held) = permit.take().or_else(|| fair.try_permit()) else { return };
         let admitted = match fair.admit(peer.ip(), held) {
             Ok(a) => a,
             Err(held) => {
@@ -260,11 +260,8 @@ async fn connection(
         if wait_idle(&mut client, &admitted, limits.idle_timeout, &mut stop).await == Idle::Close {
             return;
         }
-        let max = limits.max_head_bytes;
         let head = {
-            let read = client.read_head(limits.idle_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
-                parse_request_head(b, max)
-            });
+            let read = crate::request::read_request_head(&mut client, limits);
             tokio::pin!(read);
             if *stop.borrow() {
                 // Shutdown began before this connection was first served (accepted just before, or drained after).

@@ -21,14 +21,14 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::audit::refusal;
-use crate::conn::{close_gracefully, BufConn, Next, Reparse};
+use crate::conn::{close_gracefully, BufConn, Next};
 use crate::dial::{connect_checked, DialError};
 use crate::exchange::{exchange, settle, ExchangeError, Watches};
 use crate::gate::{Asked, RequestCtx};
 use crate::refusal::{reply, Response};
 use crate::request::{request_head_bytes, Plan, TargetForm};
 use crate::shared::Shared;
-use crate::wire::http_head::{parse_request_head, request_framing, RequestHead};
+use crate::wire::http_head::{request_framing, RequestHead};
 
 /// A service's listener, bound by the caller where the sandbox reaches it.
 #[derive(Debug)]
@@ -206,11 +206,7 @@ async fn http(sh: &Shared, service: &Service, accepted: Accepted) {
     let mut target: Option<BufConn<Stream>> = None;
     let limits = &sh.cfg.limits;
     loop {
-        let max = limits.max_head_bytes;
-        let read = client.read_head(limits.idle_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
-            parse_request_head(b, max)
-        });
-        let head = match read.await {
+        let head = match crate::request::read_request_head(&mut client, limits).await {
             Ok(head) => head,
             Err(e) => return crate::request::refuse_unreadable(sh, &mut client, e, accepted.peer).await,
         };
@@ -271,11 +267,7 @@ async fn request(
         Some(conn) => conn,
         None => match dial(ctx.sh, &service.target).await {
             Ok(stream) => BufConn::new(stream),
-            Err(e) => {
-                let shown = service.target.shown();
-                ctx.failed(e.status(), &shown, e.cause(), &e.to_string());
-                return reply(client, &Response::upstream_failed(e.status(), &shown, &e.to_string()), false).await;
-            }
+            Err(e) => return reply(client, &ctx.dial_failed(&service.target.shown(), &e), false).await,
         },
     };
     let mut result = exchange(ctx.sh, client, &mut conn, (&bytes, head, &plan), Watches::default()).await;

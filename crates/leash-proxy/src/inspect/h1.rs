@@ -7,7 +7,7 @@ use std::sync::Arc;
 use leash_policy::{Question, Request, Scheme, Via};
 
 use super::{upstream_tls_refused, ClientTls, Inspected, UpstreamError, UpstreamTls};
-use crate::conn::{close_gracefully, BufConn, Next, Reparse};
+use crate::conn::{close_gracefully, BufConn, Next};
 use crate::credentials::{LeakWatch, Outbound};
 use crate::dial::DialError;
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
@@ -15,7 +15,7 @@ use crate::gate::{Asked, Extras, RequestCtx};
 use crate::model::{self, Gated};
 use crate::refusal::{reply, Response};
 use crate::request::{bad_request, plan, refuse_early, refuse_unreadable, request_head_bytes, Plan, TargetForm};
-use crate::wire::http_head::{parse_request_head, BodyFraming, RequestHead};
+use crate::wire::http_head::{BodyFraming, RequestHead};
 use crate::wire::target::split_query;
 
 /// The tunnel's upstream session, and whether it has served a request already (only a reused one can be stale).
@@ -38,11 +38,7 @@ pub(super) async fn serve(t: &Inspected, client: ClientTls, upstream: UpstreamTl
     let mut totals = (0u64, 0u64);
     let limits = &t.sh.cfg.limits;
     loop {
-        let max = limits.max_head_bytes;
-        let read = client.read_head(limits.idle_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
-            parse_request_head(b, max)
-        });
-        let head = match read.await {
+        let head = match crate::request::read_request_head(&mut client, limits).await {
             Ok(head) => head,
             Err(e) => {
                 refuse_unreadable(&t.sh, &mut client, e, t.peer).await;
@@ -134,7 +130,7 @@ async fn request(
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     let logged = Logged { ctx: &ctx, asked: asked(path_only), rule: decision.rule.clone() };
     // INVARIANT: logged before a byte of the request goes up.
-    let extras = Extras { stripped: listed, credential: credential.as_deref(), service: None };
+    let extras = Extras { stripped: listed, credential: credential.as_deref(), ..Extras::default() };
     if let Err(response) = ctx.pass_with(&logged.asked, &model::forwarded(&decision, &stripped), extras) {
         return reply(client, &response, false).await;
     }

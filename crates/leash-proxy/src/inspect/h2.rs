@@ -125,7 +125,7 @@ async fn stream(
     let listed = (!checked.stripped.is_empty()).then_some(checked.stripped.as_slice());
     // INVARIANT: logged before the stream's head or body goes up.
     let forwarded = model::forwarded(&decision, &checked.stripped);
-    let extras = Extras { stripped: listed, credential: credential.as_deref(), service: None };
+    let extras = Extras { stripped: listed, credential: credential.as_deref(), ..Extras::default() };
     if let Err(answer) = ctx.pass_with(&asked(path_only), &forwarded, extras) {
         return own_response(&answer);
     }
