@@ -47,7 +47,7 @@ pub fn bind_sockets(policy: &Policy) -> Result<(Vec<ServiceSocket>, SocketFiles)
     let (mut sockets, mut files) = (Vec::new(), SocketFiles::default());
     for service in policy.services() {
         let ServiceListen::Socket(path) = &service.listen else { continue };
-        let listener = bind(path).map_err(|why| {
+        let listener = bind(path, 0o600).map_err(|why| {
             eprintln!("leash: service `{}`: cannot listen on `{}`: {why}", service.name, path.display());
             Exit::Usage
         })?;
@@ -68,11 +68,7 @@ pub fn bind_sockets_in(policy: &Policy, dir: &Path) -> Result<(Vec<ServiceSocket
     for service in policy.services() {
         let ServiceListen::Socket(inside) = &service.listen else { continue };
         let host = dir.join(format!("service-{}.sock", service.name));
-        let bound = bind(&host).and_then(|l| {
-            std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o666)).map_err(|e| e.to_string())?;
-            Ok(l)
-        });
-        let listener = bound.map_err(|why| {
+        let listener = bind(&host, 0o666).map_err(|why| {
             eprintln!("leash: service `{}`: cannot listen on `{}`: {why}", service.name, host.display());
             Exit::SandboxFailed
         })?;
@@ -82,12 +78,13 @@ pub fn bind_sockets_in(policy: &Policy, dir: &Path) -> Result<(Vec<ServiceSocket
     Ok((sockets, mounts))
 }
 
-fn bind(path: &Path) -> Result<UnixListener, String> {
+/// A Unix socket bound at `path` with `mode`, refusing to replace anything already there.
+fn bind(path: &Path, mode: u32) -> Result<UnixListener, String> {
     if std::fs::symlink_metadata(path).is_ok() {
         return Err("something is there already; remove it, or name another path".to_owned());
     }
     let listener = UnixListener::bind(path).map_err(|e| e.to_string())?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| e.to_string())?;
     Ok(listener)
 }
 
