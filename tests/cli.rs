@@ -86,6 +86,26 @@ fn check_warns_about_an_allowlist_that_allows_nothing() {
     assert!(stderr(&o).contains("warning"), "{}", stderr(&o));
 }
 
+#[test]
+fn a_wildcard_or_regular_expression_in_a_path_rule_is_refused_not_silently_matching_nothing() {
+    // `arxiv.org/abs/*` used to be `valid` and block nothing: `*` was a literal character of the prefix.
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "glob.yaml", "network:\n  mode: blocklist\n  blocked_urls:\n    - arxiv.org/abs/*\n");
+    let o = leash(&["check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(stderr(&o).contains(":4:7: network.blocked_urls[0]: `arxiv.org/abs/*` has a `*`"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("`arxiv.org/abs/` already covers every path under it"), "{}", stderr(&o));
+    // The inline flags take the same entries, and say the same.
+    for rule in ["arxiv.org/abs/*", "arxiv.org/abs/**", "arxiv.org/^abs/", "arxiv.org/abs/.*$"] {
+        let o = leash(&["explain", "--block", rule, "http://arxiv.org/abs/2401.01234"]);
+        assert_eq!(o.status.code(), Some(2), "{rule}: {o:?}");
+        assert!(stderr(&o).contains("arxiv.org/abs/"), "{rule}: {}", stderr(&o));
+    }
+    // What the message suggests does what was meant.
+    let o = leash(&["explain", "--block", "arxiv.org/abs/", "http://arxiv.org/abs/2401.01234"]);
+    assert_eq!((o.status.code(), stdout(&o).lines().next()), (Some(1), Some("block rule arxiv.org/abs/")));
+}
+
 // ---- explain
 
 fn explain(policy: &str, request: &[&str]) -> (Option<i32>, String) {

@@ -158,6 +158,9 @@ fn syntax_problem(host: &str, list: List) -> Option<String> {
 }
 
 fn check_path(entry: &str, path: &str) -> Result<crate::path::CanonicalPath, EntryError> {
+    if let Some(message) = pattern_syntax(entry, path) {
+        return fail(BadPath, message);
+    }
     if path.contains('?') {
         return fail(BadUrl, format!("`{entry}` has a query (`?`); rules match paths only"));
     }
@@ -173,6 +176,30 @@ fn check_path(entry: &str, path: &str) -> Result<crate::path::CanonicalPath, Ent
         };
         EntryError { kind, message }
     })
+}
+
+/// A message for a path written as a glob or a regular expression (`/abs/*`, `/abs/**`, `^/abs`, `/abs/.*$`):
+/// a rule is a plain prefix, and such an entry would otherwise be accepted and match nothing a client sends.
+/// A `$` or `^` elsewhere in a path is literal (OData's `/$metadata`), so only the anchor places are refused.
+fn pattern_syntax(entry: &str, path: &str) -> Option<String> {
+    let prefix = |upto: &str| format!("{}{upto}", &entry[..entry.len() - path.len()]);
+    if let Some(star) = path.find('*') {
+        let before = path[..star].trim_end_matches('.');
+        let cut = before.rfind('/').map_or(before, |slash| &before[..=slash]);
+        return Some(format!(
+            "`{entry}` has a `*`; rules are prefixes, not patterns: `{}` already covers every path under it",
+            prefix(cut)
+        ));
+    }
+    if path.starts_with("/^") || path.ends_with('$') || path.contains("\\.") {
+        let plain = path.trim_start_matches("/^").trim_end_matches('$').replace("\\.", ".");
+        let plain = if plain.starts_with('/') { plain } else { format!("/{plain}") };
+        return Some(format!(
+            "`{entry}` looks like a regular expression; rules are plain path prefixes: write `{}`",
+            prefix(&plain)
+        ));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -237,6 +264,29 @@ mod tests {
         assert!(err("arxiv.org/a b", List::BlockedUrls).contains("space"));
         assert!(err("192.0.2.1/x", List::AllowedUrls).contains("allowed_hosts"));
         assert!(err("/abs", List::BlockedUrls).contains("no hostname"));
+    }
+
+    #[test]
+    fn globs_and_regular_expressions_in_paths_are_refused_with_the_prefix_meant() {
+        let err = |t| url_entry(t, List::BlockedUrls).unwrap_err();
+        let star = err("arxiv.org/abs/*");
+        assert_eq!(star.kind, PolicyErrorKind::BadPath);
+        assert_eq!(
+            star.message,
+            "`arxiv.org/abs/*` has a `*`; rules are prefixes, not patterns: `arxiv.org/abs/` already covers every \
+             path under it"
+        );
+        assert!(err("arxiv.org/abs/**").message.contains("`arxiv.org/abs/` already covers"));
+        assert!(err("arxiv.org/abs/.*").message.contains("`arxiv.org/abs/` already covers"));
+        assert!(err("arxiv.org/abs/24*/pdf").message.contains("`arxiv.org/abs/` already covers"));
+        assert!(err("arxiv.org/*").message.contains("`arxiv.org/` already covers"));
+        assert!(url_entry("github.com/rust-lang/*", List::AllowedUrls).unwrap_err().message.contains("a `*`"));
+        assert!(err("arxiv.org/^abs/").message.ends_with("write `arxiv.org/abs/`"));
+        assert!(err("arxiv.org/abs/$").message.ends_with("write `arxiv.org/abs/`"));
+        assert!(err("arxiv.org/abs/2401\\.01234").message.ends_with("write `arxiv.org/abs/2401.01234`"));
+        // A `$` or `^` inside a path is an ordinary character (OData's `$metadata`).
+        assert!(url_entry("graph.example.com/v1.0/$metadata", List::BlockedUrls).is_ok());
+        assert!(url_entry("example.com/a^b/c", List::BlockedUrls).is_ok());
     }
 
     #[test]
