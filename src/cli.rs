@@ -70,7 +70,7 @@ pub struct SandboxProxyArgs {
     #[arg(long)]
     pub audit: bool,
     /// Use this profile's `network` instead of the top-level one
-    #[arg(long, value_name = "NAME", requires = "policy")]
+    #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
     /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]
@@ -325,7 +325,7 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"], required_unless_present_any = ["allow", "block"])]
     pub policy: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one
-    #[arg(long, value_name = "NAME", requires = "policy")]
+    #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
     /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]

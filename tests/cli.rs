@@ -106,6 +106,29 @@ fn a_wildcard_or_regular_expression_in_a_path_rule_is_refused_not_silently_match
     assert_eq!((o.status.code(), stdout(&o).lines().next()), (Some(1), Some("block rule arxiv.org/abs/")));
 }
 
+#[test]
+fn common_slips_get_the_fix_in_the_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "slip.yaml", "network:\n  mode: allowlist\n  allowed_host: [pypi.org]\n");
+    let o = leash(&["check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unknown key `allowed_host`; did you mean `allowed_hosts`?"), "{}", stderr(&o));
+    // `--allow` takes hosts; a path there points to allowed_urls.
+    let o = leash(&["explain", "--allow", "github.com/rust-lang/", "https://github.com/rust-lang/cargo"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("`allowed_urls: [github.com/rust-lang/]`"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("`--allow github.com`"), "{}", stderr(&o));
+    // A profile names a part of a policy file: beside inline rules it used to be ignored silently.
+    for inline in [["--allow", "a.test"], ["--block", "a.test"]] {
+        let o = leash(&[&["explain", "--profile", "x"], &inline[..], &["http://a.test/"]].concat());
+        assert_eq!(o.status.code(), Some(2), "{inline:?}: {o:?}");
+        assert!(stderr(&o).contains("--profile"), "{}", stderr(&o));
+        let o = leash(&[&["run", "--profile", "x"], &inline[..], &["--", "true"]].concat());
+        assert_eq!(o.status.code(), Some(2), "{inline:?}: {o:?}");
+        assert!(stderr(&o).contains("--profile"), "{}", stderr(&o));
+    }
+}
+
 // ---- explain
 
 fn explain(policy: &str, request: &[&str]) -> (Option<i32>, String) {

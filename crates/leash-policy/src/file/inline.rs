@@ -25,7 +25,7 @@ impl Policy {
         for (index, text) in allow.iter().enumerate() {
             match host_entry(text) {
                 Ok(pattern) => network.hosts.push(HostRule { pattern, text: Arc::from(text.as_str()), index }),
-                Err(e) => errors.push(inline_error("--allow", index, e)),
+                Err(e) => errors.push(inline_error("--allow", index, allow_error(text, e))),
             }
         }
         for (index, text) in block.iter().enumerate() {
@@ -40,6 +40,20 @@ impl Policy {
             true => Ok(Policy::compile(network)),
             false => Err(errors),
         }
+    }
+}
+
+/// An `--allow` entry with a path says where path rules go, instead of only "has `/`".
+fn allow_error(text: &str, e: EntryError) -> EntryError {
+    match text.split_once('/') {
+        Some((host, path)) if !host.is_empty() && !text.contains("://") => EntryError {
+            kind: PolicyErrorKind::WrongList,
+            message: format!(
+                "`{text}` has a path; `--allow` takes hosts. Allow only some paths with a policy file's \
+                 `allowed_urls: [{host}/{path}]` (the host is then TLS-inspected), or the whole host with `--allow {host}`"
+            ),
+        },
+        _ => e,
     }
 }
 

@@ -119,8 +119,7 @@ impl Checker {
             } else if allowed.contains(&key.name.as_str()) || allowed.is_empty() {
                 fields.push((key, value));
             } else {
-                let expected = allowed.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
-                self.error(UnknownKey, &at, key.pos, format!("unknown key `{}`; expected one of {expected}", key.name));
+                self.error(UnknownKey, &at, key.pos, unknown_key(&key.name, allowed));
             }
         }
         Some(fields)
@@ -381,5 +380,52 @@ impl Checker {
             }
             None => false,
         }
+    }
+}
+
+/// "unknown key" with the closest allowed key when one is a likely slip (`allowed_host` → `allowed_hosts`), else
+/// every allowed key.
+fn unknown_key(name: &str, allowed: &[&str]) -> String {
+    let closest = allowed.iter().map(|k| (edit_distance(name, k), *k)).min();
+    match closest {
+        Some((distance, key)) if distance <= (key.len() / 3).max(2) => {
+            format!("unknown key `{name}`; did you mean `{key}`?")
+        }
+        _ => {
+            let expected = allowed.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+            format!("unknown key `{name}`; expected one of {expected}")
+        }
+    }
+}
+
+/// Levenshtein distance over bytes (keys are short ASCII words).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let replaced = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = replaced.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{edit_distance, unknown_key};
+
+    #[test]
+    fn an_unknown_key_close_to_a_known_one_is_named() {
+        let keys = ["mode", "allowed_hosts", "allowed_urls", "blocked_urls", "ports"];
+        assert_eq!(unknown_key("allowed_host", &keys), "unknown key `allowed_host`; did you mean `allowed_hosts`?");
+        assert_eq!(unknown_key("blocked_url", &keys), "unknown key `blocked_url`; did you mean `blocked_urls`?");
+        assert_eq!(unknown_key("mdoe", &keys), "unknown key `mdoe`; did you mean `mode`?");
+        assert!(unknown_key("colour", &keys).starts_with("unknown key `colour`; expected one of `mode`"));
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }
