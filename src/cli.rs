@@ -261,12 +261,18 @@ pub struct RunArgs {
     `--ca-cert-out ca.pem` then `curl --cacert ca.pem`, or `--ca-bundle-out bundle.pem` then \
     SSL_CERT_FILE=bundle.pem. Upstreams are always verified (system roots, plus --upstream-ca).")]
 pub struct ProxyArgs {
-    /// The policy file (.yaml, .yml or .toml)
-    #[arg(long, value_name = "FILE")]
-    pub policy: PathBuf,
+    /// The policy file (.yaml, .yml or .toml), reloaded on SIGHUP; or give --allow / --block instead
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"], required_unless_present_any = ["allow", "block"])]
+    pub policy: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
+    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    #[arg(long, value_name = "HOST")]
+    pub allow: Vec<String>,
+    /// Block this host or host/path prefix; an inline blocklist (repeatable)
+    #[arg(long, value_name = "RULE")]
+    pub block: Vec<String>,
     /// Learn a policy: let through what its host and path rules would refuse, logged as `would-block` with the
     /// reason; ports, IP literals and internal destinations are still refused (like `mode: audit`)
     #[arg(long)]

@@ -23,6 +23,14 @@ pub fn load_file(path: &Path, profile: Option<&str>) -> Result<Loaded, Exit> {
     Ok(loaded)
 }
 
+/// The policy of `--allow`/`--block`, or its errors printed (as `the command line:ENTRY: MESSAGE`) and exit 2.
+pub fn inline(allow: &[String], block: &[String]) -> Result<leash_policy::Policy, Exit> {
+    leash_policy::Policy::from_inline(allow, block).map_err(|errors| {
+        print_errors(Path::new("the command line"), &errors);
+        Exit::Usage
+    })
+}
+
 /// The file's text, or a printed error and exit 2.
 pub fn read(path: &Path) -> Result<String, Exit> {
     std::fs::read_to_string(path).map_err(|e| {

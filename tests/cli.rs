@@ -279,10 +279,15 @@ struct Proxy {
 
 impl Proxy {
     fn start(policy: &Path, log: &Path, extra: &[&str]) -> Proxy {
+        Proxy::start_with(&[&["--policy", policy.to_str().unwrap()], extra].concat(), log)
+    }
+
+    /// `leash proxy ARGS` on a free port, its audit log at `log`.
+    fn start_with(args: &[&str], log: &Path) -> Proxy {
         let mut child = Command::new(LEASH)
-            .args(["proxy", "--policy", policy.to_str().unwrap(), "--listen", "127.0.0.1:0", "--log"])
+            .args(["proxy", "--listen", "127.0.0.1:0", "--log"])
             .arg(log)
-            .args(extra)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -390,6 +395,30 @@ fn proxy_allows_refuses_and_logs_then_stops_cleanly_on_sigterm() {
     assert_eq!(lines[2]["path"], "/b?secret=1", "refused requests keep their query");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&log).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn proxy_takes_inline_rules_like_the_other_commands_and_a_sighup_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let proxy = Proxy::start_with(&["--allow", "docs.test", "--resolve", "docs.test:127.0.0.1"], &log);
+    // Allowed by the rule, then refused at the destination check (loopback is not exempt inline): the rule decided.
+    assert_eq!(proxy.curl("http://docs.test/a"), "403");
+    assert_eq!(proxy.curl("http://other.test/b"), "403");
+    proxy.signal("HUP");
+    assert_eq!(proxy.curl("http://other.test/c"), "403", "still serving the same rules after SIGHUP");
+    proxy.signal("TERM");
+    let (code, stderr) = proxy.wait_with_stderr();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("nothing to reload"), "{stderr}");
+    let reasons: Vec<String> =
+        log_lines(&log).iter().map(|l| l["reason"].as_str().unwrap_or_default().to_owned()).collect();
+    assert_eq!(reasons, ["internal-destination", "not-allowed", "not-allowed"], "{reasons:?}");
+    // Mixed modes, a profile beside inline rules, and neither policy nor rules are usage errors.
+    for args in [&["--allow", "a.test", "--block", "b.test"][..], &["--profile", "x", "--allow", "a.test"], &[]] {
+        let o = leash(&[&["proxy", "--listen", "127.0.0.1:0"], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+    }
 }
 
 #[test]

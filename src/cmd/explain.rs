@@ -8,7 +8,7 @@ use leash_policy::{
 
 use crate::cli::ExplainArgs;
 use crate::exit::Exit;
-use crate::policy_file::{load_file, print_errors};
+use crate::policy_file::load_file;
 
 pub fn run(args: &ExplainArgs) -> Exit {
     let (method, url) = match args.request.as_slice() {
@@ -20,8 +20,7 @@ pub fn run(args: &ExplainArgs) -> Exit {
     // a script asking `explain` must never read a broken policy as a refusal.
     let loaded = match &args.policy {
         Some(path) => load_file(path, args.profile.as_deref()).map(|l| l.policy).map_err(drop),
-        None => Policy::from_inline(&args.allow, &args.block)
-            .map_err(|errors| print_errors(std::path::Path::new("the command line"), &errors)),
+        None => crate::policy_file::inline(&args.allow, &args.block).map_err(drop),
     };
     let Ok(policy) = loaded else { return Exit::Usage };
     let explained = match service_asked(&policy, url) {

@@ -30,18 +30,20 @@ pub fn run(args: ProxyArgs) -> Exit {
 }
 
 async fn serve(args: ProxyArgs) -> Exit {
-    let loaded = match load_file(&args.policy, args.profile.as_deref()) {
-        Ok(l) => l,
+    let policy = match &args.policy {
+        Some(path) => load_file(path, args.profile.as_deref()).map(|l| l.policy),
+        None => crate::policy_file::inline(&args.allow, &args.block),
+    };
+    let policy = match policy {
+        Ok(policy) => audit_mode(policy, args.audit),
         Err(code) => return code,
     };
-    let mut loaded = loaded;
-    loaded.policy = audit_mode(loaded.policy, args.audit);
-    let secrets = match secrets::read_or_exit(&loaded.policy) {
+    let secrets = match secrets::read_or_exit(&policy) {
         Ok(s) => Arc::new(s),
         Err(code) => return code,
     };
-    let placeholders = secrets::placeholder_lines(&loaded.policy, &secrets);
-    let upstream_auth = match secrets::upstream_auth_or_exit(&loaded.policy) {
+    let placeholders = secrets::placeholder_lines(&policy, &secrets);
+    let upstream_auth = match secrets::upstream_auth_or_exit(&policy) {
         Ok(auth) => auth,
         Err(code) => return code,
     };
@@ -64,7 +66,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let (service_sockets, socket_files) = match bind_services(&loaded.policy, &listener, args.metrics) {
+    let (service_sockets, socket_files) = match bind_services(&policy, &listener, args.metrics) {
         Ok(bound) => bound,
         Err(code) => return code,
     };
@@ -74,10 +76,10 @@ async fn serve(args: ProxyArgs) -> Exit {
     };
     // Said only where a tunnel may be inspected: with a policy that never inspects, no client needs the CA (the CA
     // is still made, for a policy a SIGHUP may load).
-    if args.tls.ca_cert_out.is_none() && args.tls.ca_bundle_out.is_none() && loaded.policy.may_inspect() {
+    if args.tls.ca_cert_out.is_none() && args.tls.ca_bundle_out.is_none() && policy.may_inspect() {
         tracing::info!("TLS inspection: the run's CA certificate is not written anywhere (--ca-cert-out FILE)");
     }
-    let policy = PolicyHandle::new(loaded.policy);
+    let policy = PolicyHandle::new(policy);
     let config = ProxyConfig {
         policy: policy.clone(),
         audit,
@@ -170,12 +172,12 @@ struct Reloads {
     metrics: Arc<Metrics>,
 }
 
-/// On SIGHUP, reopen the audit log file and load the policy file again; a valid file replaces the policy atomically,
-/// an invalid one keeps the old. `audit_mode` (`--audit`) holds for every policy loaded.
+/// On SIGHUP, reopen the audit log file and load the policy file again (if there is one: an inline policy stays);
+/// a valid file replaces the policy atomically, an invalid one keeps the old. `audit_mode` (`--audit`) holds for every policy loaded.
 async fn reload_on_hangup(
     reloads: Reloads,
     hup: std::io::Result<tokio::signal::unix::Signal>,
-    (path, profile, audit_mode): (PathBuf, Option<String>, bool),
+    (path, profile, audit_mode): (Option<PathBuf>, Option<String>, bool),
 ) {
     let Reloads { policy, audit, metrics } = reloads;
     let Ok(mut hup) = hup else {
@@ -187,7 +189,11 @@ async fn reload_on_hangup(
         if let Err(e) = audit.reopen() {
             tracing::error!("{e}; writing on to the file already open");
         }
-        let reloaded = reload(&path, profile.as_deref()).map(|p| if audit_mode { p.into_audit() } else { p });
+        let Some(path) = &path else {
+            tracing::info!("the policy came from --allow/--block: nothing to reload");
+            continue;
+        };
+        let reloaded = reload(path, profile.as_deref()).map(|p| if audit_mode { p.into_audit() } else { p });
         let reloaded = reloaded.and_then(|p| same_credentials(&policy.current(), p));
         match reloaded.and_then(|p| same_listeners(&policy.current(), p)) {
             Ok(p) => {

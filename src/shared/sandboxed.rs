@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::Path;
+
 use std::sync::Arc;
 
 use leash_policy::Policy;
@@ -13,7 +13,7 @@ use leash_proxy::{AuditLog, Inspection, Limits, OwnAddrs, PolicyHandle, ProxyCon
 
 use crate::cli::SandboxProxyArgs;
 use crate::exit::Exit;
-use crate::policy_file::{load_file, print_errors};
+use crate::policy_file::load_file;
 
 /// `--resolve` answers, by name.
 pub type Pins = HashMap<Box<str>, Vec<IpAddr>>;
@@ -40,10 +40,7 @@ pub fn parse_pins(specs: &[String]) -> Result<Pins, Exit> {
 pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<ProxyParts, Exit> {
     let policy = match &args.policy {
         Some(path) => load_file(path, args.profile.as_deref()).map_err(|_| Exit::Usage)?.policy,
-        None => Policy::from_inline(&args.allow, &args.block).map_err(|errors| {
-            print_errors(Path::new("the command line"), &errors);
-            Exit::Usage
-        })?,
+        None => crate::policy_file::inline(&args.allow, &args.block)?,
     };
     let policy = audit_mode(policy, args.audit);
     let secrets = Arc::new(crate::shared::secrets::read_or_exit(&policy)?);
