@@ -38,6 +38,16 @@ pub enum Command {
     Log(LogArgs),
     /// Write a policy from audit logs
     Policy(PolicyArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    #[command(after_help = "Examples:\n  leash completions bash > ~/.local/share/bash-completion/completions/leash\n  \
+    leash completions zsh > \"${fpath[1]}/_leash\"\n  leash completions fish > ~/.config/fish/completions/leash.fish")]
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), for `man -l` or a man directory
+    #[command(after_help = "Examples:\n  leash man | man -l -\n  leash man > /usr/local/share/man/man1/leash.1")]
+    Man,
 }
 
 #[derive(Debug, Args)]

@@ -23,7 +23,12 @@ fn main() -> ExitCode {
     // Commands that only print end quietly when their reader goes away (`| head`), as Unix filters do.
     if matches!(
         cli.command,
-        cli::Command::Check(_) | cli::Command::Explain(_) | cli::Command::Log(_) | cli::Command::Policy(_)
+        cli::Command::Check(_)
+            | cli::Command::Explain(_)
+            | cli::Command::Log(_)
+            | cli::Command::Policy(_)
+            | cli::Command::Completions { .. }
+            | cli::Command::Man
     ) {
         leash_sandbox::die_on_closed_stdout();
     }
@@ -42,6 +47,8 @@ fn main() -> ExitCode {
         cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Suggest(args) }) => {
             cmd::policy::suggest(&args)
         }
+        cli::Command::Completions { shell } => cmd::docs::completions(shell),
+        cli::Command::Man => cmd::docs::man(),
     };
     code.into()
 }

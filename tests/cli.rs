@@ -917,3 +917,61 @@ fn explain_piped_into_a_reader_that_went_away_ends_quietly() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(o.status.signal(), Some(13), "ended by SIGPIPE: {:?}", o.status);
 }
+
+// ---- completions and the manual page
+
+#[test]
+fn bash_completes_subcommands_and_options_from_the_generated_script() {
+    let script = stdout(&leash(&["completions", "bash"]));
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "leash.bash", &script);
+    // bash sources the script and completes as it would at a prompt: `leash ru<TAB>`, `leash run --allow-u<TAB>`.
+    let complete = |words: &str| {
+        let line = format!("leash {words}");
+        let program = format!(
+            "source {}; COMP_WORDS=({line}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1)); COMP_LINE='{line}'; \
+             COMP_POINT=${{#COMP_LINE}}; _leash leash \"${{COMP_WORDS[-1]}}\" \"${{COMP_WORDS[-2]}}\"; \
+             printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            path.display()
+        );
+        let o = Command::new("bash").args(["--norc", "-c", &program]).output().unwrap();
+        assert!(o.status.success(), "{o:?}");
+        stdout(&o).lines().map(str::to_owned).collect::<Vec<_>>()
+    };
+    assert_eq!(complete("ru"), ["run"]);
+    assert_eq!(complete("run --allow-u"), ["--allow-unix-socket"]);
+    assert!(complete("completions ''").contains(&"fish".to_owned()));
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let o = leash(&["completions", shell]);
+        assert_eq!(o.status.code(), Some(0), "{shell}");
+        assert!(stdout(&o).contains("allow-unix-socket"), "{shell}: every option is in the script");
+    }
+    assert_eq!(leash(&["completions", "tcsh"]).status.code(), Some(2), "an unknown shell is a usage error");
+}
+
+#[test]
+fn the_manual_page_covers_every_subcommand_and_renders_with_man() {
+    let o = leash(&["man"]);
+    assert_eq!(o.status.code(), Some(0));
+    let page = stdout(&o);
+    for sub in ["proxy", "check", "explain", "run", "docker", "attach", "log", "policy"] {
+        assert!(page.contains(&format!(".TH leash-{sub} 1")), "leash-{sub} has its page");
+    }
+    assert!(page.contains("allow\\-unix\\-socket"), "options are documented");
+    let rendered = Command::new("man")
+        .args(["-l", "-"])
+        .env("MANWIDTH", "100")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let Ok(mut man) = rendered else {
+        assert!(std::env::var_os("LEASH_ALLOW_MISSING_CLIENTS").is_some(), "man is not installed");
+        return;
+    };
+    std::io::Write::write_all(&mut man.stdin.take().unwrap(), page.as_bytes()).unwrap();
+    let out = man.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("SYNOPSIS") && text.contains("--allow-unix-socket"), "{text}");
+}

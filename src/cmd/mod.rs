@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod attach_dir;
 pub mod check;
+pub mod docs;
 pub mod docker;
 pub mod explain;
 pub mod log;
