@@ -39,8 +39,10 @@ pub enum Command {
     /// Write a policy from audit logs
     Policy(PolicyArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
-    #[command(after_help = "Examples:\n  leash completions bash > ~/.local/share/bash-completion/completions/leash\n  \
-    leash completions zsh > \"${fpath[1]}/_leash\"\n  leash completions fish > ~/.config/fish/completions/leash.fish")]
+    #[command(
+        after_help = "Examples:\n  leash completions bash > ~/.local/share/bash-completion/completions/leash\n  \
+    leash completions zsh > \"${fpath[1]}/_leash\"\n  leash completions fish > ~/.config/fish/completions/leash.fish"
+    )]
     Completions {
         /// The shell to complete for
         shell: clap_complete::Shell,
@@ -268,8 +270,8 @@ pub struct RunArgs {
     in-flight requests finish and flush the log.\n\n\
     TLS inspection: tunnels to hosts with path rules (or every tunnel, with `inspect: all`) are terminated with a \
     certificate from a CA made for this run, whose key never leaves leash's memory. Clients must trust it: \
-    `--ca-cert-out ca.pem` then `curl --cacert ca.pem`, or `--ca-bundle-out bundle.pem` then \
-    SSL_CERT_FILE=bundle.pem. Upstreams are always verified (system roots, plus --upstream-ca).")]
+    `--env-file leash.env` then `. ./leash.env` (every proxy and CA variable `leash run` sets), or \
+    `--ca-cert-out ca.pem` then `curl --cacert ca.pem`. Upstreams are always verified (system roots, plus --upstream-ca).")]
 pub struct ProxyArgs {
     /// The policy file (.yaml, .yml or .toml), reloaded on SIGHUP; or give --allow / --block instead
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"], required_unless_present_any = ["allow", "block"])]
@@ -300,6 +302,10 @@ pub struct ProxyArgs {
     /// picks a free port
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// Write the variables `leash run` gives its command (proxy, CA, placeholders) to FILE as `export` lines, for a
+    /// shell to source (`. FILE`) before starting clients; the CA files go beside it unless --ca-*-out name them
+    #[arg(long, value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
     #[command(flatten)]
     pub tls: TlsArgs,
 }

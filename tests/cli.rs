@@ -729,6 +729,45 @@ fn proxy_inspects_https_with_the_run_ca_and_writes_only_certificates() {
 }
 
 #[test]
+fn proxy_env_file_points_curl_and_requests_at_the_proxy_and_its_ca_when_sourced() {
+    // `export SSL_CERT_FILE=...` alone failed with curl (it reads the lower-case proxy variable, and needs
+    // CURL_CA_BUNDLE on some builds) and requests (REQUESTS_CA_BUNDLE): the file carries every variable run sets.
+    let dir = tempfile::tempdir().unwrap();
+    let upstream_ca = https_material(dir.path());
+    let origin = HttpsOrigin::start(dir.path());
+    let out = tempfile::tempdir().unwrap();
+    let (env_file, log) = (out.path().join("leash.env"), out.path().join("audit.jsonl"));
+    let policy = inspected_policy(dir.path(), origin.port);
+    let args = ["--resolve", "docs.test:127.0.0.1", "--upstream-ca", upstream_ca.to_str().unwrap(), "--env-file"];
+    let proxy = Proxy::start(&policy, &log, &[&args[..], &[env_file.to_str().unwrap()]].concat());
+    let script = std::fs::read_to_string(&env_file).unwrap();
+    assert!(script.contains(&format!("export http_proxy='http://{}'", proxy.addr)), "{script}");
+    for var in ["http_proxy", "HTTPS_PROXY", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "LEASH"] {
+        assert!(script.contains(&format!("export {var}")), "{var} in {script}");
+    }
+    let in_shell = |client: &str| {
+        let program = format!(". '{}' && {client}", env_file.display());
+        let o = Command::new("sh").args(["-c", &program]).env_clear().env("PATH", "/usr/bin:/bin").output().unwrap();
+        (stdout(&o), stderr(&o))
+    };
+    let url = |path: &str| format!("https://docs.test:{}{path}", origin.port);
+    let curl = |path: &str| in_shell(&format!("curl -sS --max-time 10 {}", url(path)));
+    assert_eq!(curl("/ok").0, "origin-tls /ok", "{:?}", curl("/ok"));
+    assert!(curl("/secret/x").0.starts_with("leash: docs.test/secret/x refused"), "{:?}", curl("/secret/x"));
+    let requests = |path: &str| {
+        in_shell(&format!(
+            "python3 -c 'import requests; r = requests.get(\"{}\", timeout=10); print(r.status_code, r.text)'",
+            url(path)
+        ))
+    };
+    assert_eq!(requests("/ok").0.trim(), "200 origin-tls /ok", "{:?}", requests("/ok"));
+    assert!(requests("/secret/x").0.starts_with("403 leash:"), "{:?}", requests("/secret/x"));
+    assert!(std::fs::read_to_string(out.path().join("leash.env.ca.pem")).unwrap().contains("BEGIN CERTIFICATE"));
+    let lines = log_lines(&log);
+    assert!(lines.iter().any(|l| l["path"] == "/secret/x" && l["decision"] == "block"), "{lines:?}");
+}
+
+#[test]
 fn proxy_refuses_to_start_with_an_unreadable_upstream_ca() {
     let dir = tempfile::tempdir().unwrap();
     let policy = inspected_policy(dir.path(), 443);

@@ -4,8 +4,8 @@
 pub mod attach;
 pub mod attach_dir;
 pub mod check;
-pub mod docs;
 pub mod docker;
+pub mod docs;
 pub mod explain;
 pub mod log;
 pub mod policy;

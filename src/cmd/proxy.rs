@@ -13,6 +13,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::cli::ProxyArgs;
 use crate::exit::Exit;
 use crate::policy_file::{load_file, located};
+use crate::shared::client_env::write_env_file;
 use crate::shared::sandboxed::{audit_mode, parse_pins};
 use crate::shared::secrets;
 use crate::shared::services;
@@ -78,6 +79,11 @@ async fn serve(args: ProxyArgs) -> Exit {
     // is still made, for a policy a SIGHUP may load).
     if args.tls.ca_cert_out.is_none() && args.tls.ca_bundle_out.is_none() && policy.may_inspect() {
         tracing::info!("TLS inspection: the run's CA certificate is not written anywhere (--ca-cert-out FILE)");
+    }
+    if let (Some(file), Ok(addr)) = (&args.env_file, listener.local_addr()) {
+        if let Err(code) = write_env_file(file, addr, (&inspection, &args.tls), &policy, &secrets) {
+            return code;
+        }
     }
     let policy = PolicyHandle::new(policy);
     let config = ProxyConfig {

@@ -11,6 +11,7 @@ use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
 use crate::exit::Exit;
+use crate::shared::client_env::{proxy_vars, PROXY_VARS};
 use crate::shared::sandboxed::{
     config, hidden_files, mode_env, proxy_parts, replay_deferred_log, secret_files, Pins, ProxyParts, Secured,
 };
@@ -22,10 +23,6 @@ const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
 
 /// Where the DNS stub answers inside the sandbox: the sandbox's own loopback, as its resolv.conf says.
 const DNS_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53);
-
-/// Variables that could point the command at another proxy or exempt hosts from ours; replaced or removed.
-const PROXY_VARS: [&str; 8] =
-    ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"];
 
 pub fn run(args: RunArgs) -> Exit {
     if let Err(e) = leash_sandbox::harden_self() {
@@ -178,7 +175,7 @@ fn child_env(
     with_ca: bool,
     (mode_var, mode): (String, String),
 ) -> Vec<(OsString, OsString)> {
-    let url = OsString::from(format!("http://{PROXY_INSIDE}"));
+    let url = format!("http://{PROXY_INSIDE}");
     // Inherited CA variables would point clients elsewhere than the run's bundle; they are replaced. Without a CA,
     // tunnels are spliced and the caller's own trust settings stay right.
     let replaced = |k: &OsString| {
@@ -188,10 +185,7 @@ fn child_env(
             || (with_ca && (BUNDLE_VARS.iter().any(|v| k == v) || k == NODE_VAR))
     };
     let mut env: Vec<(OsString, OsString)> = inherited.into_iter().filter(|(k, _)| !replaced(k)).collect();
-    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
-        env.push((var.into(), url.clone()));
-    }
-    env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+    env.extend(proxy_vars(&url));
     env.push((mode_var.into(), mode.into()));
     env
 }

@@ -4,6 +4,7 @@
 //! the end of a sandboxed run ([`summary`]).
 
 pub mod audit_read;
+pub mod client_env;
 pub mod sandboxed;
 pub mod secrets;
 pub mod services;

@@ -52,7 +52,7 @@ pub fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Exit> {
 
 /// Write a certificate file with `write` (which leaves it readable by everyone: it holds no secret), atomically: a
 /// reader polling for it never sees half a file.
-fn write_atomically(path: &Path, write: &dyn Fn(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
+pub fn write_atomically(path: &Path, write: &dyn Fn(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp-{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
