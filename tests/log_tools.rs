@@ -246,6 +246,9 @@ fn a_suggested_allowlist_folds_subdomains_of_a_registrable_domain_only() {
     }
     assert!(policy.contains("#   127.0.0.1: 1 request, 1 refused (ip-literal)"), "{policy}");
     assert!(policy.contains("#   internal.test: 1 request, 1 refused (internal-destination)"), "{policy}");
+    // Hosts the rules refused are offered as commented candidates, not dropped; a port refusal is no host's to lift.
+    assert!(policy.contains("    # - evil.test  # 2 requests, 2 refused (rule)\n"), "{policy}");
+    assert!(!policy.contains("# - docs.test"), "{policy}");
     assert!(policy.contains("\n  tunnel_ports: [443, "), "the tunnel's port: {policy}");
 }
 

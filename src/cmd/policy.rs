@@ -243,7 +243,25 @@ fn allowlist(usage: &Usage) -> String {
     }
     text.push_str("network:\n  mode: allowlist\n");
     text.push_str(&host_list("allowed_hosts", &entries));
+    text.push_str(&refused_candidates(&refused_only));
     text.push_str(&port_lists(usage));
+    text
+}
+
+/// Hosts a log (not in audit mode) shows refused by the rules alone (`not-allowed`, `rule`), as commented entries
+/// below the list: a run that failed for want of them is what a person reviewing the suggestion most needs to see,
+/// and dropping them silently hid it. Uncommenting one allows it; reasons no entry can lift are left out.
+fn refused_candidates(refused_only: &BTreeMap<&str, &HostUse>) -> String {
+    let liftable = |u: &HostUse| u.refused.keys().any(|r| r == "not-allowed" || r == "rule");
+    let candidates: Vec<(&str, String)> =
+        refused_only.iter().filter(|(_, u)| liftable(u)).map(|(host, u)| (*host, u.describe())).collect();
+    if candidates.is_empty() {
+        return String::new();
+    }
+    let mut text = "    # Refused in these logs and left out; uncomment a host the run should reach:\n".to_owned();
+    for (host, described) in candidates {
+        let _ = writeln!(text, "    # - {}  # {described}", yaml_scalar(host));
+    }
     text
 }
 
