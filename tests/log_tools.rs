@@ -200,7 +200,7 @@ fn the_summary_of_a_proxy_log_puts_refusals_first_with_their_reasons() {
     assert!(table.iter().all(|r| r[..port_end].ends_with(column(r, 1))), "ports right-aligned in one column: {out}");
     assert_eq!(
         rows.last().unwrap().split(" up").next().unwrap().split(", ").take(2).collect::<Vec<_>>(),
-        ["12 requests (6 allowed", "6 refused"],
+        ["11 requests and 1 tunnel (6 allowed", "6 refused"],
         "{out}"
     );
 }
@@ -216,9 +216,10 @@ fn the_json_summary_counts_decisions_bytes_and_upstream_errors_per_host() {
     let log = proxy_log(dir.path());
     let doc = summary_json(&[&log]);
     let t = &doc["totals"];
+    // The CONNECT to tls.test is a tunnel, counted apart from requests (and from those inspected inside one).
     assert_eq!(
-        [&t["requests"], &t["allowed"], &t["refused"], &t["would_block"], &t["lookups"]],
-        [12, 6, 6, 0, 0],
+        [&t["requests"], &t["tunnels"], &t["allowed"], &t["refused"], &t["would_block"], &t["lookups"]],
+        [11, 1, 6, 6, 0, 0],
         "{doc}"
     );
     let a = host_row(&doc, "a.foo.co.uk");
@@ -226,6 +227,10 @@ fn the_json_summary_counts_decisions_bytes_and_upstream_errors_per_host() {
     assert!(a["bytes_down"].as_u64().unwrap() > 0 && a["bytes_up"].as_u64().unwrap() > 0, "{a}");
     assert_eq!(a["reasons"][0], serde_json::json!({"decision": "block", "reason": "rule", "count": 1}));
     assert_eq!(host_row(&doc, "tls.test")["upstream_errors"]["refused"], 1, "{doc}");
+    assert_eq!(
+        (&host_row(&doc, "tls.test")["tunnels"], &host_row(&doc, "tls.test")["requests"]),
+        (&1.into(), &0.into())
+    );
     assert_eq!(host_row(&doc, "127.0.0.1")["reasons"][0]["reason"], "ip-literal");
     assert_eq!(doc["files"][0]["skipped_lines"], 0);
 }

@@ -32,6 +32,8 @@ struct Row {
     host: String,
     port: u16,
     lookup: bool,
+    /// CONNECTs among the decisions: a tunnel and the requests inspected inside it are counted apart.
+    tunnels: usize,
     allowed: usize,
     refused: usize,
     would_block: usize,
@@ -43,8 +45,14 @@ struct Row {
 }
 
 impl Row {
-    fn requests(&self) -> usize {
+    /// Every decision of the row: requests, tunnels (or lookups).
+    fn decisions(&self) -> usize {
         self.allowed + self.refused + self.would_block
+    }
+
+    /// Decisions that were not tunnels.
+    fn requests(&self) -> usize {
+        self.decisions() - self.tunnels
     }
 
     /// Refused and would-block together: what sorts a row to the top.
@@ -53,6 +61,7 @@ impl Row {
     }
 
     fn add(&mut self, record: &Record) {
+        self.tunnels += usize::from(record.is_tunnel());
         match record.decided {
             Decided::Allow | Decided::Inspect => self.allowed += 1,
             Decided::Block => self.refused += 1,
@@ -100,7 +109,7 @@ fn rows(files: &[LogFile]) -> Vec<Row> {
         (b.refusals() > 0)
             .cmp(&(a.refusals() > 0))
             .then(b.refusals().cmp(&a.refusals()))
-            .then(b.requests().cmp(&a.requests()))
+            .then(b.decisions().cmp(&a.decisions()))
             .then(a.host.cmp(&b.host))
             .then(a.port.cmp(&b.port))
     });
@@ -110,6 +119,7 @@ fn rows(files: &[LogFile]) -> Vec<Row> {
 #[derive(Debug, Default)]
 struct Totals {
     requests: usize,
+    tunnels: usize,
     allowed: usize,
     refused: usize,
     would_block: usize,
@@ -123,10 +133,11 @@ impl Totals {
         let mut t = Totals::default();
         for row in rows {
             if row.lookup {
-                t.lookups += row.requests();
+                t.lookups += row.decisions();
                 continue;
             }
             t.requests += row.requests();
+            t.tunnels += row.tunnels;
             t.allowed += row.allowed;
             t.refused += row.refused;
             t.would_block += row.would_block;
@@ -197,8 +208,9 @@ fn refusal_reasons(row: &Row) -> String {
 fn totals_line(t: &Totals, files: usize) -> String {
     let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     format!(
-        "{} ({} allowed, {} refused, {} would-block), {}, {} up, {} down; from {}",
+        "{} and {} ({} allowed, {} refused, {} would-block), {}, {} up, {} down; from {}",
         plural(t.requests, "request", "requests"),
+        plural(t.tunnels, "tunnel", "tunnels"),
         t.allowed,
         t.refused,
         t.would_block,
@@ -236,7 +248,7 @@ fn document(files: &[LogFile], rows: &[Row]) -> Value {
             "unmatched_outcomes": f.unmatched_outcomes,
         })).collect::<Vec<_>>(),
         "totals": {
-            "requests": t.requests, "allowed": t.allowed, "refused": t.refused, "would_block": t.would_block,
+            "requests": t.requests, "tunnels": t.tunnels, "allowed": t.allowed, "refused": t.refused, "would_block": t.would_block,
             "lookups": t.lookups, "bytes_up": t.bytes_up, "bytes_down": t.bytes_down,
         },
         "hosts": rows.iter().map(row_json).collect::<Vec<_>>(),
@@ -252,6 +264,7 @@ fn row_json(row: &Row) -> Value {
         "port": row.port,
         "lookup": row.lookup,
         "requests": row.requests(),
+        "tunnels": row.tunnels,
         "allowed": row.allowed,
         "refused": row.refused,
         "would_block": row.would_block,
