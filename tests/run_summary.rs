@@ -51,7 +51,9 @@ fn a_subdomain_of_an_exact_entry_is_summed_up_after_the_log_with_the_dotted_entr
         format!(
             "leash: 2 requests refused\n  \
              1 × HTTP api.example.test:80/x: not-allowed\n{SUBDOMAIN_HINT}  \
-             1 × CONNECT api.example.test:443: not-allowed\n"
+             1 × CONNECT api.example.test:443: not-allowed\n  \
+             to learn a policy from what the command does: run it again with --audit --log audit.jsonl, then \
+             `leash policy suggest audit.jsonl`\n"
         )
     );
     // The audit log (kept until the command ended) comes first, whole; the summary closes standard error.
@@ -103,7 +105,9 @@ fn a_refusal_on_a_path_rule_says_it_was_the_path() {
         "leash: 1 request refused\n  \
          1 × HTTP example.test:80/admin: not-allowed\n      \
          hint: `example.test` is allowed on some paths only, by allowed_urls path rules such as \
-         `example.test/docs/`; this path is under none of them\n"
+         `example.test/docs/`; this path is under none of them\n  \
+         to learn a policy from what the command does: run it again with --audit --log audit.jsonl, then \
+         `leash policy suggest audit.jsonl`\n"
     );
 }
 
@@ -157,4 +161,20 @@ fn explain_gives_the_same_hint_for_a_subdomain_of_an_exact_entry() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0));
     assert!(!stdout(&o).contains("hint:"), "{}", stdout(&o));
+}
+
+#[test]
+fn audit_mode_needs_no_draft_policy_and_what_it_learns_becomes_the_suggestion() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let o = leash_run(&["--audit", "--log", log.to_str().unwrap()], &curl("http://learned.test/x"));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(summary(&o).contains("would-block not-allowed"), "{}", stderr(&o));
+    assert!(!summary(&o).contains("to learn a policy"), "already learning: {}", stderr(&o));
+    let o = Command::new(LEASH).args(["policy", "suggest"]).arg(&log).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).lines().any(|l| l.trim_start().starts_with("- learned.test ")), "{}", stdout(&o));
 }

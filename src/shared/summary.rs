@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-use leash_policy::{parse_absolute_target, parse_authority, parse_host, Policy, Refused, RequestKind, Scheme};
+use leash_policy::{parse_absolute_target, parse_authority, parse_host, Policy, Reason, Refused, RequestKind, Scheme};
 use leash_proxy::audit::{Refusal, Refusals, RefusedDestination};
 use leash_proxy::{AuditLog, PolicyHandle};
 
@@ -43,8 +43,16 @@ pub fn render(refusals: &Refusals, policy: &Policy) -> String {
     if more > 0 {
         let _ = writeln!(out, "  and {more} more to other destinations (the audit log has each)");
     }
+    let by_the_rules = |d: &RefusedDestination| d.refusal == Refusal::Refused && d.reason == Reason::NotAllowed;
+    if refusals.destinations.iter().any(by_the_rules) {
+        out.push_str(LEARN);
+    }
     out
 }
+
+/// Said under refusals by the rules: how to learn what the command needs instead of guessing entry by entry.
+const LEARN: &str = "  to learn a policy from what the command does: run it again with --audit --log audit.jsonl, \
+                     then `leash policy suggest audit.jsonl`\n";
 
 /// The hint lines `leash explain` prints under a refusal of `method url`: the request's facts are read again from
 /// the command line, as explain read them.
@@ -162,6 +170,8 @@ mod tests {
              1 × HTTP example.test:8080/x: port\n      \
              hint: port 8080 is not in `ports` [80, 443], the ports a plain-HTTP request may name\n  \
              1 × DNS evil.test\\u{1b}[2J\\u{202e}: not-allowed\n"
+                .to_owned()
+                + LEARN
         );
     }
 
@@ -173,8 +183,8 @@ mod tests {
             .collect();
         let text = render(&Refusals { destinations, untold: Untold { refused: 4, would_block: 0 } }, &policy);
         assert!(text.starts_with(&format!("leash: {} requests refused\n", (MAX_NAMED as u64 + 2) * 3 + 4)), "{text}");
-        assert!(text.ends_with("  and 10 more to other destinations (the audit log has each)\n"), "{text}");
-        assert_eq!(text.lines().count(), MAX_NAMED + 2);
+        assert!(text.ends_with(&format!("  and 10 more to other destinations (the audit log has each)\n{LEARN}")));
+        assert_eq!(text.lines().count(), MAX_NAMED + 3);
     }
 
     #[test]
@@ -196,5 +206,6 @@ mod tests {
         let only = Refusals { destinations: vec![name], untold: Untold::default() };
         let text = render(&only, &policy);
         assert!(text.starts_with("leash: 2 requests would have been refused (audit mode: let through)\n"), "{text}");
+        assert!(!text.contains("to learn a policy"), "nothing was refused by the rules: {text}");
     }
 }
