@@ -641,6 +641,51 @@ fn run_answers_allowed_names_with_a_sandbox_address_and_refused_ones_at_once() {
     assert!(!refused.is_empty() && refused.iter().all(|(d, h)| d == "block" && h == "evil.test"), "{looked_up:?}");
 }
 
+/// Raw DNS queries to the stub for names that are no host name, each label as bytes; prints each answer's rcode.
+const ODD_LOOKUPS: &str = r#"
+import socket, struct
+names = [[b"_ldap", b"_tcp", b"evil", b"test"], [b"a b", b"test"], [b"q\"uote", b"test"], [b"back\\slash", b"test"],
+         [b"ctl\x01", b"test"], [b"\xc3\xa9t\xc3\xa9", b"test"], [b"127", b"0", b"0", b"1"]]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+for i, labels in enumerate(names):
+    q = struct.pack(">HHHHHH", i, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(l)]) + l for l in labels) + b"\0\0\x01\0\x01"
+    s.sendto(q, ("127.0.0.1", 53))
+    print(s.recv(512)[3] & 15)
+"#;
+
+#[test]
+fn run_puts_every_refused_lookup_on_record_also_names_that_are_no_host_name() {
+    if !sandbox_available() {
+        return;
+    }
+    let (o, lines) = leash_run(|_| format!("timeout 20 python3 -c '{ODD_LOOKUPS}'"));
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "3\n".repeat(7), "NXDOMAIN for each: {}", stderr(&o));
+    let (lookups, _) = lookups_and_decisions(&lines);
+    let recorded: Vec<(String, String, String)> = lookups
+        .iter()
+        .map(|l| {
+            let text = |k: &str| l[k].as_str().unwrap_or_default().to_owned();
+            (text("decision"), text("reason"), text("host"))
+        })
+        .collect();
+    let block = |reason: &str, host: &str| ("block".to_owned(), reason.to_owned(), host.to_owned());
+    assert_eq!(
+        recorded,
+        [
+            block("bad-host", "_ldap._tcp.evil.test"),
+            block("bad-host", "a\\032b.test"),
+            block("bad-host", "q\"uote.test"),
+            block("bad-host", "back\\092slash.test"),
+            block("bad-host", "ctl\\001.test"),
+            block("bad-host", "\\195\\169t\\195\\169.test"),
+            block("ip-literal", "127.0.0.1"),
+        ],
+        "{lines:?}"
+    );
+}
+
 #[test]
 fn run_reports_a_signal_death_as_128_plus_n_and_ends_leftover_processes() {
     if !sandbox_available() {

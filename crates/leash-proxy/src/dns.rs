@@ -14,13 +14,13 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leash_policy::{Decision, Host, Question, TlsInspection, Verdict};
+use leash_policy::{Decision, Host, Question, Reason, TlsInspection, Verdict};
 use tokio::net::UdpSocket;
 
 use crate::audit::AuditLog;
 use crate::config::PolicyHandle;
 use crate::gate::{write_decision, Asked, Extras};
-use crate::wire::dns::{respond, Answer, ANSWER_TTL};
+use crate::wire::dns::{respond_recording, Answer, NotAHost, ANSWER_TTL};
 
 /// The sandbox-local address allowed names resolve to: inside the sandbox's own loopback (so nothing outside can be
 /// reached through it), and not 127.0.0.1, so the transparent listeners on the allowed ports never collide with a
@@ -68,8 +68,14 @@ pub async fn serve_dns(
             Err(e) if is_transient(&e) => continue,
             Err(e) => return Err(e),
         };
+        let Some(query) = buf.get(..len) else { continue };
+        let mut not_a_host = None;
         let decide = |host: &Host| answer(&policy, &mut record, host, peer);
-        if let Some(reply) = buf.get(..len).and_then(|query| respond(query, decide)) {
+        let reply = respond_recording(query, decide, |shown, why| not_a_host = Some((shown.to_owned(), why)));
+        if let Some((shown, why)) = not_a_host {
+            record.not_a_host(&shown, why, peer);
+        }
+        if let Some(reply) = reply {
             send(&socket, &reply, peer).await;
         }
     }
@@ -105,6 +111,21 @@ impl Record {
             self.allowed_lately.insert(name.into(), Instant::now());
         }
         true
+    }
+}
+
+impl Record {
+    /// Writes the refusal of a lookup for a name that is no host (an IP-literal spelling, `_srv._tcp.x`, a name with
+    /// a space, a quote or a control byte): answered NXDOMAIN like any refused name, and on record like one.
+    fn not_a_host(&mut self, shown: &str, why: NotAHost, peer: SocketAddr) {
+        let reason = match why {
+            NotAHost::IpLiteral => Reason::IpLiteral,
+            NotAHost::Malformed => Reason::BadHost,
+        };
+        let refused = Decision { verdict: Verdict::Block, reason, rule: None };
+        let asked = Asked { method: "DNS", host: shown, port: 53, path: None };
+        // The answer is NXDOMAIN whether or not the line is written: nothing is given that a line must stand for.
+        let _ = write_decision(&self.audit, self.audit.next_id(), &asked, &refused, Some(peer), Extras::default());
     }
 }
 

@@ -88,6 +88,9 @@ pub struct Query<'a> {
     /// The name lowercased, its labels joined by `.`, no trailing dot (the root is empty); `None` when a label holds
     /// a byte no host name can hold (a `.`, a space, a control or non-ASCII byte).
     pub name: Option<String>,
+    /// The name as text whatever it holds, for the record: lowercased, labels joined by `.`, and every byte but
+    /// printable ASCII (and a `.` or `\\` inside a label) written `\\DDD`, as in a zone file.
+    pub shown: String,
     pub qtype: u16,
     pub qclass: u16,
     /// The largest response the client accepts: 512, or its EDNS payload size if larger.
@@ -143,10 +146,10 @@ pub fn parse_query(buf: &[u8]) -> Result<Query<'_>, DnsError> {
         return Err(DnsError::Short);
     };
     check_header(flags, qdcount, ancount, nscount)?;
-    let (name, name_len) = read_name(&mut c)?;
+    let (name, shown, name_len) = read_name(&mut c)?;
     let (qtype, qclass) = (c.u16().ok_or(DnsError::Truncated)?, c.u16().ok_or(DnsError::Truncated)?);
     let question = buf.get(HEADER_LEN..HEADER_LEN + name_len + TYPE_AND_CLASS_LEN).ok_or(DnsError::Truncated)?;
-    let mut query = Query { id, flags, question, name, qtype, qclass, udp_size: PLAIN_UDP_SIZE, edns: None };
+    let mut query = Query { id, flags, question, name, shown, qtype, qclass, udp_size: PLAIN_UDP_SIZE, edns: None };
     for _ in 0..arcount {
         read_additional(&mut c, &mut query)?;
     }
@@ -160,6 +163,16 @@ pub fn parse_query(buf: &[u8]) -> Result<Query<'_>, DnsError> {
 /// [`Host::Name`]; never called for malformed queries, other classes, IP-literal spellings or names that are no
 /// host, which get NXDOMAIN). `None`: drop the datagram.
 pub fn respond(buf: &[u8], decide: impl FnOnce(&Host) -> Answer) -> Option<Vec<u8>> {
+    respond_recording(buf, decide, |_, _| {})
+}
+
+/// [`respond`], telling `not_a_host` of every name answered NXDOMAIN without a decision because it is no host name
+/// (its [`Query::shown`] text, and whether it spells an IP address), so that refusal is on record too.
+pub fn respond_recording(
+    buf: &[u8],
+    decide: impl FnOnce(&Host) -> Answer,
+    not_a_host: impl FnOnce(&str, NotAHost),
+) -> Option<Vec<u8>> {
     let query = match parse_query(buf) {
         Ok(q) => q,
         Err(e) => return e.rcode().map(|rcode| error_response(buf, rcode)),
@@ -167,18 +180,39 @@ pub fn respond(buf: &[u8], decide: impl FnOnce(&Host) -> Answer) -> Option<Vec<u
     if query.edns.is_some_and(|version| version != 0) {
         return Some(build(&query, Rcode::NoError, None, EXTENDED_BADVERS, query.udp_size));
     }
-    let (rcode, address) = outcome(&query, decide);
+    let (rcode, address) = outcome(&query, decide, not_a_host);
     Some(build(&query, rcode, address, 0, query.udp_size))
 }
 
+/// Why a queried name was no host name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotAHost {
+    /// A spelling of an IP address (`127.0.0.1`, `0x7f000001`, `127.1`).
+    IpLiteral,
+    /// A byte or form no host name has (`_srv._tcp`, a space, a quote, a control or non-ASCII byte, the root).
+    Malformed,
+}
+
 /// The response code and the A record's address, if any.
-fn outcome(query: &Query<'_>, decide: impl FnOnce(&Host) -> Answer) -> (Rcode, Option<Ipv4Addr>) {
+fn outcome(
+    query: &Query<'_>,
+    decide: impl FnOnce(&Host) -> Answer,
+    not_a_host: impl FnOnce(&str, NotAHost),
+) -> (Rcode, Option<Ipv4Addr>) {
     if query.qclass != CLASS_IN && query.qclass != CLASS_ANY {
         return (Rcode::Refused, None);
     }
     // INVARIANT: a name that is no valid host (IP literals in every spelling included) is NXDOMAIN, never decided.
-    let Some(Ok(host @ Host::Name(_))) = query.name.as_deref().map(parse_host) else {
-        return (Rcode::NxDomain, None);
+    let host = match query.name.as_deref().map(parse_host) {
+        Some(Ok(host @ Host::Name(_))) => host,
+        Some(Ok(Host::Ipv4(_) | Host::IpLiteral(_))) => {
+            not_a_host(&query.shown, NotAHost::IpLiteral);
+            return (Rcode::NxDomain, None);
+        }
+        _ => {
+            not_a_host(&query.shown, NotAHost::Malformed);
+            return (Rcode::NxDomain, None);
+        }
     };
     match decide(&host) {
         Answer::NoSuchName => (Rcode::NxDomain, None),
@@ -205,9 +239,10 @@ fn check_header(flags: u16, qdcount: u16, ancount: u16, nscount: u16) -> Result<
     Ok(())
 }
 
-/// The question's name: its text (see [`Query::name`]) and its length on the wire.
-fn read_name(c: &mut Cursor<'_>) -> Result<(Option<String>, usize), DnsError> {
+/// The question's name: its text (see [`Query::name`]), as shown (see [`Query::shown`]) and its length on the wire.
+fn read_name(c: &mut Cursor<'_>) -> Result<(Option<String>, String, usize), DnsError> {
     let mut text = Some(String::new());
+    let mut shown = String::new();
     let mut wire_len = 0;
     loop {
         let len = c.u8().ok_or(DnsError::Truncated)?;
@@ -221,9 +256,10 @@ fn read_name(c: &mut Cursor<'_>) -> Result<(Option<String>, usize), DnsError> {
             return Err(DnsError::LongName);
         }
         if len == 0 {
-            return Ok((text, wire_len));
+            return Ok((text, shown, wire_len));
         }
         let label = c.take(usize::from(len)).ok_or(DnsError::Truncated)?;
+        show_label(&mut shown, label);
         text = text.and_then(|t| append_label(t, label));
     }
 }
@@ -238,6 +274,19 @@ fn append_label(mut text: String, label: &[u8]) -> Option<String> {
     }
     text.extend(label.iter().map(|b| char::from(b.to_ascii_lowercase())));
     Some(text)
+}
+
+/// `label` appended to `shown` after a `.`, lowercased, any byte a host cannot hold escaped as `\\DDD`.
+fn show_label(shown: &mut String, label: &[u8]) {
+    if !shown.is_empty() {
+        shown.push('.');
+    }
+    for &b in label {
+        match b.is_ascii_graphic() && b != b'.' && b != b'\\' {
+            true => shown.push(char::from(b.to_ascii_lowercase())),
+            false => shown.push_str(&format!("\\{b:03}")),
+        }
+    }
 }
 
 /// One record of the additional section: an OPT record sets the UDP size and EDNS version; others are skipped.
