@@ -291,6 +291,31 @@ fn tunnels_without_sni_or_without_tls_are_closed_unresolved() {
 }
 
 #[test]
+fn audit_mode_still_holds_a_tunnel_to_an_unlisted_host_to_the_client_hello_checks() {
+    // Learning lets a CONNECT to an unlisted host through as would-block; what flows in it must still be TLS naming
+    // that host, or a tunnel on 443 could carry any protocol while the policy is learned.
+    let Some(mut s) = Scene::new() else { return };
+    let p = s.proxy(&allowlist(&[OK]).replace("mode: allowlist", "mode: audit"));
+    let unlisted = "unlisted.attack.test:443";
+    let probes = vec![
+        connect(unlisted, None),
+        json!({"connect": unlisted, "nontls": "GET / HTTP/1.1\r\nHost: denied.attack.test\r\n\r\n"}),
+        json!({"connect": unlisted, "nontls": "SSH-2.0-OpenSSH_9.2\r\n"}),
+        connect(unlisted, Some(DENIED)),
+    ];
+    for r in s.probe(&p, &probes) {
+        assert_eq!(r["connect"], 200, "audit mode lets the CONNECT itself through: {r}");
+        assert_tunnel_refused(&r);
+    }
+    s.assert_no_lookup();
+    s.assert_origin_untouched();
+    let decided: Vec<(Value, Value)> =
+        s.audit(&p).iter().map(|l| (l["decision"].clone(), l["reason"].clone())).collect();
+    let block = |reason: &str| (json!("block"), json!(reason));
+    assert_eq!(decided, [block("no-sni"), block("not-tls"), block("not-tls"), block("host-mismatch")]);
+}
+
+#[test]
 fn a_client_hello_split_across_segments_or_records_or_sent_with_the_connect_is_read_whole() {
     let Some(mut s) = Scene::new() else { return };
     let p = s.proxy(&allowlist(&[OK]));

@@ -285,23 +285,18 @@ impl Policy {
     /// Decide a tunnel on its ClientHello, after [`Policy::decide_connect`] allowed the target.
     pub(crate) fn decide_client_hello(&self, target: &Host, port: u16, hello: ClientHelloFacts<'_>) -> Decision {
         let on_target = self.decide_connect(target, port);
-        if on_target.verdict == Verdict::Block {
-            return on_target;
-        }
-        match (target, hello) {
-            // A listed literal is decided on the literal; a ClientHello naming a server contradicts it.
-            (Host::Ipv4(_), ClientHelloFacts::NoServerName) => on_target,
-            (Host::Ipv4(_), ClientHelloFacts::ServerName(_)) => block(Reason::HostMismatch),
-            (_, ClientHelloFacts::Ech) => block(Reason::Ech),
-            (_, ClientHelloFacts::NotTls) => block(Reason::NotTls),
-            (_, ClientHelloFacts::NoServerName) => block(Reason::NoSni),
-            (_, ClientHelloFacts::BadServerName) => block(Reason::BadSni),
-            (Host::Name(name), ClientHelloFacts::ServerName(sni)) => match parse_host(sni) {
-                Ok(Host::Name(sni)) if sni == *name => on_target,
-                Ok(Host::Name(_)) => block(Reason::HostMismatch),
-                _ => block(Reason::BadSni),
-            },
-            (_, ClientHelloFacts::ServerName(_)) => block(Reason::IpLiteral),
+        match on_target.verdict {
+            // A target refused by the host rules alone is what audit mode lets through (`would-block`): the
+            // ClientHello checks must still hold there, or a tunnel to an unlisted host could carry any protocol.
+            Verdict::Block if self.audit && on_target.reason.is_rule() => {
+                let hello_alone = Decision { verdict: Verdict::Allow, ..on_target.clone() };
+                match check_client_hello(target, hello, hello_alone) {
+                    refused if refused.verdict == Verdict::Block => refused,
+                    _ => on_target,
+                }
+            }
+            Verdict::Block => on_target,
+            _ => check_client_hello(target, hello, on_target),
         }
     }
 
@@ -528,5 +523,24 @@ fn may_cover_model(name: &str, subtree: bool, exact: &FastMap<Box<str>, ()>, sub
 fn keep_smaller(slot: &mut Arc<str>, rule: &Arc<str>) {
     if rule < slot {
         *slot = rule.clone();
+    }
+}
+
+/// `on_target` if the ClientHello agrees with the tunnel's target, else the refusal that says how it does not.
+fn check_client_hello(target: &Host, hello: ClientHelloFacts<'_>, on_target: Decision) -> Decision {
+    match (target, hello) {
+        // A listed literal is decided on the literal; a ClientHello naming a server contradicts it.
+        (Host::Ipv4(_), ClientHelloFacts::NoServerName) => on_target,
+        (Host::Ipv4(_), ClientHelloFacts::ServerName(_)) => block(Reason::HostMismatch),
+        (_, ClientHelloFacts::Ech) => block(Reason::Ech),
+        (_, ClientHelloFacts::NotTls) => block(Reason::NotTls),
+        (_, ClientHelloFacts::NoServerName) => block(Reason::NoSni),
+        (_, ClientHelloFacts::BadServerName) => block(Reason::BadSni),
+        (Host::Name(name), ClientHelloFacts::ServerName(sni)) => match parse_host(sni) {
+            Ok(Host::Name(sni)) if sni == *name => on_target,
+            Ok(Host::Name(_)) => block(Reason::HostMismatch),
+            _ => block(Reason::BadSni),
+        },
+        (_, ClientHelloFacts::ServerName(_)) => block(Reason::IpLiteral),
     }
 }

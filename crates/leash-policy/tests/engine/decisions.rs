@@ -306,3 +306,16 @@ fn an_empty_audit_policy_loads_without_the_empty_allowlist_warning() {
     assert!(loaded.policy.audits());
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
 }
+
+#[test]
+fn audit_mode_holds_a_tunnel_to_an_unlisted_host_to_the_client_hello_checks() {
+    let audit = ALLOW.replace("mode: allowlist", "mode: audit");
+    let at = "unlisted.example:443";
+    assert_eq!(hello(&audit, at, Hello::ServerName("unlisted.example")), "would-block not-allowed");
+    assert_eq!(hello(&audit, at, Hello::NoServerName), "block no-sni");
+    assert_eq!(hello(&audit, at, Hello::NotTls), "block not-tls");
+    assert_eq!(hello(&audit, at, Hello::Ech), "block ech");
+    assert_eq!(hello(&audit, at, Hello::ServerName("other.example")), "block host-mismatch");
+    // Enforcing, the target's own refusal stands whatever the ClientHello says.
+    assert_eq!(hello(ALLOW, at, Hello::NoServerName), "block not-allowed");
+}
