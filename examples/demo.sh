@@ -3,8 +3,8 @@
 # and what it writes to the audit log. Needs cargo, curl, openssl and python3; touches nothing outside a temp directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "building leash (release; a few minutes the first time) ..."
-cargo build --release --quiet
+echo "building leash (release) ..."
+cargo build --release   # cargo shows its progress: a few minutes the first time, seconds after
 echo "built."
 LEASH=${CARGO_TARGET_DIR:-target}/$(rustc -vV | sed -n 's/^host: //p')/release/leash
 work=$(mktemp -d)

@@ -280,7 +280,14 @@ pub fn skip<T>(why: &dyn std::fmt::Display) -> Option<T> {
     if std::env::var_os("LEASH_REQUIRE_SANDBOX").is_some_and(|v| v == "1") {
         panic!("LEASH_REQUIRE_SANDBOX=1 but the attack suite's namespaces cannot be made here: {why}");
     }
-    eprintln!("\n!!!!!!!! SKIPPED: attack test cannot make its namespaces here: {why} !!!!!!!!\n");
+    {
+        // Written past the test harness's capture: a skip must show where the results are read.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n!!!!!!!! SKIPPED: attack test cannot make its namespaces here: {why} !!!!!!!!\n"
+        );
+    };
     None
 }
 
