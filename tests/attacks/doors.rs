@@ -345,8 +345,8 @@ if leftover >= 0:
 fn sysv_ipc_posix_queues_and_the_session_keyring_are_not_shared_with_the_host() {
     let Some(()) = sandbox() else { return };
     let out = driver(IPC, &[&std::process::id().to_string()]);
-    let want =
-        format!("shm {}\nmqueue {}\nkey {}\nmade found\noutlived no\n", libc::ENOENT, libc::ENOENT, libc::ENOKEY);
+    // The keyring search is refused outright (`keyctl` is filtered), as no key could be found before.
+    let want = format!("shm {}\nmqueue {}\nkey {}\nmade found\noutlived no\n", libc::ENOENT, libc::ENOENT, libc::EPERM);
     assert_eq!(out, want);
 }
 
@@ -455,4 +455,101 @@ fn clean_env_keeps_secrets_and_agent_sockets_out_of_the_command() {
     // Without it, the environment passes through (the documented default).
     let out = Command::new("timeout").args(["60", &leash(), "run", "--", "env"]).envs(secrets).output().unwrap();
     assert!(text(&out.stdout).contains("GITHUB_TOKEN=gh-token"));
+}
+
+// ---- keyrings, capabilities and kernel filesystems -------------------------------------------------------------
+
+/// `setpriv` to `nobody`, then a copy of leash that `nobody` may run (the build directory may be closed to it); `None`
+/// (said loudly) where `nobody` cannot make namespaces.
+fn as_nobody() -> Option<(tempfile::TempDir, Vec<String>)> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let copy = dir.path().join("leash");
+    // By `cp`: a write descriptor of this process, inherited by a concurrent fork, would fail the exec (ETXTBSY).
+    assert!(Command::new("cp").arg(leash()).arg(&copy).status().unwrap().success());
+    let prefix: Vec<String> = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+        .into_iter()
+        .map(String::from)
+        .chain([copy.to_str().unwrap().to_owned()])
+        .collect();
+    let probe = Command::new("timeout").arg("60").args(&prefix).args(["run", "--", "true"]).output().unwrap();
+    if probe.status.success() {
+        Some((dir, prefix))
+    } else {
+        assert!(std::env::var_os("LEASH_REQUIRE_SANDBOX").is_none(), "nobody: {}", text(&probe.stderr));
+        eprintln!("SKIPPED: `nobody` cannot run leash here: {}", text(&probe.stderr));
+        None
+    }
+}
+
+fn is_root() -> bool {
+    let root = rustix::process::geteuid().is_root();
+    if !root {
+        eprintln!("SKIPPED: this part runs leash as root");
+    }
+    root
+}
+
+/// Outside, as the caller: a session keyring of its own (as `pam_keyinit` makes at login) and the user keyring, each
+/// holding a secret. Inside, the command links each into its own keyring, reads the secret and adds a key. Then,
+/// outside again: each secret as it was, and whether a key was planted.
+const KEYRINGS: &str = r#"
+import ctypes, subprocess, sys
+leash = sys.argv[1:]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ADD_KEY, KEYCTL, JOIN, GET_ID, LINK, SEARCH, READ, INVALIDATE = 248, 250, 1, 0, 8, 10, 11, 21
+session = libc.syscall(KEYCTL, JOIN, b"leash-door-test")
+user = libc.syscall(KEYCTL, GET_ID, -4, 1)
+rings = {"session": session, "user": user}
+assert libc.syscall(KEYCTL, LINK, user, session) == 0, ctypes.get_errno()
+secrets = {n: libc.syscall(ADD_KEY, b"user", f"secret-{n}".encode(), b"caller-secret", 13, r) for n, r in rings.items()}
+assert min(list(rings.values()) + list(secrets.values())) >= 0, ctypes.get_errno()
+inner = f'''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+buf = ctypes.create_string_buffer(64)
+for name, ring, key in {[(n, rings[n], secrets[n]) for n in rings]}:
+    ret = libc.syscall({KEYCTL}, {LINK}, ring, -3)
+    print(name, "link", "done" if ret >= 0 else ctypes.get_errno())
+    n = libc.syscall({KEYCTL}, {READ}, key, buf, 64)
+    print(name, "read", buf.raw[:n].decode() if n >= 0 else ctypes.get_errno())
+    ret = libc.syscall({ADD_KEY}, b"user", b"planted", b"x", 1, ring)
+    print(name, "add", "done" if ret >= 0 else ctypes.get_errno(), flush=True)
+'''
+out = subprocess.run(leash + ["run", "--", "/usr/bin/python3", "-c", inner], capture_output=True, text=True, timeout=60)
+print(out.stdout, end="")
+buf = ctypes.create_string_buffer(64)
+for name, ring in rings.items():
+    n = libc.syscall(KEYCTL, READ, secrets[name], buf, 64)
+    print(name, "after", buf.raw[:n].decode() if n >= 0 else ctypes.get_errno())
+    planted = libc.syscall(KEYCTL, SEARCH, ring, b"user", b"planted", 0)
+    print(name, "planted", "yes" if planted >= 0 else "no")
+    for key in (secrets[name], planted):
+        if key >= 0:
+            libc.syscall(KEYCTL, INVALIDATE, key)
+"#;
+
+#[test]
+fn the_callers_keyrings_cannot_be_linked_read_or_written_from_inside() {
+    let Some(()) = sandbox() else { return };
+    let e = libc::EPERM;
+    let want = |ring: &str| format!("{ring} link {e}\n{ring} read {e}\n{ring} add {e}\n");
+    let after = "session after caller-secret\nsession planted no\nuser after caller-secret\nuser planted no\n";
+    let want = format!("{}{}{after}", want("session"), want("user"));
+    if is_root() {
+        assert_eq!(driver(KEYRINGS, &[]), want, "as root");
+    }
+    if let Some((_dir, nobody)) = as_nobody() {
+        let out = Command::new("timeout")
+            .args(["90"])
+            .args(&nobody[..nobody.len() - 1])
+            .args([PYTHON, "-c", KEYRINGS])
+            .arg(&nobody[nobody.len() - 1])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(text(&out.stdout), want, "as nobody: {}", text(&out.stderr));
+    }
 }
