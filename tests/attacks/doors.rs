@@ -553,3 +553,116 @@ fn the_callers_keyrings_cannot_be_linked_read_or_written_from_inside() {
         assert_eq!(text(&out.stdout), want, "as nobody: {}", text(&out.stderr));
     }
 }
+
+/// `CapInh`, `CapPrm`, `CapEff`, `CapBnd`, `CapAmb` and `NoNewPrivs` of the command, as /proc/self/status says.
+fn capabilities_inside(leash: &[String]) -> String {
+    let show = "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status";
+    let out = Command::new("timeout").arg("60").args(leash).args(["run", "--", "sh", "-c", show]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).replace('\t', " ")
+}
+
+#[test]
+fn the_command_keeps_dockers_default_capabilities_without_net_raw_and_gains_none() {
+    let Some(()) = sandbox() else { return };
+    // CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP NET_BIND_SERVICE SYS_CHROOT MKNOD AUDIT_WRITE
+    // SETFCAP; no SYS_ADMIN, NET_ADMIN, SYS_PTRACE, SYS_MODULE, ...
+    let kept = "00000000a80405fb";
+    let sets = |prm: &str| {
+        format!(
+            "CapInh: {z}\nCapPrm: {prm}\nCapEff: {prm}\nCapBnd: {kept}\nCapAmb: {z}\nNoNewPrivs: 1\n",
+            z = "0".repeat(16)
+        )
+    };
+    if is_root() {
+        assert_eq!(capabilities_inside(&[leash()]), sets(kept), "as root");
+    }
+    if let Some((_dir, nobody)) = as_nobody() {
+        assert_eq!(capabilities_inside(&nobody), sets(&"0".repeat(16)), "as nobody");
+    }
+}
+
+/// Inside, as root: a cgroup namespace with a cgroup2 mount of its own, directly and from a user namespace of its
+/// own, each making a cgroup named after `TAG`; prints each attempt's exit status.
+const CGROUP_INSIDE: &str = r#"
+d=$(mktemp -d)
+unshare -m -C sh -c "mount -t cgroup2 none $d && mkdir $d/leash-door-$TAG-direct" 2>/dev/null
+echo direct $?
+unshare -U -r -m -C sh -c "mount -t cgroup2 none $d && mkdir $d/leash-door-$TAG-nested" 2>/dev/null
+echo nested $?
+rmdir "$d"
+"#;
+
+#[test]
+fn a_cgroup_namespace_cannot_make_host_cgroups_that_outlive_the_run() {
+    let Some(()) = sandbox() else { return };
+    if !is_root() {
+        return;
+    }
+    let tag = std::process::id().to_string();
+    let out = Command::new("timeout")
+        .args(["60", &leash(), "run", "--", "sh", "-c", CGROUP_INSIDE])
+        .env("TAG", &tag)
+        .output()
+        .unwrap();
+    // Outside: the host's cgroup2 hierarchy, mounted in a mount namespace of this test's, at this process's cgroup
+    // (the root of the command's cgroup namespace); whatever was made there is reported and removed.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let cgroup = own.lines().find_map(|l| l.strip_prefix("0::")).expect("a cgroup2 line").to_owned();
+    let look = format!(
+        "d=$(mktemp -d) && mount -t cgroup2 none $d && for n in direct nested; do \
+         c=\"$d{cgroup}/leash-door-{tag}-$n\"; [ -d \"$c\" ] && echo left $n && rmdir \"$c\"; done; umount $d; rmdir $d"
+    );
+    let left = Command::new("unshare").args(["-m", "sh", "-c", &look]).output().unwrap();
+    assert_eq!(text(&left.stdout), "", "cgroups outlived the run; inside: {}", text(&out.stdout));
+    let statuses = text(&out.stdout);
+    assert!(statuses.starts_with("direct ") && !statuses.contains(" 0\n"), "{statuses}{}", text(&out.stderr));
+}
+
+/// Outside, as root, in a mount namespace of the test's: the host's mqueue filesystem and cgroup2 hierarchy mounted
+/// at two more places, and a queue holding one message; leash runs there. Inside, the command opens the queue
+/// through the mount and makes a cgroup. Afterwards, outside: whether the message is still there and the cgroup left.
+const ELSEWHERE: &str = r#"
+import ctypes, os, subprocess, sys, tempfile
+leash, tag = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+queue = f"leash-door-{tag}"
+q = libc.mq_open(f"/{queue}".encode(), os.O_CREAT | os.O_RDWR, 0o600, None)
+assert q >= 0 and libc.mq_send(q, b"host-message", 12, 0) == 0, ctypes.get_errno()
+mq, cg = tempfile.mkdtemp(), tempfile.mkdtemp()
+inner = f'''
+import os
+try:
+    fd = os.open("{mq}/{queue}", os.O_RDONLY)
+    print("queue", os.read(fd, 200).decode().split()[0], flush=True)
+except OSError as e:
+    print("queue", e.errno, flush=True)
+try:
+    os.mkdir("{cg}/leash-door-{tag}")
+    print("cgroup made", flush=True)
+except OSError as e:
+    print("cgroup", e.errno, flush=True)
+'''
+script = (f"mount -t mqueue none {mq} && mount -t cgroup2 none {cg} && "
+          f"{leash} run -- /usr/bin/python3 -c '{inner}'; "
+          f"[ -d {cg}/leash-door-{tag} ] && echo cgroup left && rmdir {cg}/leash-door-{tag}; true")
+out = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60)
+print(out.stdout, end="")
+print(out.stderr, end="", file=sys.stderr)
+attr = (ctypes.c_long * 8)()
+libc.mq_getattr(q, attr)
+print("messages", attr[3])
+libc.mq_unlink(f"/{queue}".encode())
+os.rmdir(mq)
+os.rmdir(cg)
+"#;
+
+#[test]
+fn host_queues_and_cgroups_mounted_elsewhere_stay_out_of_reach() {
+    let Some(()) = sandbox() else { return };
+    if !is_root() {
+        return;
+    }
+    let out = driver(ELSEWHERE, &[&std::process::id().to_string()]);
+    assert_eq!(out, format!("queue {}\ncgroup {}\nmessages 1\n", libc::ENOENT, libc::EROFS));
+}
