@@ -467,6 +467,8 @@ fn proc_file<'a>(buf: &'a mut [u8; PROC_PATH_LEN], pid: pid_t, name: &[u8]) -> O
 /// Drops the command's capabilities but the kept ones (`caps`), installs the seccomp filter and hands its listener to
 /// init.
 fn confine(start: &CommandStart) -> Result<(), Fail> {
+    // INVARIANT: the command keeps no capability that mounts or makes namespaces, and no user namespace can give one
+    // back (`limit_user_namespaces`).
     caps::confine().map_err(at(ChildStep::Capabilities, 0))?;
     let listener = sys::install_filter(&start.plan.filter).map_err(at(ChildStep::Seccomp, 0))?;
     let sent = sys::send_with_fds(start.listener_out, b"L", &[listener]).map_err(at(ChildStep::Seccomp, 1));
