@@ -619,9 +619,10 @@ fn a_cgroup_namespace_cannot_make_host_cgroups_that_outlive_the_run() {
     assert!(statuses.starts_with("direct ") && !statuses.contains(" 0\n"), "{statuses}{}", text(&out.stderr));
 }
 
-/// Outside, as root, in a mount namespace of the test's: the host's mqueue filesystem and cgroup2 hierarchy mounted
-/// at two more places, and a queue holding one message; leash runs there. Inside, the command opens the queue
-/// through the mount and makes a cgroup. Afterwards, outside: whether the message is still there and the cgroup left.
+/// Outside, as root, in a mount namespace of the test's: the host's mqueue filesystem, cgroup2 hierarchy, a bpf
+/// filesystem holding a pinned map, and proc mounted at more places, and a queue holding one message; leash runs
+/// there. Inside, the command opens the queue through the mount, makes a cgroup, opens the pinned map and the host's
+/// `kernel.core_pattern` for writing. Afterwards, outside: whether the message is still there and the cgroup left.
 const ELSEWHERE: &str = r#"
 import ctypes, os, subprocess, sys, tempfile
 leash, tag = sys.argv[1], sys.argv[2]
@@ -629,40 +630,54 @@ libc = ctypes.CDLL(None, use_errno=True)
 queue = f"leash-door-{tag}"
 q = libc.mq_open(f"/{queue}".encode(), os.O_CREAT | os.O_RDWR, 0o600, None)
 assert q >= 0 and libc.mq_send(q, b"host-message", 12, 0) == 0, ctypes.get_errno()
-mq, cg = tempfile.mkdtemp(), tempfile.mkdtemp()
-inner = f'''
-import os
-try:
-    fd = os.open("{mq}/{queue}", os.O_RDONLY)
-    print("queue", os.read(fd, 200).decode().split()[0], flush=True)
-except OSError as e:
-    print("queue", e.errno, flush=True)
-try:
-    os.mkdir("{cg}/leash-door-{tag}")
-    print("cgroup made", flush=True)
-except OSError as e:
-    print("cgroup", e.errno, flush=True)
-'''
-script = (f"mount -t mqueue none {mq} && mount -t cgroup2 none {cg} && "
-          f"{leash} run -- /usr/bin/python3 -c '{inner}'; "
+mq, cg, bpf, proc = (tempfile.mkdtemp() for _ in range(4))
+BPF = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+path = ctypes.create_string_buffer(sys.argv[2].encode())
+if sys.argv[1] == "pin":
+    fd = libc.syscall(321, 0, (ctypes.c_uint32 * 32)(2, 4, 4, 1), 128)  # BPF_MAP_CREATE, an array
+    assert fd >= 0 and libc.syscall(321, 6, (ctypes.c_uint64 * 16)(ctypes.addressof(path), fd), 128) == 0
+else:
+    fd = libc.syscall(321, 7, (ctypes.c_uint64 * 16)(ctypes.addressof(path), 0), 128)  # BPF_OBJ_GET
+    print("bpf", "opened" if fd >= 0 else ctypes.get_errno(), flush=True)
+"""
+inner = f"""
+import os, subprocess
+def attempt(name, what):
+    try:
+        print(name, what(), flush=True)
+    except OSError as e:
+        print(name, e.errno, flush=True)
+attempt("queue", lambda: os.read(os.open("{mq}/{queue}", os.O_RDONLY), 200).decode().split()[0])
+attempt("cgroup", lambda: os.mkdir("{cg}/leash-door-{tag}") or "made")
+subprocess.run(["/usr/bin/python3", "-c", {BPF!r}, "get", "{bpf}/map"])
+attempt("proc", lambda: os.close(os.open("{proc}/sys/kernel/core_pattern", os.O_WRONLY)) or "writable")
+"""
+script = (f"mount -t mqueue none {mq} && mount -t cgroup2 none {cg} && mount -t bpf bpf {bpf} && "
+          f"mount -t proc proc {proc} && /usr/bin/python3 -c \"$BPF\" pin {bpf}/map && "
+          f"{leash} run -- /usr/bin/python3 -c \"$INNER\"; "
           f"[ -d {cg}/leash-door-{tag} ] && echo cgroup left && rmdir {cg}/leash-door-{tag}; true")
-out = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60)
+env = dict(os.environ, BPF=BPF, INNER=inner)
+out = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60, env=env)
 print(out.stdout, end="")
 print(out.stderr, end="", file=sys.stderr)
 attr = (ctypes.c_long * 8)()
 libc.mq_getattr(q, attr)
 print("messages", attr[3])
 libc.mq_unlink(f"/{queue}".encode())
-os.rmdir(mq)
-os.rmdir(cg)
+for d in (mq, cg, bpf, proc):
+    os.rmdir(d)
 "#;
 
 #[test]
-fn host_queues_and_cgroups_mounted_elsewhere_stay_out_of_reach() {
+fn host_kernel_objects_mounted_elsewhere_stay_out_of_reach() {
     let Some(()) = sandbox() else { return };
     if !is_root() {
         return;
     }
     let out = driver(ELSEWHERE, &[&std::process::id().to_string()]);
-    assert_eq!(out, format!("queue {}\ncgroup {}\nmessages 1\n", libc::ENOENT, libc::EROFS));
+    let (noent, rofs, perm) = (libc::ENOENT, libc::EROFS, libc::EPERM);
+    assert_eq!(out, format!("queue {noent}\ncgroup {rofs}\nbpf {perm}\nproc {noent}\nmessages 1\n"));
 }
