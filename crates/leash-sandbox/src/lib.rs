@@ -14,7 +14,7 @@
 //! `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus`, `/proc/fs` and `/sys` with every mount below it: the command's uid
 //! owns the sandbox's network namespace, and under root is the host's root for file permissions, so it could
 //! otherwise turn IPv6 back on, or the host's sysctls and interrupt routing) and hides `/dev/kmsg` (the host's kernel
-//! log) under /dev/null, bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners
+//! log) and `/proc/keys` (the caller's keys by name) under /dev/null, bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners
 //! and UDP sockets and sends them to leash with `SCM_RIGHTS`, hides the paths leash names (the audit log) under
 //! /dev/null until leash's go-ahead, and then starts the command, which first enters a **second user namespace**
 //! (mapping back to the caller's uid and gid, or the same full range), a **session** of its own (no controlling

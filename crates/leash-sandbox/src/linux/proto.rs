@@ -285,8 +285,9 @@ pub(super) const READ_ONLY_PATHS: [&std::ffi::CStr; 6] =
     [c"/proc/sys", c"/proc/sysrq-trigger", c"/proc/irq", c"/proc/bus", c"/proc/fs", c"/sys"];
 
 /// Kernel files init hides under /dev/null with the paths leash asks for: `/dev/kmsg` writes lines into the host's
-/// kernel log.
-const HIDDEN_KERNEL_FILES: [&str; 1] = ["/dev/kmsg"];
+/// kernel log; `/proc/keys` lists every key and keyring the uid may view, the caller's among them (their
+/// descriptions, and the ids a keyring call would take; those calls are refused anyway).
+const HIDDEN_KERNEL_FILES: [&str; 2] = ["/dev/kmsg", "/proc/keys"];
 
 /// What the parent keeps of the spec to name a failed step.
 #[derive(Debug, Default)]
