@@ -52,18 +52,18 @@ const READ_ONLY_TYPES: [&str; 15] = [
 
 /// The mounts of leash's mount namespace that init covers, in the table's order (a mount before those below it).
 pub(super) fn scan() -> std::io::Result<Vec<(Cover, PathBuf)>> {
-    let table = std::fs::read("/proc/self/mountinfo")?;
-    Ok(covers(&String::from_utf8_lossy(&table)))
+    Ok(covers(&std::fs::read("/proc/self/mountinfo")?))
 }
 
-/// What to cover in a mountinfo table (proc(5): `ID PARENT MAJ:MIN ROOT MOUNT-POINT OPTIONS [TAGS...] - TYPE ...`).
-fn covers(table: &str) -> Vec<(Cover, PathBuf)> {
+/// What to cover in a mountinfo table (proc(5): `ID PARENT MAJ:MIN ROOT MOUNT-POINT OPTIONS [TAGS...] - TYPE ...`),
+/// read as bytes: a mount point need not be UTF-8.
+fn covers(table: &[u8]) -> Vec<(Cover, PathBuf)> {
     table
-        .lines()
+        .split(|&b| b == b'\n')
         .filter_map(|line| {
-            let mut fields = line.split(' ');
+            let mut fields = line.split(|&b| b == b' ');
             let point = fields.nth(4)?;
-            let kind = fields.skip_while(|f| *f != "-").nth(1)?;
+            let kind = std::str::from_utf8(fields.skip_while(|f| *f != b"-").nth(1)?).ok()?;
             let path = PathBuf::from(std::ffi::OsString::from_vec(unescape(point)));
             cover_for(kind, &path).map(|cover| (cover, path))
         })
@@ -87,8 +87,7 @@ fn cover_for(kind: &str, path: &std::path::Path) -> Option<Cover> {
 }
 
 /// A mount point as the kernel escapes it: space, tab, newline and backslash as three octal digits.
-fn unescape(field: &str) -> Vec<u8> {
-    let bytes = field.as_bytes();
+fn unescape(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while let Some(&b) = bytes.get(i) {
@@ -113,7 +112,7 @@ mod tests {
 
     #[test]
     fn every_mount_of_a_kernel_object_filesystem_is_covered_but_those_the_sandbox_replaces() {
-        let table = "\
+        let table = b"\
 22 1 0:21 / /proc rw,nosuid - proc proc rw
 23 22 0:22 / /proc/sys/fs/binfmt_misc rw - binfmt_misc binfmt_misc rw
 24 1 0:23 / /sys rw,nosuid shared:7 - sysfs sysfs rw
@@ -125,6 +124,7 @@ mod tests {
 30 1 0:27 / /dev/hugepages rw - hugetlbfs hugetlbfs rw
 31 1 0:28 / /home rw - ext4 /dev/sda2 rw
 32 1 0:29 / /srv/sysfs rw - sysfs sysfs rw
+33 1 0:30 / /srv/\xff-latin1 rw - mqueue mqueue rw
 ";
         let got = covers(table);
         let want = [
@@ -135,7 +135,9 @@ mod tests {
             (Cover::ReadOnly, "/dev/hugepages"),
             (Cover::ReadOnly, "/srv/sysfs"),
         ];
-        assert_eq!(got, want.map(|(c, p)| (c, PathBuf::from(p))));
+        let mut want: Vec<_> = want.map(|(c, p)| (c, PathBuf::from(p))).to_vec();
+        want.push((Cover::FreshMqueue, PathBuf::from(std::ffi::OsString::from_vec(b"/srv/\xff-latin1".to_vec()))));
+        assert_eq!(got, want);
         for cover in [Cover::FreshMqueue, Cover::Empty, Cover::ReadOnly, Cover::BelowSys] {
             assert_eq!(Cover::from_byte(cover as u8), Some(cover));
         }
@@ -143,8 +145,8 @@ mod tests {
 
     #[test]
     fn escaped_mount_points_read_back_exactly() {
-        assert_eq!(unescape(r"/a\040b\011c\012d\134e"), b"/a b\tc\nd\\e");
-        assert_eq!(unescape(r"/x\04"), br"/x\04", "a short escape stays as it is");
-        assert_eq!(unescape(r"/x\9999"), br"/x\9999");
+        assert_eq!(unescape(br"/a\040b\011c\012d\134e"), b"/a b\tc\nd\\e");
+        assert_eq!(unescape(br"/x\04"), br"/x\04", "a short escape stays as it is");
+        assert_eq!(unescape(br"/x\9999"), br"/x\9999");
     }
 }
