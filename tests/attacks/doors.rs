@@ -345,8 +345,8 @@ if leftover >= 0:
 fn sysv_ipc_posix_queues_and_the_session_keyring_are_not_shared_with_the_host() {
     let Some(()) = sandbox() else { return };
     let out = driver(IPC, &[&std::process::id().to_string()]);
-    let want =
-        format!("shm {}\nmqueue {}\nkey {}\nmade found\noutlived no\n", libc::ENOENT, libc::ENOENT, libc::ENOKEY);
+    // The keyring search is refused outright (`keyctl` is filtered), as no key could be found before.
+    let want = format!("shm {}\nmqueue {}\nkey {}\nmade found\noutlived no\n", libc::ENOENT, libc::ENOENT, libc::EPERM);
     assert_eq!(out, want);
 }
 
@@ -462,4 +462,230 @@ fn clean_env_keeps_secrets_and_agent_sockets_out_of_the_command() {
     // Without it, the environment passes through (the documented default).
     let out = Command::new("timeout").args(["60", &leash(), "run", "--", "env"]).envs(secrets).output().unwrap();
     assert!(text(&out.stdout).contains("GITHUB_TOKEN=gh-token"));
+}
+
+// ---- keyrings, capabilities and kernel filesystems -------------------------------------------------------------
+
+/// `setpriv` to `nobody`, then a copy of leash that `nobody` may run (the build directory may be closed to it); `None`
+/// (said loudly) where `nobody` cannot make namespaces.
+fn as_nobody() -> Option<(tempfile::TempDir, Vec<String>)> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let copy = dir.path().join("leash");
+    // By `cp`: a write descriptor of this process, inherited by a concurrent fork, would fail the exec (ETXTBSY).
+    assert!(Command::new("cp").arg(leash()).arg(&copy).status().unwrap().success());
+    let prefix: Vec<String> = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+        .into_iter()
+        .map(String::from)
+        .chain([copy.to_str().unwrap().to_owned()])
+        .collect();
+    let probe = Command::new("timeout").arg("60").args(&prefix).args(["run", "--", "true"]).output().unwrap();
+    if probe.status.success() {
+        Some((dir, prefix))
+    } else {
+        assert!(std::env::var_os("LEASH_REQUIRE_SANDBOX").is_none(), "nobody: {}", text(&probe.stderr));
+        eprintln!("SKIPPED: `nobody` cannot run leash here: {}", text(&probe.stderr));
+        None
+    }
+}
+
+fn is_root() -> bool {
+    let root = rustix::process::geteuid().is_root();
+    if !root {
+        eprintln!("SKIPPED: this part runs leash as root");
+    }
+    root
+}
+
+/// Outside, as the caller: a session keyring of its own (as `pam_keyinit` makes at login) and the user keyring, each
+/// holding a secret. Inside, the command links each into its own keyring, reads the secret and adds a key. Then,
+/// outside again: each secret as it was, and whether a key was planted.
+const KEYRINGS: &str = r#"
+import ctypes, subprocess, sys
+leash = sys.argv[1:]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ADD_KEY, KEYCTL, JOIN, GET_ID, LINK, SEARCH, READ, INVALIDATE = 248, 250, 1, 0, 8, 10, 11, 21
+session = libc.syscall(KEYCTL, JOIN, b"leash-door-test")
+user = libc.syscall(KEYCTL, GET_ID, -4, 1)
+rings = {"session": session, "user": user}
+assert libc.syscall(KEYCTL, LINK, user, session) == 0, ctypes.get_errno()
+secrets = {n: libc.syscall(ADD_KEY, b"user", f"secret-{n}".encode(), b"caller-secret", 13, r) for n, r in rings.items()}
+assert min(list(rings.values()) + list(secrets.values())) >= 0, ctypes.get_errno()
+inner = f'''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+buf = ctypes.create_string_buffer(64)
+print("listed", "yes" if "secret-session" in open("/proc/keys").read() else "no")
+for name, ring, key in {[(n, rings[n], secrets[n]) for n in rings]}:
+    ret = libc.syscall({KEYCTL}, {LINK}, ring, -3)
+    print(name, "link", "done" if ret >= 0 else ctypes.get_errno())
+    n = libc.syscall({KEYCTL}, {READ}, key, buf, 64)
+    print(name, "read", buf.raw[:n].decode() if n >= 0 else ctypes.get_errno())
+    ret = libc.syscall({ADD_KEY}, b"user", b"planted", b"x", 1, ring)
+    print(name, "add", "done" if ret >= 0 else ctypes.get_errno(), flush=True)
+'''
+out = subprocess.run(leash + ["run", "--", "/usr/bin/python3", "-c", inner], capture_output=True, text=True, timeout=60)
+print(out.stdout, end="")
+buf = ctypes.create_string_buffer(64)
+for name, ring in rings.items():
+    n = libc.syscall(KEYCTL, READ, secrets[name], buf, 64)
+    print(name, "after", buf.raw[:n].decode() if n >= 0 else ctypes.get_errno())
+    planted = libc.syscall(KEYCTL, SEARCH, ring, b"user", b"planted", 0)
+    print(name, "planted", "yes" if planted >= 0 else "no")
+    for key in (secrets[name], planted):
+        if key >= 0:
+            libc.syscall(KEYCTL, INVALIDATE, key)
+"#;
+
+#[test]
+fn the_callers_keyrings_cannot_be_linked_read_or_written_from_inside() {
+    let Some(()) = sandbox() else { return };
+    let e = libc::EPERM;
+    let want = |ring: &str| format!("{ring} link {e}\n{ring} read {e}\n{ring} add {e}\n");
+    let after = "session after caller-secret\nsession planted no\nuser after caller-secret\nuser planted no\n";
+    let want = format!("listed no\n{}{}{after}", want("session"), want("user"));
+    if is_root() {
+        assert_eq!(driver(KEYRINGS, &[]), want, "as root");
+    }
+    if let Some((_dir, nobody)) = as_nobody() {
+        let out = Command::new("timeout")
+            .args(["90"])
+            .args(&nobody[..nobody.len() - 1])
+            .args([PYTHON, "-c", KEYRINGS])
+            .arg(&nobody[nobody.len() - 1])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(text(&out.stdout), want, "as nobody: {}", text(&out.stderr));
+    }
+}
+
+/// `CapInh`, `CapPrm`, `CapEff`, `CapBnd`, `CapAmb` and `NoNewPrivs` of the command, as /proc/self/status says.
+fn capabilities_inside(leash: &[String]) -> String {
+    let show = "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status";
+    let out = Command::new("timeout").arg("60").args(leash).args(["run", "--", "sh", "-c", show]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).replace('\t', " ")
+}
+
+#[test]
+fn the_command_keeps_dockers_default_capabilities_without_net_raw_and_gains_none() {
+    let Some(()) = sandbox() else { return };
+    // CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP NET_BIND_SERVICE SYS_CHROOT MKNOD AUDIT_WRITE
+    // SETFCAP; no SYS_ADMIN, NET_ADMIN, SYS_PTRACE, SYS_MODULE, ...
+    let kept = "00000000a80405fb";
+    let sets = |prm: &str| {
+        format!(
+            "CapInh: {z}\nCapPrm: {prm}\nCapEff: {prm}\nCapBnd: {kept}\nCapAmb: {z}\nNoNewPrivs: 1\n",
+            z = "0".repeat(16)
+        )
+    };
+    if is_root() {
+        assert_eq!(capabilities_inside(&[leash()]), sets(kept), "as root");
+    }
+    if let Some((_dir, nobody)) = as_nobody() {
+        assert_eq!(capabilities_inside(&nobody), sets(&"0".repeat(16)), "as nobody");
+    }
+}
+
+/// Inside, as root: a cgroup namespace with a cgroup2 mount of its own, directly and from a user namespace of its
+/// own, each making a cgroup named after `TAG`; prints each attempt's exit status.
+const CGROUP_INSIDE: &str = r#"
+d=$(mktemp -d)
+unshare -m -C sh -c "mount -t cgroup2 none $d && mkdir $d/leash-door-$TAG-direct" 2>/dev/null
+echo direct $?
+unshare -U -r -m -C sh -c "mount -t cgroup2 none $d && mkdir $d/leash-door-$TAG-nested" 2>/dev/null
+echo nested $?
+rmdir "$d"
+"#;
+
+#[test]
+fn a_cgroup_namespace_cannot_make_host_cgroups_that_outlive_the_run() {
+    let Some(()) = sandbox() else { return };
+    if !is_root() {
+        return;
+    }
+    let tag = std::process::id().to_string();
+    let out = Command::new("timeout")
+        .args(["60", &leash(), "run", "--", "sh", "-c", CGROUP_INSIDE])
+        .env("TAG", &tag)
+        .output()
+        .unwrap();
+    // Outside: the host's cgroup2 hierarchy, mounted in a mount namespace of this test's, at this process's cgroup
+    // (the root of the command's cgroup namespace); whatever was made there is reported and removed.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let cgroup = own.lines().find_map(|l| l.strip_prefix("0::")).expect("a cgroup2 line").to_owned();
+    let look = format!(
+        "d=$(mktemp -d) && mount -t cgroup2 none $d && for n in direct nested; do \
+         c=\"$d{cgroup}/leash-door-{tag}-$n\"; [ -d \"$c\" ] && echo left $n && rmdir \"$c\"; done; umount $d; rmdir $d"
+    );
+    let left = Command::new("unshare").args(["-m", "sh", "-c", &look]).output().unwrap();
+    assert_eq!(text(&left.stdout), "", "cgroups outlived the run; inside: {}", text(&out.stdout));
+    let statuses = text(&out.stdout);
+    assert!(statuses.starts_with("direct ") && !statuses.contains(" 0\n"), "{statuses}{}", text(&out.stderr));
+}
+
+/// Outside, as root, in a mount namespace of the test's: the host's mqueue filesystem, cgroup2 hierarchy, a bpf
+/// filesystem holding a pinned map, and proc mounted at more places, and a queue holding one message; leash runs
+/// there. Inside, the command opens the queue through the mount, makes a cgroup, opens the pinned map and the host's
+/// `kernel.core_pattern` for writing. Afterwards, outside: whether the message is still there and the cgroup left.
+const ELSEWHERE: &str = r#"
+import ctypes, os, subprocess, sys, tempfile
+leash, tag = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+queue = f"leash-door-{tag}"
+q = libc.mq_open(f"/{queue}".encode(), os.O_CREAT | os.O_RDWR, 0o600, None)
+assert q >= 0 and libc.mq_send(q, b"host-message", 12, 0) == 0, ctypes.get_errno()
+mq, cg, bpf, proc = (tempfile.mkdtemp() for _ in range(4))
+BPF = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+path = ctypes.create_string_buffer(sys.argv[2].encode())
+if sys.argv[1] == "pin":
+    fd = libc.syscall(321, 0, (ctypes.c_uint32 * 32)(2, 4, 4, 1), 128)  # BPF_MAP_CREATE, an array
+    assert fd >= 0 and libc.syscall(321, 6, (ctypes.c_uint64 * 16)(ctypes.addressof(path), fd), 128) == 0
+else:
+    fd = libc.syscall(321, 7, (ctypes.c_uint64 * 16)(ctypes.addressof(path), 0), 128)  # BPF_OBJ_GET
+    print("bpf", "opened" if fd >= 0 else ctypes.get_errno(), flush=True)
+"""
+inner = f"""
+import os, subprocess
+def attempt(name, what):
+    try:
+        print(name, what(), flush=True)
+    except OSError as e:
+        print(name, e.errno, flush=True)
+attempt("queue", lambda: os.read(os.open("{mq}/{queue}", os.O_RDONLY), 200).decode().split()[0])
+attempt("cgroup", lambda: os.mkdir("{cg}/leash-door-{tag}") or "made")
+subprocess.run(["/usr/bin/python3", "-c", {BPF!r}, "get", "{bpf}/map"])
+attempt("proc", lambda: os.close(os.open("{proc}/sys/kernel/core_pattern", os.O_WRONLY)) or "writable")
+"""
+script = (f"mount -t mqueue none {mq} && mount -t cgroup2 none {cg} && mount -t bpf bpf {bpf} && "
+          f"mount -t proc proc {proc} && /usr/bin/python3 -c \"$BPF\" pin {bpf}/map && "
+          f"{leash} run -- /usr/bin/python3 -c \"$INNER\"; "
+          f"[ -d {cg}/leash-door-{tag} ] && echo cgroup left && rmdir {cg}/leash-door-{tag}; true")
+env = dict(os.environ, BPF=BPF, INNER=inner)
+out = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60, env=env)
+print(out.stdout, end="")
+print(out.stderr, end="", file=sys.stderr)
+attr = (ctypes.c_long * 8)()
+libc.mq_getattr(q, attr)
+print("messages", attr[3])
+libc.mq_unlink(f"/{queue}".encode())
+for d in (mq, cg, bpf, proc):
+    os.rmdir(d)
+"#;
+
+#[test]
+fn host_kernel_objects_mounted_elsewhere_stay_out_of_reach() {
+    let Some(()) = sandbox() else { return };
+    if !is_root() {
+        return;
+    }
+    let out = driver(ELSEWHERE, &[&std::process::id().to_string()]);
+    let (noent, rofs, perm) = (libc::ENOENT, libc::EROFS, libc::EPERM);
+    assert_eq!(out, format!("queue {noent}\ncgroup {rofs}\nbpf {perm}\nproc {noent}\nmessages 1\n"));
 }

@@ -137,6 +137,14 @@ pub enum Step {
     HandOverSeccompListener,
     /// Checking that init can take a descriptor of the command's (`pidfd_getfd`).
     ProbePidfdGetfd,
+    /// Dropping the command's capabilities but the kept ones from its bounding set, and setting `no_new_privs`.
+    DropCapabilities,
+    /// Letting no process inside create a user namespace beyond the command's (`user.max_user_namespaces`).
+    LimitUserNamespaces,
+    /// Reading leash's mount table for the mounts that show host kernel objects.
+    ReadMountTable,
+    /// Covering a mount that shows host kernel objects (a fresh filesystem on top, or read-only).
+    CoverKernelMount(PathBuf),
 }
 
 impl fmt::Display for Step {
@@ -179,6 +187,10 @@ impl fmt::Display for Step {
             Step::InstallSeccomp => f.write_str("install the command's seccomp filter"),
             Step::HandOverSeccompListener => f.write_str("hand the seccomp filter's listener to the sandbox's init"),
             Step::ProbePidfdGetfd => f.write_str("take a descriptor of another process (pidfd_getfd)"),
+            Step::DropCapabilities => f.write_str("drop the command's capabilities and set no_new_privs"),
+            Step::LimitUserNamespaces => f.write_str("keep the command from creating user namespaces"),
+            Step::ReadMountTable => f.write_str("read leash's mount table (/proc/self/mountinfo)"),
+            Step::CoverKernelMount(p) => write!(f, "cover the kernel filesystem mounted on `{}`", p.display()),
         }
     }
 }

@@ -14,17 +14,21 @@
 //! `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus`, `/proc/fs` and `/sys` with every mount below it: the command's uid
 //! owns the sandbox's network namespace, and under root is the host's root for file permissions, so it could
 //! otherwise turn IPv6 back on, or the host's sysctls and interrupt routing) and hides `/dev/kmsg` (the host's kernel
-//! log) under /dev/null, bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners
+//! log) and `/proc/keys` (the caller's keys by name) under /dev/null, bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners
 //! and UDP sockets and sends them to leash with `SCM_RIGHTS`, hides the paths leash names (the audit log) under
 //! /dev/null until leash's go-ahead, and then starts the command, which first enters a **second user namespace**
 //! (mapping back to the caller's uid and gid, or the same full range), a **session** of its own (no controlling
-//! terminal, its own process group) with a new **session keyring**, installs its **seccomp filter**, and `execve`s.
+//! terminal, its own process group) with a new **session keyring**, keeps only Docker's default **capabilities** but
+//! `CAP_NET_RAW` in its bounding set with `no_new_privs` (`linux/caps.rs`), installs its **seccomp filter**, and
+//! `execve`s. Before that, init has limited its user namespace to one child (the command's: a process in a new one
+//! would hold every capability again) and covered each mount leash found of a filesystem showing host kernel objects
+//! (a fresh mqueue, an empty tmpfs over another proc, read-only for cgroup, bpf, debugfs and the like:
+//! `linux/kernel_fs.rs`).
 //! That nesting is what makes
 //! the set-up stick: the sandbox's mount and network namespaces belong to init's user namespace, so the command
-//! cannot unmount the hidden paths, the resolv.conf or /proc (a mount namespace it creates copies them locked), and
-//! it holds no capability over the sandbox's network namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`,
-//! `CAP_NET_BIND_SERVICE` there). Capabilities it gets (as root, or by creating further namespaces) hold only over
-//! namespaces it owns. Any 127.0.0.0/8 address can be bound inside since the whole /8 is routed to `lo`.
+//! cannot unmount the hidden paths, the resolv.conf or /proc, and it holds no capability over the sandbox's network
+//! namespace (no `CAP_NET_RAW`, `CAP_NET_ADMIN`, `CAP_NET_BIND_SERVICE` there). The capabilities it keeps as root hold
+//! only in its own namespace, and none of them makes a namespace or a mount. Any 127.0.0.0/8 address can be bound inside since the whole /8 is routed to `lo`.
 //!
 //! Init stays PID 1: it reaps orphans, makes the command's connections (below), forwards every signal it gets to
 //! the command — a process's (leash's `Sandbox::signal`, or the SIGINT/SIGTERM/SIGHUP `forward_signals` passes on)
@@ -37,7 +41,7 @@
 //! # The seccomp filter, and Unix sockets
 //! The filter (`linux/seccomp.rs` says each rule and why) refuses socket families that leave the network namespace
 //! (`AF_VSOCK` reaches the hypervisor; only Unix, IPv4, IPv6 and netlink are allowed), Unix datagram sockets,
-//! `TIOCSTI`/`TIOCLINUX`, io_uring and `request_key`, and hands every `connect` to init. Init makes the connection
+//! `TIOCSTI`/`TIOCLINUX`, io_uring, `request_key`, `add_key`, `keyctl` and `bpf`, and hands every `connect` to init. Init makes the connection
 //! itself on a duplicate of the caller's socket, so what it checked is what is connected: a **filesystem Unix
 //! socket** is reached only if it is named in `allow_unix_sockets` (compared by device and inode) or listens in the
 //! sandbox's own network namespace (the command's own servers); any other gets `ECONNREFUSED`, whatever path names

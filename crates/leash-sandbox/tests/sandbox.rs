@@ -98,18 +98,22 @@ getent hosts leash-test.example; echo getent=$?"
 }
 
 #[test]
-fn raw_sockets_are_refused_and_a_private_netns_reaches_nothing() {
+fn raw_sockets_are_refused_and_no_private_netns_can_be_made() {
     let Some(host) = TestHost::new() else { return };
     let raw = format!(
         "import socket\ntry:\n    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)\n    print('opened')\n    s.sendto(b'\\x08\\0\\0\\0\\0\\0\\0\\0', ('{HOST_V4}', 0))\n    print('sent')\nexcept OSError as e:\n    print('refused', e.errno)"
     );
-    // In the sandbox's own network namespace: no CAP_NET_RAW there. In one the command makes itself: it may open
-    // one, and it reaches nothing.
-    let script = "python3 -c \"$RAW\"; unshare -rn python3 -c \"$RAW\"; ip link add lsbx-dummy type dummy".to_string();
+    // In the sandbox's own network namespace: no CAP_NET_RAW there. A network namespace of its own, where it would
+    // hold the capability, the command cannot make: not directly (no CAP_SYS_ADMIN), nor in a user namespace of its
+    // own (none beyond the command's).
+    let script = "python3 -c \"$RAW\"; unshare -n true || echo no netns; unshare -rn python3 -c \"$RAW\" || \
+                  echo no userns; ip link add lsbx-dummy type dummy"
+        .to_string();
     let Some(run) = host.spawn_from_outside(sh(&script).env("RAW", &raw)) else { return };
     let out = run.finish();
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines, [format!("refused {}", libc::EPERM), "opened".into(), format!("refused {}", libc::ENETUNREACH)]);
+    assert_eq!(lines, [format!("refused {}", libc::EPERM), "no netns".into(), "no userns".into()]);
+    assert!(out.stderr.contains("No space left on device"), "the user namespace limit: {}", out.stderr);
     assert!(out.stderr.contains("Operation not permitted"), "no CAP_NET_ADMIN either: {}", out.stderr);
 }
 
@@ -230,7 +234,7 @@ fn answer_nxdomain(stub: &UdpSocket, count: usize) -> Vec<String> {
 }
 
 #[test]
-fn the_mounts_stay_even_in_a_mount_namespace_of_the_commands_own() {
+fn the_mounts_stay_and_no_mount_namespace_of_the_commands_own_can_be_made() {
     let dir = tempfile::Builder::new().prefix("leash-unmount").tempdir_in("/tmp").unwrap();
     let path = dir.path().join("relay.sock");
     let _relay = UnixListener::bind(&path).unwrap();
@@ -241,14 +245,15 @@ fn the_mounts_stay_even_in_a_mount_namespace_of_the_commands_own() {
     );
     let connect =
         format!("import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}'); print('connected')", path.display());
-    // In the sandbox's mount namespace, then in a user and mount namespace the command makes (where it holds every
-    // capability), then checking what is still in place there.
+    // In the sandbox's mount namespace; then a mount namespace of the command's own, directly or in a user namespace
+    // it makes (where it would hold every capability), which it cannot make; then what is still in place.
     let script = format!(
-        "{undo}; unshare -Urm bash -c \"echo own namespace; {undo}; head -1 /etc/resolv.conf; \
-         python3 -c \\\"{connect}\\\" 2>/dev/null || echo refused\""
+        "{undo}; for how in -m -Urm; do unshare $how bash -c \"echo own namespace; {undo}\" 2>/dev/null || \
+         echo no namespace; done; head -1 /etc/resolv.conf; python3 -c \"{connect}\" 2>/dev/null || echo refused"
     );
     let Some(out) = sh(&script).resolv_conf("nameserver 127.0.0.1\n").output() else { return };
-    assert_eq!(out.stdout, "own namespace\nnameserver 127.0.0.1\nrefused\n", "stderr: {}", out.stderr);
+    let want = "no namespace\nno namespace\nnameserver 127.0.0.1\nrefused\n";
+    assert_eq!(out.stdout, want, "stderr: {}", out.stderr);
 }
 
 // ---- host Unix sockets ----

@@ -7,10 +7,11 @@ use std::ffi::CStr;
 
 use libc::{c_int, pid_t};
 
-use super::connects;
+use super::kernel_fs::Cover;
 use super::plan::{IdMaps, IdRange, Plan};
 use super::proto::{self, ChildStep, Msg, Order, ORDER_LEN, RECORD_LEN};
 use super::sys::{self, Errno};
+use super::{caps, connects};
 
 /// Backlog of each TCP listener inside: generous for bursts of connects; the kernel caps it at `somaxconn`.
 const LISTEN_BACKLOG: c_int = 1024;
@@ -23,6 +24,9 @@ const FAILED: c_int = 127;
 /// The IPv6 switch of the sandbox's network namespace: writing `all` sets `default` and every interface's too
 /// (the kernel's ip-sysctl documentation); missing means the kernel has no IPv6.
 const DISABLE_IPV6: &CStr = c"/proc/sys/net/ipv6/conf/all/disable_ipv6";
+/// The limit on user namespaces made by each uid of init's user namespace, and below it (the kernel counts a new
+/// namespace against every ancestor's limit): one, the command's own.
+const MAX_USER_NAMESPACES: &CStr = c"/proc/sys/user/max_user_namespaces";
 
 /// A failed step, small enough to live on the stack and travel as a record.
 #[derive(Clone, Copy)]
@@ -76,14 +80,15 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     sys::mount(Some(c"proc"), c"/proc", Some(c"proc"), proc_flags).map_err(at(ChildStep::MountProc, 0))?;
     // IPv6 off before `lo` comes up, so `::1` never exists (and is not added only to be removed).
     disable_ipv6()?;
+    limit_user_namespaces()?;
     sys::loopback_up().map_err(at(ChildStep::LoopbackUp, 0))?;
-    read_only_kernel_files()?;
+    let sys_below_read_only = read_only_kernel_files()?;
     if let Some(source) = &plan.resolv_source {
         sys::mount(Some(source), c"/etc/resolv.conf", None, libc::MS_BIND).map_err(at(ChildStep::ResolvConf, 0))?;
     }
     hand_over_sockets(plan)?;
     // Leash writes the command's CA files meanwhile.
-    hide_paths_until_go(plan)?;
+    hide_paths_until_go(plan, sys_below_read_only)?;
     // Leash moved init before it said go: the command now inherits leash's CPUs, not fewer.
     plan.spread.as_ref().map_or(Ok(()), |spread| spread.restore()).map_err(at(ChildStep::RestoreAffinity, 0))
 }
@@ -126,8 +131,9 @@ fn map_ids(plan: &Plan, maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail
 /// command holds no capability, but its uid is leash's, the owner of the sandbox's network namespace: without this it
 /// could turn that namespace's sysctls (IPv6 back on), and under root also the host's (kernel.*, vm.*) and the
 /// sysrq trigger and sysfs files any root-owned process may write. A path that does not exist (no sysrq, no /sys
-/// mounted) has nothing to protect.
-fn read_only_kernel_files() -> Result<(), Fail> {
+/// mounted) has nothing to protect. Returns whether every mount below /sys went read-only with it.
+fn read_only_kernel_files() -> Result<bool, Fail> {
+    let mut below_sys = false;
     for (index, path) in proto::READ_ONLY_PATHS.into_iter().enumerate() {
         // Files of the new /proc are no mount points: each is bound onto itself first. /sys is one, or, where
         // nothing is mounted there, a plain directory (EINVAL) with nothing to protect.
@@ -138,12 +144,13 @@ fn read_only_kernel_files() -> Result<(), Fail> {
             sys::make_read_only(path)
         };
         match result {
-            Ok(()) | Err(libc::ENOENT) => {}
+            Ok(recursive) => below_sys |= recursive && !in_proc,
+            Err(libc::ENOENT) => {}
             Err(libc::EINVAL) if !in_proc => {}
             Err(errno) => return Err(at(ChildStep::ReadOnly, index)(errno)),
         }
     }
-    Ok(())
+    Ok(below_sys)
 }
 
 /// A new IPC namespace (SysV message queues, semaphores and shared memory, POSIX message queues), owned by init's
@@ -158,6 +165,14 @@ fn own_ipc_namespace() -> Result<(), Fail> {
     }
 }
 
+/// No process inside creates a user namespace but the command's own: in a new one a process starts over with every
+/// capability (the bounding set included), and with them could make a cgroup namespace and mount its cgroup
+/// filesystem, which is the host's hierarchy, or any other filesystem a user namespace may mount. The limit is
+/// init's namespace's own (the host's stays), and /proc/sys is read-only to the command.
+fn limit_user_namespaces() -> Result<(), Fail> {
+    sys::write_file(MAX_USER_NAMESPACES, b"1").map_err(at(ChildStep::UserNsLimit, 0))
+}
+
 fn disable_ipv6() -> Result<(), Fail> {
     match sys::write_file(DISABLE_IPV6, b"1") {
         Ok(()) | Err(libc::ENOENT) => Ok(()),
@@ -165,11 +180,12 @@ fn disable_ipv6() -> Result<(), Fail> {
     }
 }
 
-/// Bind-mounts /dev/null over each path leash names to hide (the audit log, `/dev/kmsg`), until leash says `Go`. A
-/// path gone since, or one this user cannot even look up (so cannot open either), is skipped.
-fn hide_paths_until_go(plan: &Plan) -> Result<(), Fail> {
+/// Bind-mounts /dev/null over each path leash names to hide (the audit log, `/dev/kmsg`) and covers each mount it
+/// names (`kernel_fs`), until leash says `Go`. A path gone since, or one this user cannot even look up (so cannot
+/// open either), is skipped.
+fn hide_paths_until_go(plan: &Plan, sys_below_read_only: bool) -> Result<(), Fail> {
     let mut record = [0u8; ORDER_LEN];
-    let mut index = 0;
+    let (mut index, mut covered) = (0, 0);
     loop {
         let len = sys::recv_record(plan.channel, &mut record).map_err(at(ChildStep::AwaitGo, 0))?;
         match record.get(..len).and_then(Order::decode) {
@@ -183,9 +199,34 @@ fn hide_paths_until_go(plan: &Plan) -> Result<(), Fail> {
                     index += 1;
                 }
             }
+            Some(Order::Cover(mounts)) => {
+                for (cover, path) in proto::covered_mounts(mounts) {
+                    match cover_mount(cover, path, sys_below_read_only) {
+                        Ok(()) | Err(libc::ENOENT | libc::EACCES) => {}
+                        Err(errno) => return Err(at(ChildStep::CoverMount, covered)(errno)),
+                    }
+                    covered += 1;
+                }
+            }
             // Leash gone (end of file) or a record it never sends now.
             Some(Order::Mapped) | None => return Err(at(ChildStep::AwaitGo, 0)(libc::EPROTO)),
         }
+    }
+}
+
+/// Covers one mount that shows host kernel objects, as `cover` says; a mount no longer there has nothing to show.
+fn cover_mount(cover: Option<Cover>, path: &CStr, sys_below_read_only: bool) -> Result<(), Errno> {
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    let read_only = |path| match sys::make_read_only(path) {
+        Err(libc::EINVAL) => Ok(()),
+        other => other.map(drop),
+    };
+    match cover {
+        Some(Cover::FreshMqueue) => sys::mount(Some(c"mqueue"), path, Some(c"mqueue"), flags),
+        Some(Cover::Empty) => sys::mount(Some(c"tmpfs"), path, Some(c"tmpfs"), flags | libc::MS_RDONLY),
+        Some(Cover::BelowSys) if sys_below_read_only => Ok(()),
+        Some(Cover::ReadOnly | Cover::BelowSys) => read_only(path),
+        None => Err(libc::EPROTO),
     }
 }
 
@@ -423,9 +464,12 @@ fn proc_file<'a>(buf: &'a mut [u8; PROC_PATH_LEN], pid: pid_t, name: &[u8]) -> O
     CStr::from_bytes_with_nul(buf.get(..end)?).ok()
 }
 
-/// Installs the seccomp filter (the command holds every capability in its own user namespace until `execve`, so
-/// no `no_new_privs` is needed, and set-uid programs inside keep working) and hands its listener to init.
+/// Drops the command's capabilities but the kept ones (`caps`), installs the seccomp filter and hands its listener to
+/// init.
 fn confine(start: &CommandStart) -> Result<(), Fail> {
+    // INVARIANT: the command keeps no capability that mounts or makes namespaces, and no user namespace can give one
+    // back (`limit_user_namespaces`).
+    caps::confine().map_err(at(ChildStep::Capabilities, 0))?;
     let listener = sys::install_filter(&start.plan.filter).map_err(at(ChildStep::Seccomp, 0))?;
     let sent = sys::send_with_fds(start.listener_out, b"L", &[listener]).map_err(at(ChildStep::Seccomp, 1));
     sys::close(listener);

@@ -2,9 +2,11 @@
 //! the sockets and the `execve` result over a SOCK_SEQPACKET pair, and later waits for, signals or kills the init.
 //! The child side lives in `init`; the crate docs describe the namespaces.
 
+mod caps;
 mod connects;
 mod cpus;
 mod init;
+mod kernel_fs;
 mod netlink;
 mod netns;
 mod plan;
@@ -101,13 +103,15 @@ fn map_init_ids(child: &Child, maps: &IdMaps) -> Result<(), SandboxError> {
 }
 
 impl Pending {
-    /// Hands init the paths to hide and the go-ahead, runs `meanwhile`, then waits for the sockets and the
-    /// command's `execve`.
+    /// Hands init the paths to hide, the mounts to cover and the go-ahead, runs `meanwhile`, then waits for the
+    /// sockets and the command's `execve`. The mount table is read here, while init builds the sandbox.
     pub(crate) fn start_with<T>(
         mut self,
         meanwhile: impl FnOnce() -> T,
     ) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>, T), SandboxError> {
-        for record in proto::orders(&self.facts.hidden) {
+        let covered = kernel_fs::scan().map_err(|e| setup(Step::ReadMountTable, e))?;
+        self.facts.covered = covered.iter().map(|(_, path)| path.clone()).collect();
+        for record in proto::orders(&self.facts.hidden, &covered) {
             match sys::send_with_fds(self.child.channel.as_raw_fd(), &record, &[]) {
                 Ok(()) => {}
                 // Init is gone: the handshake below reads why.
@@ -414,7 +418,7 @@ mod tests {
     #[test]
     fn a_failure_record_is_read_although_init_left_orders_unread() {
         let (ours, theirs) = seqpacket_pair().unwrap();
-        sys::send_with_fds(ours.as_raw_fd(), &proto::orders(&[])[0], &[]).unwrap();
+        sys::send_with_fds(ours.as_raw_fd(), &proto::orders(&[], &[])[0], &[]).unwrap();
         let failed = Msg::Failed { step: ChildStep::BindTcp, index: 1, errno: libc::EADDRINUSE };
         sys::send_with_fds(theirs.as_raw_fd(), &failed.encode(), &[]).unwrap();
         // Closing with our order unread sets ECONNRESET on our end, which the kernel reports before the record.

@@ -1,12 +1,14 @@
 //! The messages over the SOCK_SEQPACKET pair between leash and the sandbox's init. From init: fixed 16-byte records
 //! (tag, step, index, value), so the child builds them on its stack; the sockets travel as SCM_RIGHTS on the
 //! `Sockets` record. From leash: first `Mapped` when leash writes init's id maps (`plan::IdRange::Full`), then, once,
-//! the paths to hide, in records of at most `ORDER_LEN` bytes (a tag, then NUL-terminated paths), and then `Go`,
-//! which lets init start the command.
+//! the paths to hide and the mounts to cover (`kernel_fs`), in records of at most `ORDER_LEN` bytes (a tag, then
+//! NUL-terminated paths, each mount's after the byte that says how to cover it), and then `Go`, which lets init start
+//! the command.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::kernel_fs::Cover;
 use crate::error::Step;
 use crate::SandboxSpec;
 
@@ -43,11 +45,14 @@ pub(super) enum Order<'a> {
     Go,
     /// Init's id maps are written: go on setting up.
     Mapped,
+    /// Cover these mounts: each a `kernel_fs::Cover` byte and a NUL-terminated path, back to back.
+    Cover(&'a [u8]),
 }
 
 const ORDER_HIDE: u32 = 1;
 const ORDER_GO: u32 = 2;
 const ORDER_MAPPED: u32 = 3;
+const ORDER_COVER: u32 = 4;
 
 /// The record that tells init its id maps are written.
 pub(super) const MAPPED: [u8; 4] = ORDER_MAPPED.to_ne_bytes();
@@ -61,28 +66,46 @@ impl<'a> Order<'a> {
             ORDER_HIDE if rest.last() == Some(&0) => Some(Order::Hide(rest)),
             ORDER_GO if rest.is_empty() => Some(Order::Go),
             ORDER_MAPPED if rest.is_empty() => Some(Order::Mapped),
+            ORDER_COVER if rest.last() == Some(&0) => Some(Order::Cover(rest)),
             _ => None,
         }
     }
 }
 
-/// The records that hand init the paths to hide, then `Go`. Every path fits a record (the kernel's `PATH_MAX` is far
-/// below `ORDER_LEN`); one holding a NUL byte cannot name a file (leash takes paths from its arguments).
-pub(super) fn orders(hidden: &[PathBuf]) -> Vec<Vec<u8>> {
+/// The records that hand init the paths to hide, the mounts to cover, then `Go`. Every path fits a record (the
+/// kernel's `PATH_MAX` is far below `ORDER_LEN`); one holding a NUL byte cannot name a file (leash takes paths from
+/// its arguments, the kernel's mount table escapes none).
+pub(super) fn orders(hidden: &[PathBuf], covered: &[(Cover, PathBuf)]) -> Vec<Vec<u8>> {
     let mut records = Vec::new();
-    let mut current = ORDER_HIDE.to_ne_bytes().to_vec();
-    for path in hidden.iter().map(|p| p.as_os_str().as_bytes()) {
-        if current.len() + path.len() + 1 > ORDER_LEN && current.len() > 4 {
-            records.push(std::mem::replace(&mut current, ORDER_HIDE.to_ne_bytes().to_vec()));
+    let hides = hidden.iter().map(|p| (None, p.as_os_str().as_bytes()));
+    pack(&mut records, ORDER_HIDE, hides);
+    pack(&mut records, ORDER_COVER, covered.iter().map(|(c, p)| (Some(*c as u8), p.as_os_str().as_bytes())));
+    records.push(ORDER_GO.to_ne_bytes().to_vec());
+    records
+}
+
+/// Appends records tagged `tag` holding every entry: its leading byte if any, the path, a NUL.
+fn pack<'a>(records: &mut Vec<Vec<u8>>, tag: u32, entries: impl Iterator<Item = (Option<u8>, &'a [u8])>) {
+    let mut current = tag.to_ne_bytes().to_vec();
+    for (lead, path) in entries {
+        if current.len() + path.len() + 2 > ORDER_LEN && current.len() > 4 {
+            records.push(std::mem::replace(&mut current, tag.to_ne_bytes().to_vec()));
         }
+        current.extend(lead);
         current.extend_from_slice(path);
         current.push(0);
     }
     if current.len() > 4 {
         records.push(current);
     }
-    records.push(ORDER_GO.to_ne_bytes().to_vec());
-    records
+}
+
+/// The mounts of a `Cover` record's payload; an unknown cover byte reads `None` (init then refuses to go on).
+pub(super) fn covered_mounts(payload: &[u8]) -> impl Iterator<Item = (Option<Cover>, &std::ffi::CStr)> {
+    hidden_paths(payload).map(|entry| match entry.to_bytes_with_nul().split_first() {
+        Some((&lead, rest)) => (Cover::from_byte(lead), std::ffi::CStr::from_bytes_with_nul(rest).unwrap_or(c"")),
+        None => (None, c""),
+    })
 }
 
 /// The paths of a `Mask` record's payload.
@@ -161,10 +184,13 @@ pub(super) enum ChildStep {
     IpcNs,
     NewSession,
     Seccomp,
+    Capabilities,
+    UserNsLimit,
+    CoverMount,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 30] = [
+    const ALL: [ChildStep; 33] = [
         ChildStep::CloseFds,
         ChildStep::Harden,
         ChildStep::Setgroups,
@@ -195,6 +221,9 @@ impl ChildStep {
         ChildStep::IpcNs,
         ChildStep::NewSession,
         ChildStep::Seccomp,
+        ChildStep::Capabilities,
+        ChildStep::UserNsLimit,
+        ChildStep::CoverMount,
     ];
 
     fn from_u32(code: u32) -> Option<ChildStep> {
@@ -243,6 +272,9 @@ impl ChildStep {
                 1 => Step::HandOverSeccompListener,
                 _ => Step::ProbePidfdGetfd,
             },
+            ChildStep::Capabilities => Step::DropCapabilities,
+            ChildStep::UserNsLimit => Step::LimitUserNamespaces,
+            ChildStep::CoverMount => Step::CoverKernelMount(spec.covered.get(index).cloned().unwrap_or_default()),
         }
     }
 }
@@ -253,8 +285,9 @@ pub(super) const READ_ONLY_PATHS: [&std::ffi::CStr; 6] =
     [c"/proc/sys", c"/proc/sysrq-trigger", c"/proc/irq", c"/proc/bus", c"/proc/fs", c"/sys"];
 
 /// Kernel files init hides under /dev/null with the paths leash asks for: `/dev/kmsg` writes lines into the host's
-/// kernel log.
-const HIDDEN_KERNEL_FILES: [&str; 1] = ["/dev/kmsg"];
+/// kernel log; `/proc/keys` lists every key and keyring the uid may view, the caller's among them (their
+/// descriptions, and the ids a keyring call would take; those calls are refused anyway).
+const HIDDEN_KERNEL_FILES: [&str; 2] = ["/dev/kmsg", "/proc/keys"];
 
 /// What the parent keeps of the spec to name a failed step.
 #[derive(Debug, Default)]
@@ -265,6 +298,8 @@ pub(super) struct SpecFacts {
     pub(super) hidden: Vec<PathBuf>,
     pub(super) tcp: Vec<std::net::SocketAddrV4>,
     pub(super) udp: Vec<std::net::SocketAddrV4>,
+    /// The mounts init covers (`kernel_fs`), filled in once leash has read its mount table.
+    pub(super) covered: Vec<PathBuf>,
 }
 
 impl SpecFacts {
@@ -275,6 +310,7 @@ impl SpecFacts {
             hidden: spec.hide_paths.iter().cloned().chain(HIDDEN_KERNEL_FILES.map(PathBuf::from)).collect(),
             tcp: spec.tcp_listeners.clone(),
             udp: spec.udp_sockets.clone(),
+            covered: Vec::new(),
         }
     }
 }
@@ -298,17 +334,26 @@ mod tests {
     fn hide_orders_carry_every_path_once_in_order_then_go() {
         let hidden: Vec<PathBuf> =
             (0..2000).map(|i| PathBuf::from(format!("/home/u/logs/audit-{i:05}.jsonl"))).collect();
-        let records = orders(&hidden);
+        let covered: Vec<(Cover, PathBuf)> =
+            (0..1500).map(|i| (Cover::ReadOnly, PathBuf::from(format!("/srv/cgroups/tenant-{i:05}")))).collect();
+        let records = orders(&hidden, &covered);
         assert!(records.len() > 2, "2000 paths need several records");
         assert!(records.iter().all(|r| r.len() <= ORDER_LEN));
         assert_eq!(records.last().map(|r| Order::decode(r)), Some(Some(Order::Go)));
-        let mut got = Vec::new();
+        let (mut got, mut got_covered) = (Vec::new(), Vec::new());
+        let path = |p: &std::ffi::CStr| PathBuf::from(std::ffi::OsStr::from_bytes(p.to_bytes()));
         for record in &records[..records.len() - 1] {
-            let Some(Order::Hide(payload)) = Order::decode(record) else { panic!("not a hide record") };
-            got.extend(hidden_paths(payload).map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p.to_bytes()))));
+            match Order::decode(record) {
+                Some(Order::Hide(payload)) => got.extend(hidden_paths(payload).map(path)),
+                Some(Order::Cover(payload)) => {
+                    got_covered.extend(covered_mounts(payload).map(|(c, p)| (c.unwrap(), path(p))));
+                }
+                other => panic!("not a hide or cover record: {other:?}"),
+            }
         }
         assert_eq!(got, hidden);
-        assert_eq!(orders(&[]), vec![ORDER_GO.to_ne_bytes().to_vec()], "nothing to hide: only Go");
+        assert_eq!(got_covered, covered);
+        assert_eq!(orders(&[], &[]), vec![ORDER_GO.to_ne_bytes().to_vec()], "nothing to hide: only Go");
         assert_eq!(Order::decode(&MAPPED), Some(Order::Mapped));
     }
 

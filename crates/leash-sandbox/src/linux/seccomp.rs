@@ -13,6 +13,13 @@
 //! - `ioctl` `TIOCSTI` and `TIOCLINUX`: `EPERM` (pushing input into a terminal the caller's shell reads).
 //! - `io_uring_*`: `ENOSYS` (its operations, `connect` and `socket` among them, would pass no filter).
 //! - `request_key`: `EPERM` (its up-call runs a program on the host, `/sbin/request-key`, in the host's namespaces).
+//! - `add_key` and `keyctl`: `EPERM`. Keyrings are kernel objects keyed by uid, not by namespace: the caller's user
+//!   and session keyrings stay visible to the same uid inside, which may link them into its own and then read,
+//!   add or remove the caller's keys. Refusing the two calls closes every keyring at once (Docker's default does the
+//!   same); nothing leash runs needs them.
+//! - `bpf`: `EPERM`. A pinned eBPF object (a map a host firewall or tracer reads) is opened with `BPF_OBJ_GET` by its
+//!   path in a bpf filesystem, with file permissions only, so a read-only mount does not keep it out; loading a
+//!   program takes a capability the command never holds.
 
 use libc::{c_int, sock_filter};
 
@@ -75,7 +82,9 @@ pub(super) fn program() -> Vec<sock_filter> {
     for call in [libc::SYS_io_uring_setup, libc::SYS_io_uring_enter, libc::SYS_io_uring_register] {
         on_call(&mut p, call, &[op(RET, errno(libc::ENOSYS))]);
     }
-    on_call(&mut p, libc::SYS_request_key, &[op(RET, errno(libc::EPERM))]);
+    for call in [libc::SYS_request_key, libc::SYS_add_key, libc::SYS_keyctl, libc::SYS_bpf] {
+        on_call(&mut p, call, &[op(RET, errno(libc::EPERM))]);
+    }
     p.push(op(RET, ALLOW));
     p
 }
@@ -191,7 +200,7 @@ mod tests {
     }
 
     #[test]
-    fn connect_is_notified_and_terminal_injection_refused() {
+    fn connect_is_notified_and_host_reaching_calls_refused() {
         assert_eq!(decide(libc::SYS_connect, [3, 0, 16, 0, 0, 0]), NOTIFY);
         assert_eq!(decide(libc::SYS_ioctl, [0, request(libc::TIOCSTI), 0, 0, 0, 0]), errno(libc::EPERM));
         assert_eq!(decide(libc::SYS_ioctl, [0, request(libc::TIOCLINUX), 0, 0, 0, 0]), errno(libc::EPERM));
@@ -199,7 +208,9 @@ mod tests {
         assert_eq!(decide(libc::SYS_ioctl, [0, high, 0, 0, 0, 0]), errno(libc::EPERM), "the kernel reads 32 bits");
         assert_eq!(decide(libc::SYS_ioctl, [0, request(libc::TIOCGWINSZ), 0, 0, 0, 0]), ALLOW);
         assert_eq!(decide(libc::SYS_io_uring_setup, [0; 6]), errno(libc::ENOSYS));
-        assert_eq!(decide(libc::SYS_request_key, [0; 6]), errno(libc::EPERM));
+        for call in [libc::SYS_request_key, libc::SYS_add_key, libc::SYS_keyctl, libc::SYS_bpf] {
+            assert_eq!(decide(call, [0; 6]), errno(libc::EPERM), "{call}");
+        }
         assert_eq!(decide(libc::SYS_read, [0; 6]), ALLOW);
         assert_eq!(decide(libc::SYS_sendto, [0; 6]), ALLOW);
     }

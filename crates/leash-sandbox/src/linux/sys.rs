@@ -146,8 +146,9 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 
 /// Makes the mount at `path`, and every mount below it, read-only: mount_setattr(2) with `AT_RECURSIVE`, or on a
 /// kernel older than 5.12 a read-only bind remount of that one mount, keeping the flags it has (a mount namespace
-/// owned by a user namespace may add `ro` but not drop `nosuid`, `nodev`, `noexec` or the atime flags).
-pub(super) fn make_read_only(path: &CStr) -> SysResult<()> {
+/// owned by a user namespace may add `ro` but not drop `nosuid`, `nodev`, `noexec` or the atime flags). True when
+/// the mounts below went read-only too.
+pub(super) fn make_read_only(path: &CStr) -> SysResult<bool> {
     let mut attr = MountAttr { attr_set: MOUNT_ATTR_RDONLY, ..MountAttr::default() };
     let flags = libc::AT_RECURSIVE as c_uint;
     // SAFETY: `path` is NUL-terminated; `attr` is a valid mount_attr of the size passed.
@@ -156,7 +157,7 @@ pub(super) fn make_read_only(path: &CStr) -> SysResult<()> {
     };
     match check_long(ret) {
         Err(libc::ENOSYS) => {}
-        other => return other.map(drop),
+        other => return other.map(|_| true),
     }
     // SAFETY: statfs64 is plain data, filled by the kernel.
     let mut stat: libc::statfs64 = unsafe { zeroed() };
@@ -172,7 +173,7 @@ pub(super) fn make_read_only(path: &CStr) -> SysResult<()> {
     ];
     let has = stat.f_flags as c_ulong;
     let flags = kept.iter().filter(|(st, _)| has & st != 0).fold(0, |acc, (_, ms)| acc | ms);
-    mount(None, path, None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags)
+    mount(None, path, None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags).map(|()| false)
 }
 
 /// open(2), always with `O_CLOEXEC`.
@@ -327,6 +328,20 @@ pub(super) fn set_dumpable(dumpable: bool) -> SysResult<()> {
     let flag = c_ulong::from(dumpable);
     // SAFETY: PR_SET_DUMPABLE takes integers only.
     check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, flag, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) }).map(drop)
+}
+
+/// prctl(PR_CAPBSET_DROP): `cap` leaves the calling thread's bounding set (`EINVAL` past the kernel's last one).
+pub(super) fn drop_bounding_capability(cap: u32) -> SysResult<()> {
+    // SAFETY: PR_CAPBSET_DROP takes integers only.
+    check(unsafe { libc::prctl(libc::PR_CAPBSET_DROP, c_ulong::from(cap), 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) })
+        .map(drop)
+}
+
+/// prctl(PR_SET_NO_NEW_PRIVS): no `execve` from here on grants privileges (set-uid bits, file capabilities).
+pub(super) fn set_no_new_privs() -> SysResult<()> {
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only.
+    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as c_ulong, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) })
+        .map(drop)
 }
 
 /// A full or empty signal set.
