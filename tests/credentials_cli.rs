@@ -140,3 +140,74 @@ fn a_secret_read_from_a_file_is_not_readable_inside() {
     assert_eq!(stdout(&o), "0\nleash-anthropic-\n", "the key file reads empty inside; the variable is the placeholder");
     assert!(!stdout(&o).contains(SECRET) && !stderr(&o).contains(SECRET));
 }
+
+/// A policy whose anthropic credential is read from `file`.
+fn file_policy(dir: &std::path::Path, file: &std::path::Path) -> std::path::PathBuf {
+    let policy = dir.join("file-policy.yaml");
+    let text = format!(
+        "network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n    - preset: anthropic\n      \
+         hosts: [docs.test]\n      file: {}\n",
+        file.display()
+    );
+    std::fs::write(&policy, text).unwrap();
+    policy
+}
+
+#[test]
+fn a_secret_with_whitespace_a_second_line_a_control_character_or_too_few_bytes_stops_leash() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("provider.key");
+    let marker = dir.path().join("ran");
+    let cases = [
+        (format!("{SECRET} \n"), "begins or ends with whitespace"),
+        (format!(" {SECRET}"), "begins or ends with whitespace"),
+        (format!("{SECRET}\nsecond-line-of-it\n"), "has more than one line"),
+        (format!("{SECRET}\n\n"), "begins or ends with whitespace"),
+        (format!("sk-ant-\u{1b}[0m{SECRET}"), "holds a control character"),
+        ("sk-ant-short\n".to_owned(), "is 12 bytes long; a secret this short could be ordinary text"),
+    ];
+    for (content, why) in cases {
+        std::fs::write(&key_file, &content).unwrap();
+        let policy = file_policy(dir.path(), &key_file);
+        let expected = format!("credential `anthropic`: its secret (`{}`) {why}", key_file.display());
+        let run = Command::new(LEASH)
+            .args(["run", "--policy", policy.to_str().unwrap(), "--", "touch", marker.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(2), "{content:?}: {}", stderr(&run));
+        assert!(stderr(&run).contains(&expected), "{content:?}: {}", stderr(&run));
+        assert!(!stderr(&run).contains(SECRET), "the message never quotes the secret: {}", stderr(&run));
+        assert!(!marker.exists(), "the command ran with {content:?}");
+        let proxy = Command::new("timeout")
+            .args(["10", LEASH, "proxy", "--policy", policy.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        assert_eq!(proxy.status.code(), Some(2), "{content:?}: {}", stderr(&proxy));
+        assert!(stderr(&proxy).contains(&expected), "{}", stderr(&proxy));
+        let check = Command::new(LEASH).args(["check", policy.to_str().unwrap()]).output().unwrap();
+        assert_eq!(check.status.code(), Some(1), "{content:?}: {}", stderr(&check));
+        assert!(stderr(&check).contains(&expected), "{}", stderr(&check));
+    }
+    // From the environment: the same rules, and no line end is taken off.
+    let policy = policy(dir.path(), 443);
+    for value in [format!("{SECRET}\n"), format!("{SECRET}\t"), "0123456789".to_owned()] {
+        let check = Command::new(LEASH)
+            .args(["check", policy.to_str().unwrap()])
+            .env("ANTHROPIC_API_KEY", &value)
+            .output()
+            .unwrap();
+        assert_eq!(check.status.code(), Some(1), "{value:?}: {}", stderr(&check));
+        assert!(
+            stderr(&check).contains("credential `anthropic`: its secret (`ANTHROPIC_API_KEY`)"),
+            "{}",
+            stderr(&check)
+        );
+    }
+    // One final line end (`echo`, or `\r\n`) is not part of the secret.
+    for content in [format!("{SECRET}\n"), format!("{SECRET}\r\n"), SECRET.to_owned()] {
+        std::fs::write(&key_file, &content).unwrap();
+        let check = Command::new(LEASH).args(["check", file_policy(dir.path(), &key_file).to_str().unwrap()]).output();
+        let check = check.unwrap();
+        assert_eq!(check.status.code(), Some(0), "{content:?}: {}", stderr(&check));
+    }
+}
