@@ -97,6 +97,23 @@ fn a_credential_for_a_host_the_policy_refuses_is_a_warning() {
 }
 
 #[test]
+fn adding_the_secret_on_a_subdomain_entry_is_a_warning() {
+    let entry = |add: &str| {
+        format!(
+            "network:\n  mode: blocklist\n  blocked_urls: [x.test]\n  credentials:\n    - name: corp\n      \
+             hosts: [.example.com, api.example.org]\n      env: CORP\n      header: authorization\n{add}"
+        )
+    };
+    assert_eq!(
+        warnings(&entry("      add: true\n")),
+        ["network.credentials[0].hosts[0]: `.example.com` with `add: true` puts the real secret of `corp` on every \
+          request to any subdomain of `example.com`, also one an attacker can register or point elsewhere; list the \
+          exact hosts"]
+    );
+    assert!(warnings(&entry("")).is_empty(), "replacing a placeholder the client sent is not adding one");
+}
+
+#[test]
 fn an_upstream_proxy_is_an_http_url_with_its_auth_variable_and_bypass_list() {
     let p = policy(
         "network:\n  mode: blocklist\n  blocked_urls: []\n  upstream_proxy: http://proxy.corp.test:3128\n  \
