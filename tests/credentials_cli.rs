@@ -211,3 +211,69 @@ fn a_secret_with_whitespace_a_second_line_a_control_character_or_too_few_bytes_s
         assert_eq!(check.status.code(), Some(0), "{content:?}: {}", stderr(&check));
     }
 }
+
+/// An upstream proxy that refuses every request with a 407 whose `X-Squid-Error` quotes the request's `x-api-key`
+/// (as a proxy that echoes what it got would); prints its port first.
+const ECHOING_UPSTREAM_PROXY: &str = r#"
+import socket, threading
+def serve(conn):
+    with conn:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            more = conn.recv(4096)
+            if not more:
+                return
+            data += more
+        key = b""
+        for line in data.split(b"\r\n"):
+            if line.lower().startswith(b"x-api-key:"):
+                key = line.split(b":", 1)[1].strip()
+        conn.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\nX-Squid-Error: ERR_CACHE_ACCESS_DENIED " + key
+                     + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+#[test]
+fn an_upstream_proxy_quoting_the_key_in_its_refusal_is_redacted_in_the_502_the_log_and_stderr() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let (_upstream, port) = common::Served::start(Command::new("python3").args(["-c", ECHOING_UPSTREAM_PROXY]));
+    let policy = dir.path().join("policy.yaml");
+    let text = format!(
+        "network:\n  mode: blocklist\n  blocked_urls: []\n  upstream_proxy: http://127.0.0.1:{port}\n  credentials:\n    \
+         - preset: anthropic\n      hosts: [docs.test]\n      plaintext: true\n"
+    );
+    std::fs::write(&policy, text).unwrap();
+    let (log, err_file) = (dir.path().join("audit.jsonl"), dir.path().join("stderr"));
+    let mut leash = Command::new(LEASH)
+        .args(["proxy", "--listen", "127.0.0.1:0", "--policy", policy.to_str().unwrap()])
+        .args(["--log", log.to_str().unwrap()])
+        .env("ANTHROPIC_API_KEY", SECRET)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(leash.stdout.take().unwrap()).lines();
+    let addr = lines.next().unwrap().unwrap().strip_prefix("listening on ").unwrap().to_owned();
+    let placeholder = lines.next().unwrap().unwrap().rsplit_once('=').unwrap().1.to_owned();
+    let o = Command::new("curl")
+        .args(["-s", "--max-time", "10", "-w", "\n%{http_code}", "-x", &format!("http://{addr}")])
+        .args(["-H", &format!("x-api-key: {placeholder}"), "http://docs.test/v1/models"])
+        .output()
+        .unwrap();
+    leash.kill().unwrap();
+    leash.wait().unwrap();
+    let (body, err) = (stdout(&o), std::fs::read_to_string(&err_file).unwrap());
+    let audit = std::fs::read_to_string(&log).unwrap();
+    assert!(body.ends_with("\n502"), "{body}");
+    for (what, text) in [("the 502 body", &body), ("the audit log", &audit), ("stderr", &err)] {
+        assert!(!text.contains(SECRET), "{what} holds the real key: {text}");
+        assert!(text.contains(&format!("ERR_CACHE_ACCESS_DENIED {placeholder}")), "{what} names the answer: {text}");
+    }
+}
