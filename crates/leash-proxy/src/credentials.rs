@@ -145,6 +145,11 @@ impl Secrets {
         let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
         let query = secret.and_then(|(c, s)| in_query(&sent.target, c, s));
         let in_header = secret.filter(|(c, s)| inject(&mut sent.headers, c, s)).is_some();
+        if query.is_some() && !in_header {
+            // As for a header (see `inject`): an echo of the key must come back readable.
+            sent.headers.retain(|h| !h.is("accept-encoding"));
+            sent.headers.push(Header { name: "Accept-Encoding".to_owned(), value: b"identity".to_vec() });
+        }
         if let Some((_, s)) = secret {
             let target = query.as_deref().unwrap_or(&sent.target);
             let fields = sent.headers.iter().map(|h| (h.name.as_str(), h.value.as_slice()));
@@ -176,6 +181,9 @@ impl Secrets {
         let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
         let query = secret.and_then(|(c, s)| in_query(path, c, s));
         let in_header = secret.filter(|(c, s)| inject_h2(fields, c, s)).is_some();
+        if query.is_some() && !in_header {
+            fields.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+        }
         if let Some((_, s)) = secret {
             let path = query.as_deref().unwrap_or(path);
             let named = fields.iter().map(|(k, v)| (k.as_str(), v.as_bytes()));
@@ -330,9 +338,9 @@ fn in_query(target: &str, credential: &Credential, secret: &Secret) -> Option<St
     used.then(|| format!("{before}?{}", pairs.join("&")))
 }
 
-/// Put `secret` where `credential` says it travels in `headers`: its placeholder is replaced in that header's
-/// values (and inside a Basic authorization's user and password); with `add`, a request without the header gets
-/// one. True if the real value went in.
+/// Put `secret` where `credential` says it travels in `headers`: its placeholder is replaced in the values of each
+/// of the entry's headers (and inside a Basic authorization's user and password); with `add`, a request without the
+/// entry's first header, and without the placeholder in another, gets that header. True if the real value went in.
 pub fn inject(headers: &mut Vec<Header>, credential: &Credential, secret: &Secret) -> bool {
     let mut used = false;
     let present = headers.iter().any(|h| h.is(&credential.header));

@@ -327,6 +327,7 @@ async fn a_query_parameter_entry_gets_the_key_in_the_url_sent_and_the_log_never_
     assert_eq!(r.status, 200, "{}", r.text());
     let seen = up.requests();
     assert_eq!(seen[0].target, format!("/v1/m?alt=json&key={SECRET}&note={PLACEHOLDER}"), "only `key` gets it");
+    assert_eq!(seen[0].header("accept-encoding"), Some("identity"), "an echo must come back readable");
     let log = std::fs::read_to_string(&leash.log_path).unwrap();
     assert!(!log.contains(SECRET), "the URL the log names has no query: {log}");
     assert!(log.contains("\"credential\":\"provider\""), "{log}");
