@@ -203,6 +203,17 @@ fn a_secret_with_whitespace_a_second_line_a_control_character_or_too_few_bytes_s
             stderr(&check)
         );
     }
+    // A secret for an entry with a query parameter is written there as it is: only characters a query carries.
+    let gemini = dir.path().join("gemini.yaml");
+    std::fs::write(&gemini, "network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n    - preset: gemini\n")
+        .unwrap();
+    let check = |value: &str| {
+        Command::new(LEASH).args(["check", gemini.to_str().unwrap()]).env("GEMINI_API_KEY", value).output().unwrap()
+    };
+    let plus = check("AIzaSyReal+0a1b2c3d4e5f6a7b8c9d0e1f2a3b");
+    assert_eq!(plus.status.code(), Some(1), "{}", stderr(&plus));
+    assert!(stderr(&plus).contains("holds characters a query parameter cannot carry as they are"), "{}", stderr(&plus));
+    assert_eq!(check("AIzaSyReal-0a1b2c3d4e5f6a7b8c9d0e1f2a3b").status.code(), Some(0));
     // One final line end (`echo`, or `\r\n`) is not part of the secret.
     for content in [format!("{SECRET}\n"), format!("{SECRET}\r\n"), SECRET.to_owned()] {
         std::fs::write(&key_file, &content).unwrap();
