@@ -140,3 +140,151 @@ fn a_secret_read_from_a_file_is_not_readable_inside() {
     assert_eq!(stdout(&o), "0\nleash-anthropic-\n", "the key file reads empty inside; the variable is the placeholder");
     assert!(!stdout(&o).contains(SECRET) && !stderr(&o).contains(SECRET));
 }
+
+/// A policy whose anthropic credential is read from `file`.
+fn file_policy(dir: &std::path::Path, file: &std::path::Path) -> std::path::PathBuf {
+    let policy = dir.join("file-policy.yaml");
+    let text = format!(
+        "network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n    - preset: anthropic\n      \
+         hosts: [docs.test]\n      file: {}\n",
+        file.display()
+    );
+    std::fs::write(&policy, text).unwrap();
+    policy
+}
+
+#[test]
+fn a_secret_with_whitespace_a_second_line_a_control_character_or_too_few_bytes_stops_leash() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("provider.key");
+    let marker = dir.path().join("ran");
+    let cases = [
+        (format!("{SECRET} \n"), "begins or ends with whitespace"),
+        (format!(" {SECRET}"), "begins or ends with whitespace"),
+        (format!("{SECRET}\nsecond-line-of-it\n"), "has more than one line"),
+        (format!("{SECRET}\n\n"), "begins or ends with whitespace"),
+        (format!("sk-ant-\u{1b}[0m{SECRET}"), "holds a control character"),
+        ("sk-ant-short\n".to_owned(), "is 12 bytes long; a secret this short could be ordinary text"),
+    ];
+    for (content, why) in cases {
+        std::fs::write(&key_file, &content).unwrap();
+        let policy = file_policy(dir.path(), &key_file);
+        let expected = format!("credential `anthropic`: its secret (`{}`) {why}", key_file.display());
+        let run = Command::new(LEASH)
+            .args(["run", "--policy", policy.to_str().unwrap(), "--", "touch", marker.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(2), "{content:?}: {}", stderr(&run));
+        assert!(stderr(&run).contains(&expected), "{content:?}: {}", stderr(&run));
+        assert!(!stderr(&run).contains(SECRET), "the message never quotes the secret: {}", stderr(&run));
+        assert!(!marker.exists(), "the command ran with {content:?}");
+        let proxy = Command::new("timeout")
+            .args(["10", LEASH, "proxy", "--policy", policy.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        assert_eq!(proxy.status.code(), Some(2), "{content:?}: {}", stderr(&proxy));
+        assert!(stderr(&proxy).contains(&expected), "{}", stderr(&proxy));
+        let check = Command::new(LEASH).args(["check", policy.to_str().unwrap()]).output().unwrap();
+        assert_eq!(check.status.code(), Some(1), "{content:?}: {}", stderr(&check));
+        assert!(stderr(&check).contains(&expected), "{}", stderr(&check));
+    }
+    // From the environment: the same rules, and no line end is taken off.
+    let policy = policy(dir.path(), 443);
+    for value in [format!("{SECRET}\n"), format!("{SECRET}\t"), "0123456789".to_owned()] {
+        let check = Command::new(LEASH)
+            .args(["check", policy.to_str().unwrap()])
+            .env("ANTHROPIC_API_KEY", &value)
+            .output()
+            .unwrap();
+        assert_eq!(check.status.code(), Some(1), "{value:?}: {}", stderr(&check));
+        assert!(
+            stderr(&check).contains("credential `anthropic`: its secret (`ANTHROPIC_API_KEY`)"),
+            "{}",
+            stderr(&check)
+        );
+    }
+    // A secret for an entry with a query parameter is written there as it is: only characters a query carries.
+    let gemini = dir.path().join("gemini.yaml");
+    std::fs::write(&gemini, "network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n    - preset: gemini\n")
+        .unwrap();
+    let check = |value: &str| {
+        Command::new(LEASH).args(["check", gemini.to_str().unwrap()]).env("GEMINI_API_KEY", value).output().unwrap()
+    };
+    let plus = check("AIzaSyReal+0a1b2c3d4e5f6a7b8c9d0e1f2a3b");
+    assert_eq!(plus.status.code(), Some(1), "{}", stderr(&plus));
+    assert!(stderr(&plus).contains("holds characters a query parameter cannot carry as they are"), "{}", stderr(&plus));
+    assert_eq!(check("AIzaSyReal-0a1b2c3d4e5f6a7b8c9d0e1f2a3b").status.code(), Some(0));
+    // One final line end (`echo`, or `\r\n`) is not part of the secret.
+    for content in [format!("{SECRET}\n"), format!("{SECRET}\r\n"), SECRET.to_owned()] {
+        std::fs::write(&key_file, &content).unwrap();
+        let check = Command::new(LEASH).args(["check", file_policy(dir.path(), &key_file).to_str().unwrap()]).output();
+        let check = check.unwrap();
+        assert_eq!(check.status.code(), Some(0), "{content:?}: {}", stderr(&check));
+    }
+}
+
+/// An upstream proxy that refuses every request with a 407 whose `X-Squid-Error` quotes the request's `x-api-key`
+/// (as a proxy that echoes what it got would); prints its port first.
+const ECHOING_UPSTREAM_PROXY: &str = r#"
+import socket, threading
+def serve(conn):
+    with conn:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            more = conn.recv(4096)
+            if not more:
+                return
+            data += more
+        key = b""
+        for line in data.split(b"\r\n"):
+            if line.lower().startswith(b"x-api-key:"):
+                key = line.split(b":", 1)[1].strip()
+        conn.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\nX-Squid-Error: ERR_CACHE_ACCESS_DENIED " + key
+                     + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+#[test]
+fn an_upstream_proxy_quoting_the_key_in_its_refusal_is_redacted_in_the_502_the_log_and_stderr() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let (_upstream, port) = common::Served::start(Command::new("python3").args(["-c", ECHOING_UPSTREAM_PROXY]));
+    let policy = dir.path().join("policy.yaml");
+    let text = format!(
+        "network:\n  mode: blocklist\n  blocked_urls: []\n  upstream_proxy: http://127.0.0.1:{port}\n  credentials:\n    \
+         - preset: anthropic\n      hosts: [docs.test]\n      plaintext: true\n"
+    );
+    std::fs::write(&policy, text).unwrap();
+    let (log, err_file) = (dir.path().join("audit.jsonl"), dir.path().join("stderr"));
+    let mut leash = Command::new(LEASH)
+        .args(["proxy", "--listen", "127.0.0.1:0", "--policy", policy.to_str().unwrap()])
+        .args(["--log", log.to_str().unwrap()])
+        .env("ANTHROPIC_API_KEY", SECRET)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(leash.stdout.take().unwrap()).lines();
+    let addr = lines.next().unwrap().unwrap().strip_prefix("listening on ").unwrap().to_owned();
+    let placeholder = lines.next().unwrap().unwrap().rsplit_once('=').unwrap().1.to_owned();
+    let o = Command::new("curl")
+        .args(["-s", "--max-time", "10", "-w", "\n%{http_code}", "-x", &format!("http://{addr}")])
+        .args(["-H", &format!("x-api-key: {placeholder}"), "http://docs.test/v1/models"])
+        .output()
+        .unwrap();
+    leash.kill().unwrap();
+    leash.wait().unwrap();
+    let (body, err) = (stdout(&o), std::fs::read_to_string(&err_file).unwrap());
+    let audit = std::fs::read_to_string(&log).unwrap();
+    assert!(body.ends_with("\n502"), "{body}");
+    for (what, text) in [("the 502 body", &body), ("the audit log", &audit), ("stderr", &err)] {
+        assert!(!text.contains(SECRET), "{what} holds the real key: {text}");
+        assert!(text.contains(&format!("ERR_CACHE_ACCESS_DENIED {placeholder}")), "{what} names the answer: {text}");
+    }
+}

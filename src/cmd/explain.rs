@@ -179,10 +179,16 @@ fn credential_line(policy: &Policy, d: &Decision, host: &Host, scheme: Scheme) -
         (_, Scheme::Http) => {
             format!("credential `{}`: sent over plain HTTP, as its entry allows (plaintext: true)", c.name)
         }
-        _ => format!(
-            "credential `{}`: leash puts its secret in `{}` in place of the placeholder the client holds in `{}`",
-            c.name, c.header, c.env
-        ),
+        _ => {
+            let mut places: Vec<String> = c.headers().map(|h| format!("`{h}`")).collect();
+            places.extend(c.query.as_ref().map(|q| format!("the query parameter `{q}`")));
+            format!(
+                "credential `{}`: leash puts its secret in {} in place of the placeholder the client holds in `{}`",
+                c.name,
+                places.join(" or "),
+                c.env
+            )
+        }
     })
 }
 

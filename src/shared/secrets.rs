@@ -1,7 +1,8 @@
 //! The credentials' secrets, read when leash starts, and what a sandboxed command sees instead: one placeholder per
 //! credential, unique to the run and recognisable (`leash-NAME-…`), in the variable the entry names. A secret that
-//! cannot be read, or is empty, stops leash before anything runs: a run without its credential would fail in a way
-//! that looks like the provider's fault.
+//! cannot be read, is empty, or is not one clean token (see [`unusable`]) stops leash before anything runs: a run
+//! without its credential would fail in a way that looks like the provider's fault, and a secret leash cannot match
+//! exactly as the provider reads it would slip past the leak watch and the redactor.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -15,6 +16,10 @@ use crate::exit::Exit;
 /// Placeholders have at least this many random hex digits after `leash-NAME-`.
 const MIN_RANDOM_HEX: usize = 16;
 
+/// A secret shorter than this could occur in ordinary text by chance (and be "found" or "redacted" there); every
+/// common API token is longer (Gemini's keys 39 bytes, GitHub's 40 and more).
+const MIN_SECRET_BYTES: usize = 16;
+
 /// Read every credential's secret and make its placeholder. Err: the message saying which could not be read.
 pub fn read(policy: &Policy) -> Result<Secrets, String> {
     let mut secrets = Vec::with_capacity(policy.credentials().len());
@@ -23,13 +28,21 @@ pub fn read(policy: &Policy) -> Result<Secrets, String> {
             SecretSource::Env(var) => std::env::var(var).map_err(|_| {
                 format!("credential `{}`: `{var}` is not set (or not UTF-8) in leash's environment", c.name)
             })?,
-            SecretSource::File(path) => std::fs::read_to_string(path)
-                .map_err(|e| format!("credential `{}`: cannot read `{path}`: {e}", c.name))?
-                .trim_end_matches(['\n', '\r'])
-                .to_owned(),
+            SecretSource::File(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("credential `{}`: cannot read `{path}`: {e}", c.name))?;
+                // One final line end, as `echo` writes it, is not part of the secret; anything more is.
+                let line = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t));
+                line.unwrap_or(&text).to_owned()
+            }
         };
         if value.trim().is_empty() {
             return Err(format!("credential `{}`: its secret ({}) is empty", c.name, source_text(&c.source)));
+        }
+        let in_query = c.query.as_ref().filter(|_| !value.bytes().all(unreserved));
+        let why = unusable(&value).or_else(|| in_query.map(|q| query_unusable(q)));
+        if let Some(why) = why {
+            return Err(format!("credential `{}`: its secret ({}) {why}", c.name, source_text(&c.source)));
         }
         let placeholder = placeholder(&c.name, value.len())?;
         let secret = Secret::new(&c.name, &value, &placeholder)
@@ -65,6 +78,37 @@ pub fn read_or_exit(policy: &Policy) -> Result<Secrets, Exit> {
         eprintln!("leash: {why}; not starting without it");
         Exit::Usage
     })
+}
+
+/// Why a secret cannot be used as it is, if it cannot (never quoting it). leash matches the value byte for byte,
+/// while a provider trims whitespace and a header cannot hold a line end: such a secret would reach the provider in
+/// a form the leak watch and the redactor do not know.
+fn unusable(value: &str) -> Option<String> {
+    if value.starts_with(char::is_whitespace) || value.ends_with(char::is_whitespace) {
+        return Some("begins or ends with whitespace; remove it where the secret is stored".to_owned());
+    }
+    if value.contains(['\n', '\r']) {
+        return Some("has more than one line; a secret is one line".to_owned());
+    }
+    if value.contains(char::is_control) {
+        return Some("holds a control character".to_owned());
+    }
+    (value.len() < MIN_SECRET_BYTES).then(|| {
+        format!(
+            "is {} bytes long; a secret this short could be ordinary text (at least {MIN_SECRET_BYTES})",
+            value.len()
+        )
+    })
+}
+
+/// A byte a query parameter carries as it is (RFC 3986 unreserved). leash writes a secret into `?NAME=` unencoded
+/// (its redactor knows that form only), so a secret for a `query` entry must be made of these.
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~".contains(&b)
+}
+
+fn query_unusable(query: &str) -> String {
+    format!("holds characters a query parameter cannot carry as they are (`{query}`: letters, digits, `-._~` only)")
 }
 
 fn source_text(source: &SecretSource) -> String {
@@ -126,6 +170,22 @@ pub fn placeholder_lines(policy: &Policy, secrets: &Secrets) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_is_one_clean_token_of_sixteen_bytes_or_more() {
+        assert_eq!(unusable("sk-ant-0123456789abcdef"), None);
+        assert_eq!(unusable("0123456789abcdef"), None, "sixteen bytes is enough");
+        for bad in [
+            "sk-ant-0123456789abcdef ",
+            " sk-ant-0123456789abcdef",
+            "sk-ant-0123456789\nabcdef",
+            "sk-ant-0123\t456789abcdef",
+        ] {
+            assert!(unusable(bad).is_some(), "{bad:?}");
+        }
+        assert!(unusable("0123456789abcde").unwrap().contains("15 bytes long"));
+        assert!(unusable("sk-ant-0123456789\u{7f}abcdef").unwrap().contains("control character"));
+    }
 
     #[test]
     fn a_placeholder_has_the_secrets_length_when_it_can_and_is_random() {

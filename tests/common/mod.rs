@@ -58,16 +58,22 @@ pub fn origin() -> u16 {
 
 /// A test CA and a leaf for `docs.test`, made with openssl in `dir`; returns the CA's PEM path.
 pub fn https_material(dir: &Path) -> PathBuf {
+    https_material_for(dir, &["docs.test"])
+}
+
+/// [`https_material`] with a leaf (`leaf.pem`, `leaf.key`) for each of `names`.
+pub fn https_material_for(dir: &Path, names: &[&str]) -> PathBuf {
+    let san: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
     let script = r#"set -e
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 \
   -subj /CN=leash-test-ca -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null
 openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout leaf.key -out leaf.csr -subj /CN=docs.test \
   2>/dev/null
-printf 'subjectAltName=DNS:docs.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > ext.cnf
+printf 'subjectAltName=%s\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' "$1" > ext.cnf
 openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out leaf.pem -days 2 -extfile ext.cnf \
   2>/dev/null
 "#;
-    let ok = Command::new("sh").args(["-c", script]).current_dir(dir).status().unwrap();
+    let ok = Command::new("sh").args(["-c", script, "sh", &san.join(",")]).current_dir(dir).status().unwrap();
     assert!(ok.success(), "openssl could not make the test certificates");
     dir.join("ca.pem")
 }

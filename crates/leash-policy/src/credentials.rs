@@ -20,14 +20,26 @@ pub struct Credential {
     pub env: String,
     /// Where leash reads the real value.
     pub source: SecretSource,
-    /// The header it travels in (lowercase).
+    /// The header it travels in (lowercase): the placeholder is replaced there, and `add` writes it there.
     pub header: String,
+    /// Further headers the placeholder is replaced in (lowercase): a provider's official clients differ in where
+    /// they send the key (Anthropic's send `x-api-key` or `Authorization: Bearer`).
+    pub also_headers: Vec<String>,
+    /// A query parameter the placeholder is replaced in (Gemini's `?key=`), if any.
+    pub query: Option<String>,
     /// How a header leash adds is written: `Bearer ` before the secret, Basic with this user, or the bare secret.
     pub form: HeaderForm,
     /// Add the header to a request that has none (else only a placeholder the request carries is replaced).
     pub add: bool,
     /// A gateway on a private network may take it over plain HTTP; otherwise such a request is refused.
     pub plaintext: bool,
+}
+
+impl Credential {
+    /// Every header the placeholder is replaced in: [`Credential::header`] first.
+    pub fn headers(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.header.as_str()).chain(self.also_headers.iter().map(String::as_str))
+    }
 }
 
 /// A host entry of a credential.
@@ -82,7 +94,10 @@ pub(crate) struct Preset {
     pub(crate) name: &'static str,
     pub(crate) hosts: &'static [&'static str],
     pub(crate) env: &'static str,
-    pub(crate) header: &'static str,
+    /// Every header the provider's current official clients send the key in; the first is where `add` puts it.
+    pub(crate) headers: &'static [&'static str],
+    /// The query parameter its clients may send the key in.
+    pub(crate) query: Option<&'static str>,
     pub(crate) form: fn() -> HeaderForm,
 }
 
@@ -92,21 +107,26 @@ pub(crate) const PRESETS: &[Preset] = &[
         name: "anthropic",
         hosts: &["api.anthropic.com"],
         env: "ANTHROPIC_API_KEY",
-        header: "x-api-key",
+        // The Python SDK sends `Authorization: Bearer` (for `api_key` as for `auth_token`); others `x-api-key`.
+        headers: &["x-api-key", "authorization"],
+        query: None,
         form: || HeaderForm::Bare,
     },
     Preset {
         name: "openai",
         hosts: &["api.openai.com"],
         env: "OPENAI_API_KEY",
-        header: "authorization",
+        headers: &["authorization"],
+        query: None,
         form: || HeaderForm::Scheme("Bearer".to_owned()),
     },
     Preset {
         name: "gemini",
         hosts: &["generativelanguage.googleapis.com"],
         env: "GEMINI_API_KEY",
-        header: "x-goog-api-key",
+        // google-genai sends the header; the REST API's examples (and older clients) put the key in `?key=`.
+        headers: &["x-goog-api-key"],
+        query: Some("key"),
         form: || HeaderForm::Bare,
     },
     // git over HTTPS sends a token as Basic's password; the REST API takes `Authorization: Bearer`. Either way the
@@ -115,7 +135,8 @@ pub(crate) const PRESETS: &[Preset] = &[
         name: "github",
         hosts: &["github.com", "api.github.com"],
         env: "GITHUB_TOKEN",
-        header: "authorization",
+        headers: &["authorization"],
+        query: None,
         form: || HeaderForm::Basic("x-access-token".to_owned()),
     },
 ];

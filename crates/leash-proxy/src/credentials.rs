@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -26,13 +27,20 @@ pub struct Secret {
     pub name: String,
     value: Vec<u8>,
     placeholder: Vec<u8>,
+    /// Whether the placeholder was seen going to its own hosts where leash does not put the value (warned once).
+    unreplaced_warned: AtomicBool,
 }
 
 impl Secret {
     /// `value` as read from its source; `placeholder` what the sandbox holds instead. Both are non-empty and differ.
     pub fn new(name: &str, value: &str, placeholder: &str) -> Option<Secret> {
         let usable = !value.is_empty() && !placeholder.is_empty() && value != placeholder;
-        usable.then(|| Secret { name: name.to_owned(), value: value.into(), placeholder: placeholder.into() })
+        usable.then(|| Secret {
+            name: name.to_owned(),
+            value: value.into(),
+            placeholder: placeholder.into(),
+            unreplaced_warned: AtomicBool::new(false),
+        })
     }
 
     pub fn placeholder(&self) -> &str {
@@ -42,6 +50,19 @@ impl Secret {
     /// A redactor that turns this value back into the placeholder in a response body.
     pub fn redactor(&self) -> Redactor {
         Redactor::new(&self.value, &self.placeholder)
+    }
+
+    /// Say so (once a run) when the placeholder goes to its own host somewhere leash does not replace it: a client
+    /// that sends the key in a header or parameter the entry does not name, which the provider will refuse.
+    fn warn_if_unreplaced<'a>(&self, host: &Host, parts: impl IntoIterator<Item = (&'a str, &'a [u8])>) {
+        let Some((place, _)) = parts.into_iter().find(|(_, bytes)| contains(bytes, &self.placeholder)) else { return };
+        if !self.unreplaced_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "credential `{}`: its placeholder went to {host} in {place}, where the entry does not put the secret \
+                 (the provider will refuse it; name that place in the entry's `header` or `query`)",
+                self.name
+            );
+        }
     }
 }
 
@@ -122,8 +143,21 @@ impl Secrets {
             return (Cow::Borrowed(head), Outbound::Leak(leaked.to_owned()));
         }
         let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
-        let injected = secret.filter(|(c, s)| inject(&mut sent.headers, c, s));
-        (Cow::Owned(sent), Outbound::go(secret.map(|(_, s)| s), injected.map(|(c, _)| c)))
+        let query = secret.and_then(|(c, s)| in_query(&sent.target, c, s));
+        let in_header = secret.filter(|(c, s)| inject(&mut sent.headers, c, s)).is_some();
+        if query.is_some() && !in_header {
+            // As for a header (see `inject`): an echo of the key must come back readable.
+            sent.headers.retain(|h| !h.is("accept-encoding"));
+            sent.headers.push(Header { name: "Accept-Encoding".to_owned(), value: b"identity".to_vec() });
+        }
+        if let Some((_, s)) = secret {
+            let target = query.as_deref().unwrap_or(&sent.target);
+            let fields = sent.headers.iter().map(|h| (h.name.as_str(), h.value.as_slice()));
+            s.warn_if_unreplaced(host, [("the URL", target.as_bytes())].into_iter().chain(fields));
+        }
+        let injected = secret.filter(|_| in_header || query.is_some()).map(|(c, _)| c);
+        let query = query.as_deref().and_then(|t| t.split_once('?')).map(|(_, q)| q.to_owned());
+        (Cow::Owned(sent), Outbound::go(secret.map(|(_, s)| s), injected, query))
     }
 
     /// [`Secrets::outgoing`] for an HTTP/2 request's method, path and fields.
@@ -145,8 +179,19 @@ impl Secrets {
             return Outbound::Leak(leaked.to_owned());
         }
         let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
-        let injected = secret.filter(|(c, s)| inject_h2(fields, c, s));
-        Outbound::go(secret.map(|(_, s)| s), injected.map(|(c, _)| c))
+        let query = secret.and_then(|(c, s)| in_query(path, c, s));
+        let in_header = secret.filter(|(c, s)| inject_h2(fields, c, s)).is_some();
+        if query.is_some() && !in_header {
+            fields.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+        }
+        if let Some((_, s)) = secret {
+            let path = query.as_deref().unwrap_or(path);
+            let named = fields.iter().map(|(k, v)| (k.as_str(), v.as_bytes()));
+            s.warn_if_unreplaced(host, [("the URL", path.as_bytes())].into_iter().chain(named));
+        }
+        let injected = secret.filter(|_| in_header || query.is_some()).map(|(c, _)| c);
+        let query = query.as_deref().and_then(|t| t.split_once('?')).map(|(_, q)| q.to_owned());
+        Outbound::go(secret.map(|(_, s)| s), injected, query)
     }
 
     /// The credential a host name carries (`leash-anthropic-….evil.example` would carry its placeholder out in a
@@ -259,33 +304,53 @@ pub(crate) enum Outbound {
     Leak(String),
     /// It goes: with the credential named put on it (if one was), and every response from the host watched for the
     /// host's own credential (whether or not this request carried it: the host may quote a value it got before).
-    Go { credential: Option<Arc<str>>, redactor: Option<Redactor> },
+    /// `query`: the query to send in place of the request's, the credential put into a parameter of it.
+    Go { credential: Option<Arc<str>>, redactor: Option<Redactor>, query: Option<String> },
 }
 
 impl Outbound {
     fn untouched() -> Outbound {
-        Outbound::Go { credential: None, redactor: None }
+        Outbound::Go { credential: None, redactor: None, query: None }
     }
 
-    fn go(secret: Option<&Secret>, injected: Option<&Credential>) -> Outbound {
-        Outbound::Go { credential: injected.map(|c| c.name.clone()), redactor: secret.map(Secret::redactor) }
+    fn go(secret: Option<&Secret>, injected: Option<&Credential>, query: Option<String>) -> Outbound {
+        Outbound::Go { credential: injected.map(|c| c.name.clone()), redactor: secret.map(Secret::redactor), query }
     }
 }
 
-/// Put `secret` where `credential` says it travels in `headers`: its placeholder is replaced in that header's
-/// values (and inside a Basic authorization's user and password); with `add`, a request without the header gets
-/// one. True if the real value went in.
+/// `target` (a path or a whole URL, with its query) with the placeholder replaced by the secret in the value of
+/// the entry's query parameter (`?key=PLACEHOLDER`); `None` when there is no such parameter carrying it.
+fn in_query(target: &str, credential: &Credential, secret: &Secret) -> Option<String> {
+    let name = credential.query.as_deref()?;
+    let (before, query) = target.split_once('?')?;
+    let mut used = false;
+    let pairs: Vec<Cow<'_, str>> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((n, v)) if n == name && contains(v.as_bytes(), &secret.placeholder) => {
+                used = true;
+                let value = replace_all(v.as_bytes(), &secret.placeholder, &secret.value);
+                Cow::Owned(format!("{n}={}", String::from_utf8_lossy(&value)))
+            }
+            _ => Cow::Borrowed(pair),
+        })
+        .collect();
+    used.then(|| format!("{before}?{}", pairs.join("&")))
+}
+
+/// Put `secret` where `credential` says it travels in `headers`: its placeholder is replaced in the values of each
+/// of the entry's headers (and inside a Basic authorization's user and password); with `add`, a request without the
+/// entry's first header, and without the placeholder in another, gets that header. True if the real value went in.
 pub fn inject(headers: &mut Vec<Header>, credential: &Credential, secret: &Secret) -> bool {
     let mut used = false;
-    let mut present = false;
-    for h in headers.iter_mut().filter(|h| h.is(&credential.header)) {
-        present = true;
+    let present = headers.iter().any(|h| h.is(&credential.header));
+    for h in headers.iter_mut().filter(|h| credential.headers().any(|name| h.is(name))) {
         if let Some(value) = replaced(&h.value, secret) {
             h.value = value;
             used = true;
         }
     }
-    if !present && credential.add {
+    if !present && !used && credential.add {
         headers.push(Header { name: credential.header.clone(), value: added_value(&credential.form, secret) });
         used = true;
     }
@@ -309,14 +374,22 @@ pub fn inject_h2(headers: &mut http::HeaderMap, credential: &Credential, secret:
 
 fn inject_h2_field(headers: &mut http::HeaderMap, credential: &Credential, secret: &Secret) -> bool {
     let Ok(name) = http::HeaderName::from_bytes(credential.header.as_bytes()) else { return false };
+    let present = headers.contains_key(&name);
+    let used = credential.headers().fold(false, |used, other| replace_h2_field(headers, other, secret) | used);
+    if present || used || !credential.add {
+        return used;
+    }
+    let added = added_value(&credential.form, secret);
+    http::HeaderValue::from_bytes(&added).map(|v| headers.insert(name, v)).is_ok()
+}
+
+/// The placeholder replaced in every value of the field `name`; true if it was in one.
+fn replace_h2_field(headers: &mut http::HeaderMap, name: &str, secret: &Secret) -> bool {
+    let Ok(name) = http::HeaderName::from_bytes(name.as_bytes()) else { return false };
     let mut used = false;
     let values: Vec<http::HeaderValue> = headers.get_all(&name).iter().cloned().collect();
     if values.is_empty() {
-        if !credential.add {
-            return false;
-        }
-        let added = added_value(&credential.form, secret);
-        return http::HeaderValue::from_bytes(&added).map(|v| headers.insert(name, v)).is_ok();
+        return false;
     }
     headers.remove(&name);
     for value in values {

@@ -280,7 +280,10 @@ where
         }
         // The upstream proxy's own refusal: a 502 naming it, never passed on as the origin's answer.
         if let Some(refused) = via_proxy.as_ref().and_then(|proxy| proxy_refusal(&head).map(|why| (proxy, why))) {
-            return Err(ExchangeError::Dial(DialError::UpstreamProxy(refused.0.clone(), refused.1)));
+            // The marker is the upstream's text, quoted in the 502, the log and a warning: a credential's value in
+            // it (a proxy echoing what it got) becomes the placeholder there too.
+            let why = sh.cfg.credentials.masked(&refused.1).unwrap_or(refused.1);
+            return Err(ExchangeError::Dial(DialError::UpstreamProxy(refused.0.clone(), why)));
         }
         return relay_final(down, client, &head, (method, client_keep_alive), redact).await;
     }

@@ -49,13 +49,16 @@ where
     };
     // Credentials: one bound to another host refuses the request; the host's own goes in (plaintext: true only).
     let (sent, outbound) = sh.cfg.credentials.outgoing(&ctx.snap, &plan.target.authority.host, head);
-    let (credential, redact) = match outbound {
+    let (credential, redact, query) = match outbound {
         Outbound::Leak(name) => {
             let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
             return reply(client, &ctx.refuse_leak(&asked(plan.target.path_and_query), &name), keep).await;
         }
-        Outbound::Go { credential, redactor } => (credential, redactor),
+        Outbound::Go { credential, redactor, query } => (credential, redactor, query),
     };
+    let sent_target = query.map(|q| format!("{path_only}?{q}"));
+    let sent_plan = sent_target.as_deref().map(|t| plan.sending(t));
+    let upstream_plan = sent_plan.as_ref().unwrap_or(&plan);
     let own = ctx.snap.credential_for(&plan.target.authority.host).map(|c| &*c.name);
     // Through the upstream proxy the request goes in absolute form (the route is the policy's, fixed per host).
     let via_proxy = ctx.snap.upstream_proxy().filter(|_| through_proxy(&ctx.snap, &plan.target.authority.host));
@@ -66,11 +69,12 @@ where
     let via_proxy = via_proxy.map(|up| up.authority());
     // A model API's body is read and checked for provider-side tools, as inside an inspected tunnel.
     let (request, stripped) = match ctx.snap.filters_provider_tools(&plan.target.authority.host) {
-        false => (request_head_bytes(&sent, &plan, form), Vec::new()),
+        false => (request_head_bytes(&sent, upstream_plan, form), Vec::new()),
         true => {
             let tools = ctx.snap.provider_tools();
-            match model::gate(&sh.cfg.limits, client, (&sent, &plan, plan.target.path_and_query, form), tools).await {
-                Gated::Pass => (request_head_bytes(&sent, &plan, form), Vec::new()),
+            let path = plan.target.path_and_query;
+            match model::gate(&sh.cfg.limits, client, (&sent, upstream_plan, path, form), tools).await {
+                Gated::Pass => (request_head_bytes(&sent, upstream_plan, form), Vec::new()),
                 Gated::Body { request, removed } => {
                     if let Some(name) = sh.cfg.credentials.found_in_any(own, [request.as_slice()]) {
                         let refused = ctx.refuse_leak(&asked(plan.target.path_and_query), name);

@@ -23,6 +23,15 @@ pub(crate) struct Plan<'h> {
     pub client_keep_alive: bool,
 }
 
+impl Plan<'_> {
+    /// This plan with `path_and_query` sent in place of the one decided (a credential put into its query). The
+    /// decided one stays what the audit log names.
+    pub(crate) fn sending<'s>(&'s self, path_and_query: &'s str) -> Plan<'s> {
+        let target = leash_policy::AbsoluteTarget { path_and_query, ..self.target.clone() };
+        Plan { target, port: self.port, framing: self.framing, client_keep_alive: self.client_keep_alive }
+    }
+}
+
 /// A request refused before the policy is asked.
 pub(crate) struct Early {
     response: Response,

@@ -14,7 +14,7 @@ use crate::spec::HostPattern;
 use crate::upstream::{parse_proxy_url, BypassEntry, UpstreamProxy};
 
 const CREDENTIAL_KEYS: &[&str] =
-    &["preset", "name", "hosts", "env", "file", "header", "scheme", "basic", "add", "plaintext"];
+    &["preset", "name", "hosts", "env", "file", "header", "query", "scheme", "basic", "add", "plaintext"];
 
 impl Checker {
     pub(super) fn credentials(&mut self, prefix: &str, items: &[Node]) -> Vec<Credential> {
@@ -53,7 +53,11 @@ impl Checker {
         };
         let name = text(self, "name").map(str::to_owned).or(preset.map(|p| p.name.to_owned()));
         let env = text(self, "env").map(str::to_owned).or(preset.map(|p| p.env.to_owned()));
-        let header = text(self, "header").map(str::to_ascii_lowercase).or(preset.map(|p| p.header.to_owned()));
+        let headers = match find(&fields, "header") {
+            Some((_, n)) => self.credential_headers(&join(entry, "header"), n),
+            None => preset.map(|p| p.headers.iter().map(|h| (*h).to_owned()).collect()),
+        };
+        let query = text(self, "query").map(str::to_owned).or(preset.and_then(|p| p.query.map(str::to_owned)));
         let before_hosts = self.errors.len();
         let hosts = match find(&fields, "hosts") {
             Some((_, n)) => self.credential_hosts(&join(entry, "hosts"), n),
@@ -68,7 +72,7 @@ impl Checker {
             let message = format!("missing `{key}` (or a `preset` that gives it; the presets are {})", preset_names());
             c.error(MissingKey, &join(entry, key), node.pos, message);
         };
-        let (Some(name), Some(env), Some(header), Some(hosts)) = (name, env, header, hosts) else {
+        let (Some(name), Some(env), Some(mut headers), Some(hosts)) = (name, env, headers, hosts) else {
             for key in ["name", "env", "header", "hosts"] {
                 if find(&fields, key).is_none() && preset.is_none() {
                     missing(self, key);
@@ -78,15 +82,31 @@ impl Checker {
         };
         // An empty list is its own mistake; a list whose entries were all refused has said why already.
         let no_hosts = hosts.is_empty() && self.errors.len() == before_hosts;
-        self.check_credential_words(entry, node, &name, &env, &header, no_hosts);
-        if self.errors.len() > before {
+        self.check_credential_words(entry, node, &name, &env, &headers, no_hosts);
+        if let Some(q) = &query {
+            self.check_query_name(entry, node, q);
+        }
+        if self.errors.len() > before || headers.is_empty() {
             return None;
         }
+        let header = headers.remove(0);
         let source = match file {
             Some(path) => SecretSource::File(path),
             None => SecretSource::Env(env.clone()),
         };
-        Some(Credential { name: Arc::from(name), hosts, env, source, header, form, add, plaintext })
+        let also_headers = headers;
+        Some(Credential {
+            name: Arc::from(name),
+            hosts,
+            env,
+            source,
+            header,
+            also_headers,
+            query,
+            form,
+            add,
+            plaintext,
+        })
     }
 
     fn check_credential_words(
@@ -95,7 +115,7 @@ impl Checker {
         node: &Node,
         name: &str,
         env: &str,
-        header: &str,
+        headers: &[String],
         no_hosts: bool,
     ) {
         let word = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
@@ -111,14 +131,46 @@ impl Checker {
         }
         let token =
             |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-        if !token(header) || matches!(header, "host" | "content-length" | "transfer-encoding" | "connection") {
-            let message = format!("`{header}` is not a header a credential may travel in");
-            self.error(BadValue, &join(entry, "header"), node.pos, message);
+        for header in headers {
+            if !token(header) || matches!(&**header, "host" | "content-length" | "transfer-encoding" | "connection") {
+                let message = format!("`{header}` is not a header a credential may travel in");
+                self.error(BadValue, &join(entry, "header"), node.pos, message);
+            }
+        }
+        if headers.is_empty() {
+            let message = "a credential needs at least one header".to_owned();
+            self.error(MissingKey, &join(entry, "header"), node.pos, message);
         }
         if no_hosts {
             let message = "a credential needs at least one host".to_owned();
             self.error(MissingKey, &join(entry, "hosts"), node.pos, message);
         }
+    }
+
+    /// A query parameter's name: unreserved characters only (RFC 3986), so it is matched as written.
+    fn check_query_name(&mut self, entry: &str, node: &Node, query: &str) {
+        let unreserved = |b: u8| b.is_ascii_alphanumeric() || b"-._~".contains(&b);
+        if query.is_empty() || !query.bytes().all(unreserved) {
+            let message = format!("`{query}` is not a query parameter name; use letters, digits, `-`, `.`, `_`, `~`");
+            self.error(BadValue, &join(entry, "query"), node.pos, message);
+        }
+    }
+
+    /// `header: NAME` or `header: [NAME, ...]` (the first is where `add` puts it), lowercased.
+    fn credential_headers(&mut self, entry: &str, node: &Node) -> Option<Vec<String>> {
+        if let Value::Scalar(ScalarKind::Str, text) = &node.value {
+            return Some(vec![text.to_ascii_lowercase()]);
+        }
+        let items = self.list(entry, node)?;
+        let at = |index| move || format!("{entry}[{index}]");
+        Some(
+            items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| self.item_string(n, at(i)))
+                .map(str::to_ascii_lowercase)
+                .collect(),
+        )
     }
 
     fn credential_hosts(&mut self, entry: &str, node: &Node) -> Option<Vec<CredentialHost>> {

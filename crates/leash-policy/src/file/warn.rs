@@ -301,7 +301,8 @@ pub(crate) fn upstream_proxy(profile: Option<&str>, policy: &crate::Policy) -> O
 }
 
 /// Credential hosts the policy refuses anyway (a tunnel to them on 443 is blocked by the mode's rules): the
-/// credential would never be used, which is likely a slip.
+/// credential would never be used, which is likely a slip. And a subdomain entry (`.x`) whose secret leash adds
+/// to requests without one (`add: true`): the real value then goes to every name under it.
 pub(crate) fn unused_credentials(profile: Option<&str>, policy: &crate::Policy) -> Vec<Warning> {
     use crate::credentials::CredentialHost;
     use crate::{Host, Question, TlsInspection, Verdict};
@@ -311,6 +312,17 @@ pub(crate) fn unused_credentials(profile: Option<&str>, policy: &crate::Policy) 
         for (j, host) in credential.hosts.iter().enumerate() {
             let (CredentialHost::Exact(name) | CredentialHost::Subtree(name)) = host;
             let target = Host::Name(name.clone());
+            if credential.add && matches!(host, CredentialHost::Subtree(_)) {
+                out.push(Warning {
+                    entry: format!("{prefix}.credentials[{i}].hosts[{j}]"),
+                    message: format!(
+                        "`.{0}` with `add: true` puts the real secret of `{1}` on every request to any subdomain of \
+                         `{0}`, also one an attacker can register or point elsewhere; list the exact hosts",
+                        name.as_str(),
+                        credential.name
+                    ),
+                });
+            }
             let d = policy.decide(&Question::Connect { target: &target, port: 443 }, TlsInspection::Available);
             if d.verdict == Verdict::Block {
                 out.push(Warning {

@@ -31,6 +31,26 @@ fn presets_and_full_entries_load_with_their_defaults() {
 }
 
 #[test]
+fn presets_cover_every_place_their_providers_official_clients_send_the_key() {
+    let text = "network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n    - preset: anthropic\n    \
+                - preset: openai\n    - preset: gemini\n    - name: gw\n      hosts: [gw.test]\n      env: GW\n      \
+                header: [X-Key, Authorization]\n      query: token\n";
+    let p = policy(text);
+    let places = |i: usize| {
+        let c = &p.credentials()[i];
+        (c.headers().map(str::to_owned).collect::<Vec<_>>(), c.query.clone())
+    };
+    assert_eq!(places(0), (vec!["x-api-key".into(), "authorization".into()], None), "Anthropic's SDK sends Bearer");
+    assert_eq!(places(1), (vec!["authorization".into()], None));
+    assert_eq!(places(2), (vec!["x-goog-api-key".into()], Some("key".into())), "Gemini's REST API takes ?key=");
+    assert_eq!(places(3), (vec!["x-key".into(), "authorization".into()], Some("token".into())));
+    let entry = |body: &str| format!("network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n{body}");
+    let errs = errors(&entry("    - preset: gemini\n      query: \"k y\"\n      header: []\n"), Format::Yaml);
+    assert!(errs.iter().any(|e| e.contains("`k y` is not a query parameter name")), "{errs:?}");
+    assert!(errs.iter().any(|e| e.contains("a credential needs at least one header")), "{errs:?}");
+}
+
+#[test]
 fn a_credentials_host_is_always_inspected_and_never_reached_in_clear() {
     assert_eq!(connect(BLOCK_WITH_KEYS, "api.anthropic.com:443"), "inspect default");
     assert_eq!(connect(BLOCK_WITH_KEYS, "github.com:443"), "inspect default");
@@ -74,6 +94,23 @@ fn a_credential_for_a_host_the_policy_refuses_is_a_warning() {
         ["network.credentials[0].hosts[0]: `api.anthropic.com` is refused by this policy (not-allowed), so the \
           credential `anthropic` is never used there"]
     );
+}
+
+#[test]
+fn adding_the_secret_on_a_subdomain_entry_is_a_warning() {
+    let entry = |add: &str| {
+        format!(
+            "network:\n  mode: blocklist\n  blocked_urls: [x.test]\n  credentials:\n    - name: corp\n      \
+             hosts: [.example.com, api.example.org]\n      env: CORP\n      header: authorization\n{add}"
+        )
+    };
+    assert_eq!(
+        warnings(&entry("      add: true\n")),
+        ["network.credentials[0].hosts[0]: `.example.com` with `add: true` puts the real secret of `corp` on every \
+          request to any subdomain of `example.com`, also one an attacker can register or point elsewhere; list the \
+          exact hosts"]
+    );
+    assert!(warnings(&entry("")).is_empty(), "replacing a placeholder the client sent is not adding one");
 }
 
 #[test]

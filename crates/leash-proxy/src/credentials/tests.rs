@@ -16,6 +16,8 @@ fn credential(header: &str, form: HeaderForm, add: bool) -> Credential {
         env: "KEY".into(),
         source: SecretSource::Env("KEY".into()),
         header: header.into(),
+        also_headers: Vec::new(),
+        query: None,
         form,
         add,
         plaintext: false,
@@ -154,4 +156,40 @@ fn a_credentials_own_host_may_carry_it() {
     assert!(own.is_none(), "nothing to watch for on the credential's own host");
     own = LeakWatch::new(&Secrets::new(vec![secret()]), Some("other"));
     assert!(own.unwrap().pass(PLACEHOLDER.as_bytes(), true).is_err());
+}
+
+/// An entry whose placeholder is replaced in two headers (`x-api-key` first, where `add` puts it) and `?key=`.
+fn several_places(add: bool) -> Credential {
+    Credential {
+        also_headers: vec!["authorization".into()],
+        query: Some("key".into()),
+        ..credential("x-api-key", HeaderForm::Bare, add)
+    }
+}
+
+#[test]
+fn every_header_of_the_entry_gets_the_secret_and_add_only_fills_a_request_without_one() {
+    let mut bearer = vec![header("Authorization", &format!("Bearer {PLACEHOLDER}"))];
+    assert!(inject(&mut bearer, &several_places(true), &secret()));
+    assert_eq!(value_of(&bearer, "authorization"), format!("Bearer {SECRET}"));
+    assert!(!bearer.iter().any(|h| h.is("x-api-key")), "a request that carried it elsewhere gets no second one");
+    let mut fields = http::HeaderMap::new();
+    fields.insert("authorization", http::HeaderValue::from_str(&format!("Bearer {PLACEHOLDER}")).unwrap());
+    assert!(inject_h2(&mut fields, &several_places(true), &secret()));
+    assert_eq!(fields["authorization"], format!("Bearer {SECRET}").as_str());
+    assert!(!fields.contains_key("x-api-key"));
+    let mut none = vec![header("accept", "*/*")];
+    assert!(inject(&mut none, &several_places(true), &secret()));
+    assert_eq!(value_of(&none, "x-api-key"), SECRET, "`add` writes the first header");
+}
+
+#[test]
+fn the_query_parameter_of_the_entry_gets_the_secret_and_no_other() {
+    let c = several_places(false);
+    let sent = in_query(&format!("/v1/m?alt=sse&key={PLACEHOLDER}&k={PLACEHOLDER}"), &c, &secret());
+    assert_eq!(sent.unwrap(), format!("/v1/m?alt=sse&key={SECRET}&k={PLACEHOLDER}"));
+    let absolute = format!("http://gw.test:8080/v1?key={PLACEHOLDER}");
+    assert_eq!(in_query(&absolute, &c, &secret()).unwrap(), format!("http://gw.test:8080/v1?key={SECRET}"));
+    assert_eq!(in_query("/v1?key=mine", &c, &secret()), None, "a value without the placeholder is left alone");
+    assert_eq!(in_query(&format!("/{PLACEHOLDER}"), &c, &secret()), None, "only the query");
 }

@@ -91,19 +91,22 @@ async fn request(
     // Credentials: one bound to another host refuses the request; the host's own goes in.
     let secrets = &ctx.sh.cfg.credentials;
     let (sent, outbound) = secrets.outgoing(&ctx.snap, &t.host, head);
-    let (credential, redact) = match outbound {
+    let (credential, redact, query) = match outbound {
         Outbound::Leak(name) => {
             let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
             return reply(client, &ctx.refuse_leak(&asked(&head.target), &name), keep).await;
         }
-        Outbound::Go { credential, redactor } => (credential, redactor),
+        Outbound::Go { credential, redactor, query } => (credential, redactor, query),
     };
+    let sent_target = query.map(|q| format!("{path_only}?{q}"));
+    let sent_plan = sent_target.as_deref().map(|t| plan.sending(t));
+    let upstream_plan = sent_plan.as_ref().unwrap_or(&plan);
     let gated = match ctx.snap.filters_provider_tools(&t.host) {
         true => {
             model::gate(
                 &t.sh.cfg.limits,
                 client,
-                (&sent, &plan, &head.target, TargetForm::Origin),
+                (&sent, upstream_plan, &head.target, TargetForm::Origin),
                 ctx.snap.provider_tools(),
             )
             .await
@@ -111,7 +114,7 @@ async fn request(
         false => Gated::Pass,
     };
     let (bytes, stripped) = match gated {
-        Gated::Pass => (request_head_bytes(&sent, &plan, TargetForm::Origin), Vec::new()),
+        Gated::Pass => (request_head_bytes(&sent, upstream_plan, TargetForm::Origin), Vec::new()),
         Gated::Body { request, removed } => {
             // A body leash read is searched too.
             let own = ctx.snap.credential_for(&t.host).map(|c| &*c.name);

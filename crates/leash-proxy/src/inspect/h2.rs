@@ -100,10 +100,12 @@ async fn stream(
     let secrets = &ctx.sh.cfg.credentials;
     let method = parts.method.as_str().to_owned();
     let outbound = secrets.outbound_h2(&ctx.snap, &t.host, (&method, &path_and_query), &mut parts.headers);
-    let (credential, redact) = match outbound {
+    let (credential, redact, query) = match outbound {
         Outbound::Leak(name) => return own_response(&ctx.refuse_leak(&asked(&path_and_query), &name)),
-        Outbound::Go { credential, redactor } => (credential, redactor),
+        Outbound::Go { credential, redactor, query } => (credential, redactor, query),
     };
+    // The path and query sent: the decided one, unless a credential went into its query (never logged).
+    let sent_path = query.map_or_else(|| path_and_query.clone(), |q| format!("{path_only}?{q}"));
     let checked = match ctx.snap.filters_provider_tools(&t.host) {
         true => gate(&t, &parts, body, ctx.snap.provider_tools()).await,
         false => {
@@ -136,7 +138,7 @@ async fn stream(
     let up = Arc::new(AtomicU64::new(0));
     let mut request = Request::builder()
         .method(parts.method.clone())
-        .uri(format!("https://{}{path_and_query}", t.authority()))
+        .uri(format!("https://{}{sent_path}", t.authority()))
         .version(Version::HTTP_2);
     if let Some(headers) = request.headers_mut() {
         copy_end_to_end(&parts.headers, headers);

@@ -308,3 +308,27 @@ async fn an_echo_in_a_header_a_location_or_a_trailer_comes_back_as_the_placehold
     assert_eq!(sent.header("x-api-key"), Some(SECRET));
     assert_eq!(sent.header("accept-encoding"), Some("identity"), "a compressed echo could not be redacted");
 }
+
+#[tokio::test]
+async fn a_query_parameter_entry_gets_the_key_in_the_url_sent_and_the_log_never_names_it() {
+    let up = Upstream::start().await;
+    let yaml = format!(
+        "network:\n  mode: blocklist\n  blocked_urls: []\n  ports: [{}]\n  allow_destinations: [127.0.0.0/8]\n  \
+         credentials:\n    - name: provider\n      hosts: [gw.test]\n      env: PROVIDER_KEY\n      header: x-api-key\n      \
+         query: key\n      plaintext: true\n",
+        up.port()
+    );
+    let leash = Leash::builder(&yaml).secrets(secrets()).start().await;
+    let raw = format!(
+        "GET http://gw.test:{p}/v1/m?alt=json&key={PLACEHOLDER}&note={PLACEHOLDER} HTTP/1.1\r\nHost: gw.test:{p}\r\n\r\n",
+        p = up.port()
+    );
+    let r = exchange(leash.addr, raw).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen = up.requests();
+    assert_eq!(seen[0].target, format!("/v1/m?alt=json&key={SECRET}&note={PLACEHOLDER}"), "only `key` gets it");
+    assert_eq!(seen[0].header("accept-encoding"), Some("identity"), "an echo must come back readable");
+    let log = std::fs::read_to_string(&leash.log_path).unwrap();
+    assert!(!log.contains(SECRET), "the URL the log names has no query: {log}");
+    assert!(log.contains("\"credential\":\"provider\""), "{log}");
+}
