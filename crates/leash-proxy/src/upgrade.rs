@@ -286,6 +286,69 @@ mod tests {
         assert_eq!(payloads(&out).1, [&[0x03, 0xe8][..], PLACEHOLDER.as_bytes()].concat());
     }
 
+    /// `messages` cut into data frames of `sizes` (cycled), a ping after every `ping_every`-th frame.
+    fn framed(messages: &[Vec<u8>], sizes: &[usize], ping_every: usize) -> Vec<u8> {
+        let (mut wire, mut n) = (Vec::new(), 0);
+        for message in messages {
+            let mut at = 0;
+            while at < message.len() || at == 0 {
+                let size = sizes[n % sizes.len()].min(message.len() - at);
+                let (first, last) = (at == 0, at + size == message.len());
+                wire.extend(frame(last, if first { 1 } else { 0 }, &message[at..at + size]));
+                n += 1;
+                if n % ping_every == 0 && !last {
+                    wire.extend(frame(true, 9, b"ping"));
+                }
+                at += size;
+                if message.is_empty() {
+                    break;
+                }
+            }
+        }
+        wire
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A server's message: pieces of the value, whole values and other bytes, short enough for one-byte lengths.
+        fn message() -> impl Strategy<Value = Vec<u8>> {
+            let piece = prop_oneof![
+                Just(SECRET.as_bytes().to_vec()),
+                Just(SECRET.as_bytes()[..5].to_vec()),
+                proptest::collection::vec(any::<u8>(), 0..6),
+            ];
+            proptest::collection::vec(piece, 0..5)
+                .prop_map(|parts| parts.concat())
+                .prop_filter("short", |m| m.len() < 126)
+        }
+
+        proptest! {
+            /// However the server frames its messages and however the reads cut the frames, the client gets the same
+            /// frames with every whole value in a message turned into the placeholder.
+            #[test]
+            fn frames_come_out_redacted_however_cut(
+                messages in proptest::collection::vec(message(), 1..4),
+                sizes in proptest::collection::vec(1usize..9, 1..5),
+                ping_every in 1usize..5,
+                reads in proptest::collection::vec(1usize..40, 1..8),
+            ) {
+                let wire = framed(&messages, &sizes, ping_every);
+                let redactor = Secret::new("p", SECRET, PLACEHOLDER).unwrap().redactor();
+                let redacted: Vec<Vec<u8>> = messages.iter().map(|m| redactor.redact_all(m)).collect();
+                let (mut f, mut out, mut at, mut i) = (frames(), Vec::new(), 0, 0);
+                while at < wire.len() {
+                    let n = reads[i % reads.len()].min(wire.len() - at);
+                    out.extend(f.push(&wire[at..at + n]).unwrap());
+                    (at, i) = (at + n, i + 1);
+                }
+                out.extend(f.finish());
+                prop_assert_eq!(out, framed(&redacted, &sizes, ping_every));
+            }
+        }
+    }
+
     #[test]
     fn a_compressed_or_masked_frame_is_refused() {
         assert_eq!(frames().push(&[0xc1, 1, b'x']), Err(FrameError::Reserved));
