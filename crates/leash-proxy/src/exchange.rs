@@ -283,7 +283,7 @@ where
             .map_err(|e| head_error(e, first))?;
         first = false;
         if (100..200).contains(&head.status) && head.status != 101 {
-            let bytes = response_head_bytes(&redacted_head(head, redact.as_ref()), false);
+            let bytes = client_head_bytes(&head, false, redact.as_ref());
             client.write_all(&bytes).await.map_err(ExchangeError::Midway)?;
             client.flush().await.map_err(ExchangeError::Midway)?;
             continue;
@@ -341,10 +341,7 @@ where
     let closing = !client_keep_alive || framing == BodyFraming::UntilClose;
     // A value echoed in the head (a Location, a debug field's name or value, the reason) is turned back into the
     // placeholder too.
-    let head_bytes = match &redact {
-        Some(redactor) => response_head_bytes(&redacted_head(head.clone(), Some(redactor)), closing && !upgraded),
-        None => response_head_bytes(head, closing && !upgraded),
-    };
+    let head_bytes = client_head_bytes(head, closing && !upgraded, redact.as_ref());
     let mut to = ToClient { inner: client, written: 0, failed: false };
     let relayed = async {
         to.write_all(&head_bytes).await?;
@@ -475,17 +472,25 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ToClient<'_, W> {
     }
 }
 
-/// `head` with the host's own credential turned back into its placeholder in its reason and every field's name and
-/// value ([`headers::redact_field`], as for HTTP/2).
-fn redacted_head(mut head: ResponseHead, redactor: Option<&Redactor>) -> ResponseHead {
-    let Some(redactor) = redactor else { return head };
+/// The response head as the client gets it: from a credential's host (`redact`), with the value turned back into
+/// the placeholder in its reason and in every field's name and value ([`headers::redact_field`], as for HTTP/2). A
+/// head that holds the value nowhere (nearly every one) is written once, not rebuilt.
+fn client_head_bytes(head: &ResponseHead, close: bool, redact: Option<&Redactor>) -> Vec<u8> {
+    let bytes = response_head_bytes(head, close);
+    let Some(redactor) = redact else { return bytes };
+    let whole = redactor.redact_all(&bytes);
+    if whole == bytes {
+        return bytes;
+    }
+    let mut head = head.clone();
     head.reason = redactor.redact_all(&head.reason);
     for h in &mut head.headers {
         let (name, value) = headers::redact_field(redactor, h.name.as_bytes(), &h.value);
         let (name, value) = (String::from_utf8_lossy(&name).into_owned(), value.into_owned());
         (h.name, h.value) = (name, value);
     }
-    head
+    // And over the whole head once more, as before fields were redacted one by one: nothing is lost either way.
+    redactor.redact_all(&response_head_bytes(&head, close))
 }
 
 /// The response head passed to the client: end-to-end headers in order (repeated `Set-Cookie` kept).
