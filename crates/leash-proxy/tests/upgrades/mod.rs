@@ -163,3 +163,14 @@ async fn a_101_the_request_did_not_ask_for_is_refused_and_nothing_after_it_relay
         assert!(outcome.iter().any(|l| l["error"] == "bad-response"), "{outcome:#?}");
     }
 }
+
+#[tokio::test]
+async fn http2_prior_knowledge_on_a_plain_connection_is_refused() {
+    let w = World::new(|p| allowlist(&["allowed.test"], &[p], &[443])).await;
+    let mut raw = Raw::connect(w.leash.addr).await;
+    // The connection preface and an empty SETTINGS frame, as a client with prior knowledge of h2c opens.
+    raw.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").await;
+    let got = String::from_utf8_lossy(&raw.until_closed().await.unwrap()).into_owned();
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got}");
+    w.assert_nothing_reached().await;
+}
