@@ -57,6 +57,8 @@ where
         }
         Outbound::Go { credential, redactor } => (credential, redactor),
     };
+    // To a credential's host no WebSocket extension is offered: a compressed message would carry an echo past
+    // the redactor (upgrade.rs).
     let mut sent = sent;
     if redact.is_some() {
         upgrade::without_extensions(&mut sent);
