@@ -380,22 +380,22 @@ fn own_response(r: &Response) -> HttpResponse<ResBody> {
 /// into the placeholder ([`headers::redact_field`], as for HTTP/1.1). A field that cannot be written redacted is
 /// dropped, never passed on as it came.
 fn redact_fields(fields: &mut HeaderMap, redactor: &Redactor) {
-    let mut changed = false;
+    let untouched = |name: &HeaderName, value: &HeaderValue| {
+        let (n, v) = headers::redact_field(redactor, name.as_str().as_bytes(), value.as_bytes());
+        matches!((n, v), (Cow::Borrowed(_), Cow::Borrowed(_)))
+    };
+    // Nearly every response holds no echo: its fields are searched, not copied.
+    if fields.iter().all(|(name, value)| untouched(name, value)) {
+        return;
+    }
     let mut out = HeaderMap::with_capacity(fields.len());
     for (name, value) in fields.iter() {
         let (n, v) = headers::redact_field(redactor, name.as_str().as_bytes(), value.as_bytes());
-        if matches!((&n, &v), (Cow::Borrowed(_), Cow::Borrowed(_))) {
-            out.append(name.clone(), value.clone());
-            continue;
-        }
-        changed = true;
         if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(&n), HeaderValue::from_bytes(&v)) {
             out.append(n, v);
         }
     }
-    if changed {
-        *fields = out;
-    }
+    *fields = out;
 }
 
 /// A response body with a credential's value, wherever it is echoed, turned back into its placeholder (across DATA
