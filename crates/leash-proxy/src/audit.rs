@@ -79,6 +79,9 @@ pub struct DecisionEntry<'a> {
     /// The `services` entry the request or connection came through (its `host` is the service's name then).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service: Option<&'a str>,
+    /// The `Upgrade` the request asked for that leash did not pass on (anything but a WebSocket: `h2c`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade_dropped: Option<&'a str>,
 }
 
 /// The outcome record of an allowed request, joined to its decision by `id`: `status` is the upstream's (leash's
@@ -591,6 +594,7 @@ mod tests {
             stripped: None,
             credential: None,
             service: None,
+            upgrade_dropped: None,
         }
     }
 

@@ -1,5 +1,7 @@
 //! One request/response exchange with an upstream: the head and body go up while the response comes down (so
-//! `Expect: 100-continue` and early responses work), 1xx responses are passed on, a 101 switches to a byte relay.
+//! `Expect: 100-continue` and early responses work), 1xx responses are passed on, a 101 that answers the WebSocket
+//! the request asked for switches to a relay (a watched one on a credential's host: `upgrade.rs`), any other is
+//! refused.
 //! A client that goes away while its final response is being relayed ends the exchange, not as a failure: its
 //! outcome keeps the upstream's status and the bytes relayed each way until then (as a reset HTTP/2 stream's does).
 
@@ -20,9 +22,9 @@ use crate::headers;
 use crate::refusal::{reply, Response};
 use crate::request::Plan;
 use crate::shared::Shared;
-use crate::wire::http_head::{
-    parse_response_head, response_framing, upgrade_value, BodyFraming, RequestHead, ResponseHead,
-};
+use crate::upgrade::{self, BadFrames};
+use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead};
+use crate::wire::websocket::FrameError;
 
 /// What watches an exchange for credentials: the one put on the request, turned back into its placeholder in the
 /// response (`redact`), and those the request body must not carry (`leaks`); and the upstream proxy the request
@@ -68,6 +70,13 @@ pub(crate) enum ExchangeError {
     /// The request body carried this credential to a host it does not belong to; the body was cut off before it.
     #[error("the request body carries credential `{0}`")]
     Leak(Arc<str>),
+    /// A 101 leash does not relay (see `upgrade.rs`): nothing of it reached the client.
+    #[error("{0}: not relayed")]
+    Switched(String),
+    /// After a WebSocket's 101 on a credential's host, the server's frames could not be followed: the connection
+    /// was ended.
+    #[error("{}", BadFrames(*.0))]
+    Frames(FrameError),
 }
 
 impl ExchangeError {
@@ -76,7 +85,9 @@ impl ExchangeError {
         match self {
             ExchangeError::Stale => Some(UpstreamFailure::Closed),
             ExchangeError::Timeout => Some(UpstreamFailure::TimedOut),
-            ExchangeError::BadResponse(_) => Some(UpstreamFailure::BadResponse),
+            ExchangeError::BadResponse(_) | ExchangeError::Switched(_) | ExchangeError::Frames(_) => {
+                Some(UpstreamFailure::BadResponse)
+            }
             ExchangeError::Upstream(e) => Some(UpstreamFailure::of_io(e)),
             ExchangeError::Dial(e) => e.cause(),
             // Either side may have ended a response under way: nothing to blame the upstream for.
@@ -96,7 +107,7 @@ impl ExchangeError {
 
     /// True when the client already received part of a response (so no error response can follow).
     pub fn response_started(&self) -> bool {
-        matches!(self, ExchangeError::Midway(_))
+        matches!(self, ExchangeError::Midway(_) | ExchangeError::Frames(_))
     }
 }
 
@@ -168,7 +179,7 @@ where
     let keep = plan.client_keep_alive;
     let (relayed, body_sent) = if plan.framing == BodyFraming::None {
         let mut down = upstream.source();
-        (relay_response(sh, &mut down, &mut client.io, (&head.method, keep), (redact, via_proxy)).await?, Some(0))
+        (relay_response(sh, &mut down, &mut client.io, (head, keep), (redact, via_proxy)).await?, Some(0))
     } else {
         with_body(sh, client, upstream, head, plan, Watches { redact, leaks, via_proxy }).await?
     };
@@ -176,7 +187,8 @@ where
     if relayed.client_gone {
         return Ok(done(relayed.status, up, relayed.down, false, false));
     }
-    if relayed.upgraded && upgrade_value(head).is_some() {
+    // relay_final let only the WebSocket the request asked for switch.
+    if relayed.upgraded && upgrade::forwarded(head).is_some() {
         let (a, b) = relay_upgraded(client, upstream, after_upgrade).await?;
         return Ok(done(relayed.status, up + a, relayed.down + b, false, false));
     }
@@ -219,8 +231,7 @@ where
             None => send_body(&mut body_src, &mut up_wr, plan.framing).await,
         }
     };
-    let recv =
-        relay_response(sh, &mut down, &mut client_wr, (&head.method, plan.client_keep_alive), (redact, via_proxy));
+    let recv = relay_response(sh, &mut down, &mut client_wr, (head, plan.client_keep_alive), (redact, via_proxy));
     tokio::pin!(send, recv);
     let mut sent = None;
     loop {
@@ -253,7 +264,7 @@ async fn relay_response<R, W>(
     sh: &Shared,
     down: &mut Source<'_, R>,
     client: &mut W,
-    (method, client_keep_alive): (&str, bool),
+    (request, client_keep_alive): (&RequestHead, bool),
     (redact, via_proxy): (Option<Redactor>, Option<String>),
 ) -> Result<Relayed, ExchangeError>
 where
@@ -272,8 +283,7 @@ where
             .map_err(|e| head_error(e, first))?;
         first = false;
         if (100..200).contains(&head.status) && head.status != 101 {
-            let bytes = response_head_bytes(&head, false);
-            let bytes = redact.as_ref().map_or(bytes.clone(), |r| r.redact_all(&bytes));
+            let bytes = client_head_bytes(&head, false, redact.as_ref());
             client.write_all(&bytes).await.map_err(ExchangeError::Midway)?;
             client.flush().await.map_err(ExchangeError::Midway)?;
             continue;
@@ -285,7 +295,7 @@ where
             let why = sh.cfg.credentials.masked(&refused.1).unwrap_or(refused.1);
             return Err(ExchangeError::Dial(DialError::UpstreamProxy(refused.0.clone(), why)));
         }
-        return relay_final(down, client, &head, (method, client_keep_alive), redact).await;
+        return relay_final(down, client, &head, (request, client_keep_alive), redact).await;
     }
 }
 
@@ -316,7 +326,7 @@ async fn relay_final<R, W>(
     down: &mut Source<'_, R>,
     client: &mut W,
     head: &ResponseHead,
-    (method, client_keep_alive): (&str, bool),
+    (request, client_keep_alive): (&RequestHead, bool),
     redact: Option<Redactor>,
 ) -> Result<Relayed, ExchangeError>
 where
@@ -325,16 +335,16 @@ where
 {
     let upgraded = head.status == 101;
     let framing = if upgraded {
+        // INVARIANT: nothing follows a 101 unexamined: only the WebSocket the request asked for switches.
+        upgrade::check_switch(request, head, redact.is_some()).map_err(ExchangeError::Switched)?;
         BodyFraming::None
     } else {
-        response_framing(head, method).map_err(|e| ExchangeError::BadResponse(e.to_string()))?
+        response_framing(head, &request.method).map_err(|e| ExchangeError::BadResponse(e.to_string()))?
     };
     let closing = !client_keep_alive || framing == BodyFraming::UntilClose;
-    let mut head_bytes = response_head_bytes(head, closing && !upgraded);
-    if let Some(redactor) = &redact {
-        // A value echoed in a header (a Location, a debug field) is turned back into the placeholder too.
-        head_bytes = redactor.redact_all(&head_bytes);
-    }
+    // A value echoed in the head (a Location, a debug field's name or value, the reason) is turned back into the
+    // placeholder too.
+    let head_bytes = client_head_bytes(head, closing && !upgraded, redact.as_ref());
     let mut to = ToClient { inner: client, written: 0, failed: false };
     let relayed = async {
         to.write_all(&head_bytes).await?;
@@ -358,9 +368,10 @@ where
     Ok(Relayed { status: head.status, down: to.written, framing, upstream_close, upgraded, client_gone })
 }
 
-/// Relay both ways after a 101 (a WebSocket, say); returns the bytes up and down. With credentials, the client's
-/// bytes are watched for those bound elsewhere (a leak ends the connection: `ExchangeError::Leak`) and the
-/// upstream's have the host's own value turned back into the placeholder.
+/// Relay both ways after a WebSocket's 101; returns the bytes up and down. With credentials, the client's bytes are
+/// watched for those bound elsewhere (a leak ends the connection: `ExchangeError::Leak`) and the server's frames
+/// followed, the host's own value turned back into the placeholder in every message (frames that cannot be followed
+/// end the connection: `ExchangeError::Frames`).
 async fn relay_upgraded<S, U>(
     client: &mut BufConn<S>,
     upstream: &mut BufConn<U>,
@@ -376,13 +387,19 @@ where
     let (mut client_rd, mut client_wr) = tokio::io::split(client);
     let (mut up_rd, mut up_wr) = tokio::io::split(upstream);
     let up = copy_through(&mut client_rd, &mut up_wr, leaks);
-    let down = copy_through(&mut up_rd, &mut client_wr, redact);
+    let down = async {
+        match redact {
+            Some(redactor) => upgrade::relay_frames(&mut up_rd, &mut client_wr, redactor).await,
+            None => copy_through(&mut up_rd, &mut client_wr, None::<Redactor>).await,
+        }
+    };
     match tokio::try_join!(up, down) {
         Ok(bytes) => Ok(bytes),
-        Err(e) => match LeakFound::of(&e) {
-            Some(name) => Err(ExchangeError::Leak(name)),
+        Err(e) => match (LeakFound::of(&e), BadFrames::of(&e)) {
+            (Some(name), _) => Err(ExchangeError::Leak(name)),
+            (_, Some(bad)) => Err(ExchangeError::Frames(bad)),
             // Either side going away ends the relay, as it does without credentials.
-            None => Ok((0, 0)),
+            (None, None) => Ok((0, 0)),
         },
     }
 }
@@ -456,6 +473,27 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ToClient<'_, W> {
         let polled = Pin::new(&mut *self.inner).poll_shutdown(cx);
         self.note(polled)
     }
+}
+
+/// The response head as the client gets it: from a credential's host (`redact`), with the value turned back into
+/// the placeholder in its reason and in every field's name and value ([`headers::redact_field`], as for HTTP/2). A
+/// head that holds the value nowhere (nearly every one) is written once, not rebuilt.
+fn client_head_bytes(head: &ResponseHead, close: bool, redact: Option<&Redactor>) -> Vec<u8> {
+    let bytes = response_head_bytes(head, close);
+    let Some(redactor) = redact else { return bytes };
+    let whole = redactor.redact_all(&bytes);
+    if whole == bytes {
+        return bytes;
+    }
+    let mut head = head.clone();
+    head.reason = redactor.redact_all(&head.reason);
+    for h in &mut head.headers {
+        let (name, value) = headers::redact_field(redactor, h.name.as_bytes(), &h.value);
+        let (name, value) = (String::from_utf8_lossy(&name).into_owned(), value.into_owned());
+        (h.name, h.value) = (name, value);
+    }
+    // And over the whole head once more, as before fields were redacted one by one: nothing is lost either way.
+    redactor.redact_all(&response_head_bytes(&head, close))
 }
 
 /// The response head passed to the client: end-to-end headers in order (repeated `Set-Cookie` kept).

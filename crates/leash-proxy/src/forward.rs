@@ -16,6 +16,7 @@ use crate::pool::PoolKey;
 use crate::refusal::{reply, Response};
 use crate::request::{plan, refuse_early, request_head_bytes, Plan, TargetForm};
 use crate::shared::Shared;
+use crate::upgrade;
 use crate::wire::http_head::{BodyFraming, RequestHead};
 use crate::wire::target::split_query;
 
@@ -59,6 +60,12 @@ where
     let sent_target = query.map(|q| format!("{path_only}?{q}"));
     let sent_plan = sent_target.as_deref().map(|t| plan.sending(t));
     let upstream_plan = sent_plan.as_ref().unwrap_or(&plan);
+    // To a credential's host no WebSocket extension is offered: a compressed message would carry an echo past
+    // the redactor (upgrade.rs).
+    let mut sent = sent;
+    if redact.is_some() {
+        upgrade::without_extensions(&mut sent);
+    }
     let own = ctx.snap.credential_for(&plan.target.authority.host).map(|c| &*c.name);
     // Through the upstream proxy the request goes in absolute form (the route is the policy's, fixed per host).
     let via_proxy = ctx.snap.upstream_proxy().filter(|_| through_proxy(&ctx.snap, &plan.target.authority.host));
@@ -95,7 +102,13 @@ where
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     let watches = Watches { redact, leaks: LeakWatch::new(&sh.cfg.credentials, own), via_proxy };
 
-    let extras = Extras { stripped: listed, credential: credential.as_deref(), ..Extras::default() };
+    let dropped = upgrade::dropped(head);
+    let extras = Extras {
+        stripped: listed,
+        credential: credential.as_deref(),
+        upgrade_dropped: dropped.as_deref(),
+        ..Extras::default()
+    };
     let key = PoolKey { host: host.as_ref().into(), port: plan.port, generation: ctx.snap.generation };
     let upstream = match sh.pool.take(&key) {
         Some(stream) => Upstream { stream, pooled: true },

@@ -52,6 +52,8 @@ pub(crate) struct Extras<'a> {
     pub credential: Option<&'a str>,
     /// The service the request came through (see [`crate::service`]).
     pub service: Option<&'a str>,
+    /// The `Upgrade` asked for that does not go up (see [`crate::upgrade`]).
+    pub upgrade_dropped: Option<&'a str>,
 }
 
 /// One request on its way through leash.
@@ -220,6 +222,7 @@ pub(crate) fn write_decision(
         stripped: extras.stripped,
         credential: extras.credential,
         service: extras.service,
+        upgrade_dropped: extras.upgrade_dropped,
     };
     let written = audit.decision(&entry);
     if let Err(e) = &written {

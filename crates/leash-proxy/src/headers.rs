@@ -1,6 +1,10 @@
 //! Header rewriting for forwarded messages: hop-by-hop fields removed (RFC 9110 §7.6.1), including every field the
-//! Connection header names; everything else kept in order, repeated fields (several `Set-Cookie`) included.
+//! Connection header names; everything else kept in order, repeated fields (several `Set-Cookie`) included. And the
+//! one redaction of a response field from a credential's host, for HTTP/1.1 and HTTP/2 alike.
 
+use std::borrow::Cow;
+
+use crate::credentials::Redactor;
 use crate::wire::http_head::{connection_tokens, Header};
 
 /// Fields that describe one connection, never forwarded. `Transfer-Encoding` is kept: bodies are relayed in their
@@ -39,6 +43,20 @@ pub fn write_end_to_end(out: &mut Vec<u8>, headers: &[Header], skip: &[&str]) {
         out.extend_from_slice(&h.value);
         out.extend_from_slice(b"\r\n");
     }
+}
+
+/// A response field (or trailer) from a credential's host as the client gets it: the value echoed in its name or in
+/// its value turned back into the placeholder. The one rule for HTTP/1.1 heads and HTTP/2 fields and trailers.
+pub(crate) fn redact_field<'a>(redactor: &Redactor, name: &'a [u8], value: &'a [u8]) -> (Cow<'a, [u8]>, Cow<'a, [u8]>) {
+    let redacted = |bytes: &'a [u8]| {
+        let out = redactor.redact_all(bytes);
+        if out == bytes {
+            Cow::Borrowed(bytes)
+        } else {
+            Cow::Owned(out)
+        }
+    };
+    (redacted(name), redacted(value))
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ pub mod service;
 mod shared;
 pub mod tls;
 mod tunnel;
+mod upgrade;
 pub mod wire;
 
 pub use audit::AuditLog;

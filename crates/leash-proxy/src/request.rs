@@ -12,7 +12,7 @@ use crate::gate::{Asked, RequestCtx};
 use crate::headers;
 use crate::refusal::{reply, Response};
 use crate::shared::Shared;
-use crate::wire::http_head::{parse_request_head, request_framing, upgrade_value, BodyFraming, HeadError, RequestHead};
+use crate::wire::http_head::{parse_request_head, request_framing, BodyFraming, HeadError, RequestHead};
 use crate::wire::target::{default_port, loose_target, split_query};
 
 /// A request that passed the checks that need no policy: its parts, framing and connection options.
@@ -155,7 +155,8 @@ pub(crate) enum TargetForm<'a> {
 }
 
 /// The head sent upstream: the original target (so `%2F` and friends reach the API as sent) in origin form, or in
-/// absolute form for the upstream proxy; one Host equal to the decided authority, end-to-end headers in order.
+/// absolute form for the upstream proxy; one Host equal to the decided authority, end-to-end headers in order, an
+/// `Upgrade` only to a WebSocket.
 pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>, form: TargetForm<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + head.target.len());
     out.extend_from_slice(head.method.as_bytes());
@@ -180,7 +181,8 @@ pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>, form: Targ
         out.extend_from_slice(auth.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    if let Some(upgrade) = upgrade_value(head) {
+    // Only a WebSocket's upgrade goes up: see `upgrade.rs`.
+    if let Some(upgrade) = crate::upgrade::forwarded(head) {
         out.extend_from_slice(b"Connection: upgrade\r\nUpgrade: ");
         out.extend_from_slice(upgrade);
         out.extend_from_slice(b"\r\n");

@@ -24,7 +24,7 @@ use crate::audit::refusal;
 use crate::conn::{close_gracefully, BufConn, Next};
 use crate::dial::{connect_checked, DialError};
 use crate::exchange::{exchange, settle, ExchangeError, Watches};
-use crate::gate::{Asked, RequestCtx};
+use crate::gate::{Asked, Extras, RequestCtx};
 use crate::refusal::{reply, Response};
 use crate::request::{request_head_bytes, Plan, TargetForm};
 use crate::shared::Shared;
@@ -247,7 +247,9 @@ async fn request(
             return reply(client, &refuse(Reason::BadRequest, Response::bad_request(400, &e.to_string())), false).await
         }
     };
-    if let Err(answer) = ctx.pass(&asked, &decision) {
+    let dropped = crate::upgrade::dropped(head);
+    let extras = Extras { upgrade_dropped: dropped.as_deref(), ..Extras::default() };
+    if let Err(answer) = ctx.pass_with(&asked, &decision, extras) {
         return reply(client, &answer, false).await;
     }
     // The upstream sees the target's own authority as Host (a server guarding against DNS rebinding expects its

@@ -6,6 +6,7 @@
 
 mod inspect;
 mod support;
+mod upgrades;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -15,6 +15,7 @@ use crate::gate::{Asked, Extras, RequestCtx};
 use crate::model::{self, Gated};
 use crate::refusal::{reply, Response};
 use crate::request::{bad_request, plan, refuse_early, refuse_unreadable, request_head_bytes, Plan, TargetForm};
+use crate::upgrade;
 use crate::wire::http_head::{BodyFraming, RequestHead};
 use crate::wire::target::split_query;
 
@@ -101,6 +102,12 @@ async fn request(
     let sent_target = query.map(|q| format!("{path_only}?{q}"));
     let sent_plan = sent_target.as_deref().map(|t| plan.sending(t));
     let upstream_plan = sent_plan.as_ref().unwrap_or(&plan);
+    // To a credential's host no WebSocket extension is offered: a compressed message would carry an echo past
+    // the redactor (upgrade.rs).
+    let mut sent = sent;
+    if redact.is_some() {
+        upgrade::without_extensions(&mut sent);
+    }
     let gated = match ctx.snap.filters_provider_tools(&t.host) {
         true => {
             model::gate(
@@ -133,7 +140,13 @@ async fn request(
     let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     let logged = Logged { ctx: &ctx, asked: asked(path_only), rule: decision.rule.clone() };
     // INVARIANT: logged before a byte of the request goes up.
-    let extras = Extras { stripped: listed, credential: credential.as_deref(), ..Extras::default() };
+    let dropped = upgrade::dropped(head);
+    let extras = Extras {
+        stripped: listed,
+        credential: credential.as_deref(),
+        upgrade_dropped: dropped.as_deref(),
+        ..Extras::default()
+    };
     if let Err(response) = ctx.pass_with(&logged.asked, &model::forwarded(&decision, &stripped), extras) {
         return reply(client, &response, false).await;
     }

@@ -3,6 +3,7 @@
 //! and the tunnel's port, canonical path), and allowed streams go to the upstream over one HTTP/2 connection with
 //! bodies and trailers streamed both ways — so gRPC works. Refused streams get leash's 403; the connection stays up.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +27,7 @@ use crate::audit::{refusal, UpstreamFailure};
 use crate::config::Snapshot;
 use crate::credentials::{LeakFound, LeakWatch, Outbound, Redactor};
 use crate::gate::{Asked, Extras, RequestCtx};
+use crate::headers;
 use crate::model::{self, Gate};
 use crate::refusal::Response;
 use crate::wire::target::split_query;
@@ -376,16 +378,26 @@ fn own_response(r: &Response) -> HttpResponse<ResBody> {
     response
 }
 
-/// Response fields (or trailers) with a credential's value, where one echoes it, turned back into the placeholder.
+/// Response fields (or trailers) with a credential's value, where one echoes it in a name or a value, turned back
+/// into the placeholder ([`headers::redact_field`], as for HTTP/1.1). A field that cannot be written redacted is
+/// dropped, never passed on as it came.
 fn redact_fields(fields: &mut HeaderMap, redactor: &Redactor) {
-    for value in fields.values_mut() {
-        let redacted = redactor.redact_all(value.as_bytes());
-        if redacted != value.as_bytes() {
-            if let Ok(v) = HeaderValue::from_bytes(&redacted) {
-                *value = v;
-            }
+    let untouched = |name: &HeaderName, value: &HeaderValue| {
+        let (n, v) = headers::redact_field(redactor, name.as_str().as_bytes(), value.as_bytes());
+        matches!((n, v), (Cow::Borrowed(_), Cow::Borrowed(_)))
+    };
+    // Nearly every response holds no echo: its fields are searched, not copied.
+    if fields.iter().all(|(name, value)| untouched(name, value)) {
+        return;
+    }
+    let mut out = HeaderMap::with_capacity(fields.len());
+    for (name, value) in fields.iter() {
+        let (n, v) = headers::redact_field(redactor, name.as_str().as_bytes(), value.as_bytes());
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(&n), HeaderValue::from_bytes(&v)) {
+            out.append(n, v);
         }
     }
+    *fields = out;
 }
 
 /// A response body with a credential's value, wherever it is echoed, turned back into its placeholder (across DATA

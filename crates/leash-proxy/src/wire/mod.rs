@@ -9,6 +9,7 @@ mod cursor;
 pub mod dns;
 pub mod http_head;
 pub mod target;
+pub mod websocket;
 
 /// The three answers of a byte parser.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ::http::{HeaderMap, HeaderValue, Method, Request, Response};
+use ::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response};
 use base64::Engine;
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -123,9 +123,55 @@ fn echo(path: &str, r: &Recorded) -> Reply {
         "/chunk-extension" => Reply::Raw(
             format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;k={key}\r\nok\r\n0\r\n\r\n").into_bytes(),
         ),
-        "/upgrade" => Reply::Raw(format!("{SWITCHING}key={key}").into_bytes()),
+        "/upgrade" => Reply::Raw([SWITCHING.as_bytes(), &ws_fragments(&format!("key={key}"))].concat()),
+        "/upgrade-raw" => Reply::Raw(format!("{SWITCHING}key={key}").into_bytes()),
+        "/upgrade-deflate" => deflating(r.header("sec-websocket-extensions").is_some(), key),
+        "/upgrade-deflate-anyway" => deflating(true, key),
+        "/h2c" => {
+            // The key quoted in its Upgrade too: leash's own 502 and log must not carry it.
+            let switching = H2C_SWITCHING.replace("h2c", &format!("h2c, {key}"));
+            Reply::Raw([switching.as_bytes(), &h2_data_bytes(&format!("key={key}"))].concat())
+        }
         _ => Reply::ok(format!("your key: {key}, ok")),
     }
+}
+
+/// `message` as a server's WebSocket text message cut into one-byte frames, a ping between two of them.
+fn ws_fragments(message: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, b) in message.bytes().enumerate() {
+        if i == 7 {
+            out.extend([0x89, 4]);
+            out.extend(b"ping");
+        }
+        let fin = if i + 1 == message.len() { 0x80 } else { 0 };
+        out.extend([fin | if i == 0 { 1 } else { 0 }, 1, b]);
+    }
+    out
+}
+
+/// A 101 selecting permessage-deflate (when `selected`) and the key in a compressed message (RSV1 set); else a 101
+/// without extension and the key in a plain text message. As a server that honours the client's offer answers.
+fn deflating(selected: bool, key: &str) -> Reply {
+    let message = format!("key={key}");
+    if !selected {
+        let frame = [&[0x81, message.len() as u8][..], message.as_bytes()].concat();
+        return Reply::Raw([SWITCHING.as_bytes(), &frame].concat());
+    }
+    let gz = gzip(message.as_bytes(), false);
+    // gzip's 10-byte header (no name: stdin) and 8-byte trailer around the raw deflate data.
+    let deflate = &gz[10..gz.len() - 8];
+    let head = "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\
+                Sec-WebSocket-Extensions: permessage-deflate\r\n\r\n";
+    Reply::Raw([head.as_bytes(), &[0xc1, deflate.len() as u8], deflate].concat())
+}
+
+const H2C_SWITCHING: &str = "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n";
+
+/// `data` as HTTP/2 DATA frames of one byte each on stream 1: what a server held to a 1-byte flow-control window
+/// sends.
+fn h2_data_bytes(data: &str) -> Vec<u8> {
+    data.bytes().flat_map(|b| [0, 0, 1, 0, 0, 0, 0, 0, 1, b]).collect()
 }
 
 /// `body`, or the part a `Range: bytes=a-b` asks for (206).
@@ -522,25 +568,111 @@ async fn echo_in_a_response_chunk_extension_comes_back_as_the_placeholder() {
     placeholder_not_value(&t, &got, &format!("2;k={PLACEHOLDER}\r\n"));
 }
 
-#[tokio::test]
-async fn echo_after_an_upgrade_comes_back_as_the_placeholder() {
-    let t = scene().await;
-    let lines =
-        [format!("x-api-key: {PLACEHOLDER}"), "Connection: upgrade".to_owned(), "Upgrade: websocket".to_owned()];
-    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+/// A WebSocket handshake to the provider on `path` with the placeholder and `lines`; the response head, and the
+/// bytes after it until leash closes the connection or `want` bytes came.
+async fn upgrade(t: &Inspecting, path: &str, lines: &[&str], want: usize) -> (crate::support::http::Head, Vec<u8>) {
+    let placeholder = format!("x-api-key: {PLACEHOLDER}");
+    let lines: Vec<&str> = [placeholder.as_str()].into_iter().chain(lines.iter().copied()).collect();
     let mut tls = t.tunnel("models.test", &[b"http/1.1"]).await;
-    tls.write_all(request(&t, "models.test", "GET /upgrade", &lines, "").as_bytes()).await.unwrap();
+    tls.write_all(request(t, "models.test", &format!("GET {path}"), &lines, "").as_bytes()).await.unwrap();
     tls.flush().await.unwrap();
     let mut wire = Wire::new(tls);
-    let head = within("101", wire.head()).await.unwrap().unwrap();
-    assert!(head.start.contains("101"), "{}", head.raw);
-    let want = "key=".len() + SECRET.len();
+    let head = within("the response head", wire.head()).await.unwrap().unwrap();
     while wire.buf.len() < want {
-        within("the upgraded bytes", wire.fill()).await.unwrap();
+        // A close without close_notify is an error, after the bytes read before it.
+        if !matches!(within("the upgraded bytes", wire.fill()).await, Ok(n) if n > 0) {
+            break;
+        }
     }
+    (head, std::mem::take(&mut wire.buf))
+}
+
+const WEBSOCKET: [&str; 4] = [
+    "Connection: upgrade",
+    "Upgrade: websocket",
+    "Sec-WebSocket-Version: 13",
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+];
+
+/// The payloads of a server's unmasked WebSocket frames (or HTTP/2 DATA frames, `h2`), joined, framing taken out.
+fn payloads(mut wire: &[u8], h2: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    while wire.len() >= 2 {
+        let (header, len) = match h2 {
+            true => (9, usize::from(wire[2])),
+            false => (2, usize::from(wire[1] & 0x7f)),
+        };
+        let Some(payload) = wire.get(header..header + len) else { break };
+        if h2 || wire[0] & 0x0f < 8 {
+            out.extend_from_slice(payload);
+        }
+        wire = &wire[header + len..];
+    }
+    out
+}
+
+#[tokio::test]
+async fn echo_in_a_websocket_message_cut_into_one_byte_fragments_comes_back_as_the_placeholder() {
+    let t = scene().await;
+    let message = format!("key={PLACEHOLDER}");
+    let (head, wire) = upgrade(&t, "/upgrade", &WEBSOCKET, ws_fragments(&message).len()).await;
+    assert!(head.start.contains("101"), "{}", head.raw);
     provider_got_the_secret(&t);
-    let got = String::from_utf8_lossy(&wire.buf).into_owned();
-    assert_eq!(got, format!("key={PLACEHOLDER}"));
+    assert_eq!(wire, ws_fragments(&message), "the frames as sent, the key's bytes the placeholder's");
+    assert_eq!(String::from_utf8_lossy(&payloads(&wire, false)), message);
+}
+
+#[tokio::test]
+async fn a_websocket_to_the_provider_negotiates_no_compression() {
+    let t = scene().await;
+    let offer = [&WEBSOCKET[..], &["Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits"]].concat();
+    let message = format!("key={PLACEHOLDER}");
+    let (head, wire) = upgrade(&t, "/upgrade-deflate", &offer, 2 + message.len()).await;
+    assert!(head.start.contains("101"), "{}", head.raw);
+    provider_got_the_secret(&t);
+    let offered = t.tls.origin.requests().iter().any(|r| r.header("sec-websocket-extensions").is_some());
+    assert!(!offered, "the offer reached the provider: {:#?}", t.tls.origin.requests());
+    assert!(head.header("sec-websocket-extensions").is_none(), "{}", head.raw);
+    assert_eq!(String::from_utf8_lossy(&payloads(&wire, false)), message);
+}
+
+#[tokio::test]
+async fn a_websocket_101_that_selects_an_extension_anyway_is_refused() {
+    let t = scene().await;
+    // Enough to see a frame's header come through, where it would.
+    let (head, wire) = upgrade(&t, "/upgrade-deflate-anyway", &WEBSOCKET, 2).await;
+    assert!(head.start.contains("502"), "{}", head.raw);
+    assert!(!String::from_utf8_lossy(&wire).contains("key="), "nothing after the 101 came: {wire:?}");
+    let log = t.leash.log_until("the outcome", |l| l.get("error").is_some()).await;
+    assert!(log.iter().any(|l| l["error"] == "bad-response" && l["status"] == 502), "{log:#?}");
+}
+
+#[tokio::test]
+async fn bytes_after_a_websocket_101_that_are_no_frames_end_the_connection() {
+    let t = scene().await;
+    let (head, wire) = upgrade(&t, "/upgrade-raw", &WEBSOCKET, "key=".len() + SECRET.len()).await;
+    assert!(head.start.contains("101"), "{}", head.raw);
+    provider_got_the_secret(&t);
+    assert!(wire.is_empty(), "nothing of bytes leash cannot follow reached the client: {wire:?}");
+    let log = t.leash.log_until("the outcome", |l| l.get("error").is_some()).await;
+    assert!(log.iter().any(|l| l["error"] == "bad-response"), "{log:#?}");
+}
+
+#[tokio::test]
+async fn an_h2c_upgrade_to_the_provider_is_not_relayed_so_no_flow_control_window_cuts_the_echo() {
+    let t = scene().await;
+    let h2c = ["Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA"];
+    // The provider answers 101 and DATA frames of one byte each whatever it was asked.
+    let (head, wire) = upgrade(&t, "/h2c", &h2c, h2_data_bytes(&format!("key={SECRET}")).len()).await;
+    provider_got_the_secret(&t);
+    assert!(head.start.contains("502"), "{}", head.raw);
+    assert!(!String::from_utf8_lossy(&payloads(&wire, true)).contains(SECRET), "{wire:?}");
+    let sent = t.tls.origin.requests();
+    assert!(sent.iter().all(|r| r.header("upgrade").is_none() && r.header("http2-settings").is_none()), "{sent:#?}");
+    assert!(!head.raw.contains(SECRET) && !String::from_utf8_lossy(&wire).contains(SECRET), "{wire:?}");
+    let log = t.leash.log_until("the outcome", |l| l.get("error").is_some()).await;
+    assert!(log.iter().any(|l| l["upgrade_dropped"] == "h2c"), "{log:#?}");
+    assert!(!format!("{log:?}").contains(SECRET), "{log:#?}");
 }
 
 #[tokio::test]
@@ -875,6 +1007,8 @@ async fn h2_answer(
         *last.lock().unwrap() = SECRET.to_owned();
         let mut trailer = HeaderMap::new();
         trailer.insert("x-echo", HeaderValue::from_static(SECRET));
+        // The key as a field's name too (it is a valid lowercase one).
+        trailer.insert(HeaderName::from_static(SECRET), HeaderValue::from_static("in-a-trailer-name"));
         let frames = vec![
             Frame::data(Bytes::from("key=sk-real-01234")),
             Frame::data(Bytes::from("56789abcdef.")),
@@ -882,6 +1016,7 @@ async fn h2_answer(
         ];
         let mut response = Response::new(Frames::new(frames));
         response.headers_mut().insert("x-echo", HeaderValue::from_static(SECRET));
+        response.headers_mut().insert(HeaderName::from_static(SECRET), HeaderValue::from_static("in-a-name"));
         return Ok(response);
     }
     let text = match target.as_str() {
@@ -995,6 +1130,23 @@ async fn h2_echo_in_a_header_data_frames_and_a_trailer_comes_back_as_the_placeho
     let collected = within("h2 body", resp.into_body().collect()).await.unwrap();
     assert_eq!(collected.trailers().unwrap().get("x-echo").unwrap(), PLACEHOLDER, "the echoed trailer");
     assert_eq!(collected.to_bytes(), format!("key={PLACEHOLDER}."), "the echo across two frames");
+    assert_eq!(server.seen()[0].headers.get("x-api-key").unwrap(), SECRET);
+}
+
+#[tokio::test]
+async fn h2_echo_in_a_response_header_name_and_a_trailer_name_comes_back_as_the_placeholder() {
+    let (server, t) = h2_scene().await;
+    let mut send = h2_client(&t, server.port, "models.test", "models.test").await;
+    let url = format!("https://models.test:{}/v1", server.port);
+    let req = h2_request(Method::GET, &url, &[("x-api-key", PLACEHOLDER)], vec![]);
+    let resp = within("h2 response", send.send_request(req)).await.unwrap();
+    let named = |m: &HeaderMap, value: &str| {
+        let names: Vec<&str> = m.iter().filter(|(_, v)| *v == value).map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, [PLACEHOLDER], "{m:?}");
+    };
+    named(resp.headers(), "in-a-name");
+    let collected = within("h2 body", resp.into_body().collect()).await.unwrap();
+    named(collected.trailers().unwrap(), "in-a-trailer-name");
     assert_eq!(server.seen()[0].headers.get("x-api-key").unwrap(), SECRET);
 }
 

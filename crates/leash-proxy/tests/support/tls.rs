@@ -68,6 +68,16 @@ impl TestCa {
         (vec![cert.der().clone(), self.der.clone()], key)
     }
 
+    /// A leaf for `names` as PEM files in `dir` (for a server leash does not run in-process): the chain and the key.
+    pub fn leaf_files(&self, names: &[&str], dir: &Path) -> (PathBuf, PathBuf) {
+        let (chain, key) = self.leaf(names);
+        let chain: Vec<pem::Pem> = chain.iter().map(|c| pem::Pem::new("CERTIFICATE", c.to_vec())).collect();
+        let (cert_path, key_path) = (dir.join("leaf.pem"), dir.join("leaf.key"));
+        std::fs::write(&cert_path, pem::encode_many(&chain)).expect("write leaf");
+        std::fs::write(&key_path, pem::encode(&pem::Pem::new("PRIVATE KEY", key.secret_der().to_vec()))).expect("key");
+        (cert_path, key_path)
+    }
+
     /// An HTTP/1.1 server configuration with a leaf for `names`.
     pub fn server_config(&self, names: &[&str]) -> ServerConfig {
         let (chain, key) = self.leaf(names);
