@@ -112,8 +112,19 @@ impl<'s> RequestCtx<'s> {
             return Err(Response::audit_failed());
         }
         match decision.verdict {
-            Verdict::Block => Err(Response::forbidden(&asked.shown(), decision.reason)),
+            Verdict::Block => Err(self.shaped(asked, Response::forbidden(&asked.shown(), decision.reason))),
             _ => Ok(()),
+        }
+    }
+
+    /// `answer` to a request for a model API in that API's JSON error shape (its SDK then shows leash's reason);
+    /// any other answer as it is. A tunnel's refusal comes before any request, so it is never shaped.
+    fn shaped(&self, asked: &Asked<'_>, answer: Response) -> Response {
+        let model_api = asked.path.is_some()
+            && leash_policy::parse_host(asked.host).is_ok_and(|host| self.snap.is_model_api(&host));
+        match model_api {
+            true => answer.in_api_shape(asked.host),
+            false => answer,
         }
     }
 
@@ -122,7 +133,7 @@ impl<'s> RequestCtx<'s> {
         match self.pass(asked, decision) {
             Err(answer) => answer,
             // Only a block is refused; a caller refusing on anything else is a bug, and still gets a refusal.
-            Ok(()) => Response::forbidden(&asked.shown(), decision.reason),
+            Ok(()) => self.shaped(asked, Response::forbidden(&asked.shown(), decision.reason)),
         }
     }
 
@@ -131,7 +142,7 @@ impl<'s> RequestCtx<'s> {
     /// the line cannot be written.
     pub fn refuse_with(&self, asked: &Asked<'_>, decision: &Decision, answer: Response) -> Response {
         match self.record(asked, decision, Extras::default()) {
-            Ok(()) => answer,
+            Ok(()) => self.shaped(asked, answer),
             Err(_) => Response::audit_failed(),
         }
     }

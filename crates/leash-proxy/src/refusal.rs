@@ -82,11 +82,20 @@ impl Response {
     }
 
     /// 403 for a refused model API request (as [`Response::provider_tools`]) in the JSON error shape of the API at
-    /// `host`, so that its SDK shows leash's reason rather than a bare status: Anthropic's, Gemini's (Vertex AI's
-    /// too), and OpenAI's for any other host — the shape most gateways copy.
+    /// `host` (see [`Response::in_api_shape`]).
     pub fn provider_error(host: &str, target: &str, why: &str) -> Self {
-        let reason = Reason::ProviderTools;
-        let message = format!("leash: {target} refused by the egress policy ({reason}): {why}");
+        Response::provider_tools(target, why).in_api_shape(host)
+    }
+
+    /// A 403 refusal to a request for a model API at `host`, whatever its reason, in the JSON error shape of that
+    /// API, so that its SDK shows leash's reason rather than a bare status: Anthropic's, Gemini's (Vertex AI's too),
+    /// and OpenAI's for any other host — the shape most gateways copy. The message is the text body's two lines on
+    /// one; `X-Leash-Reason` stays. Any other response is returned as it is.
+    pub fn in_api_shape(self, host: &str) -> Self {
+        let Some(reason) = self.reason.filter(|_| self.status == 403 && !self.body.starts_with('{')) else {
+            return self;
+        };
+        let message = self.body.trim_end().replacen('\n', ": ", 1);
         let google = host == "generativelanguage.googleapis.com" || host.ends_with("aiplatform.googleapis.com");
         let body = match host {
             "api.anthropic.com" => serde_json::json!({
@@ -98,11 +107,12 @@ impl Response {
             }),
             _ => serde_json::json!({
                 "error": {
-                    "message": message, "type": "permission_error", "param": null, "code": "leash_provider_tools",
+                    "message": message, "type": "permission_error", "param": null,
+                    "code": format!("leash_{}", reason.as_str().replace('-', "_")),
                 },
             }),
         };
-        Self { status: 403, reason: Some(reason), body: body.to_string() }
+        Self { body: body.to_string(), ..self }
     }
 
     /// The body's media type: JSON for [`Response::provider_error`]'s, the one body that is a JSON object (every

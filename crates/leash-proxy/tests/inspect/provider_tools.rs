@@ -492,3 +492,32 @@ async fn a_plain_http_model_gateway_is_stripped_as_one_inside_tls_is() {
     assert!(error["error"]["message"].as_str().unwrap().contains("provider-tools"), "{error}");
     up.assert_untouched().await;
 }
+
+#[tokio::test]
+async fn every_refusal_on_a_model_api_comes_in_its_error_shape_not_only_provider_tools() {
+    // A path the policy refuses on the model host: the SDK must show leash's reason, not a bare 403.
+    let ca = TestCa::new();
+    let tls = TlsUpstream::with(&ca, |_| Reply::ok("{\"ok\":true}")).await;
+    let policy = format!(
+        "network:\n  mode: allowlist\n  allowed_urls: [models.test/v1/]\n  tunnel_ports: [{}]\n  \
+         allow_destinations: [127.0.0.0/8]\n  model_apis: [models.test]\n",
+        tls.port()
+    );
+    let leash = Leash::builder(&policy).inspecting(&ca.pem).start().await;
+    let t = Inspecting { ca, tls, leash };
+    let out = post(&t, "/admin/keys", "{}", &[]).await;
+    assert_eq!((out.status, out.head.header("x-leash-reason")), (403, Some("not-allowed")), "{}", out.stderr);
+    assert_eq!(out.head.header("content-type"), Some("application/json"));
+    let body: Value = serde_json::from_slice(&out.body).expect("a JSON error body");
+    assert_eq!(
+        (&body["error"]["type"], &body["error"]["code"]),
+        (&json!("permission_error"), &json!("leash_not_allowed"))
+    );
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("leash: models.test/admin/keys refused by the egress policy (not-allowed): "),
+        "{message}"
+    );
+    assert!(t.tls.origin.requests().is_empty(), "nothing reached the API");
+    assert_eq!(post(&t, "/v1/chat", "{}", &[]).await.status, 200, "an allowed path still passes");
+}
