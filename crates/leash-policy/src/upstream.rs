@@ -63,27 +63,37 @@ pub(crate) struct ProxyUrl {
     pub port: u16,
 }
 
-/// Parse `http://HOST:PORT` or `https://HOST:PORT` (a trailing `/` allowed). Err says what is wrong, for the
-/// loader's message.
-pub(crate) fn parse_proxy_url(text: &str) -> Result<ProxyUrl, String> {
+/// Why `upstream_proxy` is not a proxy URL; its text (the loader's message) names the URL and what to write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ProxyUrlError {
+    #[error("`{0}` is not an upstream proxy URL; write `http://HOST:PORT` or `https://HOST:PORT`")]
+    Scheme(String),
+    #[error("`{0}`: write only `http://HOST:PORT` (credentials come from `upstream_proxy_auth_env`)")]
+    MoreThanAnAuthority(String),
+    #[error("`{url}`: {error}")]
+    BadHost { url: String, error: crate::host::HostError },
+    #[error("`{0}` needs a port, e.g. `{0}:3128`")]
+    NoPort(String),
+    #[error("`{0}`: name the proxy, or write its address as a dotted quad")]
+    IpLiteral(String),
+}
+
+/// Parse `http://HOST:PORT` or `https://HOST:PORT` (a trailing `/` allowed).
+pub(crate) fn parse_proxy_url(text: &str) -> Result<ProxyUrl, ProxyUrlError> {
     let (tls, rest) = match text.split_once("://") {
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (false, rest),
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (true, rest),
-        _ => {
-            return Err(format!(
-                "`{text}` is not an upstream proxy URL; write `http://HOST:PORT` or `https://HOST:PORT`"
-            ))
-        }
+        _ => return Err(ProxyUrlError::Scheme(text.to_owned())),
     };
     let authority = rest.strip_suffix('/').unwrap_or(rest);
     if authority.contains(['/', '?', '#', '@']) {
-        let why = "write only `http://HOST:PORT` (credentials come from `upstream_proxy_auth_env`)";
-        return Err(format!("`{text}`: {why}"));
+        return Err(ProxyUrlError::MoreThanAnAuthority(text.to_owned()));
     }
-    let parsed = crate::host::parse_authority(authority).map_err(|e| format!("`{text}`: {e}"))?;
-    let port = parsed.port.ok_or_else(|| format!("`{text}` needs a port, e.g. `{text}:3128`"))?;
+    let parsed = crate::host::parse_authority(authority)
+        .map_err(|error| ProxyUrlError::BadHost { url: text.to_owned(), error })?;
+    let port = parsed.port.ok_or_else(|| ProxyUrlError::NoPort(text.to_owned()))?;
     match parsed.host {
-        Host::IpLiteral(_) => Err(format!("`{text}`: name the proxy, or write its address as a dotted quad")),
+        Host::IpLiteral(_) => Err(ProxyUrlError::IpLiteral(text.to_owned())),
         host => Ok(ProxyUrl { tls, host, port }),
     }
 }
@@ -100,9 +110,9 @@ mod tests {
         let url = parse_proxy_url("HTTPS://proxy:443").unwrap();
         assert_eq!((url.host.as_str().into_owned(), url.port, url.tls), ("proxy".to_owned(), 443, true));
         assert!(parse_proxy_url("https://10.1.2.3:3129/").unwrap().tls);
-        assert!(parse_proxy_url("socks5://proxy:1080").unwrap_err().contains("is not an upstream proxy URL"));
-        assert!(parse_proxy_url("http://proxy").unwrap_err().contains("needs a port"));
-        assert!(parse_proxy_url("http://user:pw@proxy:3128").unwrap_err().contains("upstream_proxy_auth_env"));
-        assert!(parse_proxy_url("proxy:3128").unwrap_err().contains("is not an upstream proxy URL"));
+        assert!(parse_proxy_url("socks5://proxy:1080").unwrap_err().to_string().contains("is not an upstream proxy URL"));
+        assert!(parse_proxy_url("http://proxy").unwrap_err().to_string().contains("needs a port"));
+        assert!(parse_proxy_url("http://user:pw@proxy:3128").unwrap_err().to_string().contains("upstream_proxy_auth_env"));
+        assert!(parse_proxy_url("proxy:3128").unwrap_err().to_string().contains("is not an upstream proxy URL"));
     }
 }

@@ -77,14 +77,27 @@ impl Resolve for SystemResolver {
     }
 }
 
+/// Why a `--resolve` pin was refused; its text names the part of the pin at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PinError {
+    #[error("`{0}` is not HOST:ADDR")]
+    NotHostAndAddress(String),
+    #[error("`{host}`: {error}")]
+    BadHost { host: String, error: leash_policy::HostError },
+    #[error("`{0}` is an IP literal; pin a name")]
+    IpLiteral(String),
+    #[error("`{0}` is not an IP address")]
+    BadAddress(String),
+}
+
 /// Parse a `--resolve HOST:ADDR` pin (`ADDR` IPv4, or IPv6 in brackets or bare).
-pub fn parse_pin(spec: &str) -> Result<(Box<str>, IpAddr), String> {
-    let (host, addr) = spec.split_once(':').ok_or_else(|| format!("`{spec}` is not HOST:ADDR"))?;
-    let name = leash_policy::parse_host(host).map_err(|e| format!("`{host}`: {e}"))?;
+pub fn parse_pin(spec: &str) -> Result<(Box<str>, IpAddr), PinError> {
+    let (host, addr) = spec.split_once(':').ok_or_else(|| PinError::NotHostAndAddress(spec.to_owned()))?;
+    let name = leash_policy::parse_host(host).map_err(|error| PinError::BadHost { host: host.to_owned(), error })?;
     let leash_policy::Host::Name(name) = name else {
-        return Err(format!("`{host}` is an IP literal; pin a name"));
+        return Err(PinError::IpLiteral(host.to_owned()));
     };
     let addr = addr.trim_start_matches('[').trim_end_matches(']');
-    let ip: IpAddr = addr.parse().map_err(|_| format!("`{addr}` is not an IP address"))?;
+    let ip: IpAddr = addr.parse().map_err(|_| PinError::BadAddress(addr.to_owned()))?;
     Ok((name.as_str().into(), ip))
 }

@@ -250,8 +250,8 @@ impl Checker {
         let pos = find(fields, "upstream_proxy").map(|(_, n)| n.pos).unwrap_or_default();
         let url = match parse_proxy_url(url) {
             Ok(url) => url,
-            Err(message) => {
-                self.error(BadValue, &join(prefix, "upstream_proxy"), pos, message);
+            Err(e) => {
+                self.error(BadValue, &join(prefix, "upstream_proxy"), pos, e.to_string());
                 return None;
             }
         };
