@@ -279,6 +279,60 @@ fn the_commands_own_unix_sockets_and_allowed_host_ones_still_connect() {
     assert!(server.accepted(), "the allowed socket's server saw the connection");
 }
 
+// ---- init's liveness ------------------------------------------------------------------------------------------
+
+/// A command that connects to its own full listener while other threads of it change the socket's `SO_SNDTIMEO`
+/// (`connect_race.c`); leash runs it, then is killed with SIGKILL. Prints what the command said, then how many of the
+/// sandbox's processes (init included: its command line is leash's) outlived leash by 5 seconds.
+const STALL: &str = r#"
+import os, signal, subprocess, sys, time, uuid
+leash, race = sys.argv[1], sys.argv[2]
+mark = "leash-stall-" + uuid.uuid4().hex
+p = subprocess.Popen([leash, "run", "--", race, "6", mark], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+os.set_blocking(p.stdout.fileno(), False)
+out, deadline = b"", time.monotonic() + 40
+while b"done" not in out and time.monotonic() < deadline:
+    time.sleep(0.1)
+    try:
+        out += os.read(p.stdout.fileno(), 4096)
+    except BlockingIOError:
+        pass
+print(out.decode().replace("\n", " ").strip())
+os.kill(p.pid, signal.SIGKILL)
+p.wait()
+def left():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+deadline = time.monotonic() + 5
+while left() and time.monotonic() < deadline:
+    time.sleep(0.05)
+rest = left()
+print("left", len(rest))
+for pid in rest:
+    os.kill(pid, signal.SIGKILL)
+"#;
+
+#[test]
+fn init_is_never_stalled_by_the_commands_socket_and_dies_with_leash() {
+    let Some(()) = sandbox() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let race = dir.path().join("connect_race");
+    let source = dir.path().join("connect_race.c");
+    std::fs::write(&source, include_str!("connect_race.c")).unwrap();
+    let built = Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&race).arg(&source).status().unwrap();
+    assert!(built.success(), "cc could not build the racing command");
+    let out = driver(STALL, &[race.to_str().unwrap()]);
+    // `touched 1`: init set the time-out on the command's socket (whose other threads can reset it in the window
+    // before init's connect, leaving init blocked for good). No `done`: init was stalled, and leash with it.
+    assert_eq!(out, "touched 0 done\nleft 0\n", "init waits on its own clock and ends with leash");
+}
+
 // ---- other address families ------------------------------------------------------------------------------------
 
 #[test]

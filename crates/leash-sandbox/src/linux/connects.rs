@@ -12,9 +12,12 @@
 //! a relative path, linked into place, in another mount namespace or created after the sandbox started. Any other
 //! address (TCP to the proxy, abstract Unix names, which belong to the network namespace) is connected as asked.
 //!
-//! Runs in init, between its polls: raw system calls only, no allocation. A connection that would wait (a full
-//! backlog) waits at most `CONNECT_WAIT`, as the socket's `SO_SNDTIMEO` would bound it, so a stuck peer cannot stall
-//! init for long.
+//! Runs in init, between its polls: raw system calls only, no allocation. Init never blocks on anything the command
+//! controls: a connection that would wait (a full backlog, a reading of the caller's memory that waits on its page
+//! fault handler) waits at most `CONNECT_WAIT` of init's own clock, a SIGALRM that interrupts the wait, whatever
+//! the caller's socket says. The socket's file description is shared with the command, which may change its flags
+//! and options at any moment from another thread: init sets nothing on it and relies on nothing read from it for
+//! its own progress (`O_NONBLOCK` and `SO_SNDTIMEO` only make the caller's own connect return sooner).
 
 use std::ffi::CStr;
 
@@ -25,6 +28,15 @@ use super::sys::{self, Errno};
 /// The longest init waits for one connection to complete (a listener with a full backlog); past it the caller gets
 /// what a socket with that `SO_SNDTIMEO` gets (`EAGAIN` for Unix, `EINPROGRESS` for TCP).
 const CONNECT_WAIT: libc::timeval = libc::timeval { tv_sec: 2, tv_usec: 0 };
+/// After `CONNECT_WAIT`, SIGALRM comes again this often: one that landed just before init entered the wait (and
+/// interrupted nothing) is followed by another that does.
+const ALARM_AGAIN: libc::timeval = libc::timeval { tv_sec: 0, tv_usec: 50_000 };
+const DISARMED: libc::timeval = libc::timeval { tv_sec: 0, tv_usec: 0 };
+
+/// Lets init's deadline interrupt its waits (see the module docs); called once, before the first `answer_one`.
+pub(super) fn arm_deadlines() -> Result<(), Errno> {
+    sys::interrupt_on_alarm()
+}
 /// `sizeof(struct sockaddr_storage)`: the kernel refuses longer addresses with `EINVAL`.
 const MAX_ADDR: usize = 128;
 /// `offsetof(struct sockaddr_un, sun_path)`.
@@ -36,7 +48,11 @@ pub(super) type SocketId = (u64, u64);
 /// Answers one notification from `listener`. A notification whose caller is gone is dropped.
 pub(super) fn answer_one(listener: c_int, allowed: &[SocketId]) {
     let Ok(notif) = sys::notif_recv(listener) else { return };
-    let result = match connect_for(listener, &notif, allowed) {
+    // Unarmed, the connection is still made, but without init's bound: refused instead.
+    let armed = sys::set_alarm(CONNECT_WAIT, ALARM_AGAIN);
+    let result = armed.and_then(|()| connect_for(listener, &notif, allowed));
+    let _ = sys::set_alarm(DISARMED, DISARMED);
+    let result = match result {
         Ok(()) => 0,
         Err(errno) => -errno,
     };
@@ -113,7 +129,7 @@ fn read_and_connect(
     let domain = sys::getsockopt_int(socket, libc::SOL_SOCKET, libc::SO_DOMAIN)?;
     match filesystem_path(domain, addr) {
         Some(path) => connect_unix_path(pid, socket, path, allowed),
-        None => connect_bounded(socket, addr),
+        None => connect_bounded(domain, socket, addr),
     }
 }
 
@@ -161,24 +177,18 @@ fn check_and_connect(socket: c_int, target: c_int, allowed: &[SocketId]) -> Resu
     via.push(&(libc::AF_UNIX as u16).to_ne_bytes());
     via.push(b"/proc/self/fd/");
     via.push_number(target as u64);
-    connect_bounded(socket, via.bytes_with_nul())
+    connect_bounded(libc::AF_UNIX, socket, via.bytes_with_nul())
 }
 
-/// connect(2) with the wait bounded by `CONNECT_WAIT` (or the socket's own shorter send time-out), which is then put
-/// back.
-fn connect_bounded(socket: c_int, addr: &[u8]) -> Result<(), Errno> {
-    let own = sys::send_timeout(socket)?;
-    let unset = own.tv_sec == 0 && own.tv_usec == 0;
-    let longer = (own.tv_sec, own.tv_usec) > (CONNECT_WAIT.tv_sec, CONNECT_WAIT.tv_usec);
-    let bounded = unset || longer;
-    if bounded {
-        sys::set_send_timeout(socket, &CONNECT_WAIT)?;
+/// connect(2), interrupted by init's deadline (`answer_one`) if it waits that long: the caller then gets what a
+/// socket whose `SO_SNDTIMEO` ran out gets, `EAGAIN` for a Unix socket and `EINPROGRESS` for TCP (whose connection
+/// goes on in the background, as it would).
+fn connect_bounded(domain: c_int, socket: c_int, addr: &[u8]) -> Result<(), Errno> {
+    match sys::connect(socket, addr) {
+        Err(libc::EINTR) if domain == libc::AF_UNIX => Err(libc::EAGAIN),
+        Err(libc::EINTR) => Err(libc::EINPROGRESS),
+        other => other,
     }
-    let result = sys::connect(socket, addr);
-    if bounded {
-        let _ = sys::set_send_timeout(socket, &own);
-    }
-    result
 }
 
 /// Whether a Unix socket bound to the file `id` listens in the caller's (init's, the sandbox's) network namespace:

@@ -58,6 +58,10 @@ pub(super) fn run(plan: &Plan) -> ! {
 
 /// Namespaces, mounts, network and sockets, in the order the crate docs give.
 fn setup(plan: &Plan) -> Result<(), Fail> {
+    // Init, and with it every process of its pid namespace, ends with the leash thread that cloned it, even one
+    // killed outright or while init waits. Had leash gone before this call, the next read of the channel (the ids
+    // mapped, or `Go`) reads its end.
+    sys::set_parent_death_signal(libc::SIGKILL).map_err(at(ChildStep::Harden, 1))?;
     if let Some(spread) = &plan.spread {
         spread.leave_parent_cpu();
     }
@@ -228,6 +232,8 @@ fn bind_all(plan: &Plan, fds: &mut [c_int], len: &mut usize) -> Result<(), Fail>
 fn start_command(plan: &Plan) -> Result<Started, Fail> {
     probe_pidfd_getfd(plan)?;
     let signals = sys::signalfd(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
+    // The command starts with every disposition reset and no signal blocked (`command_setup`).
+    connects::arm_deadlines().map_err(at(ChildStep::InitSignals, 1))?;
     let (read_end, write_end) = sys::pipe().map_err(at(ChildStep::ForkCommand, 0))?;
     let (listener_in, listener_out) = sys::seqpacket_pair().map_err(at(ChildStep::ForkCommand, 0))?;
     let mut start = CommandStart { plan, write_end, listener_out };
