@@ -72,6 +72,14 @@ pub fn run(args: RunArgs) -> Exit {
     spec.tcp_listeners.extend(service_ports.iter().map(|(_, p)| SocketAddrV4::new(Ipv4Addr::LOCALHOST, *p)));
     services::announce(&policy);
     spec.env.extend(services::no_proxy_env(&policy));
+    // A socket on leash's stdio is the host network namespace's: the command gets a pipe to it instead.
+    let relay = match leash_sandbox::relay_socket_stdio(&mut spec) {
+        Ok(relay) => relay,
+        Err(e) => {
+            eprintln!("leash: the command was not run: cannot relay a socket on stdio through a pipe: {e}");
+            return Exit::SandboxFailed;
+        }
+    };
     // The init is cloned before the CA's key exists, so its copy of leash's memory never holds it.
     let pending = match Sandbox::prepare(spec) {
         Ok(p) => p,
@@ -103,6 +111,8 @@ pub fn run(args: RunArgs) -> Exit {
     };
     let policy = config.policy.clone();
     let exit = supervise(sandbox, (config, listeners, unix_services), hold, runtime);
+    // All the command wrote is passed on before leash's own records follow it.
+    relay.finish();
     replay_deferred_log(&audit);
     crate::shared::summary::print(&audit, &policy, args.quiet);
     drop(ca_files);

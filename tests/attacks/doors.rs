@@ -333,6 +333,81 @@ fn init_is_never_stalled_by_the_commands_socket_and_dies_with_leash() {
     assert_eq!(out, "touched 0 done\nleft 0\n", "init waits on its own clock and ends with leash");
 }
 
+// ---- sockets on stdio ------------------------------------------------------------------------------------------
+
+/// leash started with a Unix datagram socket, then a UDP socket, as stdout (one end of a pair, or connected to a
+/// receiver of the caller's), then one Unix stream socket as stdin and stdout (inetd); the command writes its output
+/// and tries `sendto` on its stdout to host datagram sockets by path, abstract name and UDP address.
+const STDIO_SOCKETS: &str = r#"
+import os, socket, subprocess, sys, tempfile
+leash = sys.argv[1]
+d = tempfile.mkdtemp()
+path, abstract = d + "/host.sock", b"\0leash-door-" + os.urandom(6).hex().encode()
+unix_targets = []
+for addr in (path, abstract):
+    t = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    t.bind(addr)
+    t.settimeout(0.5)
+    unix_targets.append(t)
+udp_target = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp_target.bind(("127.0.0.1", 0))
+udp_target.settimeout(0.5)
+inner = f"""
+import os, socket, sys
+os.write(1, b"hello through stdout")
+for addr in ({path!r}, {abstract!r}):
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM, fileno=os.dup(1)).sendto(b"escaped", addr)
+    except OSError as e:
+        print("unix", e.errno, file=sys.stderr)
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM, fileno=os.dup(1)).sendto(b"escaped", {udp_target.getsockname()!r})
+except OSError as e:
+    print("udp", e.errno, file=sys.stderr)
+"""
+def run(stdout):
+    p = subprocess.run([leash, "run", "--", "/usr/bin/python3", "-c", inner], stdout=stdout, stderr=subprocess.PIPE,
+                       timeout=60)
+    return p.returncode
+def arrived(t):
+    try:
+        return t.recv(100)
+    except socket.timeout:
+        return None
+# stdout a Unix datagram socket (one end of a pair; the other end is the caller's), then a UDP one.
+mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+mine.settimeout(2)
+rc = run(theirs)
+theirs.close()
+print("unix-dgram stdout:", rc, "output", arrived(mine), "escaped", [arrived(t) for t in unix_targets + [udp_target]])
+out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+out.bind(("127.0.0.1", 0))
+out.settimeout(2)
+stdout = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+stdout.connect(out.getsockname())
+rc = run(stdout)
+print("udp stdout:", rc, "output", arrived(out), "escaped", [arrived(t) for t in unix_targets + [udp_target]])
+# inetd-style: stdin and stdout one Unix stream socket.
+mine, theirs = socket.socketpair()
+mine.sendall(b"ping")
+mine.shutdown(socket.SHUT_WR)
+p = subprocess.run([leash, "run", "--", "/usr/bin/python3", "-c", "import sys; sys.stdout.write(sys.stdin.read().upper())"],
+                   stdin=theirs, stdout=theirs, stderr=subprocess.PIPE, timeout=60)
+theirs.close()
+mine.settimeout(5)
+print("inetd:", p.returncode, mine.recv(100))
+"#;
+
+#[test]
+fn a_socket_on_stdio_is_relayed_never_handed_to_the_command() {
+    let Some(()) = sandbox() else { return };
+    let out = driver(STDIO_SOCKETS, &[]);
+    let want = "unix-dgram stdout: 0 output b'hello through stdout' escaped [None, None, None]\n\
+                udp stdout: 0 output b'hello through stdout' escaped [None, None, None]\n\
+                inetd: 0 b'PING'\n";
+    assert_eq!(out, want, "the host's datagram sockets got nothing; output and input still pass");
+}
+
 // ---- other address families ------------------------------------------------------------------------------------
 
 #[test]

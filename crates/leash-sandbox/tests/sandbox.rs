@@ -612,6 +612,15 @@ fn a_failed_step_is_named_and_the_command_never_runs() {
 }
 
 #[test]
+fn a_socket_as_the_commands_stdio_is_refused_before_any_namespace() {
+    let (socket, _peer) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let mut spec = SandboxSpec::new("/bin/true");
+    spec.stderr = Some(socket.into());
+    let err = Sandbox::spawn(spec).unwrap_err();
+    assert!(matches!(&err, SandboxError::InvalidSpec(why) if why.contains("stderr would be a socket")), "{err}");
+}
+
+#[test]
 fn a_missing_program_is_refused_before_any_namespace() {
     let err = Sandbox::spawn(SandboxSpec::new("leash-no-such-program")).unwrap_err();
     assert!(matches!(err, SandboxError::ProgramNotFound { .. }), "{err}");
