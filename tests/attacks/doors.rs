@@ -408,6 +408,64 @@ fn a_socket_on_stdio_is_relayed_never_handed_to_the_command() {
     assert_eq!(out, want, "the host's datagram sockets got nothing; output and input still pass");
 }
 
+/// An allowed host socket removed during the run, and host sockets made until one gets its inode number; the
+/// command then connects to that one. Prints the command's verdict and whether the host's server saw it.
+const REUSED_INODE: &str = r#"
+import os, select, socket, subprocess, sys
+leash, d = sys.argv[1], sys.argv[2]
+allowed, go = d + "/allowed.sock", d + "/go"
+a = socket.socket(socket.AF_UNIX)
+a.bind(allowed)
+a.listen()
+ino = os.stat(allowed).st_ino
+inner = f"""
+import os, socket, time
+print("ready", flush=True)
+for _ in range(600):
+    if os.path.exists({go!r}):
+        break
+    time.sleep(0.05)
+target = open({go!r}).read()
+try:
+    socket.socket(socket.AF_UNIX).connect(target)
+    print("connected")
+except OSError as e:
+    print("refused", e.errno)
+"""
+p = subprocess.Popen([leash, "run", "--allow-unix-socket", allowed, "--", "/usr/bin/python3", "-c", inner],
+                     stdout=subprocess.PIPE, text=True)
+assert p.stdout.readline() == "ready\n"
+# The allowed socket goes away; host sockets are made elsewhere until one gets its inode number (ext4 hands a
+# freed one out again at once; a held inode is never freed).
+a.close()
+os.unlink(allowed)
+for i in range(200):
+    other = f"{d}/other-{i}.sock"
+    b = socket.socket(socket.AF_UNIX)
+    b.bind(other)
+    if os.stat(other).st_ino == ino or i == 199:
+        break
+    b.close()
+    os.unlink(other)
+b.listen()
+print("reused", os.stat(other).st_ino == ino, file=sys.stderr)
+open(go + ".tmp", "w").write(other)
+os.rename(go + ".tmp", go)
+verdict = p.stdout.read().strip()
+p.wait(timeout=60)
+r, _, _ = select.select([b], [], [], 1)
+print(verdict, "accepted" if r else "unseen")
+"#;
+
+#[test]
+fn an_allowed_unix_socket_gone_during_the_run_lends_its_inode_to_nothing() {
+    let Some(()) = sandbox() else { return };
+    // On disk (ext4 hands a freed inode number to the next file at once; tmpfs counts up).
+    let dir = unwalked_dir();
+    let out = driver(REUSED_INODE, &[dir.path().to_str().unwrap()]);
+    assert_eq!(out, format!("refused {} unseen\n", libc::ECONNREFUSED), "an unrelated socket was reached");
+}
+
 // ---- other address families ------------------------------------------------------------------------------------
 
 #[test]

@@ -4,8 +4,9 @@
 //! could swap the address in memory or the socket behind the descriptor number. Init reads both once, and
 //! connects what it read.
 //!
-//! A connection to a **filesystem Unix socket** is made only to a socket listed in `allow_unix_sockets` (by device
-//! and inode) or to one that listens in the sandbox's own network namespace (the command's own servers, found with
+//! A connection to a **filesystem Unix socket** is made only to a socket listed in `allow_unix_sockets` (the one
+//! found there at start, held open so its inode number goes to no other file, while the path still names it) or
+//! to one that listens in the sandbox's own network namespace (the command's own servers, found with
 //! `sock_diag`). The path is resolved as the caller sees it (its root and working directory, under
 //! `/proc/PID/`), opened `O_PATH`, checked, and connected through `/proc/self/fd/N`, so what was checked is what is
 //! connected. Every other one gets `ECONNREFUSED`, as if nothing listened there: a socket of the host's, bound by
@@ -45,8 +46,25 @@ const SUN_PATH: usize = 2;
 /// A socket file's identity: device and inode as `stat` gives them.
 pub(super) type SocketId = (u64, u64);
 
+/// A host socket the operator allowed (`--allow-unix-socket`), as found at start. The held `O_PATH` descriptor keeps
+/// the file's inode alive, so its number cannot go to another file while the sandbox runs (a filesystem hands a
+/// freed inode number to the next file: an identity recorded once would then name an unrelated socket).
+pub(super) struct AllowedSocket {
+    pub(super) id: SocketId,
+    /// The path the operator named, as leash's mount namespace (init's copy of it) resolves it.
+    pub(super) path: std::ffi::CString,
+    pub(super) held: std::os::fd::OwnedFd,
+}
+
+impl AllowedSocket {
+    /// Whether `id` is this socket, and the operator's path still names it (not gone, nor replaced).
+    fn is(&self, id: SocketId) -> bool {
+        id == self.id && sys::stat(&self.path).is_ok_and(|st| (st.st_dev, st.st_ino) == self.id)
+    }
+}
+
 /// Answers one notification from `listener`. A notification whose caller is gone is dropped.
-pub(super) fn answer_one(listener: c_int, allowed: &[SocketId]) {
+pub(super) fn answer_one(listener: c_int, allowed: &[AllowedSocket]) {
     let Ok(notif) = sys::notif_recv(listener) else { return };
     // Unarmed, the connection is still made, but without init's bound: refused instead.
     let armed = sys::set_alarm(CONNECT_WAIT, ALARM_AGAIN);
@@ -61,7 +79,7 @@ pub(super) fn answer_one(listener: c_int, allowed: &[SocketId]) {
 }
 
 /// Makes the connection `notif` asks for, on a duplicate of the caller's socket.
-fn connect_for(listener: c_int, notif: &libc::seccomp_notif, allowed: &[SocketId]) -> Result<(), Errno> {
+fn connect_for(listener: c_int, notif: &libc::seccomp_notif, allowed: &[AllowedSocket]) -> Result<(), Errno> {
     if notif.data.nr != libc::SYS_connect as c_int {
         return Err(libc::ENOSYS);
     }
@@ -117,7 +135,7 @@ fn read_and_connect(
     socket: c_int,
     addr_ptr: u64,
     len: usize,
-    allowed: &[SocketId],
+    allowed: &[AllowedSocket],
 ) -> Result<(), Errno> {
     let mut addr = [0u8; MAX_ADDR];
     let addr = addr.get_mut(..len).ok_or(libc::EINVAL)?;
@@ -142,7 +160,7 @@ fn filesystem_path(domain: c_int, addr: &[u8]) -> Option<&[u8]> {
 }
 
 /// Resolves `path` as process `pid` sees it, and connects `socket` to it if it is an allowed or inside socket.
-fn connect_unix_path(pid: pid_t, socket: c_int, path: &[u8], allowed: &[SocketId]) -> Result<(), Errno> {
+fn connect_unix_path(pid: pid_t, socket: c_int, path: &[u8], allowed: &[AllowedSocket]) -> Result<(), Errno> {
     let absolute = path.first() == Some(&b'/');
     let mut base = PathBuf64::new();
     base.push(b"/proc/");
@@ -163,14 +181,14 @@ fn connect_unix_path(pid: pid_t, socket: c_int, path: &[u8], allowed: &[SocketId
     result
 }
 
-fn check_and_connect(socket: c_int, target: c_int, allowed: &[SocketId]) -> Result<(), Errno> {
+fn check_and_connect(socket: c_int, target: c_int, allowed: &[AllowedSocket]) -> Result<(), Errno> {
     let st = sys::fstat(target)?;
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         return Err(libc::ECONNREFUSED);
     }
     let id = (st.st_dev, st.st_ino);
     // INVARIANT: a filesystem Unix socket is connected only if allowed or listening inside the sandbox.
-    if !allowed.contains(&id) && !listens_inside(id) {
+    if !allowed.iter().any(|a| a.is(id)) && !listens_inside(id) {
         return Err(libc::ECONNREFUSED);
     }
     let mut via = PathBuf64::new();

@@ -65,8 +65,7 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     if let Some(spread) = &plan.spread {
         spread.leave_parent_cpu();
     }
-    let (keep, len) = plan.init_keeps();
-    sys::close_all_except(keep.get(..len).unwrap_or_default()).map_err(at(ChildStep::CloseFds, 0))?;
+    sys::close_all_except(plan.init_keeps()).map_err(at(ChildStep::CloseFds, 0))?;
     sys::set_signal_mask(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
     map_init_ids(plan)?;
     // INVARIANT: init is non-dumpable before anything else runs in the sandbox, so the command can neither

@@ -637,6 +637,15 @@ pub(super) fn open_path_at(dir: c_int, path: &CStr, resolve: u64) -> SysResult<c
     check_long(ret).map(|fd| fd as c_int)
 }
 
+/// stat(2), following links.
+pub(super) fn stat(path: &CStr) -> SysResult<libc::stat> {
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: libc::stat = unsafe { zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` is valid for writes.
+    check(unsafe { libc::stat(path.as_ptr(), &mut st) })?;
+    Ok(st)
+}
+
 /// fstat(2).
 pub(super) fn fstat(fd: c_int) -> SysResult<libc::stat> {
     // SAFETY: stat is plain data, filled by the kernel.
