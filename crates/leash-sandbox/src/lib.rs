@@ -41,8 +41,9 @@
 //! (`AF_VSOCK` reaches the hypervisor; only Unix, IPv4, IPv6 and netlink are allowed), Unix datagram sockets,
 //! `TIOCSTI`/`TIOCLINUX`, io_uring and `request_key`, and hands every `connect` to init. Init makes the connection
 //! itself on a duplicate of the caller's socket, so what it checked is what is connected: a **filesystem Unix
-//! socket** is reached only if it is named in `allow_unix_sockets` (the socket found there at start, held open, while the path still names it) or listens in the
-//! sandbox's own network namespace (the command's own servers); any other gets `ECONNREFUSED`, whatever path names
+//! socket** is reached only if it is named in `allow_unix_sockets` (the socket found there at start, held open,
+//! while the path still names it) or listens in the sandbox's own network namespace (the command's own servers);
+//! any other gets `ECONNREFUSED`, whatever path names
 //! it — relative, linked into place, bound in another mount namespace, created after the sandbox started. Nothing
 //! is looked for at start, so nothing can be missed. Abstract Unix sockets need nothing: they belong to a network
 //! namespace, and the sandbox has its own. Costs: each `connect` is a round trip to init (microseconds); a
