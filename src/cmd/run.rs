@@ -73,7 +73,7 @@ pub fn run(args: RunArgs) -> Exit {
     services::announce(&policy);
     spec.env.extend(services::no_proxy_env(&policy));
     // A socket on leash's stdio is the host network namespace's: the command gets a pipe to it instead.
-    let relay = match leash_sandbox::relay_socket_stdio(&mut spec) {
+    let relay = match leash_sandbox::relay_stdio(&mut spec) {
         Ok(relay) => relay,
         Err(e) => {
             eprintln!("leash: the command was not run: cannot relay a socket on stdio through a pipe: {e}");

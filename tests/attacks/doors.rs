@@ -99,6 +99,60 @@ fn terminal_injection_from_inside_never_reaches_the_callers_terminal() {
     assert!(out.contains("pending b''"), "nothing was pushed into the caller's terminal: {out}");
 }
 
+/// leash on a pseudo-terminal that is its controlling terminal; the command reads a line, then switches its terminal's
+/// echo and canonical mode off and its line discipline to N_NULL (`TIOCSETD`). Afterwards: the caller's terminal's
+/// line discipline and settings.
+const TERMINAL_SETTINGS: &str = r#"
+import fcntl, os, select, struct, subprocess, sys, termios, time
+leash = sys.argv[1]
+master, slave = os.openpty()
+before = termios.tcgetattr(slave)
+inner = '''
+import fcntl, struct, sys, termios
+print("ready", flush=True)
+line = sys.stdin.readline()
+print("got", line.strip(), flush=True)
+t = termios.tcgetattr(0)
+t[3] &= ~(termios.ECHO | termios.ICANON)
+termios.tcsetattr(0, termios.TCSANOW, t)
+print("changing", flush=True)
+fcntl.ioctl(0, termios.TIOCSETD, struct.pack("i", 27))
+'''
+def take_terminal():
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+p = subprocess.Popen([leash, "run", "--", "/usr/bin/python3", "-c", inner], stdin=slave, stdout=slave, stderr=slave,
+                     start_new_session=True, preexec_fn=take_terminal)
+seen, deadline = b"", time.monotonic() + 30
+def read_until(word):
+    global seen
+    while word not in seen and time.monotonic() < deadline:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            seen += os.read(master, 4096)
+read_until(b"ready")
+os.write(master, b"hello\r")
+read_until(b"changing")
+rc = p.wait(timeout=30)
+ldisc = struct.unpack("i", fcntl.ioctl(slave, termios.TIOCGETD, b"\0" * 4))[0]
+print("exit", rc, "got hello" if b"got hello" in seen else repr(seen))
+try:
+    now = "same" if termios.tcgetattr(slave) == before else "changed"
+except termios.error as e:
+    now = "unreadable"
+print("ldisc", ldisc, "termios", now)
+fcntl.ioctl(slave, termios.TIOCSETD, struct.pack("i", 0))
+"#;
+
+#[test]
+fn what_the_command_does_to_its_terminal_never_reaches_the_callers() {
+    let Some(()) = sandbox() else { return };
+    let out = driver(TERMINAL_SETTINGS, &[]);
+    assert_eq!(
+        out, "exit 0 got hello\nldisc 0 termios same\n",
+        "the caller's terminal still works; input and output pass"
+    );
+}
+
 /// leash and a sibling in one process group, as a shell's job; the command signals its process group.
 const SIGNALS: &str = r#"
 import subprocess, sys

@@ -93,7 +93,7 @@ use unsupported as imp;
 
 pub use error::{SandboxError, Step};
 pub use memory::release_free_memory;
-pub use stdio::{relay_socket_stdio, StdioRelay};
+pub use stdio::{relay_stdio, StdioRelay};
 
 use std::ffi::OsString;
 use std::net::{SocketAddrV4, TcpListener, UdpSocket};
@@ -126,12 +126,16 @@ pub struct SandboxSpec {
     pub allow_unix_sockets: Vec<PathBuf>,
     /// Files the command must neither read nor write (the audit log): each is covered by /dev/null inside.
     pub hide_paths: Vec<PathBuf>,
-    /// The command's stdin; `None` inherits leash's. Never a socket (see [`relay_socket_stdio`]).
+    /// The command's stdin; `None` inherits leash's. Never a socket (see [`relay_stdio`]).
     pub stdin: Option<OwnedFd>,
     /// The command's stdout; `None` inherits leash's.
     pub stdout: Option<OwnedFd>,
     /// The command's stderr; `None` inherits leash's.
     pub stderr: Option<OwnedFd>,
+    /// A pseudo-terminal (its slave side) that becomes the command's controlling terminal, in the session of its
+    /// own it starts (`TIOCSCTTY`); [`relay_stdio`] makes one when leash's stdio is a terminal. `None`: no
+    /// controlling terminal.
+    pub terminal: Option<OwnedFd>,
 }
 
 impl SandboxSpec {
@@ -207,7 +211,7 @@ impl Sandbox {
     ///
     /// The sandbox ends (every process in it killed) when the thread that called this exits, as when leash dies:
     /// keep that thread until the sandbox has been waited for. A stdin, stdout or stderr that is a socket is refused
-    /// (see [`relay_socket_stdio`]).
+    /// (see [`relay_stdio`]).
     pub fn prepare(spec: SandboxSpec) -> Result<PendingSandbox, SandboxError> {
         stdio::check_no_socket(&spec)?;
         imp::prepare(spec).map(|inner| PendingSandbox { inner })

@@ -248,7 +248,8 @@ fn start_command(plan: &Plan) -> Result<Started, Fail> {
     // closed, init's own descriptors may hold those numbers: they stay.
     let own = [plan.channel, signals, read_end, listener_in];
     let inherited = (0..3).filter(|fd| !own.contains(fd));
-    for fd in inherited.chain((0..3).map(|i| plan.stdio_fd(i)).filter(|&fd| fd >= 0)) {
+    let duplicates = (0..3).map(|i| plan.stdio_fd(i)).chain([plan.terminal_fd()]).filter(|&fd| fd >= 0);
+    for fd in inherited.chain(duplicates) {
         sys::close(fd);
     }
     let mut record = [0u8; RECORD_LEN];
@@ -340,12 +341,17 @@ fn command_setup(plan: &Plan) -> Result<(), Fail> {
         }
         IdRange::Full => join_mapped_namespace(plan)?,
     }
-    // INVARIANT: the command has a session of its own: no controlling terminal to push input into (TIOCSTI), and a
+    // INVARIANT: the command has a session of its own: the caller's terminal is never its controlling terminal (no
+    // TIOCSTI into it, no TIOCSETD or termios of the caller's: a terminal is a pseudo-terminal of leash's), and a
     // process group of its own, so `kill(0, ...)` reaches nothing of the caller's. Init forwards a terminal's
     // signals instead.
     sys::setsid().map_err(at(ChildStep::NewSession, 0))?;
     // INVARIANT: a keyring of its own: the caller's session keyring holds the caller's keys.
     sys::join_new_session_keyring().map_err(at(ChildStep::NewSession, 1))?;
+    // A pseudo-terminal of leash's, never the caller's terminal: what the command does to it stays there.
+    if plan.terminal_fd() >= 0 {
+        sys::take_controlling_terminal(plan.terminal_fd()).map_err(at(ChildStep::NewSession, 2))?;
+    }
     for target in 0..3 {
         let fd = plan.stdio_fd(target as usize);
         if fd >= 0 {

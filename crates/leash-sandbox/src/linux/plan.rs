@@ -98,6 +98,8 @@ pub(super) struct Plan {
     pub(super) udp: Vec<libc::sockaddr_in>,
     /// The command's stdin, stdout, stderr: duplicates numbered >= 3, or `None` to inherit.
     stdio: [Option<OwnedFd>; 3],
+    /// The command's controlling terminal (`SandboxSpec::terminal`), a duplicate numbered >= 3.
+    terminal: Option<OwnedFd>,
     pub(super) channel: c_int,
     pub(super) command_stack: Stack,
     /// Where the process holding the command's user namespace runs while the command maps it (`IdRange::Full`).
@@ -141,8 +143,9 @@ impl Plan {
         };
         let allowed_sockets: Vec<AllowedSocket> = spec.allow_unix_sockets.iter().filter_map(|p| allowed(p)).collect();
         let stdio = [dup(&spec.stdin)?, dup(&spec.stdout)?, dup(&spec.stderr)?];
+        let terminal = dup(&spec.terminal)?;
         let mut keeps: Vec<c_int> = std::iter::once(channel)
-            .chain(stdio.iter().flatten().map(AsRawFd::as_raw_fd))
+            .chain(stdio.iter().chain([&terminal]).flatten().map(AsRawFd::as_raw_fd))
             .chain(allowed_sockets.iter().map(|a| a.held.as_raw_fd()))
             .collect();
         keeps.sort_unstable();
@@ -160,6 +163,7 @@ impl Plan {
             tcp: spec.tcp_listeners.iter().map(sockaddr).collect(),
             udp: spec.udp_sockets.iter().map(sockaddr).collect(),
             stdio,
+            terminal,
             channel,
             command_stack: Stack::new(),
             helper_stack: (ids == IdRange::Full).then(Stack::new),
@@ -174,6 +178,11 @@ impl Plan {
     /// The descriptor to put at 0, 1, 2, or -1 to inherit.
     pub(super) fn stdio_fd(&self, index: usize) -> c_int {
         self.stdio.get(index).and_then(Option::as_ref).map_or(-1, AsRawFd::as_raw_fd)
+    }
+
+    /// The command's controlling terminal, or -1 for none.
+    pub(super) fn terminal_fd(&self) -> c_int {
+        self.terminal.as_ref().map_or(-1, AsRawFd::as_raw_fd)
     }
 
     /// The descriptors the init must keep open, sorted (the channel, the stdio duplicates, the allowed sockets).

@@ -518,6 +518,12 @@ pub(super) fn setsid() -> SysResult<()> {
     check(unsafe { libc::setsid() }).map(drop)
 }
 
+/// ioctl(TIOCSCTTY): the terminal `fd` becomes the controlling terminal of the caller's session (it leads one).
+pub(super) fn take_controlling_terminal(fd: c_int) -> SysResult<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal it from another session).
+    check(unsafe { libc::ioctl(fd, libc::TIOCSCTTY as _, 0) }).map(drop)
+}
+
 /// keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): a new anonymous session keyring for the caller. A kernel without
 /// keyrings (ENOSYS) has none to share either.
 pub(super) fn join_new_session_keyring() -> SysResult<()> {
