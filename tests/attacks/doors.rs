@@ -141,6 +141,16 @@ except termios.error as e:
     now = "unreadable"
 print("ldisc", ldisc, "termios", now)
 fcntl.ioctl(slave, termios.TIOCSETD, struct.pack("i", 0))
+# Raw while the command runs, put back when leash ends on SIGTERM.
+before = termios.tcgetattr(slave)
+p = subprocess.Popen([leash, "run", "--", "/usr/bin/python3", "-c", "print('ready', flush=True); input()"],
+                     stdin=slave, stdout=slave, stderr=slave, start_new_session=True, preexec_fn=take_terminal)
+seen, deadline = b"", time.monotonic() + 30
+read_until(b"ready")
+raw = termios.tcgetattr(slave) != before
+p.send_signal(15)
+rc = p.wait(timeout=30)
+print("raw", raw, "exit", rc, "restored", termios.tcgetattr(slave) == before)
 "#;
 
 #[test]
@@ -148,7 +158,7 @@ fn what_the_command_does_to_its_terminal_never_reaches_the_callers() {
     let Some(()) = sandbox() else { return };
     let out = driver(TERMINAL_SETTINGS, &[]);
     assert_eq!(
-        out, "exit 0 got hello\nldisc 0 termios same\n",
+        out, "exit 0 got hello\nldisc 0 termios same\nraw True exit 143 restored True\n",
         "the caller's terminal still works; input and output pass"
     );
 }
