@@ -104,7 +104,10 @@ fn relay_terminal(spec: &mut SandboxSpec, kinds: &[Kind], relay: &mut StdioRelay
     relay.outputs.push(spawn_quiet(move || copy(from, to))?);
     terminal::follow_window_size(caller.try_clone_to_owned()?, master.try_clone()?)?;
     if kinds.first() == Some(&Kind::Terminal) {
-        relay.terminal = Some(RawTerminal::make(stdin.as_fd())?);
+        // A background job may not change the terminal (SIGTTOU would stop leash): it relays without raw mode.
+        if terminal::in_foreground(stdin.as_fd()) {
+            relay.terminal = Some(RawTerminal::make(stdin.as_fd())?);
+        }
         let from = File::from(stdin.as_fd().try_clone_to_owned()?);
         spawn_quiet(move || copy(from, File::from(master)))?;
     }

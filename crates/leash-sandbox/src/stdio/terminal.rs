@@ -29,6 +29,12 @@ pub(super) fn open_like(like: BorrowedFd<'_>) -> io::Result<(OwnedFd, OwnedFd)> 
     Ok((master, slave))
 }
 
+/// Whether this process's group is the terminal's foreground one (a background job's is not).
+pub(super) fn in_foreground(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: tcgetpgrp and getpgrp take no pointers.
+    unsafe { libc::tcgetpgrp(fd.as_raw_fd()) == libc::getpgrp() }
+}
+
 /// The terminal's settings (tcgetattr).
 pub(super) fn settings(fd: BorrowedFd<'_>) -> io::Result<libc::termios> {
     // SAFETY: termios is plain data, filled by tcgetattr.
