@@ -1,10 +1,16 @@
-//! The command's standard descriptors when they are sockets. A socket belongs to the network namespace it was made
-//! in: one handed to leash as stdin, stdout or stderr (systemd's `StandardOutput=socket`, inetd-style launchers,
-//! harnesses that wire stdio to sockets) is the host's, and with it the command could `sendto` any host datagram
-//! socket by path or abstract name (`/dev/log`, journald) or, for UDP, any address the host reaches, with no
-//! `connect` for init to see. So no socket is ever handed over: `relay_stdio` puts a pipe in its place and
-//! copies between the two from a thread of leash's, and `Sandbox::prepare` refuses a spec whose command would still
-//! get one (`check_no_socket`). Descriptors above 2 are never inherited (init closes them).
+//! The command's standard descriptors when they are sockets or a terminal: never handed over as they are.
+//!
+//! A socket belongs to the network namespace it was made in: one handed to leash as stdin, stdout or stderr
+//! (systemd's `StandardOutput=socket`, inetd-style launchers, harnesses that wire stdio to sockets) is the host's, and
+//! with it the command could `sendto` any host datagram socket by path or abstract name (`/dev/log`, journald) or,
+//! for UDP, any address the host reaches, with no `connect` for init to see. `relay_stdio` puts a pipe in its place
+//! and copies between the two from a thread of leash's, and `Sandbox::prepare` refuses a spec whose command would
+//! still get one (`check_no_socket`).
+//!
+//! A terminal is the caller's: the command could switch its line discipline (`TIOCSETD`) or settings and leave the
+//! caller's shell unable to use it. `relay_stdio` gives the command a pseudo-terminal of its own instead
+//! (`terminal.rs`), relayed as `docker run -t` and `script` do. Descriptors above 2 are never inherited (init closes
+//! them).
 
 use std::fs::File;
 use std::io::{self, Read, Write};
