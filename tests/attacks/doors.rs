@@ -380,6 +380,23 @@ rest = left()
 print("left", len(rest))
 for pid in rest:
     os.kill(pid, signal.SIGKILL)
+# Init busy (stopped here, as if blocked) when leash is killed: the kernel must end it all the same.
+mark = "leash-busy-" + uuid.uuid4().hex
+p = subprocess.Popen([leash, "run", "--", "/usr/bin/python3", "-c", "print('ready', flush=True); input()", mark],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+assert p.stdout.readline() == b"ready\n"
+init = int(open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()[0])
+os.kill(init, signal.SIGSTOP)
+os.kill(p.pid, signal.SIGKILL)
+p.wait()
+deadline = time.monotonic() + 5
+while left() and time.monotonic() < deadline:
+    time.sleep(0.05)
+rest = left()
+print("left busy", len(rest))
+for pid in rest:
+    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, signal.SIGCONT)
 "#;
 
 #[test]
@@ -394,7 +411,7 @@ fn init_is_never_stalled_by_the_commands_socket_and_dies_with_leash() {
     let out = driver(STALL, &[race.to_str().unwrap()]);
     // `touched 1`: init set the time-out on the command's socket (whose other threads can reset it in the window
     // before init's connect, leaving init blocked for good). No `done`: init was stalled, and leash with it.
-    assert_eq!(out, "touched 0 done\nleft 0\n", "init waits on its own clock and ends with leash");
+    assert_eq!(out, "touched 0 done\nleft 0\nleft busy 0\n", "init waits on its own clock and ends with leash");
 }
 
 // ---- sockets on stdio ------------------------------------------------------------------------------------------
