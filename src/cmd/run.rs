@@ -69,6 +69,19 @@ pub fn run(args: RunArgs) -> Exit {
     spec.tcp_listeners.extend(service_ports.iter().map(|(_, p)| SocketAddrV4::new(Ipv4Addr::LOCALHOST, *p)));
     services::announce(&policy);
     spec.env.extend(services::no_proxy_env(&policy));
+    // A signal sent once the command runs but before forwarding is armed waits, rather than ending leash (with the
+    // caller's terminal raw, below). Taken before any other thread exists (the relays', the runtime's blocking pool),
+    // which inherits it, so only the main thread ever takes those signals.
+    let hold = leash_sandbox::hold_forwarded_signals().map_err(|e| tracing::warn!("{e}")).ok();
+    // A socket on leash's stdio is the host network namespace's, a terminal the caller's: the command gets a pipe
+    // or a pseudo-terminal of its own instead.
+    let relay = match leash_sandbox::relay_stdio(&mut spec) {
+        Ok(relay) => relay,
+        Err(e) => {
+            eprintln!("leash: the command was not run: cannot relay its stdio: {e}");
+            return Exit::SandboxFailed;
+        }
+    };
     // The init is cloned before the CA's key exists, so its copy of leash's memory never holds it.
     let pending = match Sandbox::prepare(spec) {
         Ok(p) => p,
@@ -79,10 +92,6 @@ pub fn run(args: RunArgs) -> Exit {
         Ok(config) => config,
         Err(code) => return code,
     };
-    // A signal sent once the command runs but before forwarding is armed waits, rather than ending leash. Taken
-    // before any other thread exists (the runtime's blocking pool), which inherits it, so only the main
-    // thread ever takes those signals.
-    let hold = leash_sandbox::hold_forwarded_signals().map_err(|e| tracing::warn!("{e}")).ok();
     // The runtime is built while the init starts the command. One thread: starting, waking and ending worker
     // threads was a sixth of `leash run -- true` (6.7 -> 5.7 ms), and one sandbox's traffic fits one core (tunnels are
     // spliced by the kernel; bench/RESULTS.md has the figures from inside `leash run`).
@@ -99,7 +108,7 @@ pub fn run(args: RunArgs) -> Exit {
         }
     };
     let policy = config.policy.clone();
-    let exit = supervise(sandbox, (config, listeners, unix_services), hold, runtime);
+    let exit = supervise(sandbox, (config, listeners, unix_services), (hold, relay), runtime);
     replay_deferred_log(&audit);
     crate::shared::summary::print(&audit, &policy, args.quiet);
     drop(ca_files);
@@ -202,7 +211,7 @@ struct Listening {
 fn supervise(
     mut sandbox: Sandbox,
     (config, layout, unix_services): (ProxyConfig, Listening, Vec<ServiceSocket>),
-    hold: Option<leash_sandbox::SignalHold>,
+    (hold, relay): (Option<leash_sandbox::SignalHold>, leash_sandbox::StdioRelay),
     runtime: tokio::runtime::Runtime,
 ) -> Exit {
     let mut tcp = std::mem::take(&mut sandbox.tcp).into_iter();
@@ -223,16 +232,23 @@ fn supervise(
     let status = runtime.block_on(serve_until_exit(&sandbox, served, config));
     // Every connection is finished and logged: the blocking pool's threads (name lookups) need not be waited for.
     runtime.shutdown_background();
-    drop(forwarding);
-    match status {
+    let exit = match status {
         // Init is tearing the sandbox's namespaces down; leash need not wait for that to exit.
         Ok(s) => {
             sandbox.detach();
             Exit::Command(u8::try_from(s.code()).unwrap_or(255))
         }
-        // Dropping the sandbox ends it.
-        Err(e) => finish(Err(e)),
-    }
+        Err(e) => {
+            // Dropping the sandbox ends it.
+            drop(sandbox);
+            finish(Err(e))
+        }
+    };
+    // All the command wrote is passed on (before leash's own records follow it) and the caller's terminal put back
+    // while signals are still forwarded, not fatal.
+    relay.finish();
+    drop(forwarding);
+    exit
 }
 
 /// The sockets a run serves.

@@ -99,6 +99,70 @@ fn terminal_injection_from_inside_never_reaches_the_callers_terminal() {
     assert!(out.contains("pending b''"), "nothing was pushed into the caller's terminal: {out}");
 }
 
+/// leash on a pseudo-terminal that is its controlling terminal; the command reads a line, then switches its terminal's
+/// echo and canonical mode off and its line discipline to N_NULL (`TIOCSETD`). Afterwards: the caller's terminal's
+/// line discipline and settings.
+const TERMINAL_SETTINGS: &str = r#"
+import fcntl, os, select, struct, subprocess, sys, termios, time
+leash = sys.argv[1]
+master, slave = os.openpty()
+before = termios.tcgetattr(slave)
+inner = '''
+import fcntl, struct, sys, termios
+print("ready", flush=True)
+line = sys.stdin.readline()
+print("got", line.strip(), flush=True)
+t = termios.tcgetattr(0)
+t[3] &= ~(termios.ECHO | termios.ICANON)
+termios.tcsetattr(0, termios.TCSANOW, t)
+print("changing", flush=True)
+fcntl.ioctl(0, termios.TIOCSETD, struct.pack("i", 27))
+'''
+def take_terminal():
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+p = subprocess.Popen([leash, "run", "--", "/usr/bin/python3", "-c", inner], stdin=slave, stdout=slave, stderr=slave,
+                     start_new_session=True, preexec_fn=take_terminal)
+seen, deadline = b"", time.monotonic() + 30
+def read_until(word):
+    global seen
+    while word not in seen and time.monotonic() < deadline:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            seen += os.read(master, 4096)
+read_until(b"ready")
+os.write(master, b"hello\r")
+read_until(b"changing")
+rc = p.wait(timeout=30)
+ldisc = struct.unpack("i", fcntl.ioctl(slave, termios.TIOCGETD, b"\0" * 4))[0]
+print("exit", rc, "got hello" if b"got hello" in seen else repr(seen))
+try:
+    now = "same" if termios.tcgetattr(slave) == before else "changed"
+except termios.error as e:
+    now = "unreadable"
+print("ldisc", ldisc, "termios", now)
+fcntl.ioctl(slave, termios.TIOCSETD, struct.pack("i", 0))
+# Raw while the command runs, put back when leash ends on SIGTERM.
+before = termios.tcgetattr(slave)
+p = subprocess.Popen([leash, "run", "--", "/usr/bin/python3", "-c", "print('ready', flush=True); input()"],
+                     stdin=slave, stdout=slave, stderr=slave, start_new_session=True, preexec_fn=take_terminal)
+seen, deadline = b"", time.monotonic() + 30
+read_until(b"ready")
+raw = termios.tcgetattr(slave) != before
+p.send_signal(15)
+rc = p.wait(timeout=30)
+print("raw", raw, "exit", rc, "restored", termios.tcgetattr(slave) == before)
+"#;
+
+#[test]
+fn what_the_command_does_to_its_terminal_never_reaches_the_callers() {
+    let Some(()) = sandbox() else { return };
+    let out = driver(TERMINAL_SETTINGS, &[]);
+    assert_eq!(
+        out, "exit 0 got hello\nldisc 0 termios same\nraw True exit 143 restored True\n",
+        "the caller's terminal still works; input and output pass"
+    );
+}
+
 /// leash and a sibling in one process group, as a shell's job; the command signals its process group.
 const SIGNALS: &str = r#"
 import subprocess, sys
@@ -277,6 +341,210 @@ fn the_commands_own_unix_sockets_and_allowed_host_ones_still_connect() {
     let out = run_python(&["--allow-unix-socket", host.to_str().unwrap()], &code);
     assert_eq!(text(&out.stdout), "own connected\nfrom a thread\nallowed connected\n", "{}", text(&out.stderr));
     assert!(server.accepted(), "the allowed socket's server saw the connection");
+}
+
+// ---- init's liveness ------------------------------------------------------------------------------------------
+
+/// A command that connects to its own full listener while other threads of it change the socket's `SO_SNDTIMEO`
+/// (`connect_race.c`); leash runs it, then is killed with SIGKILL. Prints what the command said, then how many of the
+/// sandbox's processes (init included: its command line is leash's) outlived leash by 5 seconds.
+const STALL: &str = r#"
+import os, signal, subprocess, sys, time, uuid
+leash, race = sys.argv[1], sys.argv[2]
+mark = "leash-stall-" + uuid.uuid4().hex
+p = subprocess.Popen([leash, "run", "--", race, "6", mark], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+os.set_blocking(p.stdout.fileno(), False)
+out, deadline = b"", time.monotonic() + 40
+while b"done" not in out and time.monotonic() < deadline:
+    time.sleep(0.1)
+    try:
+        out += os.read(p.stdout.fileno(), 4096)
+    except BlockingIOError:
+        pass
+print(out.decode().replace("\n", " ").strip())
+os.kill(p.pid, signal.SIGKILL)
+p.wait()
+def left():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark.encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+deadline = time.monotonic() + 5
+while left() and time.monotonic() < deadline:
+    time.sleep(0.05)
+rest = left()
+print("left", len(rest))
+for pid in rest:
+    os.kill(pid, signal.SIGKILL)
+# Init busy (stopped here, as if blocked) when leash is killed: the kernel must end it all the same.
+mark = "leash-busy-" + uuid.uuid4().hex
+p = subprocess.Popen([leash, "run", "--", "/usr/bin/python3", "-c", "print('ready', flush=True); input()", mark],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+assert p.stdout.readline() == b"ready\n"
+init = int(open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()[0])
+os.kill(init, signal.SIGSTOP)
+os.kill(p.pid, signal.SIGKILL)
+p.wait()
+deadline = time.monotonic() + 5
+while left() and time.monotonic() < deadline:
+    time.sleep(0.05)
+rest = left()
+print("left busy", len(rest))
+for pid in rest:
+    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, signal.SIGCONT)
+"#;
+
+#[test]
+fn init_is_never_stalled_by_the_commands_socket_and_dies_with_leash() {
+    let Some(()) = sandbox() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let race = dir.path().join("connect_race");
+    let source = dir.path().join("connect_race.c");
+    std::fs::write(&source, include_str!("connect_race.c")).unwrap();
+    let built = Command::new("cc").args(["-O2", "-pthread", "-o"]).arg(&race).arg(&source).status().unwrap();
+    assert!(built.success(), "cc could not build the racing command");
+    let out = driver(STALL, &[race.to_str().unwrap()]);
+    // `touched 1`: init set the time-out on the command's socket (whose other threads can reset it in the window
+    // before init's connect, leaving init blocked for good). No `done`: init was stalled, and leash with it.
+    assert_eq!(out, "touched 0 done\nleft 0\nleft busy 0\n", "init waits on its own clock and ends with leash");
+}
+
+// ---- sockets on stdio ------------------------------------------------------------------------------------------
+
+/// leash started with a Unix datagram socket, then a UDP socket, as stdout (one end of a pair, or connected to a
+/// receiver of the caller's), then one Unix stream socket as stdin and stdout (inetd); the command writes its output
+/// and tries `sendto` on its stdout to host datagram sockets by path, abstract name and UDP address.
+const STDIO_SOCKETS: &str = r#"
+import os, socket, subprocess, sys, tempfile
+leash = sys.argv[1]
+d = tempfile.mkdtemp()
+path, abstract = d + "/host.sock", b"\0leash-door-" + os.urandom(6).hex().encode()
+unix_targets = []
+for addr in (path, abstract):
+    t = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    t.bind(addr)
+    t.settimeout(0.5)
+    unix_targets.append(t)
+udp_target = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp_target.bind(("127.0.0.1", 0))
+udp_target.settimeout(0.5)
+inner = f"""
+import os, socket, sys
+os.write(1, b"hello through stdout")
+for addr in ({path!r}, {abstract!r}):
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM, fileno=os.dup(1)).sendto(b"escaped", addr)
+    except OSError as e:
+        print("unix", e.errno, file=sys.stderr)
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM, fileno=os.dup(1)).sendto(b"escaped", {udp_target.getsockname()!r})
+except OSError as e:
+    print("udp", e.errno, file=sys.stderr)
+"""
+def run(stdout):
+    p = subprocess.run([leash, "run", "--", "/usr/bin/python3", "-c", inner], stdout=stdout, stderr=subprocess.PIPE,
+                       timeout=60)
+    return p.returncode
+def arrived(t):
+    try:
+        return t.recv(100)
+    except socket.timeout:
+        return None
+# stdout a Unix datagram socket (one end of a pair; the other end is the caller's), then a UDP one.
+mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+mine.settimeout(2)
+rc = run(theirs)
+theirs.close()
+print("unix-dgram stdout:", rc, "output", arrived(mine), "escaped", [arrived(t) for t in unix_targets + [udp_target]])
+out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+out.bind(("127.0.0.1", 0))
+out.settimeout(2)
+stdout = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+stdout.connect(out.getsockname())
+rc = run(stdout)
+print("udp stdout:", rc, "output", arrived(out), "escaped", [arrived(t) for t in unix_targets + [udp_target]])
+# inetd-style: stdin and stdout one Unix stream socket.
+mine, theirs = socket.socketpair()
+mine.sendall(b"ping")
+mine.shutdown(socket.SHUT_WR)
+p = subprocess.run([leash, "run", "--", "/usr/bin/python3", "-c", "import sys; sys.stdout.write(sys.stdin.read().upper())"],
+                   stdin=theirs, stdout=theirs, stderr=subprocess.PIPE, timeout=60)
+theirs.close()
+mine.settimeout(5)
+print("inetd:", p.returncode, mine.recv(100))
+"#;
+
+#[test]
+fn a_socket_on_stdio_is_relayed_never_handed_to_the_command() {
+    let Some(()) = sandbox() else { return };
+    let out = driver(STDIO_SOCKETS, &[]);
+    let want = "unix-dgram stdout: 0 output b'hello through stdout' escaped [None, None, None]\n\
+                udp stdout: 0 output b'hello through stdout' escaped [None, None, None]\n\
+                inetd: 0 b'PING'\n";
+    assert_eq!(out, want, "the host's datagram sockets got nothing; output and input still pass");
+}
+
+/// An allowed host socket removed during the run, and host sockets made until one gets its inode number; the
+/// command then connects to that one. Prints the command's verdict and whether the host's server saw it.
+const REUSED_INODE: &str = r#"
+import os, select, socket, subprocess, sys
+leash, d = sys.argv[1], sys.argv[2]
+allowed, go = d + "/allowed.sock", d + "/go"
+a = socket.socket(socket.AF_UNIX)
+a.bind(allowed)
+a.listen()
+ino = os.stat(allowed).st_ino
+inner = f"""
+import os, socket, time
+print("ready", flush=True)
+for _ in range(600):
+    if os.path.exists({go!r}):
+        break
+    time.sleep(0.05)
+target = open({go!r}).read()
+try:
+    socket.socket(socket.AF_UNIX).connect(target)
+    print("connected")
+except OSError as e:
+    print("refused", e.errno)
+"""
+p = subprocess.Popen([leash, "run", "--allow-unix-socket", allowed, "--", "/usr/bin/python3", "-c", inner],
+                     stdout=subprocess.PIPE, text=True)
+assert p.stdout.readline() == "ready\n"
+# The allowed socket goes away; host sockets are made elsewhere until one gets its inode number (ext4 hands a
+# freed one out again at once; a held inode is never freed).
+a.close()
+os.unlink(allowed)
+for i in range(200):
+    other = f"{d}/other-{i}.sock"
+    b = socket.socket(socket.AF_UNIX)
+    b.bind(other)
+    if os.stat(other).st_ino == ino or i == 199:
+        break
+    b.close()
+    os.unlink(other)
+b.listen()
+print("reused", os.stat(other).st_ino == ino, file=sys.stderr)
+open(go + ".tmp", "w").write(other)
+os.rename(go + ".tmp", go)
+verdict = p.stdout.read().strip()
+p.wait(timeout=60)
+r, _, _ = select.select([b], [], [], 1)
+print(verdict, "accepted" if r else "unseen")
+"#;
+
+#[test]
+fn an_allowed_unix_socket_gone_during_the_run_lends_its_inode_to_nothing() {
+    let Some(()) = sandbox() else { return };
+    // On disk (ext4 hands a freed inode number to the next file at once; tmpfs counts up).
+    let dir = unwalked_dir();
+    let out = driver(REUSED_INODE, &[dir.path().to_str().unwrap()]);
+    assert_eq!(out, format!("refused {} unseen\n", libc::ECONNREFUSED), "an unrelated socket was reached");
 }
 
 // ---- other address families ------------------------------------------------------------------------------------

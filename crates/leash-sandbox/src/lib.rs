@@ -35,16 +35,19 @@
 //! to the command, a terminal's (init shares leash's process group, the command does not) to the command's process
 //! group, a terminal's stop as SIGSTOP — and when the command exits kills and reaps every process left in the pid
 //! namespace, reports the command's status, and exits (tearing the namespaces down while leash goes on). It also
-//! exits (ending the sandbox, whose processes the kernel then kills) if leash dies. File descriptors other than
-//! stdio are closed in init and marked close-on-exec for the command.
+//! exits (ending the sandbox, whose processes the kernel then kills) if leash dies, and is killed by the kernel
+//! (`PR_SET_PDEATHSIG`) when the thread that cloned it ends, even while busy. File descriptors other than stdio are
+//! closed in init and marked close-on-exec for the command; stdio that is a socket is relayed, never handed over
+//! (`stdio.rs`).
 //!
 //! # The seccomp filter, and Unix sockets
 //! The filter (`linux/seccomp.rs` says each rule and why) refuses socket families that leave the network namespace
 //! (`AF_VSOCK` reaches the hypervisor; only Unix, IPv4, IPv6 and netlink are allowed), Unix datagram sockets,
 //! `TIOCSTI`/`TIOCLINUX`, io_uring, `request_key`, `add_key`, `keyctl` and `bpf`, and hands every `connect` to init. Init makes the connection
 //! itself on a duplicate of the caller's socket, so what it checked is what is connected: a **filesystem Unix
-//! socket** is reached only if it is named in `allow_unix_sockets` (compared by device and inode) or listens in the
-//! sandbox's own network namespace (the command's own servers); any other gets `ECONNREFUSED`, whatever path names
+//! socket** is reached only if it is named in `allow_unix_sockets` (the socket found there at start, held open,
+//! while the path still names it) or listens in the sandbox's own network namespace (the command's own servers);
+//! any other gets `ECONNREFUSED`, whatever path names
 //! it — relative, linked into place, bound in another mount namespace, created after the sandbox started. Nothing
 //! is looked for at start, so nothing can be missed. Abstract Unix sockets need nothing: they belong to a network
 //! namespace, and the sandbox has its own. Costs: each `connect` is a round trip to init (microseconds); a
@@ -83,6 +86,7 @@ mod error;
 #[cfg(target_os = "linux")]
 mod linux;
 mod memory;
+mod stdio;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
 
@@ -93,6 +97,7 @@ use unsupported as imp;
 
 pub use error::{SandboxError, Step};
 pub use memory::release_free_memory;
+pub use stdio::{relay_stdio, StdioRelay};
 
 use std::ffi::OsString;
 use std::net::{SocketAddrV4, TcpListener, UdpSocket};
@@ -125,12 +130,16 @@ pub struct SandboxSpec {
     pub allow_unix_sockets: Vec<PathBuf>,
     /// Files the command must neither read nor write (the audit log): each is covered by /dev/null inside.
     pub hide_paths: Vec<PathBuf>,
-    /// The command's stdin; `None` inherits leash's.
+    /// The command's stdin; `None` inherits leash's. Never a socket (see [`relay_stdio`]).
     pub stdin: Option<OwnedFd>,
     /// The command's stdout; `None` inherits leash's.
     pub stdout: Option<OwnedFd>,
     /// The command's stderr; `None` inherits leash's.
     pub stderr: Option<OwnedFd>,
+    /// A pseudo-terminal (its slave side) that becomes the command's controlling terminal, in the session of its
+    /// own it starts (`TIOCSCTTY`); [`relay_stdio`] makes one when leash's stdio is a terminal. `None`: no
+    /// controlling terminal.
+    pub terminal: Option<OwnedFd>,
 }
 
 impl SandboxSpec {
@@ -203,7 +212,12 @@ impl Sandbox {
 
     /// Clones the sandbox's init, which starts building the namespaces; returns without waiting for it. A failure the init meets is reported by `start`. Everything the
     /// command needs from outside (its environment, its program) is fixed here.
+    ///
+    /// The sandbox ends (every process in it killed) when the thread that called this exits, as when leash dies:
+    /// keep that thread until the sandbox has been waited for. A stdin, stdout or stderr that is a socket is refused
+    /// (see [`relay_stdio`]).
     pub fn prepare(spec: SandboxSpec) -> Result<PendingSandbox, SandboxError> {
+        stdio::check_no_socket(&spec)?;
         imp::prepare(spec).map(|inner| PendingSandbox { inner })
     }
 

@@ -411,6 +411,27 @@ fn the_sandbox_ends_when_leash_dies() {
     }
 }
 
+#[test]
+fn the_sandbox_ends_with_the_thread_that_prepared_it() {
+    // The documented contract of `Sandbox::prepare`: init's death signal follows the thread that cloned it, so a
+    // sandbox whose thread is gone is ended even if nobody drops it (here: leaked on purpose).
+    let mark = format!("leash-orphan-of-thread-{}", std::process::id());
+    let script = format!("{}; echo started; wait", orphan(&mark));
+    let started = std::thread::spawn(move || {
+        let mut running = sh(&script).start()?;
+        let line = running.line();
+        std::mem::forget(running);
+        Some(line)
+    });
+    let Some(line) = started.join().unwrap() else { return };
+    assert_eq!(line, "started");
+    let deadline = Instant::now() + support::DEADLINE;
+    while processes_named(&mark) {
+        assert!(Instant::now() < deadline, "the sandbox outlived the thread that prepared it");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A shell snippet that starts `sleep 1000` named `mark` in the background and returns once it runs.
 fn orphan(mark: &str) -> String {
     format!("(exec -a {mark} sleep 1000) & until grep -q {mark} /proc/$!/cmdline 2>/dev/null; do sleep 0.01; done")
@@ -618,6 +639,15 @@ fn a_failed_step_is_named_and_the_command_never_runs() {
     spec.cwd = Some(dir.path().join("missing"));
     assert!(matches!(Sandbox::spawn(spec), Err(SandboxError::Setup { step: Step::ChangeDir(_), .. })));
     assert!(!marker.exists(), "the command ran although set-up failed");
+}
+
+#[test]
+fn a_socket_as_the_commands_stdio_is_refused_before_any_namespace() {
+    let (socket, _peer) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let mut spec = SandboxSpec::new("/bin/true");
+    spec.stderr = Some(socket.into());
+    let err = Sandbox::spawn(spec).unwrap_err();
+    assert!(matches!(&err, SandboxError::InvalidSpec(why) if why.contains("stderr would be a socket")), "{err}");
 }
 
 #[test]

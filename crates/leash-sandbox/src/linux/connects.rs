@@ -4,17 +4,21 @@
 //! could swap the address in memory or the socket behind the descriptor number. Init reads both once, and
 //! connects what it read.
 //!
-//! A connection to a **filesystem Unix socket** is made only to a socket listed in `allow_unix_sockets` (by device
-//! and inode) or to one that listens in the sandbox's own network namespace (the command's own servers, found with
+//! A connection to a **filesystem Unix socket** is made only to a socket listed in `allow_unix_sockets` (the one
+//! found there at start, held open so its inode number goes to no other file, while the path still names it) or
+//! to one that listens in the sandbox's own network namespace (the command's own servers, found with
 //! `sock_diag`). The path is resolved as the caller sees it (its root and working directory, under
 //! `/proc/PID/`), opened `O_PATH`, checked, and connected through `/proc/self/fd/N`, so what was checked is what is
 //! connected. Every other one gets `ECONNREFUSED`, as if nothing listened there: a socket of the host's, bound by
 //! a relative path, linked into place, in another mount namespace or created after the sandbox started. Any other
 //! address (TCP to the proxy, abstract Unix names, which belong to the network namespace) is connected as asked.
 //!
-//! Runs in init, between its polls: raw system calls only, no allocation. A connection that would wait (a full
-//! backlog) waits at most `CONNECT_WAIT`, as the socket's `SO_SNDTIMEO` would bound it, so a stuck peer cannot stall
-//! init for long.
+//! Runs in init, between its polls: raw system calls only, no allocation. Init never blocks on anything the command
+//! controls: a connection that would wait (a full backlog, a reading of the caller's memory that waits on its page
+//! fault handler) waits at most `CONNECT_WAIT` of init's own clock, a SIGALRM that interrupts the wait, whatever
+//! the caller's socket says. The socket's file description is shared with the command, which may change its flags
+//! and options at any moment from another thread: init sets nothing on it and relies on nothing read from it for
+//! its own progress (`O_NONBLOCK` and `SO_SNDTIMEO` only make the caller's own connect return sooner).
 
 use std::ffi::CStr;
 
@@ -25,6 +29,15 @@ use super::sys::{self, Errno};
 /// The longest init waits for one connection to complete (a listener with a full backlog); past it the caller gets
 /// what a socket with that `SO_SNDTIMEO` gets (`EAGAIN` for Unix, `EINPROGRESS` for TCP).
 const CONNECT_WAIT: libc::timeval = libc::timeval { tv_sec: 2, tv_usec: 0 };
+/// After `CONNECT_WAIT`, SIGALRM comes again this often: one that landed just before init entered the wait (and
+/// interrupted nothing) is followed by another that does.
+const ALARM_AGAIN: libc::timeval = libc::timeval { tv_sec: 0, tv_usec: 50_000 };
+const DISARMED: libc::timeval = libc::timeval { tv_sec: 0, tv_usec: 0 };
+
+/// Lets init's deadline interrupt its waits (see the module docs); called once, before the first `answer_one`.
+pub(super) fn arm_deadlines() -> Result<(), Errno> {
+    sys::interrupt_on_alarm()
+}
 /// `sizeof(struct sockaddr_storage)`: the kernel refuses longer addresses with `EINVAL`.
 const MAX_ADDR: usize = 128;
 /// `offsetof(struct sockaddr_un, sun_path)`.
@@ -33,10 +46,31 @@ const SUN_PATH: usize = 2;
 /// A socket file's identity: device and inode as `stat` gives them.
 pub(super) type SocketId = (u64, u64);
 
+/// A host socket the operator allowed (`--allow-unix-socket`), as found at start. The held `O_PATH` descriptor keeps
+/// the file's inode alive, so its number cannot go to another file while the sandbox runs (a filesystem hands a
+/// freed inode number to the next file: an identity recorded once would then name an unrelated socket).
+pub(super) struct AllowedSocket {
+    pub(super) id: SocketId,
+    /// The path the operator named, as leash's mount namespace (init's copy of it) resolves it.
+    pub(super) path: std::ffi::CString,
+    pub(super) held: std::os::fd::OwnedFd,
+}
+
+impl AllowedSocket {
+    /// Whether `id` is this socket, and the operator's path still names it (not gone, nor replaced).
+    fn is(&self, id: SocketId) -> bool {
+        id == self.id && sys::stat(&self.path).is_ok_and(|st| (st.st_dev, st.st_ino) == self.id)
+    }
+}
+
 /// Answers one notification from `listener`. A notification whose caller is gone is dropped.
-pub(super) fn answer_one(listener: c_int, allowed: &[SocketId]) {
+pub(super) fn answer_one(listener: c_int, allowed: &[AllowedSocket]) {
     let Ok(notif) = sys::notif_recv(listener) else { return };
-    let result = match connect_for(listener, &notif, allowed) {
+    // Unarmed, the connection is still made, but without init's bound: refused instead.
+    let armed = sys::set_alarm(CONNECT_WAIT, ALARM_AGAIN);
+    let result = armed.and_then(|()| connect_for(listener, &notif, allowed));
+    let _ = sys::set_alarm(DISARMED, DISARMED);
+    let result = match result {
         Ok(()) => 0,
         Err(errno) => -errno,
     };
@@ -45,7 +79,7 @@ pub(super) fn answer_one(listener: c_int, allowed: &[SocketId]) {
 }
 
 /// Makes the connection `notif` asks for, on a duplicate of the caller's socket.
-fn connect_for(listener: c_int, notif: &libc::seccomp_notif, allowed: &[SocketId]) -> Result<(), Errno> {
+fn connect_for(listener: c_int, notif: &libc::seccomp_notif, allowed: &[AllowedSocket]) -> Result<(), Errno> {
     if notif.data.nr != libc::SYS_connect as c_int {
         return Err(libc::ENOSYS);
     }
@@ -101,7 +135,7 @@ fn read_and_connect(
     socket: c_int,
     addr_ptr: u64,
     len: usize,
-    allowed: &[SocketId],
+    allowed: &[AllowedSocket],
 ) -> Result<(), Errno> {
     let mut addr = [0u8; MAX_ADDR];
     let addr = addr.get_mut(..len).ok_or(libc::EINVAL)?;
@@ -113,7 +147,7 @@ fn read_and_connect(
     let domain = sys::getsockopt_int(socket, libc::SOL_SOCKET, libc::SO_DOMAIN)?;
     match filesystem_path(domain, addr) {
         Some(path) => connect_unix_path(pid, socket, path, allowed),
-        None => connect_bounded(socket, addr),
+        None => connect_bounded(domain, socket, addr),
     }
 }
 
@@ -126,7 +160,7 @@ fn filesystem_path(domain: c_int, addr: &[u8]) -> Option<&[u8]> {
 }
 
 /// Resolves `path` as process `pid` sees it, and connects `socket` to it if it is an allowed or inside socket.
-fn connect_unix_path(pid: pid_t, socket: c_int, path: &[u8], allowed: &[SocketId]) -> Result<(), Errno> {
+fn connect_unix_path(pid: pid_t, socket: c_int, path: &[u8], allowed: &[AllowedSocket]) -> Result<(), Errno> {
     let absolute = path.first() == Some(&b'/');
     let mut base = PathBuf64::new();
     base.push(b"/proc/");
@@ -147,38 +181,32 @@ fn connect_unix_path(pid: pid_t, socket: c_int, path: &[u8], allowed: &[SocketId
     result
 }
 
-fn check_and_connect(socket: c_int, target: c_int, allowed: &[SocketId]) -> Result<(), Errno> {
+fn check_and_connect(socket: c_int, target: c_int, allowed: &[AllowedSocket]) -> Result<(), Errno> {
     let st = sys::fstat(target)?;
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         return Err(libc::ECONNREFUSED);
     }
     let id = (st.st_dev, st.st_ino);
     // INVARIANT: a filesystem Unix socket is connected only if allowed or listening inside the sandbox.
-    if !allowed.contains(&id) && !listens_inside(id) {
+    if !allowed.iter().any(|a| a.is(id)) && !listens_inside(id) {
         return Err(libc::ECONNREFUSED);
     }
     let mut via = PathBuf64::new();
     via.push(&(libc::AF_UNIX as u16).to_ne_bytes());
     via.push(b"/proc/self/fd/");
     via.push_number(target as u64);
-    connect_bounded(socket, via.bytes_with_nul())
+    connect_bounded(libc::AF_UNIX, socket, via.bytes_with_nul())
 }
 
-/// connect(2) with the wait bounded by `CONNECT_WAIT` (or the socket's own shorter send time-out), which is then put
-/// back.
-fn connect_bounded(socket: c_int, addr: &[u8]) -> Result<(), Errno> {
-    let own = sys::send_timeout(socket)?;
-    let unset = own.tv_sec == 0 && own.tv_usec == 0;
-    let longer = (own.tv_sec, own.tv_usec) > (CONNECT_WAIT.tv_sec, CONNECT_WAIT.tv_usec);
-    let bounded = unset || longer;
-    if bounded {
-        sys::set_send_timeout(socket, &CONNECT_WAIT)?;
+/// connect(2), interrupted by init's deadline (`answer_one`) if it waits that long: the caller then gets what a
+/// socket whose `SO_SNDTIMEO` ran out gets, `EAGAIN` for a Unix socket and `EINPROGRESS` for TCP (whose connection
+/// goes on in the background, as it would).
+fn connect_bounded(domain: c_int, socket: c_int, addr: &[u8]) -> Result<(), Errno> {
+    match sys::connect(socket, addr) {
+        Err(libc::EINTR) if domain == libc::AF_UNIX => Err(libc::EAGAIN),
+        Err(libc::EINTR) => Err(libc::EINPROGRESS),
+        other => other,
     }
-    let result = sys::connect(socket, addr);
-    if bounded {
-        let _ = sys::set_send_timeout(socket, &own);
-    }
-    result
 }
 
 /// Whether a Unix socket bound to the file `id` listens in the caller's (init's, the sandbox's) network namespace:

@@ -62,11 +62,14 @@ pub(super) fn run(plan: &Plan) -> ! {
 
 /// Namespaces, mounts, network and sockets, in the order the crate docs give.
 fn setup(plan: &Plan) -> Result<(), Fail> {
+    // Init, and with it every process of its pid namespace, ends with the leash thread that cloned it, even one
+    // killed outright or while init waits. Had leash gone before this call, the next read of the channel (the ids
+    // mapped, or `Go`) reads its end.
+    sys::set_parent_death_signal(libc::SIGKILL).map_err(at(ChildStep::Harden, 1))?;
     if let Some(spread) = &plan.spread {
         spread.leave_parent_cpu();
     }
-    let (keep, len) = plan.init_keeps();
-    sys::close_all_except(keep.get(..len).unwrap_or_default()).map_err(at(ChildStep::CloseFds, 0))?;
+    sys::close_all_except(plan.init_keeps()).map_err(at(ChildStep::CloseFds, 0))?;
     sys::set_signal_mask(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
     map_init_ids(plan)?;
     // INVARIANT: init is non-dumpable before anything else runs in the sandbox, so the command can neither
@@ -269,6 +272,8 @@ fn bind_all(plan: &Plan, fds: &mut [c_int], len: &mut usize) -> Result<(), Fail>
 fn start_command(plan: &Plan) -> Result<Started, Fail> {
     probe_pidfd_getfd(plan)?;
     let signals = sys::signalfd(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
+    // The command starts with every disposition reset and no signal blocked (`command_setup`).
+    connects::arm_deadlines().map_err(at(ChildStep::InitSignals, 1))?;
     let (read_end, write_end) = sys::pipe().map_err(at(ChildStep::ForkCommand, 0))?;
     let (listener_in, listener_out) = sys::seqpacket_pair().map_err(at(ChildStep::ForkCommand, 0))?;
     let mut start = CommandStart { plan, write_end, listener_out };
@@ -284,7 +289,8 @@ fn start_command(plan: &Plan) -> Result<Started, Fail> {
     // closed, init's own descriptors may hold those numbers: they stay.
     let own = [plan.channel, signals, read_end, listener_in];
     let inherited = (0..3).filter(|fd| !own.contains(fd));
-    for fd in inherited.chain((0..3).map(|i| plan.stdio_fd(i)).filter(|&fd| fd >= 0)) {
+    let duplicates = (0..3).map(|i| plan.stdio_fd(i)).chain([plan.terminal_fd()]).filter(|&fd| fd >= 0);
+    for fd in inherited.chain(duplicates) {
         sys::close(fd);
     }
     let mut record = [0u8; RECORD_LEN];
@@ -376,12 +382,17 @@ fn command_setup(plan: &Plan) -> Result<(), Fail> {
         }
         IdRange::Full => join_mapped_namespace(plan)?,
     }
-    // INVARIANT: the command has a session of its own: no controlling terminal to push input into (TIOCSTI), and a
+    // INVARIANT: the command has a session of its own: the caller's terminal is never its controlling terminal (no
+    // TIOCSTI into it, no TIOCSETD or termios of the caller's: a terminal is a pseudo-terminal of leash's), and a
     // process group of its own, so `kill(0, ...)` reaches nothing of the caller's. Init forwards a terminal's
     // signals instead.
     sys::setsid().map_err(at(ChildStep::NewSession, 0))?;
     // INVARIANT: a keyring of its own: the caller's session keyring holds the caller's keys.
     sys::join_new_session_keyring().map_err(at(ChildStep::NewSession, 1))?;
+    // A pseudo-terminal of leash's, never the caller's terminal: what the command does to it stays there.
+    if plan.terminal_fd() >= 0 {
+        sys::take_controlling_terminal(plan.terminal_fd()).map_err(at(ChildStep::NewSession, 2))?;
+    }
     for target in 0..3 {
         let fd = plan.stdio_fd(target as usize);
         if fd >= 0 {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use libc::{c_char, c_int};
 
-use super::connects::SocketId;
+use super::connects::AllowedSocket;
 use super::cpus::Spread;
 use crate::{SandboxError, SandboxSpec};
 
@@ -98,6 +98,8 @@ pub(super) struct Plan {
     pub(super) udp: Vec<libc::sockaddr_in>,
     /// The command's stdin, stdout, stderr: duplicates numbered >= 3, or `None` to inherit.
     stdio: [Option<OwnedFd>; 3],
+    /// The command's controlling terminal (`SandboxSpec::terminal`), a duplicate numbered >= 3.
+    terminal: Option<OwnedFd>,
     pub(super) channel: c_int,
     pub(super) command_stack: Stack,
     /// Where the process holding the command's user namespace runs while the command maps it (`IdRange::Full`).
@@ -110,7 +112,9 @@ pub(super) struct Plan {
     /// The command's seccomp filter (`seccomp`).
     pub(super) filter: Vec<libc::sock_filter>,
     /// The host's Unix sockets the command may connect to (`SandboxSpec::allow_unix_sockets`, as found at start).
-    pub(super) allowed_sockets: Vec<SocketId>,
+    pub(super) allowed_sockets: Vec<AllowedSocket>,
+    /// The descriptors init keeps, sorted (see `init_keeps`).
+    keeps: Vec<c_int>,
 }
 
 impl Plan {
@@ -137,6 +141,14 @@ impl Plan {
             }
             IdRange::Full => (id_maps(0, 0, 0, 0, FULL_RANGE), id_maps(0, 0, 0, 0, FULL_RANGE)),
         };
+        let allowed_sockets: Vec<AllowedSocket> = spec.allow_unix_sockets.iter().filter_map(|p| allowed(p)).collect();
+        let stdio = [dup(&spec.stdin)?, dup(&spec.stdout)?, dup(&spec.stderr)?];
+        let terminal = dup(&spec.terminal)?;
+        let mut keeps: Vec<c_int> = std::iter::once(channel)
+            .chain(stdio.iter().chain([&terminal]).flatten().map(AsRawFd::as_raw_fd))
+            .chain(allowed_sockets.iter().map(|a| a.held.as_raw_fd()))
+            .collect();
+        keeps.sort_unstable();
         Ok(Plan {
             program: cstring(program.as_os_str().as_bytes(), "the program")?,
             argv: CStrings::new(argv),
@@ -150,14 +162,16 @@ impl Plan {
                 .transpose()?,
             tcp: spec.tcp_listeners.iter().map(sockaddr).collect(),
             udp: spec.udp_sockets.iter().map(sockaddr).collect(),
-            stdio: [dup(&spec.stdin)?, dup(&spec.stdout)?, dup(&spec.stderr)?],
+            stdio,
+            terminal,
             channel,
             command_stack: Stack::new(),
             helper_stack: (ids == IdRange::Full).then(Stack::new),
             dumpable_for_maps: current_uid() != 0,
             spread: Spread::of_caller(),
             filter: super::seccomp::program(),
-            allowed_sockets: spec.allow_unix_sockets.iter().filter_map(|p| socket_id(p)).collect(),
+            allowed_sockets,
+            keeps,
         })
     }
 
@@ -166,16 +180,14 @@ impl Plan {
         self.stdio.get(index).and_then(Option::as_ref).map_or(-1, AsRawFd::as_raw_fd)
     }
 
-    /// The descriptors the init must keep open, sorted (the channel and the stdio duplicates).
-    pub(super) fn init_keeps(&self) -> ([c_int; 4], usize) {
-        let mut keep = [self.channel, -1, -1, -1];
-        let mut len = 1;
-        for fd in (0..3).map(|i| self.stdio_fd(i)).filter(|&fd| fd >= 0) {
-            keep[len] = fd;
-            len += 1;
-        }
-        keep[..len].sort_unstable();
-        (keep, len)
+    /// The command's controlling terminal, or -1 for none.
+    pub(super) fn terminal_fd(&self) -> c_int {
+        self.terminal.as_ref().map_or(-1, AsRawFd::as_raw_fd)
+    }
+
+    /// The descriptors the init must keep open, sorted (the channel, the stdio duplicates, the allowed sockets).
+    pub(super) fn init_keeps(&self) -> &[c_int] {
+        &self.keeps
     }
 }
 
@@ -249,11 +261,15 @@ pub(super) fn resolve_program(spec: &SandboxSpec) -> Result<PathBuf, SandboxErro
         .ok_or(SandboxError::ProgramNotFound { program: spec.program.clone(), path })
 }
 
-/// (device, inode) of a socket file, following links; `None` for anything else (a missing path allows nothing).
-fn socket_id(path: &Path) -> Option<SocketId> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let meta = std::fs::metadata(path).ok()?;
-    meta.file_type().is_socket().then(|| (meta.dev(), meta.ino()))
+/// A socket file, following links, held open (`O_PATH`); `None` for anything else (a missing path allows nothing).
+fn allowed(path: &Path) -> Option<AllowedSocket> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let opened = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH).open(path).ok()?;
+    // Numbered >= 3, like the stdio duplicates: init closes 0, 1 and 2.
+    let held = opened.try_clone().ok()?;
+    let meta = held.metadata().ok()?;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    meta.file_type().is_socket().then(|| AllowedSocket { id: (meta.dev(), meta.ino()), path, held: held.into() })
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -533,6 +533,12 @@ pub(super) fn setsid() -> SysResult<()> {
     check(unsafe { libc::setsid() }).map(drop)
 }
 
+/// ioctl(TIOCSCTTY): the terminal `fd` becomes the controlling terminal of the caller's session (it leads one).
+pub(super) fn take_controlling_terminal(fd: c_int) -> SysResult<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal it from another session).
+    check(unsafe { libc::ioctl(fd, libc::TIOCSCTTY as _, 0) }).map(drop)
+}
+
 /// keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL): a new anonymous session keyring for the caller. A kernel without
 /// keyrings (ENOSYS) has none to share either.
 pub(super) fn join_new_session_keyring() -> SysResult<()> {
@@ -601,25 +607,36 @@ pub(super) fn getsockopt_int(fd: c_int, level: c_int, name: c_int) -> SysResult<
     Ok(value)
 }
 
-/// The socket's `SO_SNDTIMEO`, which also bounds a blocking `connect`.
-pub(super) fn send_timeout(fd: c_int) -> SysResult<libc::timeval> {
-    let mut value = libc::timeval { tv_sec: 0, tv_usec: 0 };
-    let mut len = size_of::<libc::timeval>() as libc::socklen_t;
-    // SAFETY: `value` and `len` are valid out-pointers of the sizes given.
-    check(unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDTIMEO, (&mut value as *mut libc::timeval).cast(), &mut len)
-    })?;
-    Ok(value)
+/// prctl(PR_SET_PDEATHSIG): `signal` is sent to the caller when the thread that created it exits.
+pub(super) fn set_parent_death_signal(signal: c_int) -> SysResult<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes integers only.
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as c_ulong, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong) })
+        .map(drop)
 }
 
-/// Sets the socket's `SO_SNDTIMEO`.
-pub(super) fn set_send_timeout(fd: c_int, value: &libc::timeval) -> SysResult<()> {
-    let len = size_of::<libc::timeval>() as libc::socklen_t;
-    // SAFETY: `value` is a valid timeval of the size given.
-    check(unsafe {
-        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDTIMEO, (value as *const libc::timeval).cast(), len)
-    })
-    .map(drop)
+/// Does nothing: its only use is that a blocking call it lands in returns `EINTR`.
+extern "C" fn on_alarm(_: c_int) {}
+
+/// Lets SIGALRM interrupt the caller's blocking calls: a handler that does nothing, without `SA_RESTART` (so the
+/// interrupted call returns `EINTR`, not restarted), and SIGALRM unblocked.
+pub(super) fn interrupt_on_alarm() -> SysResult<()> {
+    // SAFETY: sigaction is plain data; all zeroes is an empty mask and no flags.
+    let mut action: libc::sigaction = unsafe { zeroed() };
+    action.sa_sigaction = on_alarm as extern "C" fn(c_int) as libc::sighandler_t;
+    // SAFETY: `action` is a valid sigaction whose handler is async-signal-safe (it does nothing).
+    check(unsafe { libc::sigaction(libc::SIGALRM, &action, ptr::null_mut()) })?;
+    let mut alarm = sigset(false);
+    // SAFETY: `alarm` is an initialised sigset_t; SIGALRM is a valid signal.
+    unsafe { libc::sigaddset(&mut alarm, libc::SIGALRM) };
+    // SAFETY: `alarm` is an initialised sigset_t; the old mask is not wanted.
+    check(unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, &alarm, ptr::null_mut()) }).map(drop)
+}
+
+/// setitimer(ITIMER_REAL): SIGALRM after `first`, then every `then`; zero `first` disarms it.
+pub(super) fn set_alarm(first: libc::timeval, then: libc::timeval) -> SysResult<()> {
+    let timer = libc::itimerval { it_interval: then, it_value: first };
+    // SAFETY: `timer` is a valid itimerval; the old value is not wanted.
+    check(unsafe { libc::setitimer(libc::ITIMER_REAL, &timer, ptr::null_mut()) }).map(drop)
 }
 
 /// connect(2) with raw address bytes (at most a `sockaddr_storage`, as the kernel takes).
@@ -639,6 +656,15 @@ pub(super) fn open_path_at(dir: c_int, path: &CStr, resolve: u64) -> SysResult<c
         libc::syscall(libc::SYS_openat2, dir, path.as_ptr(), &how as *const libc::open_how, size_of::<libc::open_how>())
     };
     check_long(ret).map(|fd| fd as c_int)
+}
+
+/// stat(2), following links.
+pub(super) fn stat(path: &CStr) -> SysResult<libc::stat> {
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: libc::stat = unsafe { zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` is valid for writes.
+    check(unsafe { libc::stat(path.as_ptr(), &mut st) })?;
+    Ok(st)
 }
 
 /// fstat(2).

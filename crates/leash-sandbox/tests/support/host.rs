@@ -110,20 +110,17 @@ impl TestHost {
         assert!(status.success(), "the test host is not reachable from outside: {code}");
     }
 
-    /// Starts `run` from a thread that entered the "outside" namespace, as leash would run there.
+    /// Starts `run` with this thread in the "outside" namespace, as leash would run there.
     pub fn spawn_from_outside(&self, run: Run) -> Option<Running> {
-        let path = format!("/run/netns/{}", self.outside);
-        std::thread::scope(|scope| {
-            scope
-                .spawn(move || {
-                    let ns = File::open(&path).unwrap();
-                    // SAFETY: setns on this thread only, with a namespace fd we just opened.
-                    assert_eq!(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns");
-                    run.start()
-                })
-                .join()
-                .unwrap()
-        })
+        // On this thread, back in its own namespace after: the sandbox ends with the thread that started it.
+        let own = File::open("/proc/thread-self/ns/net").unwrap();
+        let ns = File::open(format!("/run/netns/{}", self.outside)).unwrap();
+        // SAFETY: setns on this thread only, with namespace fds we just opened.
+        assert_eq!(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns");
+        let running = run.start();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns back");
+        running
     }
 }
 

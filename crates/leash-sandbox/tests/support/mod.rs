@@ -5,10 +5,9 @@
 pub mod host;
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, PipeReader, Read};
 use std::net::SocketAddrV4;
 use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -33,7 +32,7 @@ pub struct Outcome {
 pub struct Running {
     pub sandbox: Sandbox,
     /// Lines of stdout as they come (for scripts that say "ready").
-    pub stdout: BufReader<UnixStream>,
+    pub stdout: BufReader<PipeReader>,
     stderr: JoinHandle<String>,
 }
 
@@ -115,8 +114,9 @@ impl Run {
 
     /// Starts it with stdout and stderr captured; `None` when skipped (see `skip`).
     pub fn start(mut self) -> Option<Running> {
-        let (stdout, stdout_ours) = UnixStream::pair().unwrap();
-        let (stderr, mut stderr_ours) = UnixStream::pair().unwrap();
+        // Pipes: a socket as stdio is refused (the command would hold a socket of the host's namespace).
+        let (stdout_ours, stdout) = std::io::pipe().unwrap();
+        let (mut stderr_ours, stderr) = std::io::pipe().unwrap();
         self.spec.stdout = Some(OwnedFd::from(stdout));
         self.spec.stderr = Some(OwnedFd::from(stderr));
         let sandbox = spawn_or_skip(self.spec)?;

@@ -1,0 +1,209 @@
+//! The command's standard descriptors when they are sockets or a terminal: never handed over as they are.
+//!
+//! A socket belongs to the network namespace it was made in: one handed to leash as stdin, stdout or stderr
+//! (systemd's `StandardOutput=socket`, inetd-style launchers, harnesses that wire stdio to sockets) is the host's, and
+//! with it the command could `sendto` any host datagram socket by path or abstract name (`/dev/log`, journald) or,
+//! for UDP, any address the host reaches, with no `connect` for init to see. `relay_stdio` puts a pipe in its place
+//! and copies between the two from a thread of leash's, and `Sandbox::prepare` refuses a spec whose command would
+//! still get one (`check_no_socket`).
+//!
+//! A terminal is the caller's: the command could switch its line discipline (`TIOCSETD`) or settings and leave the
+//! caller's shell unable to use it. `relay_stdio` gives the command a pseudo-terminal of its own instead
+//! (`terminal.rs`), relayed as `docker run -t` and `script` do. Descriptors above 2 are never inherited (init closes
+//! them).
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::thread::JoinHandle;
+
+use crate::{SandboxError, SandboxSpec};
+
+mod terminal;
+
+/// What one read from either side carries at most: a pipe's default capacity, and a datagram leash sends whole.
+const CHUNK: usize = 64 * 1024;
+
+/// The relays `relay_stdio` started, and the caller's terminal settings to put back.
+#[derive(Debug, Default)]
+pub struct StdioRelay {
+    /// The output relays: they end when every process of the sandbox is gone (end of file, or `EIO` from a
+    /// pseudo-terminal whose other side is closed everywhere).
+    outputs: Vec<JoinHandle<()>>,
+    /// The caller's terminal (stdin) as it was before it was made raw.
+    terminal: Option<RawTerminal>,
+}
+
+impl StdioRelay {
+    /// Waits until everything the command wrote to a relayed stdout or stderr has been passed on, then puts the
+    /// caller's terminal back as it was: call it once the sandbox has ended (before that, it waits for the end). A
+    /// relayed stdin is left to end with the process.
+    pub fn finish(mut self) {
+        for relay in std::mem::take(&mut self.outputs) {
+            let _ = relay.join();
+        }
+    }
+}
+
+/// Where `relay_stdio` found leash's stdio.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Socket,
+    Terminal,
+    Other,
+}
+
+/// Makes leash's stdio safe to hand to the command, where `spec` has none of its own:
+/// - a socket (belonging to the host's network namespace) is replaced by a pipe, and a thread copies between the
+///   two (each chunk of output one `send`, so a datagram socket gets datagrams);
+/// - a terminal (the caller's, which the command could reconfigure for the caller: line discipline, termios) is
+///   replaced by a pseudo-terminal of its own, with the caller's settings and window size, which becomes the
+///   command's controlling terminal (`SandboxSpec::terminal`): the caller's terminal (stdin) is made raw and relayed
+///   both ways, window size changes follow (SIGWINCH), and [`StdioRelay::finish`] (or dropping the relay) puts its
+///   settings back. Ctrl-C and Ctrl-Z are then the pseudo-terminal's, for the command's foreground process group.
+///
+/// The threads block every signal, so signals sent to leash still reach the thread that waits for them. Anything
+/// else is left alone, and nothing is started: one `fstat` per descriptor.
+pub fn relay_stdio(spec: &mut SandboxSpec) -> io::Result<StdioRelay> {
+    let (stdin, stdout, stderr) = (io::stdin(), io::stdout(), io::stderr());
+    let fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
+    let own = [spec.stdin.is_some(), spec.stdout.is_some(), spec.stderr.is_some()];
+    let kinds: Vec<Kind> = fds.iter().zip(own).map(|(fd, own)| if own { Kind::Other } else { kind(*fd) }).collect();
+    let mut relay = StdioRelay::default();
+    if kinds.contains(&Kind::Terminal) {
+        relay_terminal(spec, &kinds, &mut relay)?;
+    }
+    if kinds.first() == Some(&Kind::Socket) {
+        let (read, write) = io::pipe()?;
+        let socket = File::from(stdin.as_fd().try_clone_to_owned()?);
+        spawn_quiet(move || copy(socket, File::from(OwnedFd::from(write))))?;
+        spec.stdin = Some(OwnedFd::from(read));
+    }
+    for (i, slot) in [(1, &mut spec.stdout), (2, &mut spec.stderr)] {
+        if kinds.get(i) == Some(&Kind::Socket) {
+            let (read, write) = io::pipe()?;
+            let socket = File::from(fds[i].try_clone_to_owned()?);
+            relay.outputs.push(spawn_quiet(move || copy(File::from(OwnedFd::from(read)), socket))?);
+            *slot = Some(OwnedFd::from(write));
+        }
+    }
+    Ok(relay)
+}
+
+/// A pseudo-terminal for the command in place of the caller's terminal (see `relay_stdio`).
+fn relay_terminal(spec: &mut SandboxSpec, kinds: &[Kind], relay: &mut StdioRelay) -> io::Result<()> {
+    let (stdin, stdout, stderr) = (io::stdin(), io::stdout(), io::stderr());
+    let fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
+    let Some(first) = kinds.iter().position(|k| *k == Kind::Terminal) else { return Ok(()) };
+    let caller = fds[first];
+    let (master, slave) = terminal::open_like(caller)?;
+    for (i, slot) in [&mut spec.stdin, &mut spec.stdout, &mut spec.stderr].into_iter().enumerate() {
+        if kinds.get(i) == Some(&Kind::Terminal) {
+            *slot = Some(slave.try_clone()?);
+        }
+    }
+    spec.terminal = Some(slave);
+    // Output: to the caller's terminal, through stdout where it is one.
+    let out = if kinds.get(1) == Some(&Kind::Terminal) { fds[1] } else { caller };
+    let (from, to) = (File::from(master.try_clone()?), File::from(out.try_clone_to_owned()?));
+    // The pseudo-terminal reads `EIO` once no process holds its other side: the end of the output.
+    relay.outputs.push(spawn_quiet(move || copy(from, to))?);
+    terminal::follow_window_size(caller.try_clone_to_owned()?, master.try_clone()?)?;
+    if kinds.first() == Some(&Kind::Terminal) {
+        // A background job may not change the terminal (SIGTTOU would stop leash): it relays without raw mode.
+        if terminal::in_foreground(stdin.as_fd()) {
+            relay.terminal = Some(RawTerminal::make(stdin.as_fd())?);
+        }
+        let from = File::from(stdin.as_fd().try_clone_to_owned()?);
+        spawn_quiet(move || copy(from, File::from(master)))?;
+    }
+    Ok(())
+}
+
+/// The caller's terminal, raw until dropped, when its settings are put back.
+#[derive(Debug)]
+struct RawTerminal {
+    fd: OwnedFd,
+    saved: libc::termios,
+}
+
+impl RawTerminal {
+    fn make(fd: BorrowedFd<'_>) -> io::Result<RawTerminal> {
+        let fd = fd.try_clone_to_owned()?;
+        let saved = terminal::settings(fd.as_fd())?;
+        terminal::make_raw(fd.as_fd(), saved)?;
+        Ok(RawTerminal { fd, saved })
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        let _ = terminal::set(self.fd.as_fd(), &self.saved);
+    }
+}
+
+/// Refuses a command whose stdin, stdout or stderr would be a socket (see the module docs).
+pub(crate) fn check_no_socket(spec: &SandboxSpec) -> Result<(), SandboxError> {
+    let own = [spec.stdin.as_ref(), spec.stdout.as_ref(), spec.stderr.as_ref()];
+    let (stdin, stdout, stderr) = (io::stdin(), io::stdout(), io::stderr());
+    let inherited = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
+    for ((name, own), inherited) in ["stdin", "stdout", "stderr"].into_iter().zip(own).zip(inherited) {
+        if is_socket(own.map_or(inherited, AsFd::as_fd)) {
+            return Err(SandboxError::InvalidSpec(format!(
+                "the command's {name} would be a socket of the host's network namespace: relay it through a pipe \
+                 (`relay_stdio`)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `fd` is a socket; a closed descriptor is not.
+fn is_socket(fd: BorrowedFd<'_>) -> bool {
+    kind(fd) == Kind::Socket
+}
+
+/// A socket, a terminal, or anything else (a closed descriptor among them).
+fn kind(fd: BorrowedFd<'_>) -> Kind {
+    use rustix::fs::FileType;
+    match rustix::fs::fstat(fd).map(|st| FileType::from_raw_mode(st.st_mode)) {
+        Ok(FileType::Socket) => Kind::Socket,
+        // SAFETY: isatty only queries the open descriptor.
+        Ok(FileType::CharacterDevice) if unsafe { libc::isatty(fd.as_raw_fd()) } == 1 => Kind::Terminal,
+        _ => Kind::Other,
+    }
+}
+
+/// Copies until end of file or an error on either side (a reader gone, a socket closed): each chunk read is one
+/// write.
+fn copy(mut from: File, mut to: File) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                if to.write_all(buf.get(..n).unwrap_or_default()).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// A thread with every signal blocked.
+pub(crate) fn spawn_quiet(work: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
+    // SAFETY: sigset_t is plain data, filled by sigfillset; pthread_sigmask only reads `all` and writes `old`.
+    let (all, mut old) = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        (all, std::mem::zeroed::<libc::sigset_t>())
+    };
+    // SAFETY: both sets are initialised; the new thread inherits the mask, which is then put back here.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) };
+    let spawned = std::thread::Builder::new().name("leash-stdio".into()).spawn(work);
+    // SAFETY: `old` was filled by the call above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    spawned
+}
