@@ -361,6 +361,8 @@ impl AuditLog {
         match &mut *sink {
             // One write_all of a whole line: with O_APPEND a crash can cut only the line being written.
             Sink::File { file, path, unsynced } => {
+                // INVARIANT: a line goes only to the file opened at start or by the operator's reopen, never to
+                // whatever is at the log's path now.
                 still_named(file).map_err(|e| err(path, e))?;
                 file.write_all(&line).map_err(|e| err(path, e))?;
                 *unsynced = true;
@@ -694,11 +696,17 @@ mod tests {
         let (log, path, dir) = log_in_tempdir();
         std::fs::rename(&path, dir.path().join("moved.jsonl")).unwrap();
         assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
-        // No reader: a blocking open would wait forever.
-        assert!(log.reopen().unwrap_err().to_string().contains("FIFO"));
+        // No reader: a blocking open would wait forever (so the reopen runs on a thread, waited for a bounded time).
+        let log = std::sync::Arc::new(log);
+        let reopen = || {
+            let (log, (done, answer)) = (std::sync::Arc::clone(&log), std::sync::mpsc::channel());
+            std::thread::spawn(move || done.send(log.reopen().map_err(|e| e.to_string())));
+            answer.recv_timeout(Duration::from_secs(5)).expect("the reopen blocked on the FIFO")
+        };
+        assert!(reopen().unwrap_err().contains("FIFO"));
         // A reader waiting: the open succeeds, and the type check refuses it.
         let mut reader = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&path).unwrap();
-        assert!(log.reopen().unwrap_err().to_string().contains("not a regular file"));
+        assert!(reopen().unwrap_err().contains("not a regular file"));
         log.outcome(&outcome(1)).unwrap();
         let mut got = Vec::new();
         let _ = std::io::Read::read_to_end(&mut reader, &mut got);
