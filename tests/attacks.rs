@@ -14,7 +14,10 @@ mod doors;
 
 use std::time::{Duration, Instant};
 
-use scene::{leash, text, Proxy, Scene, ADDED_PUBLIC_V4, METADATA, OWN_PUBLIC_V4, WORLD_V4, WORLD_V6};
+use scene::{
+    leash, text, Proxy, Scene, ADDED_PUBLIC_V4, ANYIP_V4, ANYIP_V4_NET, ANYIP_V6, ANYIP_V6_NET, METADATA,
+    OWN_PUBLIC_V4, WORLD_V4, WORLD_V6,
+};
 use serde_json::{json, Value};
 
 /// The name every test refuses; the DNS table has an answer for it, so a lookup would show.
@@ -214,6 +217,54 @@ fn an_address_added_to_the_host_after_the_first_request_is_refused_as_its_own() 
     ip("del");
     let after = s.probe(&p, &[get("http://added.attack.test/gone", "added.attack.test")]);
     assert_eq!(first(&after[0]).0, 502, "{}", after[0]);
+}
+
+#[test]
+fn an_address_in_a_prefix_the_host_routes_to_itself_is_refused_as_its_own() {
+    let Some(mut s) = Scene::new() else { return };
+    let edge = s.edge.clone();
+    s.serve(&edge, &["any", "8080"]);
+    let names = ["anyip.attack.test", "anyip6.attack.test"];
+    let policy = format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: [{OK}, {}]\n  ports: [80, 8080]\n  tunnel_ports: [443, 8080]\n  \
+         allow_destinations: [{WORLD_V4}/32]\n",
+        names.join(", ")
+    );
+    let p = s.proxy(&policy);
+    // The first upstream makes leash read what its host delivers locally.
+    let before = s.probe(&p, &[get(&format!("http://{OK}/first"), OK)]);
+    assert_eq!(before[0]["responses"][0]["body"], "origin /first", "{}", before[0]);
+    // Then AnyIP: a `local` route makes a whole public prefix the host's own, though no interface carries an address
+    // in it; the service on the wildcard address answers on every one of them. One family at a time, so each
+    // family's route change must be noticed on its own.
+    for (name, family, net) in [(names[1], "-6", ANYIP_V6_NET), (names[0], "-4", ANYIP_V4_NET)] {
+        let done = std::process::Command::new("ip")
+            .args(["-n", &edge, family, "route", "add", "local", net, "dev", "lo"])
+            .status()
+            .unwrap();
+        assert!(done.success(), "ip route add local {net}");
+        let plain = get(&format!("http://{name}:8080/any"), &format!("{name}:8080"));
+        let results = s.probe(&p, &[plain.clone(), connect(&format!("{name}:8080"), Some(name))]);
+        assert_eq!(first(&results[0]), (403, "internal-destination".into()), "{plain}: {}", results[0]);
+        assert_tunnel_refused(&results[1]);
+    }
+    let any = |s: &Scene| s.origin_events().into_iter().filter(|l| l.starts_with("any ")).collect::<Vec<_>>();
+    assert_eq!(any(&s), Vec::<String>::new(), "an address in the local prefix was dialed");
+    let audit = s.audit(&p);
+    let refused = audit.iter().filter(|l| l["reason"] == "internal-destination").count();
+    assert_eq!(refused, 4, "both names refused as internal, plain and tunnelled: {audit:?}");
+    // Control: from leash's namespace both addresses do reach the wildcard service, so a dial would have shown.
+    let reach = format!(
+        "import socket\nfor a in ['{ANYIP_V4}', '{ANYIP_V6}']:\n    socket.create_connection((a, 8080), timeout=5).close()"
+    );
+    let reached =
+        std::process::Command::new("ip").args(["netns", "exec", &edge, "python3", "-c", &reach]).status().unwrap();
+    assert!(reached.success(), "the wildcard service is reachable on the local prefixes");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while any(&s).len() < 2 {
+        assert!(Instant::now() < deadline, "the control connections were not seen: {:?}", any(&s));
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

@@ -661,6 +661,76 @@ sys.stderr.write('{\"decision\": \"allow\", \"host\": \"refused.test\", \"forged
     assert!(real > forged, "leash's record comes after all the command wrote: {stderr}");
 }
 
+/// The command (which owns the log's directory) makes a refused request, renames the directory, puts its own file,
+/// symlink or FIFO at the log's path, waits past the half second after which leash used to look at the path again,
+/// and makes two more refused requests; then reads what reached its planted file (or FIFO).
+const REDIRECT_LOG: &str = r#"
+import os, sys, time, urllib.request
+mode, logs, theirs = sys.argv[1], sys.argv[2], sys.argv[3]
+def refused(n):
+    try:
+        urllib.request.urlopen("http://refused%d.test/" % n, timeout=10)
+    except Exception:
+        pass
+refused(1)
+os.rename(logs, logs + ".moved")
+os.mkdir(logs)
+path = os.path.join(logs, "audit.jsonl")
+reader = None
+if mode == "file":
+    open(path, "w").close()
+    theirs = path
+elif mode == "symlink":
+    open(theirs, "w").close()
+    os.symlink(theirs, path)
+else:
+    os.mkfifo(path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+time.sleep(0.7)
+refused(2)
+time.sleep(0.7)
+refused(3)
+if reader is not None:
+    try:
+        got = os.read(reader, 65536)
+    except BlockingIOError:
+        got = b""
+else:
+    got = open(theirs, "rb").read()
+print("read", len(got))
+"#;
+
+#[test]
+fn the_audit_log_cannot_be_redirected_by_renaming_its_directory() {
+    let Some(()) = sandbox() else { return };
+    for mode in ["file", "symlink", "fifo"] {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        std::fs::create_dir(&logs).unwrap();
+        let log = logs.join("audit.jsonl");
+        let theirs = dir.path().join("theirs.jsonl");
+        let out = Command::new("timeout")
+            .args(["60", &leash(), "run", "--log", log.to_str().unwrap(), "--", PYTHON, "-c", REDIRECT_LOG, mode])
+            .args([logs.to_str().unwrap(), theirs.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{mode}: {}{}", text(&out.stdout), text(&out.stderr));
+        assert_eq!(text(&out.stdout), "read 0\n", "{mode}: no line reached the command's {mode}");
+        // Every line of the run is in the file leash opened, now under the directory's new name.
+        let kept = std::fs::read_to_string(dir.path().join("logs.moved/audit.jsonl")).unwrap();
+        let hosts: Vec<String> = kept
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["host"].as_str().unwrap_or("").to_owned())
+            .collect();
+        assert_eq!(hosts, ["refused1.test", "refused2.test", "refused3.test"], "{mode}: {kept}");
+        let planted = std::fs::symlink_metadata(&log).unwrap();
+        if planted.file_type().is_file() {
+            assert_eq!(planted.len(), 0, "{mode}: nothing at the planted path");
+        }
+    }
+}
+
 // ---- kernel files ----------------------------------------------------------------------------------------------
 
 #[test]

@@ -38,6 +38,12 @@ pub const OWN_PUBLIC_V4: &str = "198.51.100.7";
 /// Another public (documentation-range) address, given to leash's namespace only while leash runs, after it has
 /// read its own addresses.
 pub const ADDED_PUBLIC_V4: &str = "203.0.113.9";
+/// Public (documentation-range) prefixes some tests make local to leash's namespace with a `local` route (AnyIP:
+/// every address in them is the host's own, though no interface carries it), and an address in each.
+pub const ANYIP_V4_NET: &str = "192.0.2.0/24";
+pub const ANYIP_V4: &str = "192.0.2.77";
+pub const ANYIP_V6_NET: &str = "2001:db8:1::/64";
+pub const ANYIP_V6: &str = "2001:db8:1::77";
 const EDGE_V4: &str = "10.200.0.1";
 const EDGE_V6: &str = "fd00:200::1";
 
@@ -60,6 +66,8 @@ fn dns_table() -> Value {
         "flip.attack.test": [[WORLD_V4], ["127.0.0.1"]],
         "self.attack.test": [OWN_PUBLIC_V4],
         "added.attack.test": [ADDED_PUBLIC_V4],
+        "anyip.attack.test": [ANYIP_V4],
+        "anyip6.attack.test": [ANYIP_V6],
     })
 }
 

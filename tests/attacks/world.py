@@ -220,6 +220,9 @@ elif role == "own":
     # An origin on an address a test gave leash's namespace: where a name answering it would lead.
     for port in (80, 443):
         tcp(port, None, sys.argv[4])
+elif role == "any":
+    # A service on the wildcard address of leash's namespace (IPv4 and IPv6), on port ARGV[4].
+    tcp(int(sys.argv[4]))
 elif role == "relay":
     relay(sys.argv[4], (sys.argv[5], 80))
 print("ready", flush=True)

@@ -33,6 +33,13 @@ impl Cidr {
     }
 }
 
+/// The one address: a /32 or a /128.
+impl From<IpAddr> for Cidr {
+    fn from(addr: IpAddr) -> Self {
+        Cidr { addr, prefix: if addr.is_ipv4() { 32 } else { 128 } }
+    }
+}
+
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.addr, self.prefix)

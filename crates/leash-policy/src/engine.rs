@@ -301,16 +301,17 @@ impl Policy {
     }
 
     /// The destination check after resolution: `Err(Reason::InternalDestination)` if any address is internal (or
-    /// one of `own`, this host's interface and listening addresses) and not inside `allow_destinations`.
-    /// No address at all is refused too: there is nothing checked to dial.
-    pub fn check_destination(&self, addrs: &[IpAddr], own: &[IpAddr]) -> Result<(), Reason> {
+    /// inside one of `own`: what this host's kernel delivers locally, whole prefixes included, and where the proxy
+    /// listens) and not inside `allow_destinations`. No address at all is refused too: there is nothing checked to
+    /// dial.
+    pub fn check_destination(&self, addrs: &[IpAddr], own: &[Cidr]) -> Result<(), Reason> {
         if addrs.is_empty() {
             return Err(Reason::InternalDestination);
         }
         // INVARIANT: one internal address refuses the whole answer, so no choice of address can reach inside.
         for addr in addrs {
             let exempt = self.allow_destinations.iter().any(|cidr| cidr.contains(*addr));
-            if (is_internal(*addr) || own.contains(addr)) && !exempt {
+            if (is_internal(*addr) || own.iter().any(|net| net.contains(*addr))) && !exempt {
                 return Err(Reason::InternalDestination);
             }
         }

@@ -1,9 +1,11 @@
 //! The audit log: one JSON object per line, one line per decision, written before a byte is forwarded, and a
 //! second line with the same `id` when an allowed request ends. Each line is one `write` on an `O_APPEND` file, so
-//! a crash leaves only whole lines; a failed write is reported to the caller, who refuses the request. Before each
-//! line the open file is checked to still have a name (a log deleted would lose every line written to it), and every
-//! half second that its path still names it (a log moved away keeps its lines): either way the log is created again
-//! at its path, and where that fails the write fails, so no line goes unseen into an unlinked file.
+//! a crash leaves only whole lines; a failed write is reported to the caller, who refuses the request. The file is
+//! opened once and every line goes through that descriptor for the whole run: a log moved away (logrotate, a renamed
+//! directory) keeps every line, and nothing put at its path later (a file, a symlink or a FIFO of someone who can
+//! write the directory) ever receives one. Only the operator's [`AuditLog::reopen`] (`leash proxy`'s SIGHUP) opens
+//! the path again, and it refuses anything but a regular file. Before each line the open file is checked to still
+//! have a name: a deleted log would lose every line written to it, so the write fails instead.
 //!
 //! It also keeps a tally of the refusals it wrote (by destination and reason, see [`AuditLog::refusals`]), from which
 //! `leash run` and `leash docker run` print their end-of-run summary.
@@ -15,7 +17,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use leash_policy::{Decision, Reason, RequestKind, Verdict};
 use serde::Serialize;
@@ -24,11 +26,8 @@ use serde::Serialize;
 enum Sink {
     File {
         file: File,
+        /// Where `file` was opened: named in errors, and opened again only by [`AuditLog::reopen`].
         path: PathBuf,
-        /// Device and inode of `file`: the path names the open file only while a `stat` of it gives these.
-        id: (u64, u64),
-        /// When the path was last checked against `id` (see [`follow_path`]).
-        path_checked: Instant,
         /// Lines were written since the last `sync_data`. A sync with nothing to write still flushes the disk's
         /// cache (a quarter of a millisecond here, at the end of every `leash run --log` that made no request).
         unsynced: bool,
@@ -236,22 +235,22 @@ pub struct AuditError {
 impl AuditLog {
     /// Create (mode 0600) or append to the log file. Failing here means leash does not start.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let (file, id) = open_file(path)?;
-        let path = path.to_owned();
-        Ok(Self::with_sink(Sink::File { file, path, id, path_checked: Instant::now(), unsynced: false }))
+        let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+        Ok(Self::with_sink(Sink::File { file, path: path.to_owned(), unsynced: false }))
     }
 
-    /// Open the log file's path again and write there from now on (after logrotate moved the file). The old file is
+    /// Open the log file's path again and write there from now on (after logrotate moved the file): the operator's
+    /// signal, never anything noticed at the path. Only a regular file is taken (see [`reopen_file`]). The old file is
     /// closed only once the new one is open: if opening fails, lines keep going to the old file and the error says
     /// why. Logs that are not files have nothing to reopen.
     pub fn reopen(&self) -> Result<(), AuditError> {
         let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
-        if let Sink::File { file, path, id, unsynced, .. } = &mut *sink {
-            let (fresh, fresh_id) = open_file(path).map_err(|e| err(path, e))?;
+        if let Sink::File { file, path, unsynced } = &mut *sink {
+            let fresh = reopen_file(path).map_err(|e| err(path, e))?;
             if *unsynced {
                 let _ = file.sync_data();
             }
-            (*file, *id, *unsynced) = (fresh, fresh_id, false);
+            (*file, *unsynced) = (fresh, false);
         }
         Ok(())
     }
@@ -364,8 +363,10 @@ impl AuditLog {
         let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
         match &mut *sink {
             // One write_all of a whole line: with O_APPEND a crash can cut only the line being written.
-            Sink::File { file, path, id, path_checked, unsynced } => {
-                follow_path(file, path, id, path_checked)?;
+            Sink::File { file, path, unsynced } => {
+                // INVARIANT: a line goes only to the file opened at start or by the operator's reopen, never to
+                // whatever is at the log's path now.
+                still_named(file).map_err(|e| err(path, e))?;
                 file.write_all(&line).map_err(|e| err(path, e))?;
                 *unsynced = true;
                 Ok(())
@@ -469,40 +470,32 @@ struct Tagged<'a, T> {
     labels: Option<&'a std::collections::BTreeMap<String, String>>,
 }
 
-/// Create (mode 0600) or append to the log file at `path`; with its device and inode.
-fn open_file(path: &Path) -> io::Result<(File, (u64, u64))> {
-    let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
-    let meta = file.metadata()?;
-    Ok((file, (meta.dev(), meta.ino())))
+/// The log file at `path` opened again on the operator's signal, created (mode 0600) or appended to. The path's
+/// directory may be writable by others (a `leash run` command may own it), so what is there now is not trusted: a
+/// symlink is not followed (`O_NOFOLLOW`), a FIFO cannot hold the open (`O_NONBLOCK`: without a reader it fails,
+/// with one the type check below refuses it), and anything but a regular file is refused.
+fn reopen_file(path: &Path) -> io::Result<File> {
+    let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let file = OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(flags).open(path);
+    let file = file.map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => io::Error::other("it is a symbolic link, which is not followed"),
+        Some(libc::ENXIO) => io::Error::other("it is a FIFO or socket, not a regular file"),
+        _ => e,
+    })?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::other("it is not a regular file (a FIFO, socket or device)"));
+    }
+    Ok(file)
 }
 
-/// How often a line also checks that the log's path still names the open file.
-const PATH_CHECK: Duration = Duration::from_millis(500);
-
-/// If the open file is gone or no longer at `path`, open the path again: a file nobody can find must not take the
-/// lines. A deleted file (no link left) would lose every line written to it, so each line checks that with an
-/// `fstat` (0.4 µs, beside a ~1 µs write). A file moved away (logrotate without a SIGHUP, a renamed directory) still
-/// holds its lines where the operator finds them, so the `stat` of the path that notices it (1-2.5 µs: 7 % of a
-/// proxied request's CPU when run on every line) runs at most every [`PATH_CHECK`]. (An inotify watch would cost
-/// nothing per line but tells a thread, not this write: a line written before the thread wakes would be lost.)
-fn follow_path(file: &mut File, path: &Path, id: &mut (u64, u64), checked: &mut Instant) -> Result<(), AuditError> {
-    let deleted = file.metadata().map_or(true, |m| m.nlink() == 0);
-    if !deleted {
-        if checked.elapsed() < PATH_CHECK {
-            return Ok(());
-        }
-        *checked = Instant::now();
-        if std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == *id) {
-            return Ok(());
-        }
+/// Fails if the open log file has no name left (deleted): every line written to it would be lost with the last
+/// descriptor. An `fstat` per line (0.4 µs, beside a ~1 µs write). The path is not opened again: whatever is there
+/// now may be someone else's (see the module's note); the operator's [`AuditLog::reopen`] makes a new file.
+fn still_named(file: &File) -> io::Result<()> {
+    match file.metadata()?.nlink() {
+        0 => Err(io::Error::other("the file was deleted; no line is written into an unlinked file")),
+        _ => Ok(()),
     }
-    let (fresh, fresh_id) = open_file(path).map_err(|e| err(path, e))?;
-    tracing::warn!(
-        "the audit log `{}` was deleted or moved away; writing on to a new file at its path",
-        path.display()
-    );
-    (*file, *id, *checked) = (fresh, fresh_id, Instant::now());
-    Ok(())
 }
 
 fn err(path: &Path, source: io::Error) -> AuditError {
@@ -664,5 +657,63 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(text.starts_with("{\"id\":1,") && text.ends_with(",\"container\":\"c0ffee\"}\n"), "{text}");
+    }
+
+    /// A log in a fresh directory, with its path and the directory (kept alive by the caller).
+    fn log_in_tempdir() -> (AuditLog, PathBuf, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        (AuditLog::open(&path).unwrap(), path, dir)
+    }
+
+    fn outcome(id: u64) -> OutcomeEntry {
+        let time = now_rfc3339();
+        OutcomeEntry {
+            id,
+            time,
+            status: 200,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0.0,
+            error: None,
+            upstream_proxy_answer: None,
+        }
+    }
+
+    #[test]
+    fn a_reopen_refuses_a_symlink_at_the_path_and_lines_go_on_to_the_open_file() {
+        let (log, path, dir) = log_in_tempdir();
+        log.outcome(&outcome(1)).unwrap();
+        let (moved, theirs) = (dir.path().join("moved.jsonl"), dir.path().join("theirs.jsonl"));
+        std::fs::rename(&path, &moved).unwrap();
+        std::fs::write(&theirs, "").unwrap();
+        std::os::unix::fs::symlink(&theirs, &path).unwrap();
+        let refused = log.reopen().unwrap_err().to_string();
+        assert!(refused.contains("symbolic link"), "{refused}");
+        log.outcome(&outcome(2)).unwrap();
+        assert_eq!(std::fs::read_to_string(&moved).unwrap().lines().count(), 2);
+        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "", "nothing went through the symlink");
+    }
+
+    #[test]
+    fn a_reopen_refuses_a_fifo_at_the_path_with_or_without_a_reader_and_never_blocks() {
+        let (log, path, dir) = log_in_tempdir();
+        std::fs::rename(&path, dir.path().join("moved.jsonl")).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
+        // No reader: a blocking open would wait forever (so the reopen runs on a thread, waited for a bounded time).
+        let log = std::sync::Arc::new(log);
+        let reopen = || {
+            let (log, (done, answer)) = (std::sync::Arc::clone(&log), std::sync::mpsc::channel());
+            std::thread::spawn(move || done.send(log.reopen().map_err(|e| e.to_string())));
+            answer.recv_timeout(Duration::from_secs(5)).expect("the reopen blocked on the FIFO")
+        };
+        assert!(reopen().unwrap_err().contains("FIFO"));
+        // A reader waiting: the open succeeds, and the type check refuses it.
+        let mut reader = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&path).unwrap();
+        assert!(reopen().unwrap_err().contains("not a regular file"));
+        log.outcome(&outcome(1)).unwrap();
+        let mut got = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut reader, &mut got);
+        assert!(got.is_empty(), "nothing was written into the FIFO: {got:?}");
     }
 }

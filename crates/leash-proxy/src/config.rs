@@ -156,9 +156,10 @@ pub fn connections_for_open_files(open_files: u64) -> usize {
 pub enum OwnAddrs {
     /// Exactly these.
     Given(Arc<[IpAddr]>),
-    /// This host's interface addresses, read from the kernel when the first upstream is checked: a run that never
-    /// dials does not pay for reading them at start (a fortieth of `leash run -- true`). Read again at the next
-    /// check after the kernel reports an address change, so an address the host gains later is refused too.
+    /// What this host's kernel delivers locally (its `local` routes: interface addresses and whole local prefixes),
+    /// read when the first upstream is checked: a run that never dials does not pay for reading them at start (a
+    /// fortieth of `leash run -- true`). Read again at the next check after the kernel reports an address or route
+    /// change, so an address or prefix the host gains later is refused too.
     Host,
 }
 
@@ -168,7 +169,8 @@ pub struct ProxyConfig {
     pub policy: PolicyHandle,
     pub audit: Arc<AuditLog>,
     pub resolver: Arc<dyn Resolve>,
-    /// This host's interface addresses: never dialed, whatever DNS says (nor the proxy's listening addresses).
+    /// This host's own addresses (local prefixes included): never dialed, whatever DNS says (nor the proxy's listening
+    /// addresses).
     pub own_addrs: OwnAddrs,
     pub limits: Limits,
     /// TLS inspection (the run's CA, both TLS sides). `None`: a tunnel that needs inspection is refused

@@ -1,8 +1,10 @@
 //! State shared by every connection of one proxy: its configuration, the upstream connection pool, and the addresses
 //! no upstream may be. Requests reach the audit log through [`crate::gate`].
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
+
+use leash_policy::Cidr;
 
 use crate::config::{OwnAddrs, ProxyConfig};
 use crate::netinfo::HostAddrs;
@@ -21,25 +23,27 @@ pub(crate) struct Shared {
 /// The addresses no upstream may be.
 enum Own {
     /// Given in the configuration.
-    Fixed(Arc<[IpAddr]>),
-    /// This host's, read when first needed and again after the kernel reports a change.
+    Fixed(Arc<[Cidr]>),
+    /// This host's (its local routes: addresses and whole prefixes), read when first needed and again after the
+    /// kernel reports a change.
     Host(HostAddrs),
 }
 
 impl Shared {
     pub fn new(cfg: ProxyConfig, listening: &[SocketAddr]) -> Self {
-        let listening: Vec<IpAddr> = listening.iter().map(|a| a.ip()).filter(|ip| !ip.is_unspecified()).collect();
+        let listening: Vec<Cidr> =
+            listening.iter().map(|a| a.ip()).filter(|ip| !ip.is_unspecified()).map(Cidr::from).collect();
         let pool = Pool::new(cfg.limits.pool_per_host, cfg.limits.pool_idle);
         let own = match &cfg.own_addrs {
-            OwnAddrs::Given(addrs) => Own::Fixed(addrs.iter().chain(&listening).copied().collect()),
+            OwnAddrs::Given(addrs) => Own::Fixed(addrs.iter().copied().map(Cidr::from).chain(listening).collect()),
             // Nothing is read (or subscribed to) here: a run that never dials does not pay for it.
             OwnAddrs::Host => Own::Host(HostAddrs::new(listening)),
         };
         Self { cfg, pool, proxy_tls: ProxyTls::default(), own }
     }
 
-    /// The addresses no upstream may be now: the host's own and the proxy's listening ones.
-    pub fn own(&self) -> Arc<[IpAddr]> {
+    /// The addresses no upstream may be now: the host's own (whole local prefixes) and the proxy's listening ones.
+    pub fn own(&self) -> Arc<[Cidr]> {
         match &self.own {
             Own::Fixed(addrs) => Arc::clone(addrs),
             Own::Host(host) => host.get(),
@@ -50,7 +54,7 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr};
     use std::sync::Arc;
 
     use super::*;
@@ -78,14 +82,15 @@ mod tests {
     fn no_upstream_may_be_a_given_address_or_where_the_proxy_listens() {
         let given = OwnAddrs::Given(Arc::from(vec![IpAddr::from([192, 0, 2, 7])]));
         let sh = shared(given, &["198.51.100.1:3128", "0.0.0.0:80"]);
-        assert_eq!(*sh.own(), [IpAddr::from([192, 0, 2, 7]), IpAddr::from([198, 51, 100, 1])]);
+        let own = [IpAddr::from([192, 0, 2, 7]), IpAddr::from([198, 51, 100, 1])].map(Cidr::from);
+        assert_eq!(*sh.own(), own);
     }
 
     #[test]
     fn the_hosts_own_addresses_are_read_when_first_needed() {
         let sh = shared(OwnAddrs::Host, &["203.0.113.9:3128"]);
         let own = sh.own();
-        assert!(own.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)), "{own:?}");
-        assert_eq!(own.last(), Some(&IpAddr::from([203, 0, 113, 9])));
+        assert!(own.iter().any(|c| c.contains(IpAddr::V4(Ipv4Addr::LOCALHOST))), "{own:?}");
+        assert_eq!(own.last(), Some(&Cidr::from(IpAddr::from([203, 0, 113, 9]))));
     }
 }

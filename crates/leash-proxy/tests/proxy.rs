@@ -2026,36 +2026,48 @@ async fn audit_write_failure_refuses_a_tunnel() {
 }
 
 #[tokio::test]
-async fn audit_log_deleted_while_running_is_created_again_at_its_path() {
+async fn audit_log_deleted_while_running_refuses_requests_until_the_operator_reopens_it() {
     use std::os::unix::fs::PermissionsExt;
     let w = allowing(&["allowed.test"]).await;
     assert_eq!(w.get("allowed.test", "/before").await.status, 200);
     w.leash.log_until("the first outcome", |v| v.get("status").is_some()).await;
     std::fs::remove_file(&w.leash.log_path).unwrap();
+    // No line goes into the unlinked file, and none to a file made at the path: whatever is there now may be
+    // someone else's. The request is refused instead.
+    assert_refused(&w.get("allowed.test", "/deleted").await, 503, "audit-failed");
+    assert!(!w.leash.log_path.exists(), "nothing was made at the log's path");
+    // The operator's SIGHUP (`leash proxy`) makes a new file there.
+    w.leash.audit.reopen().unwrap();
     assert_eq!(w.get("allowed.test", "/after").await.status, 200);
     let lines = w.leash.log_until("the second outcome", |v| v.get("status").is_some()).await;
     let paths: Vec<_> = lines.iter().filter_map(|v| v["path"].as_str()).collect();
-    assert_eq!(paths, ["/after"], "the new file holds the lines written since the deletion: {lines:?}");
+    assert_eq!(paths, ["/after"], "the new file holds the lines written since the reopen: {lines:?}");
     let mode = std::fs::metadata(&w.leash.log_path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
 }
 
 #[tokio::test]
-async fn audit_log_moved_away_is_followed_back_to_its_path_within_half_a_second() {
+async fn audit_log_moved_away_keeps_every_line_and_a_file_put_at_its_path_gets_none() {
     let w = allowing(&["allowed.test"]).await;
     assert_eq!(w.get("allowed.test", "/before").await.status, 200);
     w.leash.log_until("the first outcome", |v| v.get("status").is_some()).await;
     let moved = w.leash.log_path.with_extension("jsonl.1");
     std::fs::rename(&w.leash.log_path, &moved).unwrap();
-    // logrotate without a SIGHUP: the moved file keeps what it holds, and after the path check's interval the next
-    // line goes to a new file at the log's path.
+    // Someone who can write the directory puts a file of theirs at the path. Past the half second after which leash
+    // used to look at the path again, lines still go to the file leash opened.
+    std::fs::write(&w.leash.log_path, "").unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(w.get("allowed.test", "/after").await.status, 200);
-    let lines = w.leash.log_until("the second outcome", |v| v.get("status").is_some()).await;
-    let paths: Vec<_> = lines.iter().filter_map(|v| v["path"].as_str()).collect();
-    assert_eq!(paths, ["/after"], "{lines:?}");
-    let old = std::fs::read_to_string(&moved).unwrap();
-    assert!(old.contains("/before") && !old.contains("/after"), "{old}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let paths = loop {
+        let lines = support::leash::read_log(&moved);
+        if lines.iter().filter(|v| v.get("status").is_some()).count() == 2 || std::time::Instant::now() > deadline {
+            break lines.iter().filter_map(|v| v["path"].as_str().map(str::to_owned)).collect::<Vec<_>>();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(paths, ["/before", "/after"], "every line is in the moved file");
+    assert_eq!(std::fs::read_to_string(&w.leash.log_path).unwrap(), "", "the planted file got no line");
 }
 
 #[tokio::test]

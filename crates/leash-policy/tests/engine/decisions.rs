@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use leash_policy::{ClientHelloFacts as Hello, Mode, Policy, Question, Reason, TlsInspection, Via};
+use leash_policy::{Cidr, ClientHelloFacts as Hello, Mode, Policy, Question, Reason, TlsInspection, Via};
 
 use crate::{allowlist, blocklist, connect, decide, decide_inner, decide_on, hello, policy, render};
 
@@ -147,11 +147,14 @@ fn ips(list: &[&str]) -> Vec<IpAddr> {
 fn destination_checks() {
     let p =
         policy("network:\n  mode: blocklist\n  blocked_urls: [x.org]\n  allow_destinations: [10.1.0.0/16, fd00::/8]\n");
-    let own = ips(&["203.0.113.9"]);
+    let own: Vec<Cidr> = vec![IpAddr::from([203, 0, 113, 9]).into(), "198.51.100.0/24".parse().unwrap()];
     assert_eq!(p.check_destination(&ips(&["93.184.216.34"]), &own), Ok(()));
     assert_eq!(p.check_destination(&ips(&["93.184.216.34", "127.0.0.1"]), &own), Err(Reason::InternalDestination));
     assert_eq!(p.check_destination(&ips(&["203.0.113.9"]), &own), Err(Reason::InternalDestination));
     assert_eq!(p.check_destination(&ips(&["169.254.169.254"]), &own), Err(Reason::InternalDestination));
+    // A prefix the host's kernel delivers locally (AnyIP) is its own for every address in it.
+    assert_eq!(p.check_destination(&ips(&["198.51.100.77"]), &own), Err(Reason::InternalDestination));
+    assert_eq!(p.check_destination(&ips(&["198.51.101.1"]), &own), Ok(()));
     assert_eq!(p.check_destination(&ips(&["10.1.2.3"]), &own), Ok(()));
     assert_eq!(p.check_destination(&ips(&["10.2.0.1"]), &own), Err(Reason::InternalDestination));
     assert_eq!(p.check_destination(&ips(&["fd00::5"]), &own), Ok(()));

@@ -169,7 +169,7 @@ impl Builder {
         });
         let config = ProxyConfig {
             policy: handle.clone(),
-            audit,
+            audit: audit.clone(),
             resolver: resolver.clone(),
             own_addrs: leash_proxy::OwnAddrs::Given(Arc::from(Vec::new())),
             limits: self.limits,
@@ -195,6 +195,7 @@ impl Builder {
             resolver,
             policy: handle,
             metrics,
+            audit,
             log_path,
             inspection,
             ca_path,
@@ -212,6 +213,8 @@ pub struct Leash {
     pub policy: PolicyHandle,
     /// The proxy's counters, as `leash proxy --metrics` serves them.
     pub metrics: Arc<Metrics>,
+    /// The audit log the proxy writes (at `log_path`), for what `leash proxy`'s SIGHUP does to it (`reopen`).
+    pub audit: Arc<AuditLog>,
     pub log_path: PathBuf,
     /// TLS inspection, when the builder turned it on.
     pub inspection: Option<Arc<Inspection>>,

@@ -1,5 +1,6 @@
 //! The calling thread's network namespace read over rtnetlink: every route (all tables) and every address, as
-//! much of each as the isolation check needs. A dump request, then the kernel's answers until `NLMSG_DONE`; every
+//! much of each as the isolation check needs, and the `local` routes (what the kernel delivers to this host, for
+//! the proxy's destination check). A dump request, then the kernel's answers until `NLMSG_DONE`; every
 //! length is checked before it is used, and a malformed answer is an error, never a guess.
 
 use std::io;
@@ -14,6 +15,8 @@ const RTM_NEWROUTE: u16 = 24;
 const RTM_GETADDR: u16 = 22;
 const RTM_NEWADDR: u16 = 20;
 const RTN_UNICAST: u8 = 1;
+const RTN_LOCAL: u8 = 2;
+const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_MULTIPATH: u16 = 9;
@@ -66,6 +69,49 @@ pub(crate) fn routes() -> io::Result<Vec<Route>> {
     Ok(routes)
 }
 
+/// Every route of type `local` in the calling thread's network namespace, IPv4 and IPv6, in every table, as
+/// (network, prefix length): the addresses the kernel delivers to this host rather than sends out. Each interface
+/// address has one (a /32 or /128), and so has a whole prefix made local (AnyIP: `ip route add local
+/// 203.0.113.0/24 dev lo`), whose every address reaches a listener on the wildcard address.
+pub(crate) fn local_routes() -> io::Result<Vec<(IpAddr, u8)>> {
+    // struct rtmsg, all zero but the family: every table, every type.
+    let request = [libc::AF_UNSPEC as u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let mut out = Vec::new();
+    for (kind, payload) in dump(RTM_GETROUTE, &request)? {
+        let Some(head) = payload.get(..12) else { return Err(malformed("route")) };
+        if kind != RTM_NEWROUTE || head[7] != RTN_LOCAL {
+            continue;
+        }
+        let (family, dst_len) = (i32::from(head[0]), head[1]);
+        // No destination attribute: the family's default route, made local (every address).
+        let mut dst = match family {
+            libc::AF_INET => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            libc::AF_INET6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            _ => continue,
+        };
+        for (attr, data) in attributes(&payload[12..])? {
+            if attr == RTA_DST {
+                dst = ip_of(family, data).ok_or_else(|| malformed("route destination"))?;
+            }
+        }
+        out.push((dst, dst_len));
+    }
+    Ok(out)
+}
+
+/// The address in an attribute's `data`, if it is one of `family`'s size.
+fn ip_of(family: i32, data: &[u8]) -> Option<IpAddr> {
+    match (family, data.len()) {
+        (libc::AF_INET, 4) => Some(IpAddr::V4(Ipv4Addr::new(data[0], data[1], data[2], data[3]))),
+        (libc::AF_INET6, 16) => {
+            let mut octets = [0u8; 16];
+            octets.copy_from_slice(data);
+            Some(IpAddr::V6(Ipv6Addr::from(octets)))
+        }
+        _ => None,
+    }
+}
+
 /// Every address of the calling thread's network namespace, with its interface's index.
 pub(crate) fn addresses() -> io::Result<Vec<(u32, IpAddr)>> {
     // struct ifaddrmsg, all zero: every family.
@@ -80,15 +126,7 @@ pub(crate) fn addresses() -> io::Result<Vec<(u32, IpAddr)>> {
         let family = i32::from(head[0]);
         let mut address = None;
         for (attr, data) in attributes(&payload[8..])? {
-            let ip = match (family, data.len()) {
-                (libc::AF_INET, 4) => IpAddr::V4(Ipv4Addr::new(data[0], data[1], data[2], data[3])),
-                (libc::AF_INET6, 16) => {
-                    let mut octets = [0u8; 16];
-                    octets.copy_from_slice(data);
-                    IpAddr::V6(Ipv6Addr::from(octets))
-                }
-                _ => continue,
-            };
+            let Some(ip) = ip_of(family, data) else { continue };
             // IFA_LOCAL is the address itself where a peer address is also given; IFA_ADDRESS otherwise.
             if attr == IFA_LOCAL || (attr == IFA_ADDRESS && address.is_none()) {
                 address = Some(ip);
@@ -204,5 +242,13 @@ mod tests {
         let addresses = addresses().unwrap();
         assert!(addresses.iter().any(|(_, ip)| ip.is_loopback()), "{addresses:?}");
         routes().unwrap();
+    }
+
+    #[test]
+    fn the_local_routes_hold_loopback_as_a_whole_prefix() {
+        // Every namespace with `lo` up has `local 127.0.0.0/8` and `local 127.0.0.1` in its local table.
+        let local = local_routes().unwrap();
+        assert!(local.contains(&(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8)), "{local:?}");
+        assert!(local.contains(&(IpAddr::V4(Ipv4Addr::LOCALHOST), 32)), "{local:?}");
     }
 }
