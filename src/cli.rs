@@ -90,8 +90,8 @@ pub struct SandboxProxyArgs {
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
     #[arg(long, value_name = "RULE")]
     pub block: Vec<String>,
-    /// Append the JSONL audit log to FILE (mode 0600), hidden from the command; default: standard error, once the
-    /// command has ended (under docker, lines name the container)
+    /// Append the JSONL audit log to FILE (mode 0600), hidden from the command; default: a file of its own under
+    /// ~/.local/state/leash/runs/, written once the command has ended (under docker, lines name the container)
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Answer NAME with ADDR instead of asking DNS (repeatable)
@@ -236,8 +236,8 @@ pub struct AttachArgs {
     The command reaches no host Unix socket but those named with --allow-unix-socket, runs in a session of its own \
     (no controlling terminal) with its own IPC namespace and keyring, and cannot open AF_VSOCK or other families. \
     It inherits leash's environment (API keys and tokens included) unless --clean-env is given. The audit log file \
-    is hidden inside; without --log the records are written to standard error once the command and every process \
-    it left have ended. Last comes a summary of the refused requests, with hints, on standard error (not with \
+    is hidden inside; without --log the records are kept in a file under ~/.local/state/leash/runs/ (XDG_STATE_HOME) \
+    once the command and every process it left have ended, and its path is said on standard error. Last comes a summary of the refused requests, with hints, on standard error (not with \
     --quiet). leash exits with the command's status \
     (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125."
 )]

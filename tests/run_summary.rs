@@ -12,9 +12,26 @@ use std::process::{Command, Output};
 
 const LEASH: &str = env!("CARGO_BIN_EXE_leash");
 
+/// Where these runs keep their audit logs (`XDG_STATE_HOME`): the tests' scratch directory, not the caller's home.
+fn state_home() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("run-summary-state-{}", std::process::id()))
+}
+
 /// `leash run OPTIONS -- sh -c SCRIPT`.
 fn leash_run(options: &[&str], script: &str) -> Output {
-    Command::new(LEASH).arg("run").args(options).args(["--", "sh", "-c", script]).output().unwrap()
+    let mut run = Command::new(LEASH);
+    run.arg("run").args(options).args(["--", "sh", "-c", script]).env("XDG_STATE_HOME", state_home());
+    run.output().unwrap()
+}
+
+/// The audit log a run without `--log` kept, by the path it named on stderr.
+fn kept_log(o: &Output) -> String {
+    let err = stderr(o);
+    let line = err.lines().find_map(|l| l.strip_prefix("leash: the audit log of this run is in ")).unwrap_or_else(|| {
+        panic!("no kept log named: {err}");
+    });
+    assert!(line.starts_with(state_home().join("leash/runs/").to_str().unwrap()), "{line}");
+    std::fs::read_to_string(line).unwrap()
 }
 
 /// A curl through the run's proxy that prints only the status (000 when a tunnel was refused).
@@ -56,10 +73,13 @@ fn a_subdomain_of_an_exact_entry_is_summed_up_after_the_log_with_the_dotted_entr
              `leash policy suggest audit.jsonl`\n"
         )
     );
-    // The audit log (kept until the command ended) comes first, whole; the summary closes standard error.
+    // The audit log (kept until the command ended) is in a file of its own, named before the summary; no raw JSON
+    // line on standard error, and the summary closes it.
     let err = stderr(&o);
-    let (log_end, summary_at) = (err.rfind("\"reason\":\"not-allowed\"").unwrap(), err.find("leash: 2").unwrap());
-    assert!(log_end < summary_at, "{err}");
+    assert_eq!(kept_log(&o).matches("\"reason\":\"not-allowed\"").count(), 2, "{err}");
+    assert!(!err.contains("{\""), "{err}");
+    let (named_at, summary_at) = (err.find("the audit log of this run is in").unwrap(), err.find("leash: 2").unwrap());
+    assert!(named_at < summary_at, "{err}");
 }
 
 #[test]
@@ -119,8 +139,15 @@ fn quiet_prints_no_summary_and_keeps_the_log() {
     let o = leash_run(&["--allow", "example.test", "--quiet"], &curl("http://api.example.test/x"));
     assert_eq!(stdout(&o), "403\n");
     let err = stderr(&o);
-    assert!(err.contains("\"reason\":\"not-allowed\""), "the audit log is still replayed: {err}");
-    assert!(!err.contains("refused\n") && !err.contains("hint:"), "{err}");
+    assert!(!err.contains("refused\n") && !err.contains("hint:") && !err.contains("{\""), "{err}");
+    assert!(!err.contains("audit log of this run"), "quiet: {err}");
+    // The log is still kept: the newest file under the runs directory holds the refusal.
+    let runs = state_home().join("leash/runs");
+    let newest = std::fs::read_dir(&runs).unwrap().map(|e| e.unwrap().path()).max_by_key(|p| {
+        std::fs::metadata(p).and_then(|m| m.modified()).unwrap()
+    });
+    let kept = std::fs::read_to_string(newest.unwrap()).unwrap();
+    assert!(kept.contains("\"host\":\"api.example.test\""), "{kept}");
 }
 
 #[test]
@@ -177,4 +204,19 @@ fn audit_mode_needs_no_draft_policy_and_what_it_learns_becomes_the_suggestion() 
     let o = Command::new(LEASH).args(["policy", "suggest"]).arg(&log).output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).lines().any(|l| l.trim_start().starts_with("- learned.test ")), "{}", stdout(&o));
+}
+
+#[test]
+fn a_kept_log_is_hidden_from_every_later_runs_command() {
+    // Under a blocklist an earlier run's refusals say what the task must not see.
+    if !sandbox_available() {
+        return;
+    }
+    let first = leash_run(&["--block", "secret-paper.test"], &curl("http://secret-paper.test/abs/1"));
+    let kept = kept_log(&first);
+    assert!(kept.contains("secret-paper.test"), "{kept}");
+    let runs = state_home().join("leash/runs");
+    let o = leash_run(&["--allow", "example.test"], &format!("ls -A {0}; cat {0}/* 2>&1; true", runs.display()));
+    assert!(!stdout(&o).contains("secret-paper"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains(".jsonl"), "the directory is empty inside: {}", stdout(&o));
 }

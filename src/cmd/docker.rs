@@ -29,7 +29,7 @@ use leash_proxy::{Inspection, UpstreamTrust};
 
 use crate::cli::{DockerAttachArgs, DockerRunArgs};
 use crate::exit::Exit;
-use crate::shared::sandboxed::{config, mode_env, proxy_parts, replay_deferred_log, with_stop_signals, ProxyParts};
+use crate::shared::sandboxed::{config, keep_deferred_log, mode_env, proxy_parts, with_stop_signals, ProxyParts};
 use crate::shared::secrets::placeholder_env;
 use crate::shared::services;
 use crate::shared::trust::{write_trust_files, BUNDLE_VARS, NODE_VAR};
@@ -114,7 +114,7 @@ async fn run_container(
         Ok(code) => Exit::Command(u8::try_from(code).unwrap_or(255)),
         Err(e) => refuse_start(e),
     };
-    replay_deferred_log(&audit);
+    keep_deferred_log(&audit, quiet);
     crate::shared::summary::print(&audit, &policy, quiet);
     exit
 }

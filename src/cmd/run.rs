@@ -13,7 +13,7 @@ use crate::cli::{RunArgs, TlsArgs};
 use crate::exit::Exit;
 use crate::shared::client_env::{proxy_vars, PROXY_VARS};
 use crate::shared::sandboxed::{
-    config, hidden_files, mode_env, proxy_parts, replay_deferred_log, secret_files, Pins, ProxyParts, Secured,
+    config, hidden_files, keep_deferred_log, mode_env, proxy_parts, secret_files, Pins, ProxyParts, Secured,
 };
 use crate::shared::services;
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
@@ -109,7 +109,7 @@ pub fn run(args: RunArgs) -> Exit {
     };
     let policy = config.policy.clone();
     let exit = supervise(sandbox, (config, listeners, unix_services), (hold, relay), runtime);
-    replay_deferred_log(&audit);
+    keep_deferred_log(&audit, args.quiet);
     crate::shared::summary::print(&audit, &policy, args.quiet);
     drop(ca_files);
     drop(socket_files);

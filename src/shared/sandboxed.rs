@@ -33,7 +33,7 @@ pub fn parse_pins(specs: &[String]) -> Result<Pins, Exit> {
 
 /// The policy, the pins and the audit log (not yet shared: `leash docker` adds the container ID once known).
 /// Without `--log`, the log goes to standard error; where the sandboxed command shares it (`stderr_shared`), it is
-/// kept aside until [`replay_deferred_log`]: lines written there while the command runs could be forged, interleaved
+/// kept aside until [`keep_deferred_log`]: lines written there while the command runs could be forged, interleaved
 /// or read away by it.
 ///
 /// An invalid policy is exit 2, like a usage error: 1 is an ordinary status of the wrapped command.
@@ -76,17 +76,69 @@ pub struct Secured {
     pub upstream_auth: Option<Arc<str>>,
 }
 
-/// Writes a deferred log's lines to standard error, once nothing of the sandbox runs any more.
-pub fn replay_deferred_log(audit: &AuditLog) {
-    if let Err(e) = audit.replay_deferred(&mut std::io::stderr().lock()) {
-        eprintln!("leash: cannot write the audit log to standard error: {e}");
+/// Keeps a deferred log (a run without `--log`) once nothing of the sandbox runs any more: in a file of its own
+/// under [`runs_dir`], whose path is said on stderr (unless `quiet`); its lines on stderr only where no such file can
+/// be written, so nothing is lost. A run that logged nothing leaves no file.
+pub fn keep_deferred_log(audit: &AuditLog, quiet: bool) {
+    let kept = runs_dir().ok_or_else(|| "neither XDG_STATE_HOME nor HOME is set".to_owned()).and_then(|dir| {
+        save_deferred(audit, &dir).map_err(|e| format!("cannot write it under `{}`: {e}", dir.display()))
+    });
+    match kept {
+        Ok(Some(path)) if !quiet => eprintln!("leash: the audit log of this run is in {}", path.display()),
+        Ok(_) => {}
+        Err(why) => {
+            eprintln!("leash: the audit log is not kept in a file ({why}); here are its lines:");
+            if let Err(e) = audit.replay_deferred(&mut std::io::stderr().lock()) {
+                eprintln!("leash: cannot write the audit log to standard error: {e}");
+            }
+        }
     }
 }
 
-/// The files the command must not reach, by their absolute paths: the audit log (it exists: it was opened), and the
-/// policy file, which may say where secrets live and, under a blocklist, what the task must not see.
+/// `runs` and its parent `leash` are directories, not symlinks: an earlier run's command could have made them point
+/// anywhere, to be hidden (a tmpfs over it) in every later run, or written into.
+fn is_real_dir(runs: &std::path::Path) -> bool {
+    let plain = |p: &std::path::Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_dir());
+    plain(runs) && runs.parent().is_some_and(plain)
+}
+
+/// Where runs without `--log` keep their audit logs: `$XDG_STATE_HOME/leash/runs`, by default
+/// `~/.local/state/leash/runs`. Hidden inside every later run (see [`hidden_files`]): under a blocklist, an earlier
+/// run's refusals say what the task must not see.
+pub fn runs_dir() -> Option<std::path::PathBuf> {
+    let set = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    let state = set("XDG_STATE_HOME").or_else(|| set("HOME").map(|home| home.join(".local/state")))?;
+    Some(state.join("leash/runs"))
+}
+
+/// The deferred lines in a new file (mode 0600) in `dir` (made 0700), named by the time and leash's pid; `None` when
+/// there were none (the file is removed).
+fn save_deferred(audit: &AuditLog, dir: &std::path::Path) -> std::io::Result<Option<std::path::PathBuf>> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    if !is_real_dir(dir) {
+        return Err(std::io::Error::other("it or its parent `leash` is not a plain directory (a symlink?)"));
+    }
+    let stamp: String = leash_proxy::audit::now_rfc3339().chars().take(19).filter(|c| *c != ':').collect();
+    let path = dir.join(format!("{stamp}Z-{}.jsonl", std::process::id()));
+    // `create_new` (O_EXCL) follows no symlink at the path.
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
+    audit.replay_deferred(&mut file)?;
+    if file.metadata()?.len() == 0 {
+        drop(file);
+        std::fs::remove_file(&path)?;
+        return Ok(None);
+    }
+    file.sync_all()?;
+    Ok(Some(path))
+}
+
+/// The files the command must not reach, by their absolute paths: the audit log (it exists: it was opened), the
+/// policy file, which may say where secrets live and, under a blocklist, what the task must not see, and the audit
+/// logs earlier runs kept ([`runs_dir`]), which say the same.
 pub fn hidden_files(args: &SandboxProxyArgs) -> Vec<std::path::PathBuf> {
-    args.log.iter().chain(&args.policy).filter_map(|p| std::fs::canonicalize(p).ok()).collect()
+    let runs = runs_dir().filter(|dir| is_real_dir(dir));
+    args.log.iter().chain(&args.policy).chain(&runs).filter_map(|p| std::fs::canonicalize(p).ok()).collect()
 }
 
 /// The files credentials' secrets are read from: hidden inside like the policy file (they exist: leash read them).

@@ -35,8 +35,14 @@ fn run_python(args: &[&str], code: &str) -> Output {
         .args(args)
         .args(["--", PYTHON, "-c", code])
         .env("RUST_LOG", "warn")
+        .env("XDG_STATE_HOME", state_home())
         .output()
         .unwrap()
+}
+
+/// Where runs without `--log` keep their audit logs here: the tests' scratch directory, not the caller's home.
+fn state_home() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("attacks-state-{}", std::process::id()))
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -642,7 +648,7 @@ fn the_audit_log_file_cannot_be_read_or_rewritten_from_inside() {
 }
 
 #[test]
-fn without_a_log_file_leashs_records_follow_everything_the_command_wrote() {
+fn without_a_log_file_leashs_records_never_share_the_commands_stderr() {
     let Some(()) = sandbox() else { return };
     // The command makes a refused request, then writes a forged record to the standard error it shares.
     let forge = "import sys, urllib.request
@@ -653,12 +659,15 @@ except Exception:
 sys.stderr.write('{\"decision\": \"allow\", \"host\": \"refused.test\", \"forged\": true}\\n')";
     let out = run_python(&[], forge);
     let stderr = text(&out.stderr);
-    let records: Vec<(usize, Value)> =
-        stderr.lines().enumerate().filter_map(|(i, l)| serde_json::from_str::<Value>(l).ok().map(|v| (i, v))).collect();
-    let forged = records.iter().find(|(_, v)| v["forged"] == true).map(|(i, _)| *i);
-    let real = records.iter().find(|(_, v)| v["decision"] == "block").map(|(i, _)| *i);
-    assert!(forged.is_some() && real.is_some(), "{stderr}");
-    assert!(real > forged, "leash's record comes after all the command wrote: {stderr}");
+    // On the shared stderr, the only record is the command's forgery; leash's are in a file it names there, which
+    // only leash wrote (the command had ended before it was made).
+    let records: Vec<Value> = stderr.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect();
+    assert!(records.iter().all(|v| v["forged"] == true), "{stderr}");
+    let kept = stderr.lines().find_map(|l| l.strip_prefix("leash: the audit log of this run is in "));
+    let kept = std::fs::read_to_string(kept.unwrap_or_else(|| panic!("no kept log named: {stderr}"))).unwrap();
+    let kept: Vec<Value> = kept.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(kept.iter().any(|v| v["decision"] == "block" && v["host"] == "refused.test"), "{kept:?}");
+    assert!(kept.iter().all(|v| v.get("forged").is_none()), "{kept:?}");
 }
 
 /// The command (which owns the log's directory) makes a refused request, renames the directory, puts its own file,

@@ -110,9 +110,15 @@ mod tests {
         let url = parse_proxy_url("HTTPS://proxy:443").unwrap();
         assert_eq!((url.host.as_str().into_owned(), url.port, url.tls), ("proxy".to_owned(), 443, true));
         assert!(parse_proxy_url("https://10.1.2.3:3129/").unwrap().tls);
-        assert!(parse_proxy_url("socks5://proxy:1080").unwrap_err().to_string().contains("is not an upstream proxy URL"));
+        assert!(parse_proxy_url("socks5://proxy:1080")
+            .unwrap_err()
+            .to_string()
+            .contains("is not an upstream proxy URL"));
         assert!(parse_proxy_url("http://proxy").unwrap_err().to_string().contains("needs a port"));
-        assert!(parse_proxy_url("http://user:pw@proxy:3128").unwrap_err().to_string().contains("upstream_proxy_auth_env"));
+        assert!(parse_proxy_url("http://user:pw@proxy:3128")
+            .unwrap_err()
+            .to_string()
+            .contains("upstream_proxy_auth_env"));
         assert!(parse_proxy_url("proxy:3128").unwrap_err().to_string().contains("is not an upstream proxy URL"));
     }
 }

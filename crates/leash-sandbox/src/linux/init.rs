@@ -195,7 +195,7 @@ fn hide_paths_until_go(plan: &Plan, sys_below_read_only: bool) -> Result<(), Fai
             Some(Order::Go) => return Ok(()),
             Some(Order::Hide(paths)) => {
                 for path in proto::hidden_paths(paths) {
-                    match sys::mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
+                    match hide(path) {
                         Ok(()) | Err(libc::ENOENT | libc::EACCES) => {}
                         Err(errno) => return Err(at(ChildStep::HidePath, index)(errno)),
                     }
@@ -218,6 +218,14 @@ fn hide_paths_until_go(plan: &Plan, sys_below_read_only: bool) -> Result<(), Fai
 }
 
 /// Covers one mount that shows host kernel objects, as `cover` says; a mount no longer there has nothing to show.
+/// /dev/null over a file; an empty read-only tmpfs over a directory (the audit logs of earlier runs).
+fn hide(path: &CStr) -> Result<(), Errno> {
+    match sys::mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
+        Err(libc::ENOTDIR) => cover_mount(Some(Cover::Empty), path, false),
+        other => other,
+    }
+}
+
 fn cover_mount(cover: Option<Cover>, path: &CStr, sys_below_read_only: bool) -> Result<(), Errno> {
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     let read_only = |path| match sys::make_read_only(path) {
