@@ -123,7 +123,8 @@ fn echo(path: &str, r: &Recorded) -> Reply {
         "/chunk-extension" => Reply::Raw(
             format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;k={key}\r\nok\r\n0\r\n\r\n").into_bytes(),
         ),
-        "/upgrade" => Reply::Raw(format!("{SWITCHING}key={key}").into_bytes()),
+        // Then closed: a raw stream's last bytes (the redactor's window) go on with the next bytes or at its end.
+        "/upgrade" => Reply::RawThenClose(format!("{SWITCHING}key={key}").into_bytes()),
         _ => Reply::ok(format!("your key: {key}, ok")),
     }
 }
