@@ -225,6 +225,7 @@ impl LeakWatch {
             return Err(name.clone());
         }
         // Hold back the longest run of final data bytes that may start a placeholder: its last byte never goes up.
+        // INVARIANT: only placeholders are held for, never a real value (the sandbox would learn its prefixes).
         let longest = self.longest().saturating_sub(1).min(view.len());
         let held_len = (1..=longest).rev().find(|&len| {
             let tail = &view[view.len() - len..];
@@ -643,6 +644,7 @@ impl Redactor {
                 at = start + secret.len();
             }
         }
+        // INVARIANT: what is held depends on the bytes the client gets and the secret's length, never its value.
         let from = self.pending.len().saturating_sub(self.window);
         let after_break = self.pending[from..].iter().rposition(|&b| is_break(b)).filter(|_| self.breaks);
         after_break.map_or(from, |i| from + i + 1)

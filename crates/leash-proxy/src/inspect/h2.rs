@@ -412,7 +412,7 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Redacted<B> {
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
                         let passed = self.redactor.push(&data, true);
-                        // All held: no empty frame of its own (its presence would say what the hold is).
+                        // All held (the window): nothing goes until the next frame, and no empty DATA frame meanwhile.
                         if passed.is_empty() {
                             continue;
                         }

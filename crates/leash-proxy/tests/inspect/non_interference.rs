@@ -51,7 +51,7 @@ const GUESSES: [&str; 4] =
 const SCRIPT: &str = "key={key}\\n|half {key0}|{key1} rest\\n|sk-live-0123|\\n|sk-live-fedc| tail|{key}";
 
 /// A phase ends when no byte came for this long after the last one...
-const QUIET: Duration = Duration::from_millis(100);
+const QUIET: Duration = Duration::from_millis(150);
 /// ...or, when none came at all, after this long (a held byte).
 const HELD: Duration = Duration::from_millis(800);
 
