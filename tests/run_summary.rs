@@ -27,9 +27,10 @@ fn leash_run(options: &[&str], script: &str) -> Output {
 /// The audit log a run without `--log` kept, by the path it named on stderr.
 fn kept_log(o: &Output) -> String {
     let err = stderr(o);
-    let line = err.lines().find_map(|l| l.strip_prefix("leash: the audit log of this run is in ")).unwrap_or_else(|| {
-        panic!("no kept log named: {err}");
-    });
+    let line =
+        err.lines().find_map(|l| l.strip_prefix("leash: the audit log of this run is in ")).unwrap_or_else(|| {
+            panic!("no kept log named: {err}");
+        });
     assert!(line.starts_with(state_home().join("leash/runs/").to_str().unwrap()), "{line}");
     std::fs::read_to_string(line).unwrap()
 }
@@ -39,10 +40,11 @@ fn curl(url: &str) -> String {
     format!("curl -s -o /dev/null -w '%{{http_code}}\\n' {url}; ")
 }
 
-/// The summary: standard error from its first line on.
+/// The summary: standard error from its first line on (after the line naming the kept audit log).
 fn summary(o: &Output) -> String {
     let err = stderr(o);
-    err.find("leash: ").map(|at| err[at..].to_owned()).unwrap_or_default()
+    let after_log = err.find("leash: the audit log of this run is in ").map_or(0, |at| at + 1);
+    err[after_log..].find("leash: ").map(|at| err[after_log + at..].to_owned()).unwrap_or_default()
 }
 
 fn write_policy(dir: &Path, text: &str) -> String {
@@ -143,9 +145,10 @@ fn quiet_prints_no_summary_and_keeps_the_log() {
     assert!(!err.contains("audit log of this run"), "quiet: {err}");
     // The log is still kept: the newest file under the runs directory holds the refusal.
     let runs = state_home().join("leash/runs");
-    let newest = std::fs::read_dir(&runs).unwrap().map(|e| e.unwrap().path()).max_by_key(|p| {
-        std::fs::metadata(p).and_then(|m| m.modified()).unwrap()
-    });
+    let newest = std::fs::read_dir(&runs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).unwrap());
     let kept = std::fs::read_to_string(newest.unwrap()).unwrap();
     assert!(kept.contains("\"host\":\"api.example.test\""), "{kept}");
 }

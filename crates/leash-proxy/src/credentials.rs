@@ -47,9 +47,17 @@ impl Secret {
         std::str::from_utf8(&self.placeholder).unwrap_or_default()
     }
 
-    /// A redactor that turns this value back into the placeholder in a response body.
-    pub fn redactor(&self) -> Redactor {
-        Redactor::new(&self.value, &self.placeholder)
+    /// A redactor that turns every form leash writes this value in, for an entry whose header is written in
+    /// `form`, back into the placeholder's form in a response: the value itself, and for a `basic:` entry the
+    /// base64 of `USER:value` (a provider quoting the Authorization it got).
+    pub fn redactor(&self, form: &HeaderForm) -> Redactor {
+        let mut forms = vec![(self.value.clone(), self.placeholder.clone())];
+        if let HeaderForm::Basic(user) = form {
+            let b64 =
+                |v: &[u8]| base64::engine::general_purpose::STANDARD_NO_PAD.encode([user.as_bytes(), b":", v].concat());
+            forms.push((b64(&self.value).into_bytes(), b64(&self.placeholder).into_bytes()));
+        }
+        Redactor::new(forms)
     }
 
     /// Say so (once a run) when the placeholder goes to its own host somewhere leash does not replace it: a client
@@ -107,20 +115,26 @@ impl Secrets {
 
     /// The name of a credential whose placeholder or value `bytes` contains (also inside a Basic authorization).
     pub fn found_in(&self, bytes: &[u8]) -> Option<&str> {
-        let decoded = basic_credentials(bytes);
-        self.secrets.iter().find_map(|s| {
-            let carries = |b: &[u8]| contains(b, &s.placeholder) || contains(b, &s.value);
-            (carries(bytes) || decoded.as_deref().is_some_and(carries)).then_some(s.name.as_str())
-        })
+        self.foreign_in(None, bytes)
     }
 
     /// The name of a credential carried by any of `parts` (a target, header values, a body) other than `own`, the
-    /// one that belongs to the request's host.
+    /// one that belongs to the request's host. Every credential is looked for in every part: the host's own in the
+    /// same value hides no other.
     pub fn found_in_any<'a>(&self, own: Option<&str>, parts: impl IntoIterator<Item = &'a [u8]>) -> Option<&str> {
         if self.secrets.is_empty() {
             return None;
         }
-        parts.into_iter().find_map(|p| self.found_in(p).filter(|name| Some(*name) != own))
+        parts.into_iter().find_map(|p| self.foreign_in(own, p))
+    }
+
+    fn foreign_in(&self, own: Option<&str>, bytes: &[u8]) -> Option<&str> {
+        let decoded = basic_credentials(bytes);
+        let foreign = self.secrets.iter().filter(|s| Some(s.name.as_str()) != own);
+        foreign.into_iter().find_map(|s| {
+            let carries = |b: &[u8]| contains(b, &s.placeholder) || contains(b, &s.value);
+            (carries(bytes) || decoded.as_deref().is_some_and(carries)).then_some(s.name.as_str())
+        })
     }
 
     /// An HTTP/1.1 request to `host` as it goes out, and what the credentials made of it (see [`Outbound`]). The
@@ -144,9 +158,10 @@ impl Secrets {
         }
         let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
         let query = secret.and_then(|(c, s)| in_query(&sent.target, c, s));
-        let in_header = secret.filter(|(c, s)| inject(&mut sent.headers, c, s)).is_some();
-        if query.is_some() && !in_header {
-            // As for a header (see `inject`): an echo of the key must come back readable.
+        let in_header = secret.is_some_and(|(c, s)| inject(&mut sent.headers, c, s));
+        if own.is_some() {
+            // A compressed response could echo the value where the redactor cannot see it: ask for none, on every
+            // request to the host (it may quote a value an earlier request carried).
             sent.headers.retain(|h| !h.is("accept-encoding"));
             sent.headers.push(Header { name: "Accept-Encoding".to_owned(), value: b"identity".to_vec() });
         }
@@ -155,9 +170,9 @@ impl Secrets {
             let fields = sent.headers.iter().map(|h| (h.name.as_str(), h.value.as_slice()));
             s.warn_if_unreplaced(host, [("the URL", target.as_bytes())].into_iter().chain(fields));
         }
-        let injected = secret.filter(|_| in_header || query.is_some()).map(|(c, _)| c);
         let query = query.as_deref().and_then(|t| t.split_once('?')).map(|(_, q)| q.to_owned());
-        (Cow::Owned(sent), Outbound::go(secret.map(|(_, s)| s), injected, query))
+        let injected = in_header || query.is_some();
+        (Cow::Owned(sent), Outbound::go(secret, injected, query))
     }
 
     /// [`Secrets::outgoing`] for an HTTP/2 request's method, path and fields.
@@ -180,8 +195,9 @@ impl Secrets {
         }
         let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
         let query = secret.and_then(|(c, s)| in_query(path, c, s));
-        let in_header = secret.filter(|(c, s)| inject_h2(fields, c, s)).is_some();
-        if query.is_some() && !in_header {
+        let in_header = secret.is_some_and(|(c, s)| inject_h2(fields, c, s));
+        if own.is_some() {
+            // As for HTTP/1.1: no compressed echo, on any stream to the host.
             fields.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
         }
         if let Some((_, s)) = secret {
@@ -189,9 +205,9 @@ impl Secrets {
             let named = fields.iter().map(|(k, v)| (k.as_str(), v.as_bytes()));
             s.warn_if_unreplaced(host, [("the URL", path.as_bytes())].into_iter().chain(named));
         }
-        let injected = secret.filter(|_| in_header || query.is_some()).map(|(c, _)| c);
         let query = query.as_deref().and_then(|t| t.split_once('?')).map(|(_, q)| q.to_owned());
-        Outbound::go(secret.map(|(_, s)| s), injected, query)
+        let injected = in_header || query.is_some();
+        Outbound::go(secret, injected, query)
     }
 
     /// The credential a host name carries (`leash-anthropic-….evil.example` would carry its placeholder out in a
@@ -201,49 +217,56 @@ impl Secrets {
     }
 }
 
-/// Watches a request body on its way up for the placeholders and values of credentials that do not belong to its
-/// host. Bytes that may be the start of one are held until the next bytes tell, so a credential is found before
-/// its last byte is sent; the body is then cut off and the request refused.
+/// Watches a request body on its way up for the credentials that do not belong to its host. A placeholder (what
+/// the sandbox holds) is found before its last byte is sent: bytes that may start one are held until the next bytes
+/// tell — which tells the sandbox nothing it does not know. A real value is never held for: the sandbox does not have
+/// it, and holding a possible start would tell it whether a guess is one (a prefix oracle). A value is refused only
+/// whole, when its last byte arrives (that write does not go up) — which says no more than the provider's own 401 to
+/// a wrong key. The body is then cut off and the request refused.
 #[derive(Clone)]
 pub(crate) struct LeakWatch {
-    needles: Vec<(Arc<str>, Vec<u8>)>,
+    placeholders: Vec<(Arc<str>, Vec<u8>)>,
+    values: Vec<(Arc<str>, Vec<u8>)>,
     /// Bytes not yet sent up.
     held: Vec<u8>,
     /// Where in `held` chunk-framing bytes are (passed over by the search), in order; nearly always none.
     framing: Vec<usize>,
+    /// The last data bytes searched for values (the longest value less one): one completed later starts in them.
+    recent: Vec<u8>,
 }
 
 impl LeakWatch {
     /// A watch for a request to a host whose own credential (allowed in its body) is `own`; `None` when there is
     /// nothing to watch for.
     pub(crate) fn new(secrets: &Secrets, own: Option<&str>) -> Option<LeakWatch> {
-        let needles: Vec<(Arc<str>, Vec<u8>)> = secrets
-            .secrets
-            .iter()
-            .filter(|s| Some(s.name.as_str()) != own)
-            .flat_map(|s| {
-                [(Arc::from(s.name.as_str()), s.placeholder.clone()), (Arc::from(s.name.as_str()), s.value.clone())]
-            })
-            .collect();
-        (!needles.is_empty()).then_some(LeakWatch { needles, held: Vec::new(), framing: Vec::new() })
+        let foreign = secrets.secrets.iter().filter(|s| Some(s.name.as_str()) != own);
+        let named = |s: &Secret, bytes: &[u8]| (Arc::from(s.name.as_str()), bytes.to_vec());
+        let placeholders: Vec<_> = foreign.clone().map(|s| named(s, &s.placeholder)).collect();
+        let values = foreign.map(|s| named(s, &s.value)).collect();
+        let (held, framing, recent) = (Vec::new(), Vec::new(), Vec::new());
+        (!placeholders.is_empty()).then_some(LeakWatch { placeholders, values, held, framing, recent })
     }
 
     /// The next body bytes (`data`: body data, else chunk framing): what may go up now, or the credential found.
     pub(crate) fn pass(&mut self, bytes: &[u8], data: bool) -> Result<Vec<u8>, Arc<str>> {
+        if data {
+            self.search_values(bytes)?;
+        }
         let base = self.held.len();
         self.held.extend_from_slice(bytes);
         if !data {
             self.framing.extend(base..self.held.len());
         }
         let (view, raw_at) = self.data_view();
-        if let Some((name, _)) = self.needles.iter().find(|(_, n)| contains(&view, n)) {
+        if let Some((name, _)) = self.placeholders.iter().find(|(_, n)| contains(&view, n)) {
             return Err(name.clone());
         }
-        // Hold back the longest run of final data bytes that may start a credential: its last byte never goes up.
+        // Hold back the longest run of final data bytes that may start a placeholder: its last byte never goes up.
+        // INVARIANT: only placeholders are held for, never a real value (the sandbox would learn its prefixes).
         let longest = self.longest().saturating_sub(1).min(view.len());
         let held_len = (1..=longest).rev().find(|&len| {
             let tail = &view[view.len() - len..];
-            self.needles.iter().any(|(_, n)| n.starts_with(tail))
+            self.placeholders.iter().any(|(_, n)| n.starts_with(tail))
         });
         let keep_from = match held_len {
             Some(len) => raw_at.as_ref().map_or(self.held.len() - len, |at| at[view.len() - len]),
@@ -252,6 +275,24 @@ impl LeakWatch {
         self.framing.retain(|&i| i >= keep_from);
         self.framing.iter_mut().for_each(|i| *i -= keep_from);
         Ok(self.held.drain(..keep_from).collect())
+    }
+
+    /// A value whose last byte is in `data`: in `data`, or begun in the bytes before it. Nothing is held for it.
+    fn search_values(&mut self, data: &[u8]) -> Result<(), Arc<str>> {
+        let keep = self.values.iter().map(|(_, v)| v.len()).max().unwrap_or(0).saturating_sub(1);
+        // The seam only is copied: the recent bytes and as many new ones as a value begun in them reaches into.
+        let reach = data.len().min(keep);
+        self.recent.extend_from_slice(&data[..reach]);
+        if let Some((name, _)) = self.values.iter().find(|(_, v)| contains(&self.recent, v) || contains(data, v)) {
+            return Err(name.clone());
+        }
+        if data.len() > keep {
+            self.recent.clear();
+            self.recent.extend_from_slice(&data[data.len() - keep..]);
+        } else {
+            self.recent.drain(..self.recent.len().saturating_sub(keep));
+        }
+        Ok(())
     }
 
     /// The data bytes held, and (where framing sits among them) each one's place in `held`.
@@ -271,11 +312,12 @@ impl LeakWatch {
 
     /// The credential whole `bytes` (a trailer field's name or value) carry, if any.
     pub(crate) fn found_in(&self, bytes: &[u8]) -> Option<Arc<str>> {
-        self.needles.iter().find(|(_, n)| contains(bytes, n)).map(|(name, _)| name.clone())
+        let mut all = self.placeholders.iter().chain(&self.values);
+        all.find(|(_, n)| contains(bytes, n)).map(|(name, _)| name.clone())
     }
 
     fn longest(&self) -> usize {
-        self.needles.iter().map(|(_, n)| n.len()).max().unwrap_or(0)
+        self.placeholders.iter().map(|(_, n)| n.len()).max().unwrap_or(0)
     }
 }
 
@@ -313,8 +355,9 @@ impl Outbound {
         Outbound::Go { credential: None, redactor: None, query: None }
     }
 
-    fn go(secret: Option<&Secret>, injected: Option<&Credential>, query: Option<String>) -> Outbound {
-        Outbound::Go { credential: injected.map(|c| c.name.clone()), redactor: secret.map(Secret::redactor), query }
+    fn go(own: Option<(&Credential, &Secret)>, injected: bool, query: Option<String>) -> Outbound {
+        let credential = own.filter(|_| injected).map(|(c, _)| c.name.clone());
+        Outbound::Go { credential, redactor: own.map(|(c, s)| s.redactor(&c.form)), query }
     }
 }
 
@@ -339,13 +382,14 @@ fn in_query(target: &str, credential: &Credential, secret: &Secret) -> Option<St
 }
 
 /// Put `secret` where `credential` says it travels in `headers`: its placeholder is replaced in the values of each
-/// of the entry's headers (and inside a Basic authorization's user and password); with `add`, a request without the
+/// of the entry's headers (for a `basic:` entry, a Basic authorization carrying it becomes the entry's own, see
+/// [`replaced`]); with `add`, a request without the
 /// entry's first header, and without the placeholder in another, gets that header. True if the real value went in.
 pub fn inject(headers: &mut Vec<Header>, credential: &Credential, secret: &Secret) -> bool {
     let mut used = false;
     let present = headers.iter().any(|h| h.is(&credential.header));
     for h in headers.iter_mut().filter(|h| credential.headers().any(|name| h.is(name))) {
-        if let Some(value) = replaced(&h.value, secret) {
+        if let Some(value) = replaced(&h.value, credential, secret) {
             h.value = value;
             used = true;
         }
@@ -354,28 +398,15 @@ pub fn inject(headers: &mut Vec<Header>, credential: &Credential, secret: &Secre
         headers.push(Header { name: credential.header.clone(), value: added_value(&credential.form, secret) });
         used = true;
     }
-    if used {
-        // A compressed response could echo the value where the redactor cannot see it: ask for none.
-        headers.retain(|h| !h.is("accept-encoding"));
-        headers.push(Header { name: "Accept-Encoding".to_owned(), value: b"identity".to_vec() });
-    }
     used
 }
 
 /// [`inject`] for an HTTP/2 request's fields.
 pub fn inject_h2(headers: &mut http::HeaderMap, credential: &Credential, secret: &Secret) -> bool {
-    let used = inject_h2_field(headers, credential, secret);
-    if used {
-        // A compressed response could echo the value where the redactor cannot see it: ask for none.
-        headers.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
-    }
-    used
-}
-
-fn inject_h2_field(headers: &mut http::HeaderMap, credential: &Credential, secret: &Secret) -> bool {
     let Ok(name) = http::HeaderName::from_bytes(credential.header.as_bytes()) else { return false };
     let present = headers.contains_key(&name);
-    let used = credential.headers().fold(false, |used, other| replace_h2_field(headers, other, secret) | used);
+    let used =
+        credential.headers().fold(false, |used, other| replace_h2_field(headers, credential, other, secret) | used);
     if present || used || !credential.add {
         return used;
     }
@@ -384,7 +415,7 @@ fn inject_h2_field(headers: &mut http::HeaderMap, credential: &Credential, secre
 }
 
 /// The placeholder replaced in every value of the field `name`; true if it was in one.
-fn replace_h2_field(headers: &mut http::HeaderMap, name: &str, secret: &Secret) -> bool {
+fn replace_h2_field(headers: &mut http::HeaderMap, credential: &Credential, name: &str, secret: &Secret) -> bool {
     let Ok(name) = http::HeaderName::from_bytes(name.as_bytes()) else { return false };
     let mut used = false;
     let values: Vec<http::HeaderValue> = headers.get_all(&name).iter().cloned().collect();
@@ -393,29 +424,30 @@ fn replace_h2_field(headers: &mut http::HeaderMap, name: &str, secret: &Secret) 
     }
     headers.remove(&name);
     for value in values {
-        let new = match replaced(value.as_bytes(), secret).and_then(|v| http::HeaderValue::from_bytes(&v).ok()) {
-            Some(new) => {
-                used = true;
-                new
-            }
-            None => value,
-        };
+        let new =
+            match replaced(value.as_bytes(), credential, secret).and_then(|v| http::HeaderValue::from_bytes(&v).ok()) {
+                Some(new) => {
+                    used = true;
+                    new
+                }
+                None => value,
+            };
         headers.append(name.clone(), new);
     }
     used
 }
 
-/// `value` with the placeholder replaced by the secret, directly or inside `Basic base64(user:password)`; `None`
-/// when it holds no placeholder.
-fn replaced(value: &[u8], secret: &Secret) -> Option<Vec<u8>> {
+/// `value` with the placeholder replaced by the secret; `None` when it holds no placeholder. For a `basic:` entry, a
+/// `Basic base64(user:password)` carrying the placeholder in its user or password becomes the entry's own
+/// `Basic base64(USER:SECRET)`: leash writes no form of the value its redactor does not know. Other entries are not
+/// rewritten inside Basic (the placeholder there goes as it is).
+fn replaced(value: &[u8], credential: &Credential, secret: &Secret) -> Option<Vec<u8>> {
     if contains(value, &secret.placeholder) {
         return Some(replace_all(value, &secret.placeholder, &secret.value));
     }
+    let HeaderForm::Basic(_) = credential.form else { return None };
     let decoded = basic_credentials(value)?;
-    contains(&decoded, &secret.placeholder).then(|| {
-        let real = replace_all(&decoded, &secret.placeholder, &secret.value);
-        basic_value(&real)
-    })
+    contains(&decoded, &secret.placeholder).then(|| added_value(&credential.form, secret))
 }
 
 fn added_value(form: &HeaderForm, secret: &Secret) -> Vec<u8> {
@@ -590,26 +622,49 @@ impl<W: AsyncWrite + Unpin, F: Filter + Unpin> AsyncWrite for Filtered<'_, W, F>
     }
 }
 
-/// Turns a secret echoed in a response body back into its placeholder, as the body streams: bytes are passed on as
-/// they come, except a tail that may be the start of the secret, held until the next bytes tell. Framing bytes
+/// Turns a secret echoed in a response body back into its placeholder, as the body streams. Framing bytes
 /// (chunk-size lines) may sit between the bytes of a match; they pass in place, so a value split across chunks or
 /// frames is caught too. The placeholder is used when it has the secret's length, so framing lengths stay right;
 /// otherwise a run of `*` of that length.
+///
+/// What is held back never depends on the secret (else whether bytes go on, and how they are cut into writes,
+/// records and frames, would tell a guess that is a prefix of it from one that is not): always the last
+/// `window` data bytes — those a match ending in later bytes could start in — cut back to the last control byte
+/// among them, which no secret holds (refused at start) and so no match spans. Held bytes go on with the next
+/// bytes, in the same write; a stream of lines (server-sent events) is held back by nothing.
 #[derive(Clone)]
 pub struct Redactor {
-    secret: Vec<u8>,
-    replacement: Vec<u8>,
+    /// Each form of the secret leash writes, and what it becomes.
+    forms: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The longest form less one.
+    window: usize,
+    /// True when no form holds a control byte (always, for a secret leash accepted at start).
+    breaks: bool,
     /// Bytes not yet passed on.
     pending: Vec<u8>,
     /// Where in `pending` framing bytes are (passed over by the match), in order; nearly always none.
     framing: Vec<usize>,
 }
 
+/// A byte no match spans (see [`Redactor`]).
+fn is_break(b: u8) -> bool {
+    b.is_ascii_control()
+}
+
 impl Redactor {
-    fn new(secret: &[u8], placeholder: &[u8]) -> Redactor {
-        let replacement =
-            if placeholder.len() == secret.len() { placeholder.to_vec() } else { vec![b'*'; secret.len()] };
-        Redactor { secret: secret.to_vec(), replacement, pending: Vec::new(), framing: Vec::new() }
+    fn new(forms: Vec<(Vec<u8>, Vec<u8>)>) -> Redactor {
+        let forms: Vec<_> = forms
+            .into_iter()
+            .filter(|(secret, _)| !secret.is_empty())
+            .map(|(secret, placeholder)| {
+                let replacement =
+                    if placeholder.len() == secret.len() { placeholder } else { vec![b'*'; secret.len()] };
+                (secret, replacement)
+            })
+            .collect();
+        let window = forms.iter().map(|(s, _)| s.len()).max().unwrap_or(0).saturating_sub(1);
+        let breaks = forms.iter().all(|(s, r)| !s.iter().chain(r).any(|&b| is_break(b)));
+        Redactor { forms, window, breaks, pending: Vec::new(), framing: Vec::new() }
     }
 
     /// Take `bytes` (`data`: body data, else framing) and return what may be passed on now.
@@ -635,48 +690,55 @@ impl Redactor {
         std::mem::take(&mut self.pending)
     }
 
-    /// `bytes` (a whole response head, a field value) with every occurrence of the value replaced.
+    /// `bytes` (a whole response head, a field value) with every occurrence of each form replaced.
     pub fn redact_all(&self, bytes: &[u8]) -> Vec<u8> {
-        replace_all(bytes, &self.secret, &self.replacement)
+        let mut out = Cow::Borrowed(bytes);
+        for (secret, replacement) in &self.forms {
+            if contains(&out, secret) {
+                out = Cow::Owned(replace_all(&out, secret, replacement));
+            }
+        }
+        out.into_owned()
     }
 
     /// Replace every match in `pending` (all data); where the held tail starts.
     fn redact_data(&mut self) -> usize {
-        let n = self.secret.len();
-        let mut at = 0;
-        while let Some(found) = self.pending.get(at..).and_then(|rest| find(rest, &self.secret)) {
-            let start = at + found;
-            self.pending[start..start + n].copy_from_slice(&self.replacement);
-            at = start + n;
+        for (secret, replacement) in &self.forms {
+            let mut at = 0;
+            while let Some(found) = self.pending.get(at..).and_then(|rest| find(rest, secret)) {
+                let start = at + found;
+                self.pending[start..start + secret.len()].copy_from_slice(replacement);
+                at = start + secret.len();
+            }
         }
-        let longest = n.saturating_sub(1).min(self.pending.len());
-        let held = (1..=longest).rev().find(|&len| self.secret.starts_with(&self.pending[self.pending.len() - len..]));
-        self.pending.len() - held.unwrap_or(0)
+        // INVARIANT: what is held depends on the bytes the client gets and the secret's length, never its value.
+        let from = self.pending.len().saturating_sub(self.window);
+        let after_break = self.pending[from..].iter().rposition(|&b| is_break(b)).filter(|_| self.breaks);
+        after_break.map_or(from, |i| from + i + 1)
     }
 
     /// [`Redactor::redact_data`] with framing bytes among the data, passed over by the match.
     fn redact_framed(&mut self) -> usize {
         let data_at: Vec<usize> = (0..self.pending.len()).filter(|i| self.framing.binary_search(i).is_err()).collect();
-        let n = self.secret.len();
-        let mut k = 0;
-        while k + n <= data_at.len() {
-            if (0..n).all(|j| self.pending[data_at[k + j]] == self.secret[j]) {
-                for j in 0..n {
-                    self.pending[data_at[k + j]] = self.replacement[j];
+        for (secret, replacement) in &self.forms {
+            let n = secret.len();
+            let mut k = 0;
+            while k + n <= data_at.len() {
+                if (0..n).all(|j| self.pending[data_at[k + j]] == secret[j]) {
+                    for j in 0..n {
+                        self.pending[data_at[k + j]] = replacement[j];
+                    }
+                    k += n;
+                } else {
+                    k += 1;
                 }
-                k += n;
-            } else {
-                k += 1;
             }
         }
-        let longest = n.saturating_sub(1).min(data_at.len());
-        for len in (1..=longest).rev() {
-            let start = data_at.len() - len;
-            if (0..len).all(|j| self.pending[data_at[start + j]] == self.secret[j]) {
-                return data_at[start];
-            }
-        }
-        self.pending.len()
+        let from = data_at.len().saturating_sub(self.window);
+        let tail = &data_at[from..];
+        let after_break = tail.iter().rposition(|&i| is_break(self.pending[i])).filter(|_| self.breaks);
+        let start = after_break.map_or(from, |i| from + i + 1);
+        data_at.get(start).copied().unwrap_or(self.pending.len())
     }
 }
 

@@ -223,7 +223,7 @@ mod tests {
     const PLACEHOLDER: &str = "leash-placeholder-abc123";
 
     fn frames() -> FrameRedactor {
-        FrameRedactor::new(Secret::new("p", SECRET, PLACEHOLDER).unwrap().redactor())
+        FrameRedactor::new(Secret::new("p", SECRET, PLACEHOLDER).unwrap().redactor(&leash_policy::HeaderForm::Bare))
     }
 
     /// A server frame: FIN and opcode, an unmasked payload.
@@ -334,7 +334,7 @@ mod tests {
                 reads in proptest::collection::vec(1usize..40, 1..8),
             ) {
                 let wire = framed(&messages, &sizes, ping_every);
-                let redactor = Secret::new("p", SECRET, PLACEHOLDER).unwrap().redactor();
+                let redactor = Secret::new("p", SECRET, PLACEHOLDER).unwrap().redactor(&leash_policy::HeaderForm::Bare);
                 let redacted: Vec<Vec<u8>> = messages.iter().map(|m| redactor.redact_all(m)).collect();
                 let (mut f, mut out, mut at, mut i) = (frames(), Vec::new(), 0, 0);
                 while at < wire.len() {

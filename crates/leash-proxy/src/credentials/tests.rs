@@ -92,7 +92,7 @@ fn the_placeholder_or_the_value_anywhere_is_found_also_inside_basic() {
 /// Feed `parts` (text, is-data) through a redactor; what comes out.
 fn redact(secret_len_placeholder: &str, parts: &[(&str, bool)]) -> String {
     let s = Secret::new("k", "SECRETVALUE", secret_len_placeholder).unwrap();
-    let mut r = s.redactor();
+    let mut r = s.redactor(&HeaderForm::Bare);
     let mut out = Vec::new();
     for (text, data) in parts {
         out.extend(r.push(text.as_bytes(), *data));
@@ -116,12 +116,54 @@ fn an_echoed_secret_becomes_the_placeholder_across_chunk_boundaries() {
 }
 
 #[test]
-fn bytes_that_cannot_start_the_secret_are_passed_on_at_once() {
+fn what_is_held_back_never_depends_on_the_secret() {
     let s = Secret::new("k", "SECRETVALUE", "PLACEHOLDR!").unwrap();
-    let mut r = s.redactor();
-    assert_eq!(r.push(b"data: event\n\n", true), b"data: event\n\n", "an SSE event is not held back");
-    assert_eq!(r.push(b"data: SEC", true), b"data: ", "a possible start is held");
-    assert_eq!(r.push(b"OND\n\n", true), b"SECOND\n\n");
+    let mut r = s.redactor(&HeaderForm::Bare);
+    assert_eq!(r.push(b"data: event\n\n", true), b"data: event\n\n", "a line ended is not held back");
+    // A tail that starts the secret and one that does not are held alike: the window, back to the line's start.
+    for tail in ["data: SEC", "data: XYZ"] {
+        let mut r = s.redactor(&HeaderForm::Bare);
+        assert_eq!(r.push(format!("x\n{tail}").as_bytes(), true), b"x\n", "{tail}");
+        assert_eq!(r.push(b"0123456789abcdef", true), format!("{tail}012345").as_bytes(), "{tail}");
+        assert_eq!(r.finish(), b"6789abcdef", "{tail}: the window, at the end");
+    }
+    assert_eq!(r.push(b"OND\n\n", true), b"OND\n\n");
+}
+
+#[test]
+fn the_base64_a_basic_entry_wrote_is_redacted_too() {
+    let s = Secret::new("k", "SECRETVALUE", "PLACEHOLDR!").unwrap();
+    let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{v}"));
+    let echo = format!("you sent: Basic {}", b64("SECRETVALUE"));
+    let mut r = s.redactor(&HeaderForm::Basic("x-access-token".into()));
+    let mut out = r.push(echo.as_bytes(), true);
+    out.extend(r.finish());
+    assert_eq!(String::from_utf8(out).unwrap(), format!("you sent: Basic {}", b64("PLACEHOLDR!")));
+    assert_eq!(r.redact_all(echo.as_bytes()), format!("you sent: Basic {}", b64("PLACEHOLDR!")).as_bytes());
+}
+
+#[test]
+fn only_a_basic_entry_is_rewritten_inside_basic_and_then_in_its_own_form() {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let sent = format!("Basic {}", b64.encode(format!("someone:{PLACEHOLDER}")));
+    let mut bearer = vec![header("authorization", &sent)];
+    assert!(!inject(&mut bearer, &credential("authorization", HeaderForm::Scheme("Bearer".into()), false), &secret()));
+    assert_eq!(value_of(&bearer, "authorization"), sent, "a Bearer entry leaves Basic alone");
+    let mut basic = vec![header("authorization", &sent)];
+    let github = credential("authorization", HeaderForm::Basic("x-access-token".into()), false);
+    assert!(inject(&mut basic, &github, &secret()));
+    let now = value_of(&basic, "authorization").strip_prefix("Basic ").unwrap().to_owned();
+    assert_eq!(b64.decode(now).unwrap(), format!("x-access-token:{SECRET}").as_bytes(), "the entry's own form");
+}
+
+#[test]
+fn a_hosts_own_credential_hides_no_other_in_the_same_value() {
+    let other = Secret::new("other", "sk-other-secret-0000000", "leash-other-placeholder").unwrap();
+    let secrets = Secrets::new(vec![secret(), other]);
+    let both = format!("/x?a={PLACEHOLDER}&b=leash-other-placeholder");
+    assert_eq!(secrets.found_in_any(Some("anthropic"), [both.as_bytes()]), Some("other"));
+    assert_eq!(secrets.found_in_any(Some("other"), [both.as_bytes()]), Some("anthropic"));
+    assert_eq!(secrets.found_in_any(Some("anthropic"), [format!("/x?a={PLACEHOLDER}").as_bytes()]), None);
 }
 
 fn watch() -> LeakWatch {
@@ -139,6 +181,17 @@ fn a_placeholder_split_across_writes_is_found_before_its_last_byte_goes_up() {
     assert_eq!(clean.pass(b"k=lea", true).unwrap(), b"k=");
     assert_eq!(clean.pass(b"f and more", true).unwrap(), b"leaf and more", "released once it cannot be one");
     assert_eq!(clean.finish(), b"");
+}
+
+#[test]
+fn a_possible_start_of_a_value_is_not_held_and_a_whole_value_is_refused() {
+    for guess in [&SECRET[..10], "sk-fake-01"] {
+        let mut w = watch();
+        assert_eq!(w.pass(format!("k={guess}").as_bytes(), true).unwrap(), format!("k={guess}").as_bytes());
+    }
+    let mut w = watch();
+    assert!(w.pass(&SECRET.as_bytes()[..10], true).is_ok());
+    assert_eq!(w.pass(&SECRET.as_bytes()[10..], true), Err(Arc::from("anthropic")), "whole across two writes");
 }
 
 #[test]

@@ -401,7 +401,7 @@ fn redact_fields(fields: &mut HeaderMap, redactor: &Redactor) {
 }
 
 /// A response body with a credential's value, wherever it is echoed, turned back into its placeholder (across DATA
-/// frames: a possible start of the value is held until the next frame tells, and passed on at the end).
+/// frames: the [`Redactor`]'s window is held until the next frame, and passed on at the end).
 struct Redacted<B> {
     inner: B,
     redactor: Redactor,
@@ -421,34 +421,40 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Redacted<B> {
         if self.ended {
             return Poll::Ready(None);
         }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => {
-                    let passed = self.redactor.push(&data, true);
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(passed)))))
-                }
-                // Trailers end the data: what is held goes first, then the trailers on the next poll.
-                Err(mut trailers) => {
-                    if let Some(fields) = trailers.trailers_mut() {
-                        redact_fields(fields, &self.redactor);
+        loop {
+            return match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        let passed = self.redactor.push(&data, true);
+                        // All held (the window): nothing goes until the next frame, and no empty DATA frame meanwhile.
+                        if passed.is_empty() {
+                            continue;
+                        }
+                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(passed)))))
                     }
+                    // Trailers end the data: what is held goes first, then the trailers on the next poll.
+                    Err(mut trailers) => {
+                        if let Some(fields) = trailers.trailers_mut() {
+                            redact_fields(fields, &self.redactor);
+                        }
+                        let held = self.redactor.finish();
+                        if held.is_empty() {
+                            return Poll::Ready(Some(Ok(trailers)));
+                        }
+                        self.trailers = Some(trailers);
+                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))))
+                    }
+                },
+                Poll::Ready(None) => {
+                    self.ended = true;
                     let held = self.redactor.finish();
-                    if held.is_empty() {
-                        return Poll::Ready(Some(Ok(trailers)));
+                    match held.is_empty() {
+                        true => Poll::Ready(None),
+                        false => Poll::Ready(Some(Ok(Frame::data(Bytes::from(held))))),
                     }
-                    self.trailers = Some(trailers);
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))))
                 }
-            },
-            Poll::Ready(None) => {
-                self.ended = true;
-                let held = self.redactor.finish();
-                match held.is_empty() {
-                    true => Poll::Ready(None),
-                    false => Poll::Ready(Some(Ok(Frame::data(Bytes::from(held))))),
-                }
-            }
-            other => other,
+                other => other,
+            };
         }
     }
 }

@@ -1161,3 +1161,133 @@ async fn h2_echo_in_a_response_to_a_stream_without_the_placeholder_comes_back_as
     assert_eq!(status, 200);
     assert!(!body.contains(SECRET), "the value reached the client: {body}");
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Issue 25: forms of the value leash writes, compression, several credentials
+// ---------------------------------------------------------------------------------------------------------------
+
+/// A provider that quotes whatever `authorization` and `x-api-key` it got, valid or not, in a field and its body.
+fn quoting(r: &Recorded) -> Reply {
+    let got = format!(
+        "authorization={} x-api-key={}",
+        r.header("authorization").unwrap_or(""),
+        r.header("x-api-key").unwrap_or("")
+    );
+    Reply::Full { status: 401, headers: vec![("X-Got".to_owned(), got.clone())], body: got.into_bytes() }
+}
+
+/// leash with `entry` (YAML lines of one credential for `models.test`) before the quoting provider.
+async fn quoting_scene(entry: &str) -> Inspecting {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::with(&ca, quoting).await;
+    let yaml = policy(&[tls.port()]);
+    let yaml = format!("{}{entry}", &yaml[..yaml.find("    - name: provider").unwrap()]);
+    let leash = Leash::builder(&yaml).inspecting(&ca.pem).secrets(secrets()).start().await;
+    Inspecting { ca, tls, leash }
+}
+
+fn b64_no_pad(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD_NO_PAD.encode(text)
+}
+
+#[tokio::test]
+async fn a_basic_authorization_in_a_non_basic_entrys_header_is_not_rewritten_so_its_quote_holds_no_value() {
+    let t = quoting_scene("    - name: provider\n      hosts: [models.test]\n      env: K\n      header: x-api-key\n")
+        .await;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("u:{PLACEHOLDER}"));
+    let got = from_provider_with(&t, &[&format!("x-api-key: Basic {basic}")]).await;
+    let secret_b64 = b64_no_pad(&format!("u:{SECRET}"));
+    assert!(!got.contains(&secret_b64[..secret_b64.len() - 4]), "the value's base64 came back: {got}");
+    assert!(
+        !reached(&t, &secret_b64[..secret_b64.len() - 4]),
+        "rewritten inside Basic: {:#?}",
+        t.tls.origin.requests()
+    );
+    assert!(got.contains(&basic), "the placeholder went as it was: {got}");
+}
+
+#[tokio::test]
+async fn a_basic_entrys_added_authorization_echoed_comes_back_in_the_placeholders_form() {
+    let entry = "    - name: provider\n      hosts: [models.test]\n      env: K\n      header: authorization\n      \
+                 basic: x-access-token\n      add: true\n";
+    let t = quoting_scene(entry).await;
+    let raw = request(&t, "models.test", "GET /v1", &["Connection: close"], "");
+    let got = received(&t, "models.test", raw).await;
+    let sent = b64_no_pad(&format!("x-access-token:{SECRET}"));
+    assert!(reached(&t, &sent), "the provider got the added header: {:#?}", t.tls.origin.requests());
+    assert!(!got.contains(&sent[..sent.len() - 4]), "the value's base64 came back: {got}");
+    let placeholder = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{PLACEHOLDER}"));
+    assert!(got.contains(&format!("X-Got: authorization=Basic {placeholder} ")), "in the field: {got}");
+    assert!(got.ends_with(&format!("authorization=Basic {placeholder} x-api-key=")), "in the body: {got}");
+}
+
+#[tokio::test]
+async fn a_basic_entry_rewrites_a_basic_authorization_to_its_own_form() {
+    let entry = "    - name: provider\n      hosts: [models.test]\n      env: K\n      header: authorization\n      \
+                 basic: x-access-token\n";
+    let t = quoting_scene(entry).await;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("someone:{PLACEHOLDER}"));
+    let got = from_provider_with(&t, &[&format!("Authorization: Basic {basic}")]).await;
+    let sent = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{SECRET}"));
+    assert_eq!(t.tls.origin.requests()[0].header("authorization"), Some(format!("Basic {sent}").as_str()));
+    assert!(!got.contains(&sent[..sent.len() - 4]), "{got}");
+}
+
+/// Everything the client receives for a `GET /v1` to the provider with `lines` and `Connection: close`.
+async fn from_provider_with(t: &Inspecting, lines: &[&str]) -> String {
+    let lines: Vec<&str> = lines.iter().copied().chain(["Connection: close"]).collect();
+    received(t, "models.test", request(t, "models.test", "GET /v1", &lines, "")).await
+}
+
+#[tokio::test]
+async fn every_request_to_the_providers_host_asks_for_no_compression_not_only_one_carrying_the_placeholder() {
+    let t = scene().await;
+    let got = from_provider_with(&t, &["Accept-Encoding: gzip"]).await;
+    assert!(got.starts_with("HTTP/1.1 401"), "no placeholder, no key: {got}");
+    assert_eq!(t.tls.origin.requests()[0].header("accept-encoding"), Some("identity"));
+    let (server, t) = h2_scene().await;
+    let mut send = h2_client(&t, server.port, "models.test", "models.test").await;
+    let url = format!("https://models.test:{}/last", server.port);
+    let _ = h2_send(&mut send, h2_request(Method::GET, &url, &[("accept-encoding", "gzip")], vec![])).await;
+    assert_eq!(server.seen()[0].headers["accept-encoding"], "identity", "HTTP/2 alike");
+}
+
+const SECOND_SECRET: &str = "sk-second-0123456789abcd";
+const SECOND_PLACEHOLDER: &str = "leash-second-00112233445";
+
+/// The scene with a second credential (`second.test`, `x-second-key`) listed after the provider's.
+async fn two_credentials() -> Inspecting {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::with(&ca, provider(Arc::default())).await;
+    let yaml = format!(
+        "{}    - name: second\n      hosts: [second.test]\n      env: SECOND_KEY\n      header: x-second-key\n",
+        policy(&[tls.port()])
+    );
+    let both = Secrets::new(vec![
+        Secret::new("provider", SECRET, PLACEHOLDER).unwrap(),
+        Secret::new("second", SECOND_SECRET, SECOND_PLACEHOLDER).unwrap(),
+    ]);
+    let leash = Leash::builder(&yaml).inspecting(&ca.pem).secrets(both).start().await;
+    Inspecting { ca, tls, leash }
+}
+
+#[tokio::test]
+async fn the_hosts_own_placeholder_does_not_hide_another_credentials_in_the_same_url_or_header() {
+    let t = two_credentials().await;
+    let own = format!("x-api-key: {PLACEHOLDER}");
+    let in_url = format!("GET /v1?a={PLACEHOLDER}&b={SECOND_PLACEHOLDER}");
+    assert_refused(
+        &t.inner("models.test", request(&t, "models.test", &in_url, &[&own], "")).await,
+        403,
+        "credential-leak",
+    );
+    let in_header = format!("X-Note: {PLACEHOLDER} {SECOND_PLACEHOLDER}");
+    let r = t.inner("models.test", request(&t, "models.test", "GET /v1", &[&own, &in_header], "")).await;
+    assert_refused(&r, 403, "credential-leak");
+    let in_body = format!("{PLACEHOLDER}&{SECOND_PLACEHOLDER}");
+    let r = t.inner("models.test", request(&t, "models.test", "POST /v1", &[&own], &in_body)).await;
+    assert_refused(&r, 403, "credential-leak");
+    assert!(!reached(&t, SECOND_PLACEHOLDER), "{:#?}", t.tls.origin.requests());
+    let line = t.leash.decision(&format!("/v1?a={PLACEHOLDER}&b={SECOND_PLACEHOLDER}")).await;
+    assert!(line.to_string().contains("second"), "the warning names the other credential: {line}");
+}

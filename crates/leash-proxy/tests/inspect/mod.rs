@@ -5,6 +5,7 @@
 mod credential_attacks;
 mod credentials;
 mod h2;
+mod non_interference;
 mod provider_tools;
 
 use std::sync::Arc;
