@@ -172,7 +172,13 @@ impl Secrets {
         }
         let query = query.as_deref().and_then(|t| t.split_once('?')).map(|(_, q)| q.to_owned());
         let injected = in_header || query.is_some();
-        (Cow::Owned(sent), Outbound::go(secret, injected, query))
+        let mut sent = Cow::Owned(sent);
+        if secret.is_some() {
+            // To a credential's host no WebSocket extension is offered: a compressed message would carry an echo
+            // past the redactor (upgrade.rs).
+            crate::upgrade::without_extensions(&mut sent);
+        }
+        (sent, Outbound::go(secret, injected, query))
     }
 
     /// [`Secrets::outgoing`] for an HTTP/2 request's method, path and fields.

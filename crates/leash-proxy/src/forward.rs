@@ -60,12 +60,6 @@ where
     let sent_target = query.map(|q| format!("{path_only}?{q}"));
     let sent_plan = sent_target.as_deref().map(|t| plan.sending(t));
     let upstream_plan = sent_plan.as_ref().unwrap_or(&plan);
-    // To a credential's host no WebSocket extension is offered: a compressed message would carry an echo past
-    // the redactor (upgrade.rs).
-    let mut sent = sent;
-    if redact.is_some() {
-        upgrade::without_extensions(&mut sent);
-    }
     let own = ctx.snap.credential_for(&plan.target.authority.host).map(|c| &*c.name);
     // Through the upstream proxy the request goes in absolute form (the route is the policy's, fixed per host).
     let via_proxy = ctx.snap.upstream_proxy().filter(|_| through_proxy(&ctx.snap, &plan.target.authority.host));

@@ -102,12 +102,6 @@ async fn request(
     let sent_target = query.map(|q| format!("{path_only}?{q}"));
     let sent_plan = sent_target.as_deref().map(|t| plan.sending(t));
     let upstream_plan = sent_plan.as_ref().unwrap_or(&plan);
-    // To a credential's host no WebSocket extension is offered: a compressed message would carry an echo past
-    // the redactor (upgrade.rs).
-    let mut sent = sent;
-    if redact.is_some() {
-        upgrade::without_extensions(&mut sent);
-    }
     let gated = match ctx.snap.filters_provider_tools(&t.host) {
         true => {
             model::gate(
