@@ -75,7 +75,7 @@ pub fn run(args: RunArgs) -> Exit {
     let hold = leash_sandbox::hold_forwarded_signals().map_err(|e| tracing::warn!("{e}")).ok();
     // A socket on leash's stdio is the host network namespace's, a terminal the caller's: the command gets a pipe
     // or a pseudo-terminal of its own instead.
-    let relay = match leash_sandbox::relay_stdio(&mut spec) {
+    let mut relay = match leash_sandbox::relay_stdio(&mut spec) {
         Ok(relay) => relay,
         Err(e) => {
             eprintln!("leash: the command was not run: cannot relay its stdio: {e}");
@@ -96,10 +96,15 @@ pub fn run(args: RunArgs) -> Exit {
     // threads was a sixth of `leash run -- true` (6.7 -> 5.7 ms), and one sandbox's traffic fits one core (tunnels are
     // spliced by the kernel; bench/RESULTS.md has the figures from inside `leash run`).
     let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build();
-    let (sandbox, runtime) = match pending.start_with(runtime) {
+    let (mut sandbox, runtime) = match pending.start_with(runtime) {
         Ok(started) => started,
         Err(e) => return not_run(e),
     };
+    // The command's terminal was made inside the sandbox: from now on it reaches the caller's.
+    if let Err(e) = relay.attach(&mut sandbox) {
+        eprintln!("leash: cannot relay the command's terminal: {e}; stopping the command");
+        return finish(sandbox.signal(9).and_then(|()| sandbox.wait()));
+    }
     let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {

@@ -169,6 +169,103 @@ fn what_the_command_does_to_its_terminal_never_reaches_the_callers() {
     );
 }
 
+/// Outside: another terminal of the caller's (a pseudo-terminal the test holds open, owned by the uid leash runs as,
+/// never `/dev/pts/0`), given to leash by its path; leash runs with no terminal (`plain`), with none and the host's
+/// devpts mounted at a second place as well, whose path it is given (`elsewhere`), or on a pseudo-terminal that is its
+/// controlling terminal (`terminal`). Inside, the command opens that path and writes to it, lists /dev/pts,
+/// names its own terminal (`terminal`) or makes a pseudo-terminal (`plain`). Afterwards: what the caller's other
+/// terminal received.
+const OTHER_TERMINAL: &str = r#"
+import fcntl, os, select, subprocess, sys, tempfile, termios, time
+mode, owner, leash = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+held = [os.openpty()]
+while os.ttyname(held[-1][1]) == "/dev/pts/0":
+    held.append(os.openpty())
+other_master, other = held[-1]
+os.chown(os.ttyname(other), owner, -1)
+inner = '''
+import os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_NOCTTY)
+    os.write(fd, b"from-inside")
+    print("open done", flush=True)
+except OSError as e:
+    print("open", e.errno, flush=True)
+if sys.argv[2] == "terminal":
+    print("tty", os.ttyname(0), os.path.exists(os.ttyname(0)), "pts", sorted(os.listdir("/dev/pts")), flush=True)
+else:
+    print("pts", sorted(os.listdir("/dev/pts")), flush=True)
+    m, s = os.openpty()
+    print("made", os.ttyname(s), "pts", sorted(os.listdir("/dev/pts")), flush=True)
+'''
+path, prefix = os.ttyname(other), []
+if mode == "elsewhere":
+    d = tempfile.mkdtemp()
+    prefix = ["unshare", "-m", "sh", "-c", 'mount --bind /dev/pts "$0" && exec "$@"', d]
+    path = d + "/" + os.path.basename(path)
+cmd = prefix + leash + ["run", "--", "/usr/bin/python3", "-c", inner, path, mode]
+if mode == "terminal":
+    master, slave = os.openpty()
+    os.chown(os.ttyname(slave), owner, -1)
+    def take_terminal():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    p = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, start_new_session=True, preexec_fn=take_terminal)
+    seen, deadline = b"", time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            seen += os.read(master, 4096)
+    os.set_blocking(master, False)
+    try:
+        seen += os.read(master, 4096)
+    except BlockingIOError:
+        pass
+    print(seen.decode().replace("\r\n", "\n"), end="")
+    p.wait(timeout=5)
+else:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    print(out.stdout, end="")
+    print(out.stderr, end="", file=sys.stderr)
+    if mode == "elsewhere":
+        os.rmdir(d)
+os.set_blocking(other_master, False)
+try:
+    got = os.read(other_master, 100)
+except BlockingIOError:
+    got = b""
+print("other terminal got", got)
+"#;
+
+/// `OTHER_TERMINAL` in `mode`, run as root (the uid leash runs as owns the other terminal).
+fn other_terminal(prefix: &[String], mode: &str, owner: u32) -> String {
+    let out = Command::new("timeout")
+        .args(["120", PYTHON, "-c", OTHER_TERMINAL, mode, &owner.to_string()])
+        .args(prefix)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "driver failed: {}\n{}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn the_callers_other_terminals_are_out_of_reach_and_the_command_has_a_devpts_of_its_own() {
+    let Some(()) = sandbox() else { return };
+    let noent = libc::ENOENT;
+    let plain = format!("open {noent}\npts ['ptmx']\nmade /dev/pts/0 pts ['0', 'ptmx']\nother terminal got b''\n");
+    let terminal = format!("open {noent}\ntty /dev/pts/0 True pts ['0', 'ptmx']\nother terminal got b''\n");
+    if is_root() {
+        assert_eq!(other_terminal(&[leash()], "plain", 0), plain, "as root, no terminal");
+        assert_eq!(other_terminal(&[leash()], "elsewhere", 0), plain, "as root, the host's devpts mounted elsewhere");
+        assert_eq!(other_terminal(&[leash()], "terminal", 0), terminal, "as root, on a terminal");
+    }
+    if let Some((_dir, nobody)) = as_nobody() {
+        assert_eq!(other_terminal(&nobody, "plain", 65534), plain, "as nobody, no terminal");
+        assert_eq!(other_terminal(&nobody, "elsewhere", 65534), plain, "as nobody, the host's devpts elsewhere");
+        assert_eq!(other_terminal(&nobody, "terminal", 65534), terminal, "as nobody, on a terminal");
+    }
+}
+
 /// leash and a sibling in one process group, as a shell's job; the command signals its process group.
 const SIGNALS: &str = r#"
 import subprocess, sys

@@ -145,6 +145,10 @@ pub enum Step {
     ReadMountTable,
     /// Covering a mount that shows host kernel objects (a fresh filesystem on top, or read-only).
     CoverKernelMount(PathBuf),
+    /// Mounting the sandbox's own devpts instance on /dev/pts.
+    MountDevpts,
+    /// Making the command's pseudo-terminal in the sandbox's devpts.
+    OpenTerminal,
 }
 
 impl fmt::Display for Step {
@@ -191,6 +195,8 @@ impl fmt::Display for Step {
             Step::LimitUserNamespaces => f.write_str("keep the command from creating user namespaces"),
             Step::ReadMountTable => f.write_str("read leash's mount table (/proc/self/mountinfo)"),
             Step::CoverKernelMount(p) => write!(f, "cover the kernel filesystem mounted on `{}`", p.display()),
+            Step::MountDevpts => f.write_str("mount the sandbox's own devpts on /dev/pts"),
+            Step::OpenTerminal => f.write_str("make the command's pseudo-terminal in the sandbox's /dev/pts"),
         }
     }
 }

@@ -10,7 +10,9 @@
 //! `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through
 //! `net.ipv6.conf.all.disable_ipv6`, which sets `default` and `lo` too, so no IPv6 at all, not even `::1`) and an
 //! **IPC namespace** (SysV and POSIX message queues, semaphores, shared memory; a fresh mqueue filesystem on
-//! /dev/mqueue), mounts its own **/proc**, makes the kernel's writable settings read-only (`/proc/sys`,
+//! /dev/mqueue), mounts its own **/proc** and a **devpts** instance of its own on /dev/pts (no host terminal in sight;
+//! `/dev/ptmx` makes terminals there, and a terminal the command gets in place of the caller's is made there,
+//! `stdio.rs`), makes the kernel's writable settings read-only (`/proc/sys`,
 //! `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus`, `/proc/fs` and `/sys` with every mount below it: the command's uid
 //! owns the sandbox's network namespace, and under root is the host's root for file permissions, so it could
 //! otherwise turn IPv6 back on, or the host's sysctls and interrupt routing) and hides `/dev/kmsg` (the host's kernel
@@ -97,12 +99,15 @@ use unsupported as imp;
 
 pub use error::{SandboxError, Step};
 pub use memory::release_free_memory;
-pub use stdio::{relay_stdio, StdioRelay};
+pub use stdio::{relay_stdio, StdioRelay, Terminal};
 
 use std::ffi::OsString;
 use std::net::{SocketAddrV4, TcpListener, UdpSocket};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::PathBuf;
+
+/// What init hands leash: the TCP listeners, the UDP sockets, the master side of the command's pseudo-terminal.
+pub(crate) type Handed = (Vec<TcpListener>, Vec<UdpSocket>, Option<OwnedFd>);
 
 /// Most TCP listeners plus UDP sockets one sandbox hands out (bounds the SCM_RIGHTS buffer in the child).
 pub const MAX_SOCKETS: usize = 16;
@@ -136,10 +141,10 @@ pub struct SandboxSpec {
     pub stdout: Option<OwnedFd>,
     /// The command's stderr; `None` inherits leash's.
     pub stderr: Option<OwnedFd>,
-    /// A pseudo-terminal (its slave side) that becomes the command's controlling terminal, in the session of its
-    /// own it starts (`TIOCSCTTY`); [`relay_stdio`] makes one when leash's stdio is a terminal. `None`: no
-    /// controlling terminal.
-    pub terminal: Option<OwnedFd>,
+    /// A pseudo-terminal for the command, made by init in the sandbox's devpts: its controlling terminal, in the
+    /// session of its own it starts (`TIOCSCTTY`), and the stdio it stands in for; [`relay_stdio`] asks for one when
+    /// leash's stdio is a terminal, and [`StdioRelay::attach`] relays it. `None`: no controlling terminal.
+    pub terminal: Option<Terminal>,
 }
 
 impl SandboxSpec {
@@ -176,6 +181,8 @@ pub struct Sandbox {
     pub tcp: Vec<TcpListener>,
     /// The UDP sockets bound inside, in `SandboxSpec::udp_sockets` order.
     pub udp: Vec<UdpSocket>,
+    /// The master side of the command's pseudo-terminal (`SandboxSpec::terminal`), until `StdioRelay::attach` takes it.
+    terminal: Option<OwnedFd>,
     child: imp::Child,
 }
 
@@ -197,8 +204,8 @@ impl PendingSandbox {
     /// [`PendingSandbox::start`], running `meanwhile` in this thread while the init starts the command (after the
     /// go-ahead, before the command's `execve` is confirmed). Its result is dropped if the start fails.
     pub fn start_with<T>(self, meanwhile: impl FnOnce() -> T) -> Result<(Sandbox, T), SandboxError> {
-        let (child, tcp, udp, value) = self.inner.start_with(meanwhile)?;
-        Ok((Sandbox { tcp, udp, child }, value))
+        let (child, (tcp, udp, terminal), value) = self.inner.start_with(meanwhile)?;
+        Ok((Sandbox { tcp, udp, terminal, child }, value))
     }
 }
 
@@ -224,6 +231,11 @@ impl Sandbox {
     /// The host pid of the sandbox's init (the command's parent, PID 1 inside).
     pub fn pid(&self) -> u32 {
         self.child.pid()
+    }
+
+    /// The master side of the command's pseudo-terminal, once.
+    pub(crate) fn take_terminal(&mut self) -> Option<OwnedFd> {
+        self.terminal.take()
     }
 
     /// Sends `signal` to the command (through init). A no-op once the sandbox has been waited for.

@@ -8,21 +8,39 @@
 //! still get one (`check_no_socket`).
 //!
 //! A terminal is the caller's: the command could switch its line discipline (`TIOCSETD`) or settings and leave the
-//! caller's shell unable to use it. `relay_stdio` gives the command a pseudo-terminal of its own instead
-//! (`terminal.rs`), relayed as `docker run -t` and `script` do. Descriptors above 2 are never inherited (init closes
-//! them).
+//! caller's shell unable to use it. `relay_stdio` asks for a pseudo-terminal of the command's own instead
+//! ([`Terminal`]), which the sandbox's init makes in the sandbox's own devpts instance (so `tty` names a file that
+//! exists inside, and no host terminal is in sight) and hands leash its master side; [`StdioRelay::attach`] relays it
+//! as `docker run -t` and `script` do (`terminal.rs`). Descriptors above 2 are never inherited (init closes them).
 
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::thread::JoinHandle;
 
-use crate::{SandboxError, SandboxSpec};
+use crate::{Sandbox, SandboxError, SandboxSpec};
 
 mod terminal;
 
 /// What one read from either side carries at most: a pipe's default capacity, and a datagram leash sends whole.
 const CHUNK: usize = 64 * 1024;
+
+/// The pseudo-terminal the command gets in place of the caller's terminal (see [`relay_stdio`]): made by the
+/// sandbox's init in the sandbox's own devpts instance, with the caller's settings and window size, as the command's
+/// controlling terminal and the stdio it stands in for. Only [`relay_stdio`] makes one.
+#[derive(Clone, Copy)]
+pub struct Terminal {
+    pub(crate) settings: libc::termios,
+    pub(crate) size: libc::winsize,
+    /// Which of stdin, stdout and stderr it is.
+    pub(crate) stdio: [bool; 3],
+}
+
+impl std::fmt::Debug for Terminal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Terminal").field("stdio", &self.stdio).finish_non_exhaustive()
+    }
+}
 
 /// The relays `relay_stdio` started, and the caller's terminal settings to put back.
 #[derive(Debug, Default)]
@@ -32,9 +50,21 @@ pub struct StdioRelay {
     outputs: Vec<JoinHandle<()>>,
     /// The caller's terminal (stdin) as it was before it was made raw.
     terminal: Option<RawTerminal>,
+    /// What leash's stdin, stdout and stderr are, for `attach`.
+    kinds: Vec<Kind>,
 }
 
 impl StdioRelay {
+    /// Relays the command's pseudo-terminal, if `relay_stdio` asked for one, to the caller's terminal: call it once
+    /// the sandbox has started. Until then what the command writes waits in its terminal, and what the caller types
+    /// in the caller's.
+    pub fn attach(&mut self, sandbox: &mut Sandbox) -> io::Result<()> {
+        match sandbox.take_terminal() {
+            Some(master) => relay_terminal(master, &self.kinds, &mut self.outputs),
+            None => Ok(()),
+        }
+    }
+
     /// Waits until everything the command wrote to a relayed stdout or stderr has been passed on, then puts the
     /// caller's terminal back as it was: call it once the sandbox has ended (before that, it waits for the end). A
     /// relayed stdin is left to end with the process.
@@ -46,7 +76,7 @@ impl StdioRelay {
 }
 
 /// Where `relay_stdio` found leash's stdio.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Socket,
     Terminal,
@@ -58,9 +88,10 @@ enum Kind {
 ///   two (each chunk of output one `send`, so a datagram socket gets datagrams);
 /// - a terminal (the caller's, which the command could reconfigure for the caller: line discipline, termios) is
 ///   replaced by a pseudo-terminal of its own, with the caller's settings and window size, which becomes the
-///   command's controlling terminal (`SandboxSpec::terminal`): the caller's terminal (stdin) is made raw and relayed
-///   both ways, window size changes follow (SIGWINCH), and [`StdioRelay::finish`] (or dropping the relay) puts its
-///   settings back. Ctrl-C and Ctrl-Z are then the pseudo-terminal's, for the command's foreground process group.
+///   command's controlling terminal (`SandboxSpec::terminal`): the caller's terminal (stdin) is made raw here, and
+///   once [`StdioRelay::attach`] has the pseudo-terminal it is relayed both ways, window size changes follow
+///   (SIGWINCH), and [`StdioRelay::finish`] (or dropping the relay) puts its settings back. Ctrl-C and Ctrl-Z are then
+///   the pseudo-terminal's, for the command's foreground process group.
 ///
 /// The threads block every signal, so signals sent to leash still reach the thread that waits for them. Anything
 /// else is left alone, and nothing is started: one `fstat` per descriptor.
@@ -71,7 +102,7 @@ pub fn relay_stdio(spec: &mut SandboxSpec) -> io::Result<StdioRelay> {
     let kinds: Vec<Kind> = fds.iter().zip(own).map(|(fd, own)| if own { Kind::Other } else { kind(*fd) }).collect();
     let mut relay = StdioRelay::default();
     if kinds.contains(&Kind::Terminal) {
-        relay_terminal(spec, &kinds, &mut relay)?;
+        relay.terminal = ask_for_terminal(spec, &kinds)?;
     }
     if kinds.first() == Some(&Kind::Socket) {
         let (read, write) = io::pipe()?;
@@ -87,33 +118,40 @@ pub fn relay_stdio(spec: &mut SandboxSpec) -> io::Result<StdioRelay> {
             *slot = Some(OwnedFd::from(write));
         }
     }
+    relay.kinds = kinds;
     Ok(relay)
 }
 
-/// A pseudo-terminal for the command in place of the caller's terminal (see `relay_stdio`).
-fn relay_terminal(spec: &mut SandboxSpec, kinds: &[Kind], relay: &mut StdioRelay) -> io::Result<()> {
+/// Asks for a pseudo-terminal for the command in place of the caller's terminal, like the first of leash's stdio that
+/// is one, and makes the caller's terminal (stdin) raw (see `relay_stdio`).
+fn ask_for_terminal(spec: &mut SandboxSpec, kinds: &[Kind]) -> io::Result<Option<RawTerminal>> {
+    let (stdin, stdout, stderr) = (io::stdin(), io::stdout(), io::stderr());
+    let fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
+    let Some(first) = kinds.iter().position(|k| *k == Kind::Terminal) else { return Ok(None) };
+    let caller = fds[first];
+    let stdio = [0, 1, 2].map(|i| kinds.get(i) == Some(&Kind::Terminal));
+    spec.terminal =
+        Some(Terminal { settings: terminal::settings(caller)?, size: terminal::window_size(caller)?, stdio });
+    // A background job may not change the terminal (SIGTTOU would stop leash): it relays without raw mode.
+    if kinds.first() == Some(&Kind::Terminal) && terminal::in_foreground(stdin.as_fd()) {
+        return RawTerminal::make(stdin.as_fd()).map(Some);
+    }
+    Ok(None)
+}
+
+/// Relays the command's pseudo-terminal (`master`) to the caller's terminal.
+fn relay_terminal(master: OwnedFd, kinds: &[Kind], outputs: &mut Vec<JoinHandle<()>>) -> io::Result<()> {
     let (stdin, stdout, stderr) = (io::stdin(), io::stdout(), io::stderr());
     let fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
     let Some(first) = kinds.iter().position(|k| *k == Kind::Terminal) else { return Ok(()) };
     let caller = fds[first];
-    let (master, slave) = terminal::open_like(caller)?;
-    for (i, slot) in [&mut spec.stdin, &mut spec.stdout, &mut spec.stderr].into_iter().enumerate() {
-        if kinds.get(i) == Some(&Kind::Terminal) {
-            *slot = Some(slave.try_clone()?);
-        }
-    }
-    spec.terminal = Some(slave);
     // Output: to the caller's terminal, through stdout where it is one.
     let out = if kinds.get(1) == Some(&Kind::Terminal) { fds[1] } else { caller };
     let (from, to) = (File::from(master.try_clone()?), File::from(out.try_clone_to_owned()?));
     // The pseudo-terminal reads `EIO` once no process holds its other side: the end of the output.
-    relay.outputs.push(spawn_quiet(move || copy(from, to))?);
+    outputs.push(spawn_quiet(move || copy(from, to))?);
     terminal::follow_window_size(caller.try_clone_to_owned()?, master.try_clone()?)?;
     if kinds.first() == Some(&Kind::Terminal) {
-        // A background job may not change the terminal (SIGTTOU would stop leash): it relays without raw mode.
-        if terminal::in_foreground(stdin.as_fd()) {
-            relay.terminal = Some(RawTerminal::make(stdin.as_fd())?);
-        }
         let from = File::from(stdin.as_fd().try_clone_to_owned()?);
         spawn_quiet(move || copy(from, File::from(master)))?;
     }

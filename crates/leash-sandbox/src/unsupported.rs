@@ -26,7 +26,7 @@ impl Pending {
     pub(crate) fn start_with<T>(
         self,
         _meanwhile: impl FnOnce() -> T,
-    ) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>, T), SandboxError> {
+    ) -> Result<(Child, crate::Handed, T), SandboxError> {
         match self {}
     }
 }

@@ -19,6 +19,8 @@ const LISTEN_BACKLOG: c_int = 1024;
 const LEASH_GONE: c_int = 128 + libc::SIGKILL;
 /// `si_code` of a signal the kernel sent (a terminal's SIGINT, SIGWINCH, SIGTSTP), as opposed to a process.
 const SI_KERNEL: i32 = 0x80;
+/// Where init makes the command's pseudo-terminal: the sandbox's own devpts (`own_devpts`).
+const DEVPTS_PTMX: &CStr = c"/dev/pts/ptmx";
 /// What a child exits with after reporting a failed step.
 const FAILED: c_int = 127;
 /// The IPv6 switch of the sandbox's network namespace: writing `all` sets `default` and every interface's too
@@ -49,7 +51,7 @@ fn at(step: ChildStep, index: usize) -> impl FnOnce(Errno) -> Fail {
 
 /// The init's whole life. Never returns.
 pub(super) fn run(plan: &Plan) -> ! {
-    let code = match setup(plan).and_then(|()| start_command(plan)) {
+    let code = match setup(plan).and_then(|terminal| start_command(plan, terminal)) {
         Ok(started) => supervise(plan, started),
         Err(fail) => {
             // Nothing more can be done if leash is not listening.
@@ -60,8 +62,9 @@ pub(super) fn run(plan: &Plan) -> ! {
     sys::exit(code)
 }
 
-/// Namespaces, mounts, network and sockets, in the order the crate docs give.
-fn setup(plan: &Plan) -> Result<(), Fail> {
+/// Namespaces, mounts, network and sockets, in the order the crate docs give. Returns the slave side of the
+/// command's pseudo-terminal, or -1 for none.
+fn setup(plan: &Plan) -> Result<c_int, Fail> {
     // Init, and with it every process of its pid namespace, ends with the leash thread that cloned it, even one
     // killed outright or while init waits. Had leash gone before this call, the next read of the channel (the ids
     // mapped, or `Go`) reads its end.
@@ -81,6 +84,7 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     own_ipc_namespace()?;
     let proc_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     sys::mount(Some(c"proc"), c"/proc", Some(c"proc"), proc_flags).map_err(at(ChildStep::MountProc, 0))?;
+    own_devpts()?;
     // IPv6 off before `lo` comes up, so `::1` never exists (and is not added only to be removed).
     disable_ipv6()?;
     limit_user_namespaces()?;
@@ -89,11 +93,29 @@ fn setup(plan: &Plan) -> Result<(), Fail> {
     if let Some(source) = &plan.resolv_source {
         sys::mount(Some(source), c"/etc/resolv.conf", None, libc::MS_BIND).map_err(at(ChildStep::ResolvConf, 0))?;
     }
-    hand_over_sockets(plan)?;
+    let (master, slave) = match &plan.terminal {
+        Some(t) => sys::open_pty(DEVPTS_PTMX, &t.settings, &t.size).map_err(at(ChildStep::Devpts, 1))?,
+        None => (-1, -1),
+    };
+    hand_over_sockets(plan, master)?;
     // Leash writes the command's CA files meanwhile.
     hide_paths_until_go(plan, sys_below_read_only)?;
     // Leash moved init before it said go: the command now inherits leash's CPUs, not fewer.
-    plan.spread.as_ref().map_or(Ok(()), |spread| spread.restore()).map_err(at(ChildStep::RestoreAffinity, 0))
+    plan.spread.as_ref().map_or(Ok(()), |spread| spread.restore()).map_err(at(ChildStep::RestoreAffinity, 0))?;
+    Ok(slave)
+}
+
+/// A devpts instance of the sandbox's own on /dev/pts, owned by init's user namespace: the host's terminals (the
+/// caller's other sessions, under root every user's) are out of sight, and the command cannot unmount it. `/dev/ptmx`
+/// makes terminals in it: since Linux 4.7 the device opens the `ptmx` of the devpts mounted at `pts` beside it (every
+/// devpts mount is a new instance). Where there is no /dev/pts there is nothing of the host's to hide (and no
+/// terminal can be made). `ptmxmode` lets any user inside make terminals; `mode` is the usual one of a terminal.
+fn own_devpts() -> Result<(), Fail> {
+    let flags = libc::MS_NOSUID | libc::MS_NOEXEC;
+    match sys::mount_with(c"devpts", c"/dev/pts", c"devpts", flags, c"newinstance,ptmxmode=0666,mode=0620") {
+        Ok(()) | Err(libc::ENOENT) => Ok(()),
+        Err(errno) => Err(at(ChildStep::Devpts, 0)(errno)),
+    }
 }
 
 /// Maps init's ids: init itself maps one, and waits for leash to map the full range (`IdRange`), which only a process
@@ -242,10 +264,16 @@ fn cover_mount(cover: Option<Cover>, path: &CStr, sys_below_read_only: bool) -> 
 }
 
 /// Binds every socket, sends them all to leash in one record, and closes init's copies.
-fn hand_over_sockets(plan: &Plan) -> Result<(), Fail> {
-    let mut fds = [-1; crate::MAX_SOCKETS];
+fn hand_over_sockets(plan: &Plan, terminal: c_int) -> Result<(), Fail> {
+    let mut fds = [-1; crate::MAX_SOCKETS + 1];
     let mut len = 0;
     let result = bind_all(plan, &mut fds, &mut len).and_then(|()| {
+        // The terminal's master goes last, and is closed below with the sockets: init never holds it.
+        if terminal >= 0 {
+            let slot = fds.get_mut(len).ok_or(Fail { step: ChildStep::HandOver, index: 0, errno: libc::EINVAL })?;
+            *slot = terminal;
+            len += 1;
+        }
         let sent = fds.get(..len).unwrap_or_default();
         sys::send_with_fds(plan.channel, &Msg::Sockets.encode(), sent).map_err(at(ChildStep::HandOver, 0))
     });
@@ -277,14 +305,14 @@ fn bind_all(plan: &Plan, fds: &mut [c_int], len: &mut usize) -> Result<(), Fail>
 ///
 /// The command shares init's memory (on its own stack) until `execve`, and init waits meanwhile: copying an address
 /// space only to drop it at `execve` was a tenth of `leash run`'s start-up.
-fn start_command(plan: &Plan) -> Result<Started, Fail> {
+fn start_command(plan: &Plan, terminal: c_int) -> Result<Started, Fail> {
     probe_pidfd_getfd(plan)?;
     let signals = sys::signalfd(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
     // The command starts with every disposition reset and no signal blocked (`command_setup`).
     connects::arm_deadlines().map_err(at(ChildStep::InitSignals, 1))?;
     let (read_end, write_end) = sys::pipe().map_err(at(ChildStep::ForkCommand, 0))?;
     let (listener_in, listener_out) = sys::seqpacket_pair().map_err(at(ChildStep::ForkCommand, 0))?;
-    let mut start = CommandStart { plan, write_end, listener_out };
+    let mut start = CommandStart { plan, write_end, listener_out, terminal };
     let arg: *mut CommandStart = &mut start;
     // SAFETY: the plan's stack is used by nothing else; `start` lives on init's stack, which stays put while init is
     // suspended; `command_entry` only reads shared memory and leaves by `execve` or `exit`.
@@ -297,7 +325,8 @@ fn start_command(plan: &Plan) -> Result<Started, Fail> {
     // closed, init's own descriptors may hold those numbers: they stay.
     let own = [plan.channel, signals, read_end, listener_in];
     let inherited = (0..3).filter(|fd| !own.contains(fd));
-    let duplicates = (0..3).map(|i| plan.stdio_fd(i)).chain([plan.terminal_fd()]).filter(|&fd| fd >= 0);
+    // Nor does it hold the command's terminal: the relay's end of file is the command's last holder gone.
+    let duplicates = (0..3).map(|i| plan.stdio_fd(i)).chain([terminal]).filter(|&fd| fd >= 0);
     for fd in inherited.chain(duplicates) {
         sys::close(fd);
     }
@@ -352,6 +381,8 @@ struct CommandStart<'a> {
     write_end: c_int,
     /// Where the seccomp filter's listener goes, for init.
     listener_out: c_int,
+    /// The slave side of the command's pseudo-terminal, or -1.
+    terminal: c_int,
 }
 
 /// The command's process, from `clone` to `execve` (or `exit` after reporting a failure).
@@ -367,7 +398,7 @@ extern "C" fn command_entry(arg: *mut libc::c_void) -> c_int {
 /// `execve`. Returns only the failure.
 fn command(start: &CommandStart) -> Fail {
     let plan = start.plan;
-    match command_setup(plan).and_then(|()| confine(start)) {
+    match command_setup(start).and_then(|()| confine(start)) {
         Ok(()) => Fail {
             step: ChildStep::Exec,
             index: 0,
@@ -377,7 +408,8 @@ fn command(start: &CommandStart) -> Fail {
     }
 }
 
-fn command_setup(plan: &Plan) -> Result<(), Fail> {
+fn command_setup(start: &CommandStart) -> Result<(), Fail> {
+    let plan = start.plan;
     // INVARIANT: a second user namespace leaves the command no capability over the sandbox's mount and network
     // namespaces, which init's namespace owns: it cannot unmount or mount there, and a mount namespace it creates
     // copies every mount made above locked. (A mount namespace of its own would cost a copy of the mount table at
@@ -397,12 +429,12 @@ fn command_setup(plan: &Plan) -> Result<(), Fail> {
     sys::setsid().map_err(at(ChildStep::NewSession, 0))?;
     // INVARIANT: a keyring of its own: the caller's session keyring holds the caller's keys.
     sys::join_new_session_keyring().map_err(at(ChildStep::NewSession, 1))?;
-    // A pseudo-terminal of leash's, never the caller's terminal: what the command does to it stays there.
-    if plan.terminal_fd() >= 0 {
-        sys::take_controlling_terminal(plan.terminal_fd()).map_err(at(ChildStep::NewSession, 2))?;
+    // A pseudo-terminal of the sandbox's devpts, never the caller's terminal: what the command does to it stays there.
+    if start.terminal >= 0 {
+        sys::take_controlling_terminal(start.terminal).map_err(at(ChildStep::NewSession, 2))?;
     }
     for target in 0..3 {
-        let fd = plan.stdio_fd(target as usize);
+        let fd = if plan.on_terminal(target as usize) { start.terminal } else { plan.stdio_fd(target as usize) };
         if fd >= 0 {
             sys::dup2(fd, target).map_err(at(ChildStep::RedirectStdio, target as usize))?;
         }

@@ -1,6 +1,6 @@
 //! Filesystems that show the host's kernel objects, wherever the host's mount table has them: the sandbox's mount
 //! namespace starts as a copy of leash's, so a second mqueue mount shows the host's message queues, a cgroup mount
-//! the host's cgroups, a bpf mount the host's pinned maps, wherever they are. leash reads its mount table while init
+//! the host's cgroups, a bpf mount the host's pinned maps, a devpts mount the host's terminals, wherever they are. leash reads its mount table while init
 //! builds the sandbox and names each such mount to init (`proto::Order::Cover`), which covers it before the command
 //! starts (`Cover` says how). The command cannot mount another one: it holds no `CAP_SYS_ADMIN` (`caps`), and the
 //! IPC, pid and network namespaces are init's.
@@ -15,7 +15,7 @@ pub(super) enum Cover {
     /// An mqueue filesystem of the sandbox's own IPC namespace on top (as on /dev/mqueue).
     FreshMqueue = b'q',
     /// An empty read-only tmpfs on top: a proc filesystem of another pid namespace (the host's processes, and its
-    /// writable kernel settings).
+    /// writable kernel settings), a devpts (the host's terminals) anywhere but on /dev/pts.
     Empty = b'e',
     /// Read-only, with every mount below: objects are made by writing (`mkdir` of a cgroup, a binfmt rule, a
     /// hugetlbfs file, a debugfs or tracefs switch).
@@ -71,14 +71,15 @@ fn covers(table: &[u8]) -> Vec<(Cover, PathBuf)> {
 }
 
 fn cover_for(kind: &str, path: &std::path::Path) -> Option<Cover> {
-    // The sandbox mounts its own /proc over the host's (hiding every mount below it) and its own mqueue on
-    // /dev/mqueue.
+    // The sandbox mounts its own /proc over the host's (hiding every mount below it), its own mqueue on /dev/mqueue
+    // and its own devpts on /dev/pts.
     if path.starts_with("/proc") {
         return None;
     }
     match kind {
         "mqueue" if path != std::path::Path::new("/dev/mqueue") => Some(Cover::FreshMqueue),
         "proc" => Some(Cover::Empty),
+        "devpts" if path != std::path::Path::new("/dev/pts") => Some(Cover::Empty),
         _ if path == std::path::Path::new("/sys") => None,
         _ if READ_ONLY_TYPES.contains(&kind) && path.starts_with("/sys") => Some(Cover::BelowSys),
         _ if READ_ONLY_TYPES.contains(&kind) => Some(Cover::ReadOnly),
@@ -125,6 +126,8 @@ mod tests {
 31 1 0:28 / /home rw - ext4 /dev/sda2 rw
 32 1 0:29 / /srv/sysfs rw - sysfs sysfs rw
 33 1 0:30 / /srv/\xff-latin1 rw - mqueue mqueue rw
+34 24 0:31 / /dev/pts rw - devpts devpts rw,mode=600
+35 1 0:31 / /srv/chroot/dev/pts rw - devpts devpts rw,mode=600
 ";
         let got = covers(table);
         let want = [
@@ -137,6 +140,7 @@ mod tests {
         ];
         let mut want: Vec<_> = want.map(|(c, p)| (c, PathBuf::from(p))).to_vec();
         want.push((Cover::FreshMqueue, PathBuf::from(std::ffi::OsString::from_vec(b"/srv/\xff-latin1".to_vec()))));
+        want.push((Cover::Empty, PathBuf::from("/srv/chroot/dev/pts")));
         assert_eq!(got, want);
         for cover in [Cover::FreshMqueue, Cover::Empty, Cover::ReadOnly, Cover::BelowSys] {
             assert_eq!(Cover::from_byte(cover as u8), Some(cover));

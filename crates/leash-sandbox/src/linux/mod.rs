@@ -109,7 +109,7 @@ impl Pending {
     pub(crate) fn start_with<T>(
         mut self,
         meanwhile: impl FnOnce() -> T,
-    ) -> Result<(Child, Vec<TcpListener>, Vec<UdpSocket>, T), SandboxError> {
+    ) -> Result<(Child, crate::Handed, T), SandboxError> {
         let covered = kernel_fs::scan().map_err(|e| setup(Step::ReadMountTable, e))?;
         self.facts.covered = covered.iter().map(|(_, path)| path.clone()).collect();
         for record in proto::orders(&self.facts.hidden, &covered) {
@@ -123,8 +123,8 @@ impl Pending {
             }
         }
         let value = meanwhile();
-        let (tcp, udp) = self.child.handshake(&self.facts, &mut self.resolv)?;
-        Ok((self.child, tcp, udp, value))
+        let handed = self.child.handshake(&self.facts, &mut self.resolv)?;
+        Ok((self.child, handed, value))
     }
 }
 
@@ -159,20 +159,16 @@ impl Child {
         self.pid as u32
     }
 
-    /// Reads records until `execve` succeeded; takes the sockets on the way and removes the resolv.conf file once
-    /// it is mounted. Any failure leaves `self` to be killed and reaped by `Drop`.
-    fn handshake(
-        &self,
-        facts: &SpecFacts,
-        resolv: &mut Option<TempFile>,
-    ) -> Result<(Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
+    /// Reads records until `execve` succeeded; takes the sockets (and the terminal) on the way and removes the
+    /// resolv.conf file once it is mounted. Any failure leaves `self` to be killed and reaped by `Drop`.
+    fn handshake(&self, facts: &SpecFacts, resolv: &mut Option<TempFile>) -> Result<crate::Handed, SandboxError> {
         let mut sockets = None;
         loop {
             let (msg, fds) = recv_record(self.channel.as_raw_fd(), false)?;
             match msg {
                 Some(Msg::Sockets) if sockets.is_none() => {
                     *resolv = None;
-                    sockets = Some(split_sockets(fds, facts.tcp.len(), facts.udp.len())?);
+                    sockets = Some(split_sockets(fds, facts)?);
                 }
                 Some(Msg::ExecOk) => {
                     return sockets.ok_or_else(|| SandboxError::InitDied("no sockets were handed over".into()));
@@ -284,19 +280,18 @@ fn exit_status(raw: i32) -> ExitStatus {
     }
 }
 
-/// Turns the handed-over descriptors into the std socket types, TCP first.
-fn split_sockets(
-    fds: Vec<OwnedFd>,
-    tcp: usize,
-    udp: usize,
-) -> Result<(Vec<TcpListener>, Vec<UdpSocket>), SandboxError> {
-    if fds.len() != tcp + udp {
+/// Turns the handed-over descriptors into the std socket types, TCP first, then the terminal's master if asked for.
+fn split_sockets(fds: Vec<OwnedFd>, facts: &SpecFacts) -> Result<crate::Handed, SandboxError> {
+    let (tcp, udp) = (facts.tcp.len(), facts.udp.len());
+    let expected = tcp + udp + usize::from(facts.terminal);
+    if fds.len() != expected {
         let got = fds.len();
-        return Err(SandboxError::InitDied(format!("{got} sockets were handed over, {} expected", tcp + udp)));
+        return Err(SandboxError::InitDied(format!("{got} descriptors were handed over, {expected} expected")));
     }
     let mut fds = fds.into_iter();
     let listeners = fds.by_ref().take(tcp).map(TcpListener::from).collect();
-    Ok((listeners, fds.map(UdpSocket::from).collect()))
+    let sockets = fds.by_ref().take(udp).map(UdpSocket::from).collect();
+    Ok((listeners, sockets, fds.next()))
 }
 
 /// A close-on-exec SOCK_SEQPACKET pair: record boundaries, and end-of-file when the other side is gone.
@@ -309,8 +304,8 @@ fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), SandboxError> {
 
 /// Receives one record with any descriptors attached (close-on-exec); `Ok((None, _))` at end of file.
 fn recv_record(fd: RawFd, dont_wait: bool) -> Result<(Option<Msg>, Vec<OwnedFd>), SandboxError> {
-    /// Room for a cmsghdr and `MAX_SOCKETS` descriptors, 8-byte aligned.
-    const CONTROL_WORDS: usize = (std::mem::size_of::<libc::cmsghdr>() + 4 * MAX_SOCKETS) / 8 + 2;
+    /// Room for a cmsghdr and `MAX_SOCKETS` descriptors and a terminal's, 8-byte aligned.
+    const CONTROL_WORDS: usize = (std::mem::size_of::<libc::cmsghdr>() + 4 * (MAX_SOCKETS + 1)) / 8 + 2;
     let mut data = [0u8; RECORD_LEN + 1];
     let mut control = [0u64; CONTROL_WORDS];
     let mut iov = libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: data.len() };

@@ -98,8 +98,8 @@ pub(super) struct Plan {
     pub(super) udp: Vec<libc::sockaddr_in>,
     /// The command's stdin, stdout, stderr: duplicates numbered >= 3, or `None` to inherit.
     stdio: [Option<OwnedFd>; 3],
-    /// The command's controlling terminal (`SandboxSpec::terminal`), a duplicate numbered >= 3.
-    terminal: Option<OwnedFd>,
+    /// The pseudo-terminal init makes for the command (`SandboxSpec::terminal`).
+    pub(super) terminal: Option<crate::Terminal>,
     pub(super) channel: c_int,
     pub(super) command_stack: Stack,
     /// Where the process holding the command's user namespace runs while the command maps it (`IdRange::Full`).
@@ -143,9 +143,8 @@ impl Plan {
         };
         let allowed_sockets: Vec<AllowedSocket> = spec.allow_unix_sockets.iter().filter_map(|p| allowed(p)).collect();
         let stdio = [dup(&spec.stdin)?, dup(&spec.stdout)?, dup(&spec.stderr)?];
-        let terminal = dup(&spec.terminal)?;
         let mut keeps: Vec<c_int> = std::iter::once(channel)
-            .chain(stdio.iter().chain([&terminal]).flatten().map(AsRawFd::as_raw_fd))
+            .chain(stdio.iter().flatten().map(AsRawFd::as_raw_fd))
             .chain(allowed_sockets.iter().map(|a| a.held.as_raw_fd()))
             .collect();
         keeps.sort_unstable();
@@ -163,7 +162,7 @@ impl Plan {
             tcp: spec.tcp_listeners.iter().map(sockaddr).collect(),
             udp: spec.udp_sockets.iter().map(sockaddr).collect(),
             stdio,
-            terminal,
+            terminal: spec.terminal,
             channel,
             command_stack: Stack::new(),
             helper_stack: (ids == IdRange::Full).then(Stack::new),
@@ -180,9 +179,9 @@ impl Plan {
         self.stdio.get(index).and_then(Option::as_ref).map_or(-1, AsRawFd::as_raw_fd)
     }
 
-    /// The command's controlling terminal, or -1 for none.
-    pub(super) fn terminal_fd(&self) -> c_int {
-        self.terminal.as_ref().map_or(-1, AsRawFd::as_raw_fd)
+    /// Whether stdin, stdout or stderr (`index`) is the pseudo-terminal init makes.
+    pub(super) fn on_terminal(&self, index: usize) -> bool {
+        self.terminal.is_some_and(|t| t.stdio.get(index) == Some(&true))
     }
 
     /// The descriptors the init must keep open, sorted (the channel, the stdio duplicates, the allowed sockets).

@@ -21,7 +21,8 @@ pub(super) const ORDER_LEN: usize = 16 * 1024;
 /// What a record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Msg {
-    /// The sockets are attached, in spec order (TCP first, then UDP).
+    /// The sockets are attached, in spec order (TCP first, then UDP), then the master side of the command's
+    /// pseudo-terminal if the spec asks for one.
     Sockets,
     /// The command's `execve` succeeded.
     ExecOk,
@@ -187,10 +188,11 @@ pub(super) enum ChildStep {
     Capabilities,
     UserNsLimit,
     CoverMount,
+    Devpts,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 33] = [
+    const ALL: [ChildStep; 34] = [
         ChildStep::CloseFds,
         ChildStep::Harden,
         ChildStep::Setgroups,
@@ -224,6 +226,7 @@ impl ChildStep {
         ChildStep::Capabilities,
         ChildStep::UserNsLimit,
         ChildStep::CoverMount,
+        ChildStep::Devpts,
     ];
 
     fn from_u32(code: u32) -> Option<ChildStep> {
@@ -275,6 +278,8 @@ impl ChildStep {
             ChildStep::Capabilities => Step::DropCapabilities,
             ChildStep::UserNsLimit => Step::LimitUserNamespaces,
             ChildStep::CoverMount => Step::CoverKernelMount(spec.covered.get(index).cloned().unwrap_or_default()),
+            ChildStep::Devpts if index == 0 => Step::MountDevpts,
+            ChildStep::Devpts => Step::OpenTerminal,
         }
     }
 }
@@ -300,6 +305,8 @@ pub(super) struct SpecFacts {
     pub(super) udp: Vec<std::net::SocketAddrV4>,
     /// The mounts init covers (`kernel_fs`), filled in once leash has read its mount table.
     pub(super) covered: Vec<PathBuf>,
+    /// Whether init hands over a terminal's master side after the sockets.
+    pub(super) terminal: bool,
 }
 
 impl SpecFacts {
@@ -311,6 +318,7 @@ impl SpecFacts {
             tcp: spec.tcp_listeners.clone(),
             udp: spec.udp_sockets.clone(),
             covered: Vec::new(),
+            terminal: spec.terminal.is_some(),
         }
     }
 }

@@ -131,6 +131,42 @@ pub(super) fn mount(src: Option<&CStr>, target: &CStr, fstype: Option<&CStr>, fl
     check(unsafe { libc::mount(src, target.as_ptr(), fstype, flags, ptr::null()) }).map(drop)
 }
 
+/// mount(2) with filesystem options (`data`, a NUL-terminated string).
+pub(super) fn mount_with(src: &CStr, target: &CStr, fstype: &CStr, flags: c_ulong, data: &CStr) -> SysResult<()> {
+    // SAFETY: every pointer is a NUL-terminated string; the filesystem reads `data` as a string of options.
+    let ret = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), flags, data.as_ptr().cast()) };
+    check(ret).map(drop)
+}
+
+/// A new pseudo-terminal of the devpts instance whose `ptmx` is at `ptmx`: (master, slave), both close-on-exec and
+/// neither the caller's controlling terminal, the slave unlocked and opened through the master (`TIOCGPTPEER`, no
+/// path looked up), with `settings` and `size`.
+pub(super) fn open_pty(ptmx: &CStr, settings: &libc::termios, size: &libc::winsize) -> SysResult<(c_int, c_int)> {
+    let master = open(ptmx, libc::O_RDWR | libc::O_NOCTTY)?;
+    let slave = pty_peer(master, settings, size);
+    if slave.is_err() {
+        close(master);
+    }
+    slave.map(|slave| (master, slave))
+}
+
+fn pty_peer(master: c_int, settings: &libc::termios, size: &libc::winsize) -> SysResult<c_int> {
+    let unlock: c_int = 0;
+    // SAFETY: TIOCSPTLCK reads one int.
+    check(unsafe { libc::ioctl(master, libc::TIOCSPTLCK, &unlock) })?;
+    // SAFETY: TIOCGPTPEER takes the open flags as its integer argument and returns a new descriptor.
+    let slave =
+        check(unsafe { libc::ioctl(master, libc::TIOCGPTPEER, libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) })?;
+    // SAFETY: tcsetattr only reads `settings` (no allocation, no lock); TIOCSWINSZ reads one winsize.
+    let set = check(unsafe { libc::tcsetattr(slave, libc::TCSANOW, settings) })
+        .and_then(|_| check(unsafe { libc::ioctl(slave, libc::TIOCSWINSZ, size) }));
+    if let Err(errno) = set {
+        close(slave);
+        return Err(errno);
+    }
+    Ok(slave)
+}
+
 /// `struct mount_attr` of mount_setattr(2), first version.
 #[repr(C)]
 #[derive(Default)]

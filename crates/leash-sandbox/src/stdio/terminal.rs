@@ -1,5 +1,5 @@
-//! The pseudo-terminal that stands in for the caller's terminal (`relay_stdio`): made with the caller's settings and
-//! window size, kept at the caller's window size, and the caller's terminal made raw and put back.
+//! The pseudo-terminal that stands in for the caller's terminal (`relay_stdio`): the caller's settings and window size
+//! read for it, kept at the caller's window size, and the caller's terminal made raw and put back.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
@@ -7,27 +7,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Where the SIGWINCH handler writes (the write end of a pipe), or -1 before `follow_window_size`.
 static WINCH: AtomicI32 = AtomicI32::new(-1);
-
-/// A pseudo-terminal (master, slave), both close-on-exec, with `like`'s settings and window size.
-pub(super) fn open_like(like: BorrowedFd<'_>) -> io::Result<(OwnedFd, OwnedFd)> {
-    let settings = settings(like)?;
-    let size = window_size(like)?;
-    let (mut master, mut slave) = (-1, -1);
-    // SAFETY: the out-pointers are valid; the name may be null; settings and size are valid structs only read.
-    let ret = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), &settings, &size) };
-    if ret != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openpty succeeded: both descriptors are open and ours alone.
-    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-    for fd in [&master, &slave] {
-        // SAFETY: F_SETFD with FD_CLOEXEC on an open descriptor of ours.
-        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok((master, slave))
-}
 
 /// Whether this process's group is the terminal's foreground one (a background job's is not).
 pub(super) fn in_foreground(fd: BorrowedFd<'_>) -> bool {
@@ -62,7 +41,7 @@ pub(super) fn make_raw(fd: BorrowedFd<'_>, mut saved: libc::termios) -> io::Resu
     set(fd, &saved)
 }
 
-fn window_size(fd: BorrowedFd<'_>) -> io::Result<libc::winsize> {
+pub(super) fn window_size(fd: BorrowedFd<'_>) -> io::Result<libc::winsize> {
     let mut size = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: TIOCGWINSZ fills one winsize.
     if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut size) } != 0 {
@@ -72,7 +51,8 @@ fn window_size(fd: BorrowedFd<'_>) -> io::Result<libc::winsize> {
 }
 
 /// From now on, each SIGWINCH (the caller's terminal was resized) copies `caller`'s window size to `master`; the
-/// kernel then signals the command's foreground process group. One relay per process: a later call takes over.
+/// kernel then signals the command's foreground process group. It is copied once at the start too: the size the
+/// terminal was made with was read before the sandbox started. One relay per process: a later call takes over.
 pub(super) fn follow_window_size(caller: OwnedFd, master: OwnedFd) -> io::Result<()> {
     let (read, write) = io::pipe()?;
     let old = WINCH.swap(OwnedFd::from(write).into_raw_fd(), Ordering::SeqCst);
@@ -89,14 +69,18 @@ pub(super) fn follow_window_size(caller: OwnedFd, master: OwnedFd) -> io::Result
             return Err(io::Error::last_os_error());
         }
     }
+    let copy_size = move || {
+        if let Ok(size) = window_size(caller.as_fd()) {
+            // SAFETY: TIOCSWINSZ reads one winsize.
+            unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+        }
+    };
+    copy_size();
     super::spawn_quiet(move || {
         let mut read = read;
         let mut byte = [0u8; 1];
         while io::Read::read(&mut read, &mut byte).is_ok_and(|n| n > 0) {
-            if let Ok(size) = window_size(caller.as_fd()) {
-                // SAFETY: TIOCSWINSZ reads one winsize.
-                unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &size) };
-            }
+            copy_size();
         }
     })
     .map(drop)
