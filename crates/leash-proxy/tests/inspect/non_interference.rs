@@ -3,8 +3,9 @@
 //! exactly the same. The probes are an attacker's: an adaptive one guessing the value a character at a time through
 //! a host that echoes what it receives, streamed over plain HTTP (the leak watch's hold was an oracle), the same
 //! guesses streamed through an inspected HTTP/1.1 tunnel and an HTTP/2 stream; and a provider made to echo the key
-//! and the attacker's guesses — in a body, a header, a trailer, a stream paced piece by piece, a body ending in a
-//! guess — over plain HTTP, inspected HTTP/1.1 and HTTP/2 (the redactor's hold was one too).
+//! and the attacker's guesses — in a body, a header's value and name, a trailer, a stream paced piece by piece, a
+//! body ending in a guess, a WebSocket message's fragments and a ping — over plain HTTP, inspected HTTP/1.1 and
+//! HTTP/2 (the redactor's hold was one too).
 //!
 //! What a probe records: the status and bytes, and how they are cut — into phases (after each step the probe reads
 //! until the bytes stop coming: a held byte shows up in a later phase), TLS records (read off the wire, so a write
@@ -72,6 +73,10 @@ async fn nothing_the_sandbox_observes_depends_on_the_real_value() {
     let text: String = first.iter().flat_map(|(_, seen)| seen.iter().map(|l| format!("{l}\n"))).collect();
     assert!(!VALUES.iter().any(|v| text.contains(v)), "a value reached the client:\n{text}");
     assert!(text.contains(&format!("key={PLACEHOLDER}")), "the echo came back as the placeholder:\n{text}");
+    // The WebSocket probes were switched and followed (not refused), and the field named the key was renamed.
+    assert_eq!(text.matches("ws: head \"HTTP/1.1 101").count(), 2, "{text}");
+    assert!(text.contains(&format!("{PLACEHOLDER}: a field named the key")), "{text}");
+    assert!(text.contains(&format!("\"{PLACEHOLDER}\"")), "the h2 field named the key: {text}");
 }
 
 /// Every probe against a leash whose credential's real value is `value`; what each observed, in order.
@@ -98,7 +103,13 @@ async fn run(value: &str) -> Vec<(&'static str, Vec<String>)> {
         probes.push((name, std::mem::take(&mut seen)));
     }
     provider_echo_h2(&s, &mut seen).await;
-    probes.push(("the provider's echo, HTTP/2", seen));
+    probes.push(("the provider's echo, HTTP/2", std::mem::take(&mut seen)));
+    for (door, name) in
+        [(Door::Plain, "the provider's echo, WebSocket"), (Door::Tls, "the provider's echo, WebSocket in TLS")]
+    {
+        provider_echo_websocket(&s, door, &mut seen).await;
+        probes.push((name, std::mem::take(&mut seen)));
+    }
     probes
 }
 
@@ -216,11 +227,29 @@ async fn provider_echo_h2(s: &Scene, seen: &mut Vec<String>) {
         .body(Channel(mpsc::unbounded_channel().1))
         .unwrap();
     let resp = within("h2 provider response", send.send_request(req)).await.unwrap();
-    seen.push(format!("h2 echo: {} x-echo {:?}", resp.status(), resp.headers().get("x-echo")));
+    let mut names: Vec<&str> = resp.headers().keys().map(::http::HeaderName::as_str).collect();
+    names.sort_unstable();
+    seen.push(format!("h2 echo: {} x-echo {:?} fields {names:?}", resp.status(), resp.headers().get("x-echo")));
     let mut body = resp.into_body();
     for step in 0..=SCRIPT.split('|').count() {
         s.go.add_permits(1);
         seen.push(format!("h2 echo: step {step} {}", frames(&mut body).await));
+    }
+}
+
+/// The provider after a WebSocket upgrade: one text message whose fragments are the script's pieces (the key whole,
+/// split inside it, the attacker's guesses ending a fragment), one fragment per step, then a ping with the key.
+async fn provider_echo_websocket(s: &Scene, door: Door, seen: &mut Vec<String>) {
+    let mut io = s.provider(door).await;
+    let upgrade = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+                   Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let request = provider_request(s, door, SCRIPT, false).replace("Connection: close\r\n", upgrade);
+    io.write_all(request.replace("/say", "/ws").as_bytes()).await.unwrap();
+    io.flush().await.unwrap();
+    seen.push(format!("{door:?} ws: head {} {}", head_of(&mut io).await, io.records()));
+    for step in 0..=SCRIPT.split('|').count() {
+        s.go.add_permits(1);
+        seen.push(format!("{door:?} ws: step {step} {} {}", observe(&mut io).await, io.records()));
     }
 }
 
@@ -567,7 +596,10 @@ async fn answer_h1<S: AsyncRead + AsyncWrite + Unpin>(mut wire: Wire<S>, go: Arc
     while let Ok(Some(head)) = wire.head().await {
         let target = head.start.split(' ').nth(1).unwrap_or_default().to_owned();
         let key = head.header("x-api-key").unwrap_or_default().to_owned();
-        let result = if target.ends_with("/echo") {
+        let result = if target.ends_with("/ws") {
+            let pieces = pieces(head.header("x-script").unwrap_or_default(), &key);
+            websocket_h1(&mut wire.io, &key, &pieces, &go).await
+        } else if target.ends_with("/echo") {
             let length: usize = head.header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
             echo_h1(&mut wire, length).await
         } else {
@@ -603,13 +635,44 @@ async fn echo_h1<S: AsyncRead + AsyncWrite + Unpin>(wire: &mut Wire<S>, mut left
     wire.io.write_all(b"0\r\n\r\n").await
 }
 
+/// The switch to a WebSocket, then `pieces` as the fragments of one text message (a permit each), then a ping
+/// carrying the key; unmasked, as a server's frames are.
+async fn websocket_h1<S: AsyncWrite + Unpin>(
+    io: &mut S,
+    key: &str,
+    pieces: &[String],
+    go: &Semaphore,
+) -> std::io::Result<()> {
+    let switch = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                  Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
+    io.write_all(switch.as_bytes()).await?;
+    io.flush().await?;
+    let frame = |fin: bool, opcode: u8, payload: &[u8]| {
+        let mut f = vec![u8::from(fin) << 7 | opcode, u8::try_from(payload.len()).unwrap()];
+        f.extend_from_slice(payload);
+        f
+    };
+    for (i, piece) in pieces.iter().enumerate() {
+        go.acquire().await.unwrap().forget();
+        let opcode = if i == 0 { 1 } else { 0 };
+        io.write_all(&frame(i + 1 == pieces.len(), opcode, piece.as_bytes())).await?;
+        io.flush().await?;
+    }
+    go.acquire().await.unwrap().forget();
+    io.write_all(&frame(true, 9, key.as_bytes())).await?;
+    io.flush().await
+}
+
 async fn paced_h1<S: AsyncWrite + Unpin>(
     io: &mut S,
     key: &str,
     pieces: &[String],
     go: &Semaphore,
 ) -> std::io::Result<()> {
-    io.write_all(format!("HTTP/1.1 200 OK\r\nX-Echo: {key}\r\nTransfer-Encoding: chunked\r\n\r\n").as_bytes()).await?;
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nX-Echo: {key}\r\n{key}: a field named the key\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    io.write_all(head.as_bytes()).await?;
     io.flush().await?;
     for piece in pieces {
         go.acquire().await.unwrap().forget();
@@ -666,6 +729,9 @@ async fn answer_h2(req: Request<Incoming>, go: Arc<Semaphore>) -> Result<Respons
     });
     let mut response = Response::new(Channel(rx).map_err(|never| match never {}).boxed());
     response.headers_mut().insert("x-echo", HeaderValue::from_str(&key).unwrap());
+    if let Ok(name) = ::http::HeaderName::from_bytes(key.as_bytes()) {
+        response.headers_mut().insert(name, HeaderValue::from_static("a field named the key"));
+    }
     assert!(!response.body().is_end_stream());
     Ok(response)
 }
