@@ -238,9 +238,14 @@ print("other terminal got", got)
 
 /// `OTHER_TERMINAL` in `mode`, run as root (the uid leash runs as owns the other terminal).
 fn other_terminal(prefix: &[String], mode: &str, owner: u32) -> String {
+    // The run keeps its audit log under XDG_STATE_HOME: one the user (nobody too) can write, so that only the
+    // terminal's own lines reach it.
+    let state = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(state.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let out = Command::new("timeout")
         .args(["120", PYTHON, "-c", OTHER_TERMINAL, mode, &owner.to_string()])
         .args(prefix)
+        .env("XDG_STATE_HOME", state.path())
         .stdin(Stdio::null())
         .output()
         .unwrap();
