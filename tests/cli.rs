@@ -693,16 +693,19 @@ fn run_reports_a_signal_death_as_128_plus_n_and_ends_leftover_processes() {
     }
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("leftover.pid");
+    // A duration no other run of this test (nor any other program) uses, so the search below finds only ours.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let sleep = format!("sleep 300.{nanos:09}");
     let o = Command::new(LEASH)
         .args(["run", "--", "sh", "-c"])
-        .arg(format!("sleep 300 & echo $! > {}; kill -9 $$", marker.display()))
+        .arg(format!("{sleep} & echo $! > {}; kill -9 $$", marker.display()))
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(137), "stderr: {}", stderr(&o));
-    // The leftover `sleep` was in the sandbox's PID namespace: no process on the host still runs `sleep 300`
-    // started by this test (its pid inside is not a host pid, so look for it by command line and parent).
-    let ps = Command::new("pgrep").args(["-f", "^sleep 300$"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&ps.stdout).trim().is_empty(), "a leftover process survived");
+    // The leftover `sleep` was in the sandbox's PID namespace: no process on the host still runs it once leash has
+    // returned (its pid inside is not a host pid, so look for it by its command line).
+    let ps = Command::new("pgrep").args(["-af", &format!("^{sleep}$")]).output().unwrap();
+    assert!(String::from_utf8_lossy(&ps.stdout).trim().is_empty(), "a leftover process survived: {ps:?}");
 }
 
 #[test]
