@@ -333,10 +333,10 @@ fn echoing_host() -> u16 {
     port
 }
 
-/// The attack of issue 25 from inside `leash run`: the key's format is public (`sk-ant-`); each next character is
-/// guessed by streaming `known + guess` as a POST body to a host that echoes it. leash used to hold back a body's tail
-/// that could start the real value, so the one guess of which nothing came back at once was the next character: the
-/// old build gives away eight characters in about four seconds.
+/// The adaptive attack on the leak watch's hold, from inside `leash run`: the key's format is public (`sk-ant-`); each
+/// next character is guessed by streaming `known + guess` as a POST body to a host that echoes it. leash used to hold
+/// back a body's tail that could start the real value, so the one guess of which nothing came back at once was the next
+/// character: the old build gives away eight characters in about four seconds.
 const PREFIX_ATTACK: &str = r#"
 import os, socket, sys
 port = int(sys.argv[1])

@@ -21,7 +21,6 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::client::conn::http2::SendRequest;
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use leash_proxy::credentials::{Secret, Secrets};
 use rustls::pki_types::ServerName;
@@ -953,26 +952,12 @@ struct H2Server {
 
 impl H2Server {
     async fn start(ca: &TestCa) -> H2Server {
-        let mut config = ca.server_config(&["models.test", "other.allowed.test"]);
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        let acceptor = TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let last = Arc::new(Mutex::new(String::new()));
         let (s, l) = (seen.clone(), last.clone());
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, s, l) = (acceptor.clone(), s.clone(), l.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else { return };
-                    let service = service_fn(move |req| h2_answer(req, s.clone(), l.clone()));
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
+        let names = ["models.test", "other.allowed.test"];
+        let (port, _) =
+            crate::support::tls::serve_h2_tls(ca, &names, move |req| h2_answer(req, s.clone(), l.clone())).await;
         H2Server { port, seen }
     }
 

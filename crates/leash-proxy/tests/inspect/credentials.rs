@@ -10,12 +10,9 @@ use ::http::{HeaderValue, Request, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use leash_proxy::credentials::{Secret, Secrets};
 use serde_json::Value;
-use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 
 use super::h2::Frames;
 use super::Inspecting;
@@ -130,38 +127,19 @@ async fn a_plain_http_request_to_the_credentials_host_is_refused() {
 
 /// An HTTP/2 provider: the key it got, echoed across two DATA frames (split inside the key), or 401.
 async fn h2_provider(ca: &TestCa, seen: Arc<Mutex<Vec<String>>>) -> u16 {
-    let mut config = ca.server_config(&["models.test"]);
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (acceptor, seen) = (acceptor.clone(), seen.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let seen = seen.clone();
-                    async move {
-                        let key = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()).unwrap_or("");
-                        seen.lock().unwrap().push(key.to_owned());
-                        let frames = match key == SECRET {
-                            true => vec![
-                                Frame::data(Bytes::from("key=sk-real-01234")),
-                                Frame::data(Bytes::from("56789abcdef.")),
-                            ],
-                            false => vec![Frame::data(Bytes::from("no key"))],
-                        };
-                        Ok::<_, std::convert::Infallible>(Response::new(Frames::new(frames)))
-                    }
-                });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
+    let answer = move |req: Request<Incoming>| {
+        let seen = seen.clone();
+        async move {
+            let key = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()).unwrap_or("");
+            seen.lock().unwrap().push(key.to_owned());
+            let frames = match key == SECRET {
+                true => vec![Frame::data(Bytes::from("key=sk-real-01234")), Frame::data(Bytes::from("56789abcdef."))],
+                false => vec![Frame::data(Bytes::from("no key"))],
+            };
+            Ok::<_, std::convert::Infallible>(Response::new(Frames::new(frames)))
         }
-    });
-    port
+    };
+    crate::support::tls::serve_h2_tls(ca, &["models.test"], answer).await.0
 }
 
 #[tokio::test]

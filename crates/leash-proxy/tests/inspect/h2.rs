@@ -12,7 +12,6 @@ use ::http::{HeaderMap, HeaderValue, Request, Response};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -41,25 +40,10 @@ pub(super) struct H2Origin {
 
 impl H2Origin {
     pub(super) async fn start(ca: &TestCa) -> H2Origin {
-        let mut config = ca.server_config(&["allowed.test", "other.allowed.test", "models.test"]);
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        let acceptor = TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, s) = (acceptor.clone(), s.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else { return };
-                    let service = service_fn(move |req| answer(req, s.clone()));
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
+        let names = ["allowed.test", "other.allowed.test", "models.test"];
+        let (port, task) = crate::support::tls::serve_h2_tls(ca, &names, move |req| answer(req, s.clone())).await;
         H2Origin { port, seen, task }
     }
 

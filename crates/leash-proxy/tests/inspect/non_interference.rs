@@ -22,7 +22,6 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, Incoming};
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use leash_proxy::credentials::{Secret, Secrets};
 use rustls::pki_types::ServerName;
@@ -117,9 +116,9 @@ async fn run(value: &str) -> Vec<(&'static str, Vec<String>)> {
 // The probes
 // ---------------------------------------------------------------------------------------------------------------
 
-/// The attack of issue 25: a streamed plain-HTTP POST to a host that echoes what it receives, the guess its body so
-/// far; if the guess does not come back at once, leash held it as a possible start of a credential. A character at
-/// a time, up to three; what the attacker concluded the value starts with.
+/// The adaptive attack on the leak watch's hold: a streamed plain-HTTP POST to a host that echoes what it receives, the
+/// guess its body so far; if the guess does not come back at once, leash held it as a possible start of a credential. A
+/// character at a time, up to three; what the attacker concluded the value starts with.
 async fn prefix_attack(s: &Scene, seen: &mut Vec<String>) -> String {
     let mut known = KNOWN.to_owned();
     for _ in 0..3 {
@@ -688,24 +687,9 @@ type ResBody = BoxBody<Bytes, hyper::Error>;
 /// The HTTP/2 origin: `/echo` streams back the request body frame by frame; `/say` is the provider, as in
 /// [`serve_h1`] (the key in an `x-echo` field and trailer, the pieces as DATA frames, one per permit).
 async fn serve_h2(ca: &TestCa, go: Arc<Semaphore>) -> u16 {
-    let mut config = ca.server_config(&["models.test", "other.allowed.test"]);
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (acceptor, go) = (acceptor.clone(), go.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let service = service_fn(move |req| answer_h2(req, go.clone()));
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
-        }
-    });
-    port
+    crate::support::tls::serve_h2_tls(ca, &["models.test", "other.allowed.test"], move |req| answer_h2(req, go.clone()))
+        .await
+        .0
 }
 
 async fn answer_h2(req: Request<Incoming>, go: Arc<Semaphore>) -> Result<Response<ResBody>, Infallible> {

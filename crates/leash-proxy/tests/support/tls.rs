@@ -300,3 +300,32 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Slicer<S> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+/// An HTTP/2 origin over TLS on loopback (a leaf of `ca` for `names`, ALPN `h2` only), every stream answered by
+/// `answer`; its port and the task accepting connections (abort it to stop the origin).
+pub async fn serve_h2_tls<F, Fut, B>(ca: &TestCa, names: &[&str], answer: F) -> (u16, JoinHandle<()>)
+where
+    F: Fn(http::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<http::Response<B>, std::convert::Infallible>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut config = ca.server_config(names);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, answer) = (acceptor.clone(), answer.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), hyper::service::service_fn(answer))
+                    .await;
+            });
+        }
+    });
+    (port, task)
+}
