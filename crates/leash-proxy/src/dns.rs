@@ -112,9 +112,7 @@ impl Record {
         }
         true
     }
-}
 
-impl Record {
     /// Writes the refusal of a lookup for a name that is no host (an IP-literal spelling, `_srv._tcp.x`, a name with
     /// a space, a quote or a control byte): answered NXDOMAIN like any refused name, and on record like one.
     fn not_a_host(&mut self, shown: &str, why: NotAHost, peer: SocketAddr) {
@@ -123,9 +121,8 @@ impl Record {
             NotAHost::Malformed => Reason::BadHost,
         };
         let refused = Decision { verdict: Verdict::Block, reason, rule: None };
-        let asked = Asked { method: "DNS", host: shown, port: 53, path: None };
         // The answer is NXDOMAIN whether or not the line is written: nothing is given that a line must stand for.
-        let _ = write_decision(&self.audit, self.audit.next_id(), &asked, &refused, Some(peer), Extras::default());
+        let _ = self.lookup(shown, &refused, peer);
     }
 }
 
