@@ -93,16 +93,10 @@ where
         }
     };
     let decision = model::forwarded(&decision, &stripped);
-    let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     let watches = Watches { redact, leaks: LeakWatch::new(&sh.cfg.credentials, own), via_proxy };
 
     let dropped = upgrade::dropped(head);
-    let extras = Extras {
-        stripped: listed,
-        credential: credential.as_deref(),
-        upgrade_dropped: dropped.as_deref(),
-        ..Extras::default()
-    };
+    let extras = Extras::allowed(&stripped, credential.as_deref(), dropped.as_deref());
     let key = PoolKey { host: host.as_ref().into(), port: plan.port, generation: ctx.snap.generation };
     let upstream = match sh.pool.take(&key) {
         Some(stream) => Upstream { stream, pooled: true },

@@ -56,6 +56,15 @@ pub(crate) struct Extras<'a> {
     pub upgrade_dropped: Option<&'a str>,
 }
 
+impl<'a> Extras<'a> {
+    /// What an allowed request's line adds to its decision: what was stripped from a model API body (nothing said
+    /// when nothing was), the credential put on it, and the `Upgrade` that does not go up.
+    pub fn allowed(stripped: &'a [String], credential: Option<&'a str>, upgrade_dropped: Option<&'a str>) -> Self {
+        let stripped = (!stripped.is_empty()).then_some(stripped);
+        Extras { stripped, credential, upgrade_dropped, service: None }
+    }
+}
+
 /// One request on its way through leash.
 pub(crate) struct RequestCtx<'s> {
     pub sh: &'s Shared,

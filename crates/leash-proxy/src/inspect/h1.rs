@@ -131,16 +131,10 @@ async fn request(
             return reply(client, &response, keep).await;
         }
     };
-    let listed = (!stripped.is_empty()).then_some(stripped.as_slice());
     let logged = Logged { ctx: &ctx, asked: asked(path_only), rule: decision.rule.clone() };
     // INVARIANT: logged before a byte of the request goes up.
     let dropped = upgrade::dropped(head);
-    let extras = Extras {
-        stripped: listed,
-        credential: credential.as_deref(),
-        upgrade_dropped: dropped.as_deref(),
-        ..Extras::default()
-    };
+    let extras = Extras::allowed(&stripped, credential.as_deref(), dropped.as_deref());
     if let Err(response) = ctx.pass_with(&logged.asked, &model::forwarded(&decision, &stripped), extras) {
         return reply(client, &response, false).await;
     }

@@ -126,10 +126,9 @@ async fn stream(
     if let Some(name) = checked.read.as_ref().and_then(|body| secrets.found_in_any(own, [body.as_ref()])) {
         return own_response(&ctx.refuse_leak(&asked(&path_and_query), name));
     }
-    let listed = (!checked.stripped.is_empty()).then_some(checked.stripped.as_slice());
     // INVARIANT: logged before the stream's head or body goes up.
     let forwarded = model::forwarded(&decision, &checked.stripped);
-    let extras = Extras { stripped: listed, credential: credential.as_deref(), ..Extras::default() };
+    let extras = Extras::allowed(&checked.stripped, credential.as_deref(), None);
     if let Err(answer) = ctx.pass_with(&asked(path_only), &forwarded, extras) {
         return own_response(&answer);
     }
