@@ -16,22 +16,47 @@ use crate::wire::Parsed;
 /// Bytes asked of the socket per read while a head is being assembled.
 const HEAD_READ: usize = 8 * 1024;
 
-/// When leash closes a connection, it reads and discards at most this much of what the client still sends...
-const LINGER_BYTES: usize = 64 * 1024;
-/// ...for at most this long.
-const LINGER_TIME: Duration = Duration::from_millis(500);
+/// How long a connection (or an HTTP/2 stream) leash ends goes on reading, and discarding, what the client still
+/// sends: until the client's end, at most `bytes`, `total`, and `idle` between two reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Linger {
+    pub bytes: u64,
+    pub idle: Duration,
+    pub total: Duration,
+}
+
+impl Linger {
+    /// Nothing more is expected from the client (a refused tunnel, a request without a body): what it may have sent
+    /// already, briefly.
+    pub const BRIEF: Linger =
+        Linger { bytes: 64 * 1024, idle: Duration::from_millis(500), total: Duration::from_millis(500) };
+
+    /// The client may still be sending a request body leash answered without reading all of it (a refusal, a
+    /// failure, an upstream's early answer). Clients such as Python's requests and httpx read a response only once
+    /// their whole body is sent: cut off, they report a reset or wait for window instead of showing leash's answer.
+    /// An uploading client sends without pauses, so 2 s of silence means it stopped; 1 GiB (some 30 times the
+    /// largest model API body) and 30 s bound what one answered request can cost (about a second of decryption).
+    pub const UNREAD_BODY: Linger =
+        Linger { bytes: 1024 * 1024 * 1024, idle: Duration::from_secs(2), total: Duration::from_secs(30) };
+}
 
 /// Close in an orderly way: shut our side down (FIN; `close_notify` first over TLS), then discard what the client
-/// still sends, bounded, until its end. Closing with unread bytes in the socket makes the kernel send a reset, and a
-/// reset can destroy a refusal (a 403 sent while the client was still uploading) before the client reads it.
+/// still sends, within [`Linger::BRIEF`], until its end. Closing with unread bytes in the socket makes the kernel send
+/// a reset, and a reset can destroy an answer before the client reads it.
 pub(crate) async fn close_gracefully<S: AsyncRead + AsyncWrite + Unpin>(io: &mut S) {
+    close_lingering(io, Linger::BRIEF).await;
+}
+
+/// [`close_gracefully`], reading what the client still sends within `linger`.
+pub(crate) async fn close_lingering<S: AsyncRead + AsyncWrite + Unpin>(io: &mut S, linger: Linger) {
     let _ = io.shutdown().await;
-    let mut sink = [0u8; 4096];
-    let mut drained = 0usize;
-    let deadline = tokio::time::Instant::now() + LINGER_TIME;
-    while drained < LINGER_BYTES {
-        match tokio::time::timeout_at(deadline, io.read(&mut sink)).await {
-            Ok(Ok(n)) if n > 0 => drained += n,
+    let mut sink = [0u8; 16 * 1024];
+    let mut drained = 0u64;
+    let deadline = tokio::time::Instant::now() + linger.total;
+    while drained < linger.bytes {
+        let wait = deadline.min(tokio::time::Instant::now() + linger.idle);
+        match tokio::time::timeout_at(wait, io.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => drained += n as u64,
             _ => break,
         }
     }
