@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use crate::conn::Linger;
+use crate::conn::{Discarded, Linger};
 
 /// A stream's request body; dropped before its end, the rest is discarded in the background (see the module docs).
 pub(super) struct ClientBody(Option<Incoming>);
@@ -50,21 +50,20 @@ impl Drop for ClientBody {
         let Some(rest) = self.0.take().filter(|body| !body.is_end_stream()) else { return };
         // Outside a runtime (never, in leash: streams are served on it) the stream is simply reset.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(discard(rest, Linger::UNREAD_BODY));
+            runtime.spawn(async move { Linger::UNREAD_BODY.discard(&mut Rest(rest)).await });
         }
     }
 }
 
-/// Read `rest` to its end, or to a bound of `linger`, and drop what it brings. Each frame read gives its
-/// flow-control window back, so the client can go on sending.
-async fn discard(mut rest: Incoming, linger: Linger) {
-    let deadline = tokio::time::Instant::now() + linger.total;
-    let mut read = 0u64;
-    while read < linger.bytes {
-        let wait = deadline.min(tokio::time::Instant::now() + linger.idle);
-        match tokio::time::timeout_at(wait, rest.frame()).await {
-            Ok(Some(Ok(frame))) => read += frame.data_ref().map_or(0, |data| data.len() as u64),
-            _ => break,
+/// The rest of a body, read only to be dropped. Each frame read gives its flow-control window back, so the client
+/// can go on sending.
+struct Rest(Incoming);
+
+impl Discarded for Rest {
+    async fn next_piece(&mut self) -> Option<u64> {
+        match self.0.frame().await {
+            Some(Ok(frame)) => Some(frame.data_ref().map_or(0, |data| data.len() as u64)),
+            _ => None,
         }
     }
 }
