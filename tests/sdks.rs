@@ -2,8 +2,9 @@
 //! `.ci/run` in a venv named by `LEASH_SDK_PYTHON`) run under `leash run` with the presets, over HTTP/1.1 and HTTP/2,
 //! against a fake provider on the host's loopback (hypercorn, TLS from a test CA, answering for the presets' own
 //! names through `--resolve`). The provider must see the real key in the place each SDK sends it; the SDK sees only
-//! the placeholder, also where the provider quotes the key back. Without the venv the tests skip loudly, and fail
-//! when `LEASH_REQUIRE_SDKS` is set (CI sets it).
+//! the placeholder, also where the provider quotes the key back; a body over leash's model body bound, sent over
+//! HTTP/2 while leash has already refused it, gets leash's reason at once. Without the venv the tests skip loudly,
+//! and fail when `LEASH_REQUIRE_SDKS` is set (CI sets it).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod common;
