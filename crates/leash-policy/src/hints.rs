@@ -5,7 +5,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::engine::{Mode, Policy};
+use crate::decision::Mode;
+use crate::engine::Policy;
 use crate::host::{Host, Name};
 use crate::path::canonicalize;
 use crate::reason::Reason;

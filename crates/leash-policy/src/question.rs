@@ -3,7 +3,8 @@
 //! TLS inspection is refused where there is none, and an `https://` URL is the tunnel to its host and then, when
 //! that tunnel is inspected, the request inside it.
 
-use crate::engine::{ClientHelloFacts, Decision, Policy, Request, Scheme, Verdict, Via};
+use crate::decision::{ClientHelloFacts, Decision, Request, Scheme, Verdict, Via};
+use crate::engine::Policy;
 use crate::host::Host;
 use crate::path::CanonicalPath;
 use crate::reason::Reason;

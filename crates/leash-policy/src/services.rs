@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::engine::{Decision, Verdict};
+use crate::decision::{Decision, Verdict};
 use crate::path::{canonicalize, CanonicalPath};
 use crate::reason::Reason;
 

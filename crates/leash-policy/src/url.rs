@@ -1,6 +1,6 @@
 //! Absolute-form request targets (`http://host[:port]/path?query`), as a forward proxy receives them.
 
-use crate::engine::Scheme;
+use crate::decision::Scheme;
 use crate::host::{parse_authority, Authority, HostError};
 use crate::path::{canonicalize, CanonicalPath, PathError};
 
