@@ -18,8 +18,8 @@ use leash_policy::{Decision, Host, Question, Reason, TlsInspection, Verdict};
 use tokio::net::UdpSocket;
 
 use crate::audit::AuditLog;
-use crate::config::PolicyHandle;
 use crate::gate::{write_decision, Asked, Extras};
+use crate::policy_handle::PolicyHandle;
 use crate::wire::dns::{respond_recording, Answer, NotAHost, ANSWER_TTL};
 
 /// The sandbox-local address allowed names resolve to: inside the sandbox's own loopback (so nothing outside can be

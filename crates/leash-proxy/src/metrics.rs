@@ -24,7 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::audit::{verdict_word, UpstreamFailure};
-use crate::config::PolicyHandle;
+use crate::policy_handle::PolicyHandle;
 use crate::wire::http_head::{parse_request_head, RequestHead};
 use crate::wire::Parsed;
 

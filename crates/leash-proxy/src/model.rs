@@ -14,8 +14,8 @@ use leash_policy::{Decision, ProviderTools, Reason, Verdict};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::audit::refusal;
-use crate::config::Limits;
 use crate::conn::BufConn;
+use crate::limits::Limits;
 use crate::provider_tools::{filter, Outcome};
 use crate::request::{request_head_bytes, Plan, TargetForm};
 use crate::wire::http_head::{upgrade_value, BodyFraming, Header, RequestHead};

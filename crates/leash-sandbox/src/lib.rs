@@ -372,13 +372,6 @@ pub fn netns_interfaces(pid: u32) -> Result<Vec<String>, SandboxError> {
     imp::netns_interfaces(pid)
 }
 
-/// Every `local` route of the calling thread's network namespace (every table, IPv4 and IPv6) as (network, prefix
-/// length): each address the kernel delivers to this host, interface addresses and whole local prefixes (AnyIP) alike.
-/// One rtnetlink dump (tens of microseconds); for the proxy's destination check, which refuses them.
-pub fn local_routes() -> std::io::Result<Vec<(std::net::IpAddr, u8)>> {
-    imp::local_routes()
-}
-
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread until the returned guard is dropped. Take it before
 /// [`Sandbox::spawn`] (or [`PendingSandbox::start`]) and drop it once [`Sandbox::forward_signals`] is armed: a signal
 /// sent in between (the command may already be running) then waits, and is forwarded, instead of ending leash with
