@@ -22,7 +22,7 @@ use crate::headers;
 use crate::refusal::{reply, Response};
 use crate::request::Plan;
 use crate::shared::Shared;
-use crate::upgrade;
+use crate::upgrade::{self, SwitchRefused};
 use crate::websocket_relay::{self, BadFrames};
 use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead};
 use crate::wire::websocket::FrameError;
@@ -73,7 +73,7 @@ pub(crate) enum ExchangeError {
     Leak(Arc<str>),
     /// A 101 leash does not relay (see `upgrade.rs`): nothing of it reached the client.
     #[error("{0}: not relayed")]
-    Switched(String),
+    Switched(SwitchRefused),
     /// After a WebSocket's 101 on a credential's host, the server's frames could not be followed: the connection
     /// was ended.
     #[error("{}", BadFrames(*.0))]

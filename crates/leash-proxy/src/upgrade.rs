@@ -31,18 +31,29 @@ pub(crate) fn without_extensions(head: &mut Cow<'_, RequestHead>) {
     }
 }
 
+/// Why a 101 is not relayed. The reasons quote nothing of the response: what a credential's host sends must not
+/// reach leash's own output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SwitchRefused {
+    #[error("the upstream switched protocols unasked")]
+    Unasked,
+    #[error("the upstream switched to another protocol than the WebSocket asked for")]
+    OtherProtocol,
+    #[error("the upstream selected a WebSocket extension on a credential's host")]
+    ExtensionOnCredentialHost,
+}
+
 /// Whether a 101 may be relayed: the request asked for a WebSocket and the response switches to one; on a
-/// credential's host (`watched`) without an extension. `Err` says why not.
-/// The reasons quote nothing of the response: what a credential's host sends must not reach leash's own output.
-pub(crate) fn check_switch(request: &RequestHead, response: &ResponseHead, watched: bool) -> Result<(), String> {
+/// credential's host (`watched`) without an extension.
+pub(crate) fn check_switch(request: &RequestHead, response: &ResponseHead, watched: bool) -> Result<(), SwitchRefused> {
     if forwarded(request).is_none() {
-        return Err("the upstream switched protocols unasked".to_owned());
+        return Err(SwitchRefused::Unasked);
     }
     if !response.values("upgrade").next().is_some_and(is_websocket) {
-        return Err("the upstream switched to another protocol than the WebSocket asked for".to_owned());
+        return Err(SwitchRefused::OtherProtocol);
     }
     if watched && response.values("sec-websocket-extensions").next().is_some() {
-        return Err("the upstream selected a WebSocket extension on a credential's host".to_owned());
+        return Err(SwitchRefused::ExtensionOnCredentialHost);
     }
     Ok(())
 }
