@@ -20,7 +20,7 @@ use leash_policy::{Decision, Name, Reason, Service, ServiceKind, ServiceTarget, 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-use crate::audit::refusal;
+use crate::audit::{refusal, SERVICE_METHOD};
 use crate::conn::{close_gracefully, BufConn, Next};
 use crate::dial::{connect_checked, DialError};
 use crate::exchange::{exchange, settle, ExchangeError, Watches};
@@ -140,7 +140,7 @@ pub(crate) async fn connection(sh: &Shared, name: &Arc<str>, accepted: Accepted)
         None => {
             // Reloaded away: refused on record, and closed.
             let ctx = RequestCtx::for_service(sh, accepted.peer, name);
-            let asked = Asked { method: "SERVICE", host: name, port: accepted.port, path: None };
+            let asked = Asked { method: SERVICE_METHOD, host: name, port: accepted.port, path: None };
             let answer = Response::forbidden(name, Reason::NotAllowed);
             let _ = ctx.refuse_with(&asked, &refusal(Reason::NotAllowed), answer);
         }
@@ -149,7 +149,7 @@ pub(crate) async fn connection(sh: &Shared, name: &Arc<str>, accepted: Accepted)
 
 /// A TCP service: one decision line, the bytes relayed both ways until either side ends, one outcome line.
 async fn relay(ctx: RequestCtx<'_>, service: &Service, accepted: Accepted) {
-    let asked = Asked { method: "SERVICE", host: &service.name, port: accepted.port, path: None };
+    let asked = Asked { method: SERVICE_METHOD, host: &service.name, port: accepted.port, path: None };
     if ctx.pass(&asked, &service.decide_connection()).is_err() {
         return;
     }
