@@ -44,7 +44,9 @@ impl Credential {
 /// A host entry of a credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CredentialHost {
+    /// `host`: that name only.
     Exact(Name),
+    /// `.host`: the name and every name under it.
     Subtree(Name),
 }
 

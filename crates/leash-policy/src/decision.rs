@@ -11,7 +11,9 @@ use crate::reason::Reason;
 /// Default deny (`allowlist`) or default allow (`blocklist`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// Only what a rule allows passes.
     Allowlist,
+    /// Everything passes but what a rule blocks.
     Blocklist,
 }
 
@@ -41,8 +43,11 @@ impl ProviderTools {
 /// A request's scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
+    /// `http://`: forwarded by the plain proxy.
     Http,
+    /// `https://`: a request inside an inspected tunnel; sent to the plain proxy, it is refused (`scheme`).
     Https,
+    /// Any other scheme, which nothing forwards.
     Other,
 }
 
@@ -58,10 +63,15 @@ pub enum Via {
 /// The facts of one HTTP request.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
+    /// How the request reached leash, which says which port list was already checked.
     pub via: Via,
+    /// The scheme of the request's target.
     pub scheme: Scheme,
+    /// The host the request names (its target's, which must equal its `Host`).
     pub host: &'a Host,
+    /// The port of the target, the scheme's default when none was written.
     pub port: u16,
+    /// The path as the rules compare it: canonicalised, without the query.
     pub path: &'a CanonicalPath,
 }
 
@@ -70,6 +80,7 @@ pub struct Request<'a> {
 pub enum ClientHelloFacts<'a> {
     /// Exactly one host_name entry, raw as sent.
     ServerName(&'a str),
+    /// A ClientHello with no host_name entry at all.
     NoServerName,
     /// Several names, or a name that is not a valid host.
     BadServerName,
@@ -79,9 +90,12 @@ pub enum ClientHelloFacts<'a> {
     NotTls,
 }
 
+/// The verdict of a decision: what happens to the request or tunnel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
+    /// Forward it (for a tunnel: splice it, unread).
     Allow,
+    /// Refuse it: a 403 (inside TLS for a tunnel whose name was read), a closed tunnel, NXDOMAIN for a lookup.
     Block,
     /// Allowed at the tunnel level, but the host carries path rules (or `inspect: all`): every inner request is
     /// decided on its own.
@@ -94,7 +108,10 @@ pub enum Verdict {
 /// A decision: the verdict, the reason word, and the policy entry that matched (as written in the file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
+    /// What happens to the request.
     pub verdict: Verdict,
+    /// Why: the audit log's `reason` word.
     pub reason: Reason,
+    /// The policy entry that matched, as written in the file; `None` when no rule did (a default, a port, ...).
     pub rule: Option<Arc<str>>,
 }

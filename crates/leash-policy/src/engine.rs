@@ -1,7 +1,7 @@
 //! The decision function: a validated [`Policy`] and the facts of one request in, a [`Decision`] out.
 //!
 //! Checks run cheapest and broadest first — scheme, port, IP literal, then the rules — so a refusal names the first
-//! thing wrong with a request. Names are matched by [`crate::matcher`], which picks the most specific rule.
+//! thing wrong with a request. Names are matched by `crate::matcher`, which picks the most specific rule.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -48,6 +48,7 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Allowlist or blocklist: what happens to a request no rule names.
     pub fn mode(&self) -> Mode {
         self.mode
     }

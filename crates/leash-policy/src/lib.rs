@@ -7,6 +7,7 @@
 //!
 //! What it does not do: read requests off the wire, resolve names, dial, log. The proxy crate does those and calls in
 //! here at each step (see ARCHITECTURE.md, "Life of a request").
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod credentials;

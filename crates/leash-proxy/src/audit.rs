@@ -83,14 +83,18 @@ pub struct Refusals {
 /// Refusals counted but not told apart, by the decision the log gave them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Untold {
+    /// Logged `block`.
     pub refused: u64,
+    /// Logged `would-block`.
     pub would_block: u64,
 }
 
 /// What the log said of a refusal: `block`, or `would-block` (an audit mode let through what the policy refuses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Refusal {
+    /// `block`: the request was refused.
     Refused,
+    /// `would-block`: let through by audit mode.
     WouldBlock,
 }
 
@@ -120,14 +124,19 @@ impl Refusal {
 /// Where refused requests went, why, and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedDestination {
+    /// Refused, or let through by audit mode.
     pub refusal: Refusal,
+    /// A request, a tunnel or a lookup (which port list a hint looks at).
     pub kind: RequestKind,
     /// The host as logged (for a tunnel the SNI when one was read).
     pub host: Box<str>,
+    /// The port as logged.
     pub port: u16,
+    /// Why they were refused.
     pub reason: Reason,
+    /// How many times.
     pub count: u64,
-    /// The path of the first such refusal, as logged (cut to [`MAX_EXAMPLE_PATH`] bytes); none for tunnels and
+    /// The path of the first such refusal, as logged (cut to `MAX_EXAMPLE_PATH`, 200 bytes); none for tunnels and
     /// lookups.
     pub example_path: Option<Box<str>>,
 }
@@ -148,7 +157,7 @@ impl AuditLog {
     }
 
     /// Open the log file's path again and write there from now on (after logrotate moved the file): the operator's
-    /// signal, never anything noticed at the path. Only a regular file is taken (see [`reopen_file`]). The old file is
+    /// signal, never anything noticed at the path. Only a regular file is taken (see `reopen_file`). The old file is
     /// closed only once the new one is open: if opening fails, lines keep going to the old file and the error says
     /// why. Logs that are not files have nothing to reopen.
     pub fn reopen(&self) -> Result<(), AuditError> {

@@ -36,10 +36,17 @@ const BACKDATE: Duration = Duration::hours(1);
 /// Why the CA or a leaf could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {
+    /// The CA's key or certificate could not be generated: TLS inspection cannot start.
     #[error("cannot generate the CA: {0}")]
     Generate(rcgen::Error),
+    /// A leaf could not be issued: that one tunnel fails its handshake.
     #[error("cannot issue a certificate for `{name}`: {why}")]
-    Issue { name: String, why: LeafError },
+    Issue {
+        /// The server name the leaf was for.
+        name: String,
+        /// What failed.
+        why: LeafError,
+    },
 }
 
 /// Why one leaf could not be made. Kept in the leaf's cache slot, so every user of the name gets the same answer.

@@ -28,12 +28,16 @@ pub enum OwnAddrs {
 /// Everything [`crate::serve`] needs.
 #[derive(Clone)]
 pub struct ProxyConfig {
+    /// The policy in force, swapped whole on reload.
     pub policy: PolicyHandle,
+    /// Where every decision and outcome is written before the request goes on.
     pub audit: Arc<AuditLog>,
+    /// How allowed names are resolved (the system's, with `--resolve` pins; tests give their own).
     pub resolver: Arc<dyn Resolve>,
     /// This host's own addresses (local prefixes included): never dialed, whatever DNS says (nor the proxy's listening
     /// addresses).
     pub own_addrs: OwnAddrs,
+    /// Bounds on connections, heads, bodies and waits.
     pub limits: Limits,
     /// TLS inspection (the run's CA, both TLS sides). `None`: a tunnel that needs inspection is refused
     /// (`needs-inspection`), never let through unseen.

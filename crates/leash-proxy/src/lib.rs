@@ -5,6 +5,7 @@
 //! provider-side tools in request bodies (the shapes in [`provider_tools`], a pure table), upstream dialing with the
 //! destination check, the audit log and the refusal responses. It does not decide anything itself: every decision
 //! is `leash_policy`'s; and it does not build sandboxes (`leash-sandbox`) or parse command lines (the binary).
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod audit;

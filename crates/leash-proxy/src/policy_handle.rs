@@ -14,7 +14,9 @@ pub struct PolicyHandle(Arc<ArcSwap<Snapshot>>);
 /// upstream connections) is never used under a newer one.
 #[derive(Debug)]
 pub struct Snapshot {
+    /// The policy itself.
     pub policy: Policy,
+    /// 0 for the policy leash started with, one more for each reload.
     pub generation: u64,
 }
 
@@ -26,6 +28,7 @@ impl std::ops::Deref for Snapshot {
 }
 
 impl PolicyHandle {
+    /// A handle on `policy`, generation 0.
     pub fn new(policy: Policy) -> Self {
         Self(Arc::new(ArcSwap::from_pointee(Snapshot { policy, generation: 0 })))
     }

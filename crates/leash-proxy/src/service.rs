@@ -33,14 +33,18 @@ use crate::wire::http_head::{request_framing, RequestHead};
 /// A service's listener, bound by the caller where the sandbox reaches it.
 #[derive(Debug)]
 pub enum ServiceListener {
+    /// A port (inside the sandbox's namespace, or on `leash proxy`'s address).
     Tcp(std::net::TcpListener),
+    /// A Unix socket leash created at the service's path.
     Unix(std::os::unix::net::UnixListener),
 }
 
 /// A bound listener and the service (by name) it serves.
 #[derive(Debug)]
 pub struct ServiceSocket {
+    /// The `services` entry's name, looked up in the current policy for each connection.
     pub name: Arc<str>,
+    /// Where its connections come in.
     pub listener: ServiceListener,
 }
 

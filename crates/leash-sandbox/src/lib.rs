@@ -83,6 +83,7 @@
 //! It knows nothing of policies, HTTP or DNS: the caller serves the sockets (proxy, DNS stub, transparent
 //! listeners), builds the command's whole environment and writes any CA bundle where the command can read it. It does
 //! not restrict the filesystem beyond the hidden paths and the read-only kernel files above, nor limit resources.
+#![warn(missing_docs)]
 
 mod error;
 #[cfg(target_os = "linux")]
@@ -306,7 +307,9 @@ pub struct NetnsSockets {
 /// `/proc/PID/ns/net`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Netns {
+    /// The namespace process `pid` is in (through `/proc/PID/ns/net`, checked to still be that process's).
     Process(u32),
+    /// The namespace a file names.
     Path(PathBuf),
 }
 

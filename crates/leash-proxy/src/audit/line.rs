@@ -20,7 +20,9 @@ pub const SERVICE_METHOD: &str = "SERVICE";
 /// A line of the log: a decision, or the outcome of an allowed request, joined to its decision by `id`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AuditLine<'a> {
+    /// A decision line: what was asked, and what the policy (or leash) made of it.
     Decision(DecisionEntry<'a>),
+    /// An outcome line: how an allowed request ended.
     Outcome(OutcomeEntry<'a>),
 }
 
@@ -39,6 +41,7 @@ impl AuditLine<'static> {
 /// The decision record of one request or tunnel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionEntry<'a> {
+    /// The request's id in this run (ids restart with each run; a log appended to holds several runs).
     pub id: u64,
     /// RFC 3339, UTC, milliseconds. Always written; a line read without one has it empty.
     #[serde(default)]
@@ -48,13 +51,16 @@ pub struct DecisionEntry<'a> {
     pub method: Cow<'a, str>,
     /// The host as asked (a tunnel's SNI once read; a service's name).
     pub host: Cow<'a, str>,
+    /// The port asked for (53 for a lookup).
     pub port: u16,
     /// An HTTP request's path with its query; `null` for tunnels and lookups.
     pub path: Option<Cow<'a, str>>,
+    /// The `decision` word: `allow`, `block`, `inspect` or `would-block`.
     #[serde(with = "verdict_word")]
     pub decision: Verdict,
     /// The policy entry that matched, as written in the file.
     pub rule: Option<Cow<'a, str>>,
+    /// The `reason` word (see [`Reason`]).
     #[serde(with = "reason_word")]
     pub reason: Reason,
     /// The client's address and port.
@@ -87,12 +93,16 @@ impl DecisionEntry<'_> {
 /// relayed until it went away (over HTTP/1.1 as over HTTP/2). `error` says why the upstream failed, when it did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutcomeEntry<'a> {
+    /// The id of the decision line it ends.
     pub id: u64,
     /// RFC 3339, UTC, milliseconds. Always written; a line read without one has it empty.
     #[serde(default)]
     pub time: Cow<'a, str>,
+    /// The status the client got: the upstream's, or leash's 502 or 504 when the upstream failed.
     pub status: u16,
+    /// Bytes relayed from the client to the upstream, head included.
     pub bytes_up: u64,
+    /// Bytes relayed from the upstream to the client, head included.
     pub bytes_down: u64,
     /// From the decision to the end of the response. Always written; a line read without one has it 0.
     #[serde(default)]
