@@ -13,7 +13,9 @@ use std::time::Instant;
 
 use leash_policy::{Decision, Question, TlsInspection, Verdict};
 
-use crate::audit::{now_rfc3339, refusal, AuditError, AuditLog, DecisionEntry, OutcomeEntry, UpstreamFailure};
+use crate::audit::{
+    now_rfc3339, refusal, AuditError, AuditLog, DecisionEntry, OutcomeEntry, UpstreamFailure, LOOKUP_METHOD,
+};
 use crate::config::Snapshot;
 use crate::metrics::Metrics;
 use crate::refusal::Response;
@@ -219,7 +221,7 @@ pub(crate) fn write_decision(
     extras: Extras<'_>,
 ) -> Result<(), AuditError> {
     match (d.verdict, asked.method) {
-        (Verdict::Block, "DNS") => tracing::warn!("refused DNS {} ({})", asked.host, d.reason),
+        (Verdict::Block, LOOKUP_METHOD) => tracing::warn!("refused DNS {} ({})", asked.host, d.reason),
         (Verdict::Block, method) => {
             let path = asked.path.unwrap_or("");
             tracing::warn!("refused {method} {}:{}{path} ({})", asked.host, asked.port, d.reason);
