@@ -14,7 +14,9 @@ use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, Extras, RequestCtx};
 use crate::model::{self, Gated};
 use crate::refusal::{reply, Response};
-use crate::request::{bad_request, plan, refuse_early, refuse_unreadable, request_head_bytes, Plan, TargetForm};
+use crate::request::{
+    bad_request, close_after, plan, refuse_early, refuse_unreadable, request_head_bytes, Plan, TargetForm,
+};
 use crate::upgrade;
 use crate::wire::http_head::{BodyFraming, RequestHead};
 use crate::wire::target::split_query;
@@ -43,15 +45,15 @@ pub(super) async fn serve(t: &Inspected, client: ClientTls, upstream: UpstreamTl
             Ok(head) => head,
             Err(e) => {
                 refuse_unreadable(&t.sh, &mut client, e, t.peer).await;
-                break;
+                close_gracefully(&mut client.io).await;
+                return totals;
             }
         };
         if request(t, &mut client, &head, &mut upstream, &mut totals).await == Next::Close {
-            break;
+            close_after(&mut client, &head).await;
+            return totals;
         }
     }
-    close_gracefully(&mut client.io).await;
-    totals
 }
 
 /// Decide one inner request and forward it when allowed.

@@ -1,7 +1,8 @@
 //! HTTP/2 inside an inspected tunnel (the client and the upstream both chose `h2`): hyper serves the client's
 //! connection, each stream is decided on its own (`:scheme` https, `:authority` and any Host naming the SNI host
 //! and the tunnel's port, canonical path), and allowed streams go to the upstream over one HTTP/2 connection with
-//! bodies and trailers streamed both ways — so gRPC works. Refused streams get leash's 403; the connection stays up.
+//! bodies and trailers streamed both ways — so gRPC works. Refused streams get leash's 403; the connection stays up,
+//! and the rest of a body the client is still sending is read and dropped ([`super::client_body`]).
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -22,6 +23,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use leash_policy::{canonicalize, parse_authority, Decision, ProviderTools, Question, Reason, Scheme, Verdict, Via};
 
+use super::client_body::ClientBody;
 use super::{ClientTls, Inspected, UpstreamTls};
 use crate::audit::{refusal, UpstreamFailure};
 use crate::config::Snapshot;
@@ -90,6 +92,8 @@ async fn stream(
 ) -> HttpResponse<ResBody> {
     let ctx = t.request_ctx();
     let (mut parts, body) = req.into_parts();
+    // However this stream is answered, the client may send its body to the end (see `client_body`).
+    let body = ClientBody::new(body);
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
     let (path_only, _) = split_query(&path_and_query);
     let host = t.host_str();
@@ -263,7 +267,7 @@ struct Checked {
 async fn gate(
     t: &Inspected,
     parts: &http::request::Parts,
-    body: Incoming,
+    body: ClientBody,
     tools: ProviderTools,
 ) -> Result<Checked, String> {
     if body.is_end_stream() {
