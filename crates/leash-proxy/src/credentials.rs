@@ -43,6 +43,7 @@ impl Secret {
         })
     }
 
+    /// The placeholder the sandbox sees in place of the value (in its environment, and in what comes back).
     pub fn placeholder(&self) -> &str {
         std::str::from_utf8(&self.placeholder).unwrap_or_default()
     }
@@ -87,10 +88,12 @@ pub struct Secrets {
 }
 
 impl Secrets {
+    /// The secrets read at start, one per `credentials` entry that has its value.
     pub fn new(secrets: Vec<Secret>) -> Secrets {
         Secrets { secrets }
     }
 
+    /// No secret at all: requests pass untouched, with nothing to search.
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty()
     }
@@ -389,7 +392,7 @@ fn in_query(target: &str, credential: &Credential, secret: &Secret) -> Option<St
 
 /// Put `secret` where `credential` says it travels in `headers`: its placeholder is replaced in the values of each
 /// of the entry's headers (for a `basic:` entry, a Basic authorization carrying it becomes the entry's own, see
-/// [`replaced`]); with `add`, a request without the
+/// `replaced`); with `add`, a request without the
 /// entry's first header, and without the placeholder in another, gets that header. True if the real value went in.
 pub fn inject(headers: &mut Vec<Header>, credential: &Credential, secret: &Secret) -> bool {
     let mut used = false;

@@ -22,7 +22,8 @@ use crate::headers;
 use crate::refusal::{reply, Response};
 use crate::request::Plan;
 use crate::shared::Shared;
-use crate::upgrade::{self, BadFrames};
+use crate::upgrade::{self, SwitchRefused};
+use crate::websocket_relay::{self, BadFrames};
 use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead};
 use crate::wire::websocket::FrameError;
 
@@ -72,7 +73,7 @@ pub(crate) enum ExchangeError {
     Leak(Arc<str>),
     /// A 101 leash does not relay (see `upgrade.rs`): nothing of it reached the client.
     #[error("{0}: not relayed")]
-    Switched(String),
+    Switched(SwitchRefused),
     /// After a WebSocket's 101 on a credential's host, the server's frames could not be followed: the connection
     /// was ended.
     #[error("{}", BadFrames(*.0))]
@@ -389,7 +390,7 @@ where
     let up = copy_through(&mut client_rd, &mut up_wr, leaks);
     let down = async {
         match redact {
-            Some(redactor) => upgrade::relay_frames(&mut up_rd, &mut client_wr, redactor).await,
+            Some(redactor) => websocket_relay::relay_frames(&mut up_rd, &mut client_wr, redactor).await,
             None => copy_through(&mut up_rd, &mut client_wr, None::<Redactor>).await,
         }
     };

@@ -5,6 +5,7 @@
 //! provider-side tools in request bodies (the shapes in [`provider_tools`], a pure table), upstream dialing with the
 //! destination check, the audit log and the refusal responses. It does not decide anything itself: every decision
 //! is `leash_policy`'s; and it does not build sandboxes (`leash-sandbox`) or parse command lines (the binary).
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod audit;
@@ -21,9 +22,11 @@ mod forward;
 mod gate;
 mod headers;
 mod inspect;
+mod limits;
 mod metrics;
 mod model;
 mod netinfo;
+mod policy_handle;
 mod pool;
 pub mod provider_tools;
 pub mod refusal;
@@ -36,6 +39,8 @@ mod shared;
 pub mod tls;
 mod tunnel;
 mod upgrade;
+mod upstream_io;
+mod websocket_relay;
 pub mod wire;
 
 pub use audit::AuditLog;

@@ -6,10 +6,10 @@ use leash_policy::{parse_absolute_target, parse_authority, AbsoluteTarget, Reaso
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::audit::refusal;
-use crate::config::Limits;
 use crate::conn::{close_lingering, BufConn, Linger, Next, ReadHeadError, Reparse};
 use crate::gate::{Asked, RequestCtx};
 use crate::headers;
+use crate::limits::Limits;
 use crate::refusal::{reply, Response};
 use crate::shared::Shared;
 use crate::wire::http_head::{parse_request_head, request_framing, BodyFraming, HeadError, RequestHead};
