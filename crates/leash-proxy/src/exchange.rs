@@ -345,9 +345,18 @@ where
     let closing = !client_keep_alive || framing == BodyFraming::UntilClose;
     // A value echoed in the head (a Location, a debug field's name or value, the reason) is turned back into the
     // placeholder too.
-    let head_bytes = client_head_bytes(head, closing && !upgraded, redact.as_ref());
+    let mut head_bytes = client_head_bytes(head, closing && !upgraded, redact.as_ref());
     let mut to = ToClient { inner: client, written: 0, failed: false };
     let relayed = async {
+        // A small body that came with its head goes out in the same write: one segment, and one wake-up of the
+        // client, instead of two (on a keep-alive exchange of small answers, a tenth of leash's CPU per request).
+        let framing = match (framing, &redact) {
+            (BodyFraming::ContentLength(n), None) if n <= COALESCED_BODY && n <= down.buf.len() as u64 => {
+                head_bytes.extend(down.buf.drain(..n as usize));
+                BodyFraming::None
+            }
+            _ => framing,
+        };
         to.write_all(&head_bytes).await?;
         match redact {
             None => drop(relay_body(down, &mut to, framing).await?),
@@ -438,6 +447,9 @@ where
         BodyFraming::None => 0,
     })
 }
+
+/// The largest body written to the client together with its head, when it is already read (`relay_final`).
+const COALESCED_BODY: u64 = 16 * 1024;
 
 /// The client's side of a final response: counts the bytes it accepted and notes a failed write, so a client that
 /// hangs up is told from an upstream that fails, and the outcome keeps what reached the client.
