@@ -9,6 +9,7 @@
 //! here at each step (see ARCHITECTURE.md, "Life of a request").
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod credentials;
 pub mod dest;
 pub mod engine;
@@ -25,6 +26,7 @@ mod spec;
 pub mod upstream;
 pub mod url;
 
+pub use admission::{Admission, Route, Treatment, Tunnel};
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
 pub use dest::{is_internal, Cidr, CidrError};
 pub use engine::{ClientHelloFacts, Decision, Mode, Policy, ProviderTools, Request, Scheme, Verdict, Via};
