@@ -88,11 +88,6 @@ impl std::fmt::Debug for ProxyTls {
     }
 }
 
-/// Whether requests to `host` go out through the policy's upstream proxy.
-pub(crate) fn through_proxy(policy: &Policy, host: &Host) -> bool {
-    policy.upstream_proxy().is_some_and(|up| !up.bypasses(host))
-}
-
 /// The route of an allowed request to `host:port`: the upstream proxy's addresses, or the destination's, resolved
 /// once and checked.
 pub(crate) async fn route_checked(sh: &Shared, policy: &Policy, host: &Host, port: u16) -> Result<Route, DialError> {

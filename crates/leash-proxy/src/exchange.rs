@@ -19,6 +19,7 @@ use crate::credentials::{Filter, Filtered, LeakFound, LeakWatch, Redacting, Reda
 use crate::dial::DialError;
 use crate::gate::{Asked, RequestCtx};
 use crate::headers;
+use crate::message::Fields;
 use crate::refusal::{reply, Response};
 use crate::request::Plan;
 use crate::shared::Shared;
@@ -476,7 +477,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ToClient<'_, W> {
 }
 
 /// The response head as the client gets it: from a credential's host (`redact`), with the value turned back into
-/// the placeholder in its reason and in every field's name and value ([`headers::redact_field`], as for HTTP/2). A
+/// the placeholder in its reason and in every field's name and value ([`Fields::redact`], as for HTTP/2). A
 /// head that holds the value nowhere (nearly every one) is written once, not rebuilt.
 fn client_head_bytes(head: &ResponseHead, close: bool, redact: Option<&Redactor>) -> Vec<u8> {
     let bytes = response_head_bytes(head, close);
@@ -487,11 +488,7 @@ fn client_head_bytes(head: &ResponseHead, close: bool, redact: Option<&Redactor>
     }
     let mut head = head.clone();
     head.reason = redactor.redact_all(&head.reason);
-    for h in &mut head.headers {
-        let (name, value) = headers::redact_field(redactor, h.name.as_bytes(), &h.value);
-        let (name, value) = (String::from_utf8_lossy(&name).into_owned(), value.into_owned());
-        (h.name, h.value) = (name, value);
-    }
+    head.headers.redact(redactor);
     // And over the whole head once more, as before fields were redacted one by one: nothing is lost either way.
     redactor.redact_all(&response_head_bytes(&head, close))
 }

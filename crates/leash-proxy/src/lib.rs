@@ -7,6 +7,7 @@
 //! is `leash_policy`'s; and it does not build sandboxes (`leash-sandbox`) or parse command lines (the binary).
 #![forbid(unsafe_code)]
 
+mod admit;
 pub mod audit;
 pub mod ca;
 pub mod config;
@@ -21,6 +22,7 @@ mod forward;
 mod gate;
 mod headers;
 mod inspect;
+mod message;
 mod metrics;
 mod model;
 mod netinfo;

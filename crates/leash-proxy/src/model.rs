@@ -2,8 +2,7 @@
 //! policy filters has its body read whole (bounded), checked by [`crate::provider_tools`], and forwarded unchanged,
 //! forwarded stripped, or refused. What cannot be checked — a body that is not JSON, is compressed, is larger than
 //! the bound, or a WebSocket whose messages follow the upgrade — is refused, never passed unread. Responses are not
-//! touched: they stream as for any request. Plain HTTP ([`crate::forward`]) and the inspected tunnels' HTTP/1.1
-//! and HTTP/2 call in here.
+//! touched: they stream as for any request. The admission sequence (`admit.rs`) calls in here for every door.
 
 use std::io;
 use std::pin::Pin;
@@ -16,9 +15,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use crate::audit::refusal;
 use crate::config::Limits;
 use crate::conn::BufConn;
+use crate::message::{Outgoing, RequestBody};
 use crate::provider_tools::{filter, Outcome};
 use crate::request::{request_head_bytes, Plan, TargetForm};
-use crate::wire::http_head::{upgrade_value, BodyFraming, Header, RequestHead};
+use crate::wire::http_head::{BodyFraming, Header, RequestHead};
 
 /// What becomes of a model API request with a body.
 #[derive(Debug)]
@@ -142,57 +142,53 @@ const REFRAMED: [&str; 3] = ["content-length", "transfer-encoding", "expect"];
 pub(crate) enum Gated {
     /// No body: forward as usual.
     Pass,
-    /// The body was read: forward `request` (head and body, Content-Length framed); `removed` is what went.
-    Body { request: Vec<u8>, removed: Vec<String> },
-    /// Refuse, saying why; `keep` if the body was read whole, so the connection can go on.
-    Refuse { why: String, keep: bool },
+    /// The body was read: forward `body` in place of the client's; `removed` is what went.
+    Body { body: Bytes, removed: Vec<String> },
+    /// Refuse, saying why; `read` if the body was read whole, so the connection can go on.
+    Refuse { why: String, read: bool },
 }
 
-/// Read and check the body of an HTTP/1.1 request (plain, or inside an inspected tunnel) to a model host whose
-/// provider-side tools the policy filters. `path` is the request's path, which some shapes are recognised by.
-pub(crate) async fn gate<S>(
+/// Read and check the body of a request (plain HTTP, or HTTP/1.1 or HTTP/2 inside an inspected tunnel) to a model
+/// host whose provider-side tools the policy filters. `path` is the request's path, which some shapes are recognised
+/// by. What cannot be read is refused, never passed unread.
+pub(crate) async fn gate<M: Outgoing, B: RequestBody>(
     limits: &Limits,
-    client: &mut BufConn<S>,
-    (head, plan, path, form): (&RequestHead, &Plan<'_>, &str, TargetForm<'_>),
+    request: &M,
+    body: &mut B,
+    path: &str,
     tools: ProviderTools,
-) -> Gated
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
-{
-    let unread = |why| Gated::Refuse { why, keep: false };
-    if upgrade_value(head).is_some() {
+) -> Gated {
+    let unread = |why| Gated::Refuse { why, read: false };
+    if request.upgrade().is_some() {
         return unread(UPGRADE.to_owned());
     }
-    let declared = match plan.framing {
-        BodyFraming::None | BodyFraming::ContentLength(0) => return Gated::Pass,
-        BodyFraming::ContentLength(n) => Some(n),
-        _ => None,
-    };
+    if body.is_empty() {
+        return Gated::Pass;
+    }
     let max = limits.max_model_body;
-    if declared.is_some_and(|n| n > max as u64) {
+    if body.declared().is_some_and(|n| n > max as u64) {
         return unread(too_large(max));
     }
     // Read even a body refused for its encoding, so the connection can go on to the next request.
-    let body = match read_body(limits, client, head, plan.framing).await {
-        Ok(body) => body,
+    let whole = match body.read_whole(limits).await {
+        Ok(whole) => whole,
         Err(why) => return unread(why),
     };
-    let refuse = |why| Gated::Refuse { why, keep: plan.client_keep_alive };
-    if let Some(why) = encoding_problem(head.values("content-encoding")) {
+    let refuse = |why| Gated::Refuse { why, read: true };
+    if let Some(why) = encoding_problem(request.values_of("content-encoding")) {
         return refuse(why);
     }
-    let (body, removed) = match body.is_empty() {
-        true => (Bytes::new(), Vec::new()),
-        false => match judge(Bytes::from(body), path, tools) {
-            Gate::Forward { body, stripped } => (body, stripped),
-            Gate::Refuse(why) => return refuse(why),
+    match whole.is_empty() {
+        true => Gated::Body { body: whole, removed: Vec::new() },
+        false => match judge(whole, path, tools) {
+            Gate::Forward { body, stripped } => Gated::Body { body, removed: stripped },
+            Gate::Refuse(why) => refuse(why),
         },
-    };
-    Gated::Body { request: buffered_request(head, (plan, form), &body), removed }
+    }
 }
 
 /// The whole body, at most `max` bytes as sent (chunk framing included), de-chunked; `Err` says why not.
-async fn read_body<S>(
+pub(crate) async fn read_body<S>(
     limits: &Limits,
     client: &mut BufConn<S>,
     head: &RequestHead,
@@ -228,7 +224,7 @@ where
 }
 
 /// The request to send for a body held in memory: the head with `Content-Length` framing, then the body.
-fn buffered_request(head: &RequestHead, (plan, form): (&Plan<'_>, TargetForm<'_>), body: &[u8]) -> Vec<u8> {
+pub(crate) fn buffered_request(head: &RequestHead, (plan, form): (&Plan<'_>, TargetForm<'_>), body: &[u8]) -> Vec<u8> {
     let mut reframed = head.clone();
     reframed.headers.retain(|h| !REFRAMED.iter().any(|n| h.is(n)));
     reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
