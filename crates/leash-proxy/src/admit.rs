@@ -139,6 +139,10 @@ where
     };
     let own = treatment.credential.map(|c| &*c.name);
     let (read, stripped) = gate_body(ctx, &entry, treatment.model_gate, (&*request, body), own).await?;
+    if read.is_some() {
+        // The body goes up from memory, framed by its own length; leash answered any `100 Continue` itself.
+        model::REFRAMED.iter().for_each(|name| request.remove(name));
+    }
     let decision = model::forwarded(&admission.decision, &stripped);
     let dropped = upgrade::dropped(request.upgrade());
     let extras = Extras::allowed(&stripped, credential.as_deref(), dropped.as_deref());

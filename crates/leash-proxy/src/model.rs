@@ -135,8 +135,9 @@ impl AsyncWrite for Capped {
 }
 
 /// Headers that describe the body as the client framed it; a body leash read and forwards from memory gets its own
-/// `Content-Length` instead (and needs no `100 Continue` from upstream: leash answered it).
-const REFRAMED: [&str; 3] = ["content-length", "transfer-encoding", "expect"];
+/// `Content-Length` instead (and needs no `100 Continue` from upstream: leash answered it). The admission sequence
+/// removes them.
+pub(crate) const REFRAMED: [&str; 3] = ["content-length", "transfer-encoding", "expect"];
 
 /// What the model API gate made of a request.
 pub(crate) enum Gated {
@@ -223,10 +224,10 @@ where
     }
 }
 
-/// The request to send for a body held in memory: the head with `Content-Length` framing, then the body.
+/// The request to send for a body held in memory: the head (its own framing fields removed, see [`REFRAMED`]) with
+/// `Content-Length` framing, then the body.
 pub(crate) fn buffered_request(head: &RequestHead, (plan, form): (&Plan<'_>, TargetForm<'_>), body: &[u8]) -> Vec<u8> {
     let mut reframed = head.clone();
-    reframed.headers.retain(|h| !REFRAMED.iter().any(|n| h.is(n)));
     reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
     let mut out = request_head_bytes(&reframed, plan, form);
     out.extend_from_slice(body);
