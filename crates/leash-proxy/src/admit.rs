@@ -138,8 +138,6 @@ where
         Outbound::Go { credential, redactor, query } => (credential, redactor, query),
     };
     let own = treatment.credential.map(|c| &*c.name);
-    // SCRATCH: a field every upstream request gets.
-    request.set("X-Leash-Scratch", "1");
     let (read, stripped) = gate_body(ctx, &entry, treatment.model_gate, (&*request, body), own).await?;
     if read.is_some() {
         // The body goes up from memory, framed by its own length; leash answered any `100 Continue` itself.
