@@ -78,13 +78,17 @@ impl Policy {
 
     /// The treatment of an allowed request to `host`.
     pub fn treatment(&self, host: &Host) -> Treatment<'_> {
-        let route = match self.upstream_proxy() {
+        let model_gate = self.filters_provider_tools(host).then(|| self.provider_tools());
+        Treatment { credential: self.credential_for(host), model_gate, route: self.route(host) }
+    }
+
+    /// How an allowed request to `host` leaves leash.
+    pub fn route(&self, host: &Host) -> Route<'_> {
+        match self.upstream_proxy() {
             None => Route::Direct,
             Some(up) if up.bypasses(host) => Route::Bypass(up),
             Some(up) => Route::UpstreamProxy(up),
-        };
-        let model_gate = self.filters_provider_tools(host).then(|| self.provider_tools());
-        Treatment { credential: self.credential_for(host), model_gate, route }
+        }
     }
 
     /// The host `question` is about, and the tunnel a request to it travels in.

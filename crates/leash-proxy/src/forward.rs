@@ -8,7 +8,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::admit::{Door, Entry};
 use crate::conn::{BufConn, Next};
-use crate::dial::{self, connect_route, route_checked, DialError, UpstreamIo};
+use crate::dial::{self, connect_route, route_checked, route_via, DialError, UpstreamIo};
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, RequestCtx};
 use crate::pool::PoolKey;
@@ -65,11 +65,11 @@ impl Door for Plain<'_> {
     type Route = PlainRoute;
     type Upstream = Upstream;
 
-    async fn route(&mut self, _: Route<'_>) -> Result<PlainRoute, DialError> {
+    async fn route(&mut self, via: Route<'_>) -> Result<PlainRoute, DialError> {
         if let Some(stream) = self.ctx.sh.pool.take(self.key) {
             return Ok(PlainRoute::Pooled(stream));
         }
-        route_checked(self.ctx.sh, &self.ctx.snap, self.host, self.port).await.map(PlainRoute::Checked)
+        route_via(self.ctx.sh, &self.ctx.snap, (self.host, self.port), via).await.map(PlainRoute::Checked)
     }
 
     async fn connect(&mut self, route: PlainRoute) -> Result<Upstream, DialError> {
