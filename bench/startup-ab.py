@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Start-up of two leash builds against `unshare -rn true`, interleaved so that drift hits all three alike.
 
-    bench/startup-ab.py OLD_LEASH NEW_LEASH [RUNS]
+    bench/startup-ab.py [--fifo] OLD_LEASH NEW_LEASH [RUNS]
+
+With --fifo the driver (and so every command it starts) runs under SCHED_FIFO: on two cores shared with compilers
+and tests, a woken process otherwise waits for its turn, and each of the run's hand-overs (leash, its init, the
+command) adds that wait; the figures then measure the load more than the start-up. Needs root (or CAP_SYS_NICE).
 
 Each round runs the three commands in a rotated order with posix_spawn and waits for each; the medians over RUNS
 rounds (after 5 warm-up rounds) are printed with their ratio to unshare. leash runs as the benchmark harness runs it:
@@ -18,8 +22,12 @@ WARMUP = 5
 
 
 def main():
-    old, new = sys.argv[1], sys.argv[2]
-    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 150
+    args = sys.argv[1:]
+    if args and args[0] == "--fifo":
+        args = args[1:]
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(20))
+    old, new = args[0], args[1]
+    runs = int(args[2]) if len(args) > 2 else 150
     with tempfile.TemporaryDirectory() as d:
         policy, ca = os.path.join(d, "policy.yaml"), os.path.join(d, "ca.pem")
         with open(policy, "w") as f:

@@ -223,3 +223,27 @@ fn a_kept_log_is_hidden_from_every_later_runs_command() {
     assert!(!stdout(&o).contains("secret-paper"), "{}", stdout(&o));
     assert!(!stdout(&o).contains(".jsonl"), "the directory is empty inside: {}", stdout(&o));
 }
+
+#[test]
+fn a_run_that_made_no_request_makes_no_log_file_nor_directory_and_names_none() {
+    if !sandbox_available() {
+        return;
+    }
+    // A state directory of its own: other tests keep their logs in the shared one meanwhile.
+    let state = tempfile::tempdir().unwrap();
+    let run = |script: &str| {
+        let mut run = Command::new(LEASH);
+        run.args(["run", "--allow", "example.test", "--", "sh", "-c", script]).env("XDG_STATE_HOME", state.path());
+        run.output().unwrap()
+    };
+    let o = run("true");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("audit log of this run"), "{}", stderr(&o));
+    let runs = state.path().join("leash/runs");
+    let files = || std::fs::read_dir(&runs).map(|d| d.count()).unwrap_or(0);
+    assert!(!runs.exists(), "nothing made under the state directory for a run with nothing to record");
+    // One request, and the file is there.
+    let o = run(&curl("http://elsewhere.test/"));
+    assert!(stderr(&o).contains("audit log of this run is in"), "{}", stderr(&o));
+    assert_eq!(files(), 1);
+}

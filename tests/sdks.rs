@@ -2,8 +2,9 @@
 //! `.ci/run` in a venv named by `LEASH_SDK_PYTHON`) run under `leash run` with the presets, over HTTP/1.1 and HTTP/2,
 //! against a fake provider on the host's loopback (hypercorn, TLS from a test CA, answering for the presets' own
 //! names through `--resolve`). The provider must see the real key in the place each SDK sends it; the SDK sees only
-//! the placeholder, also where the provider quotes the key back. Without the venv the tests skip loudly, and fail
-//! when `LEASH_REQUIRE_SDKS` is set (CI sets it).
+//! the placeholder, also where the provider quotes the key back; a body over leash's model body bound, sent over
+//! HTTP/2 while leash has already refused it, gets leash's reason at once. Without the venv the tests skip loudly,
+//! and fail when `LEASH_REQUIRE_SDKS` is set (CI sets it).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod common;
@@ -110,6 +111,29 @@ for http2 in (False, True):
                                 client_args={"http2": http2})
     g = genai.Client(http_options=options)
     print("gemini", http2, g.models.generate_content(model="gemini-x", contents="hi").text)
+"#;
+
+/// Anthropic's and OpenAI's SDKs over HTTP/2 (no retries, a 20 s time-out) each send a body one byte over leash's
+/// 32 MiB bound for model API bodies; each prints `<sdk> <what it raised> <seconds> <message>`.
+const SDK_OVERSIZED: &str = r#"
+import sys, time
+import anthropic, httpx2, openai
+port, text = sys.argv[1], "x" * (32 * 1024 * 1024 + 1)
+def http():
+    return httpx2.Client(http2=True, timeout=20)
+calls = {
+    "anthropic": lambda: anthropic.Anthropic(base_url=f"https://api.anthropic.com:{port}", http_client=http(),
+        max_retries=0).messages.create(model="claude-x", max_tokens=8, messages=[{"role": "user", "content": text}]),
+    "openai": lambda: openai.OpenAI(base_url=f"https://api.openai.com:{port}/v1", http_client=http(),
+        max_retries=0).chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": text}]),
+}
+for name, call in calls.items():
+    start = time.monotonic()
+    try:
+        call()
+        print(name, "answered")
+    except Exception as e:
+        print(name, type(e).__name__, round(time.monotonic() - start, 2), str(e).replace("\n", " "), flush=True)
 "#;
 
 /// A run of `script` under `leash run` with the three presets, the provider's names pinned to loopback and its CA
@@ -225,4 +249,31 @@ curl -s -o /dev/null -w '%{{http_code}}\n' -H "x-other: $ANTHROPIC_API_KEY" http
     );
     let log = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
     assert!(!log.contains(GEMINI) && !out.contains(GEMINI) && !err.contains(GEMINI), "the key is in no output");
+}
+
+#[test]
+fn the_sdks_over_http2_get_leash_s_refusal_of_a_body_over_the_bound_at_once() {
+    let Some(python) = sdk_python() else { return };
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_provider, port) = start_provider(&python, dir.path());
+    let o = run_with_presets(dir.path(), port, &[python.to_str().unwrap(), "-c", SDK_OVERSIZED, &port.to_string()]);
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}\n{err}");
+    for (line, sdk) in lines.iter().zip(["anthropic", "openai"]) {
+        let words: Vec<&str> = line.splitn(4, ' ').collect();
+        assert_eq!(words[..2], [sdk, "PermissionDeniedError"], "leash's 403, not a time-out: {line}");
+        let secs: f64 = words[2].parse().unwrap();
+        // Before, the SDK waited for its time-out (20 s here) for the answer leash had already sent.
+        assert!(secs < 10.0, "the refusal came after {secs} s: {line}");
+        assert!(
+            words[3].contains("refused by the egress policy (provider-tools): the body is larger than 33554432 bytes"),
+            "the SDK shows leash's reason: {line}"
+        );
+    }
+    assert!(seen(&dir.path().join("seen.jsonl")).is_empty(), "neither body reached the provider");
 }

@@ -115,6 +115,11 @@ pub fn runs_dir() -> Option<std::path::PathBuf> {
 /// there were none (the file is removed).
 fn save_deferred(audit: &AuditLog, dir: &std::path::Path) -> std::io::Result<Option<std::path::PathBuf>> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    // Nothing to keep: no directory made, no file created only to be removed (a run's end is on its start-up's
+    // clock: `leash run -- true`).
+    if audit.deferred_is_empty() {
+        return Ok(None);
+    }
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     if !is_real_dir(dir) {
         return Err(std::io::Error::other("it or its parent `leash` is not a plain directory (a symlink?)"));

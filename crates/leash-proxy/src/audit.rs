@@ -289,6 +289,15 @@ impl AuditLog {
         copied.map(drop)
     }
 
+    /// Whether a [`AuditLog::deferred`] log has kept no line yet (always true for another sink): a run that made no
+    /// request has no log file to keep.
+    pub fn deferred_is_empty(&self) -> bool {
+        use std::io::Seek;
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        let Sink::Deferred(file) = &mut *sink else { return true };
+        file.stream_position().is_ok_and(|end| end == 0)
+    }
+
     fn with_sink(sink: Sink) -> Self {
         Self {
             sink: Mutex::new(sink),

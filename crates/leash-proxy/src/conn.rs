@@ -16,26 +16,79 @@ use crate::wire::Parsed;
 /// Bytes asked of the socket per read while a head is being assembled.
 const HEAD_READ: usize = 8 * 1024;
 
-/// When leash closes a connection, it reads and discards at most this much of what the client still sends...
-const LINGER_BYTES: usize = 64 * 1024;
-/// ...for at most this long.
-const LINGER_TIME: Duration = Duration::from_millis(500);
+/// How long a connection (or an HTTP/2 stream) leash ends goes on reading, and discarding, what the client still
+/// sends: until the client's end, at most `bytes`, `total`, and `idle` between two reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Linger {
+    pub bytes: u64,
+    pub idle: Duration,
+    pub total: Duration,
+}
 
-/// Close in an orderly way: shut our side down (FIN; `close_notify` first over TLS), then discard what the client
-/// still sends, bounded, until its end. Closing with unread bytes in the socket makes the kernel send a reset, and a
-/// reset can destroy a refusal (a 403 sent while the client was still uploading) before the client reads it.
-pub(crate) async fn close_gracefully<S: AsyncRead + AsyncWrite + Unpin>(io: &mut S) {
-    let _ = io.shutdown().await;
-    let mut sink = [0u8; 4096];
-    let mut drained = 0usize;
-    let deadline = tokio::time::Instant::now() + LINGER_TIME;
-    while drained < LINGER_BYTES {
-        match tokio::time::timeout_at(deadline, io.read(&mut sink)).await {
-            Ok(Ok(n)) if n > 0 => drained += n,
-            _ => break,
+impl Linger {
+    /// Nothing more is expected from the client (a refused tunnel, a request without a body): what it may have sent
+    /// already, briefly.
+    pub const BRIEF: Linger =
+        Linger { bytes: 64 * 1024, idle: Duration::from_millis(500), total: Duration::from_millis(500) };
+
+    /// The client may still be sending a request body leash answered without reading all of it (a refusal, a
+    /// failure, an upstream's early answer). Clients such as Python's requests and httpx read a response only once
+    /// their whole body is sent: cut off, they report a reset or wait for window instead of showing leash's answer.
+    /// An uploading client sends without pauses, so 2 s of silence means it stopped; 1 GiB (some 30 times the
+    /// largest model API body) and 30 s bound what one answered request can cost (about a second of decryption).
+    pub const UNREAD_BODY: Linger =
+        Linger { bytes: 1024 * 1024 * 1024, idle: Duration::from_secs(2), total: Duration::from_secs(30) };
+
+    /// Read `source` and drop what it brings, until its end or one of the bounds.
+    pub(crate) async fn discard(self, source: &mut impl Discarded) {
+        let deadline = tokio::time::Instant::now() + self.total;
+        let mut read = 0u64;
+        while read < self.bytes {
+            let wait = deadline.min(tokio::time::Instant::now() + self.idle);
+            match tokio::time::timeout_at(wait, source.next_piece()).await {
+                Ok(Some(n)) => read += n,
+                _ => break,
+            }
         }
     }
 }
+
+/// What leash reads only to drop it (a closing socket, the rest of an HTTP/2 request body).
+pub(crate) trait Discarded {
+    /// The length of the next piece read; `None` at the end or on an error.
+    fn next_piece(&mut self) -> impl std::future::Future<Output = Option<u64>>;
+}
+
+/// A socket read only to be drained.
+struct Drained<'a, S> {
+    io: &'a mut S,
+    sink: Vec<u8>,
+}
+
+impl<S: AsyncRead + Unpin> Discarded for Drained<'_, S> {
+    async fn next_piece(&mut self) -> Option<u64> {
+        match self.io.read(&mut self.sink).await {
+            Ok(n) if n > 0 => Some(n as u64),
+            _ => None,
+        }
+    }
+}
+
+/// Close in an orderly way: shut our side down (FIN; `close_notify` first over TLS), then discard what the client
+/// still sends, within [`Linger::BRIEF`], until its end. Closing with unread bytes in the socket makes the kernel send
+/// a reset, and a reset can destroy an answer before the client reads it.
+pub(crate) async fn close_gracefully<S: AsyncRead + AsyncWrite + Unpin>(io: &mut S) {
+    close_lingering(io, Linger::BRIEF).await;
+}
+
+/// [`close_gracefully`], reading what the client still sends within `linger`.
+pub(crate) async fn close_lingering<S: AsyncRead + AsyncWrite + Unpin>(io: &mut S, linger: Linger) {
+    let _ = io.shutdown().await;
+    linger.discard(&mut Drained { io, sink: vec![0; DRAIN_READ] }).await;
+}
+
+/// Bytes asked of the socket per read while draining.
+const DRAIN_READ: usize = 16 * 1024;
 
 /// A buffer larger than this is released once empty, so idle keep-alive connections stay small.
 const KEEP_CAPACITY: usize = 16 * 1024;
@@ -308,5 +361,66 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TlsIo<S> {
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{Discarded, Linger};
+
+    /// A source giving `piece` bytes every `every`, `pieces` times (forever when `None`), counting what was taken.
+    struct Paced {
+        every: Duration,
+        piece: u64,
+        pieces: Option<u32>,
+        taken: u32,
+    }
+
+    impl Discarded for Paced {
+        async fn next_piece(&mut self) -> Option<u64> {
+            if self.pieces.is_some_and(|n| self.taken == n) {
+                return None;
+            }
+            tokio::time::sleep(self.every).await;
+            self.taken += 1;
+            Some(self.piece)
+        }
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    async fn discard(linger: Linger, mut source: Paced) -> (u32, Duration) {
+        let start = Instant::now();
+        linger.discard(&mut source).await;
+        (source.taken, start.elapsed())
+    }
+
+    #[tokio::test]
+    async fn discarding_stops_at_the_end_of_what_comes() {
+        let linger = Linger { bytes: 1 << 20, idle: 1000 * MS, total: 5000 * MS };
+        let (taken, took) = discard(linger, Paced { every: MS, piece: 10, pieces: Some(3), taken: 0 }).await;
+        assert_eq!(taken, 3);
+        assert!(took < 1000 * MS, "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn discarding_stops_after_the_bytes_bound() {
+        let linger = Linger { bytes: 100, idle: 1000 * MS, total: 5000 * MS };
+        let (taken, _) = discard(linger, Paced { every: MS, piece: 10, pieces: None, taken: 0 }).await;
+        assert_eq!(taken, 10, "100 bytes in pieces of 10, not one more read");
+    }
+
+    #[tokio::test]
+    async fn discarding_stops_after_silence_and_after_the_total_time() {
+        let silent = Linger { bytes: 1 << 20, idle: 50 * MS, total: 5000 * MS };
+        let (taken, took) = discard(silent, Paced { every: 1000 * MS, piece: 1, pieces: None, taken: 0 }).await;
+        assert_eq!(taken, 0);
+        assert!(took >= 50 * MS && took < 1000 * MS, "stopped after the idle bound: {took:?}");
+        let trickle = Linger { bytes: 1 << 20, idle: 100 * MS, total: 300 * MS };
+        let (taken, took) = discard(trickle, Paced { every: 10 * MS, piece: 1, pieces: None, taken: 0 }).await;
+        assert!(taken > 1, "a steady trickle is read");
+        assert!(took >= 300 * MS && took < 2000 * MS, "but no longer than the total bound: {took:?}");
     }
 }

@@ -8,6 +8,7 @@
 //! client, agreeing to the protocol the upstream chose; then serve HTTP/1.1 ([`h1`]) or HTTP/2 ([`h2`]). Nothing the
 //! client sends inside TLS reaches the upstream before its request was decided and logged.
 
+mod client_body;
 mod h1;
 mod h2;
 

@@ -10,7 +10,7 @@ use std::future::Future;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use hyper::body::{Body as _, Incoming};
+use hyper::body::Body;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::config::Limits;
@@ -245,24 +245,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> RequestBody for H1Body<'_, S> {
     }
 }
 
-/// An HTTP/2 stream's body as hyper hands it over.
-pub(crate) struct H2Body {
+/// An HTTP/2 stream's body as hyper hands it over (or a wrapper of it: `inspect/client_body.rs`).
+pub(crate) struct H2Body<B> {
     /// The body; `None` once the gate read it.
-    pub body: Option<Incoming>,
+    pub body: Option<B>,
     /// The length the stream's `content-length` declares.
     declared: Option<u64>,
 }
 
-impl H2Body {
+impl<B> H2Body<B> {
     /// The body of a stream whose fields are `parts`.
-    pub fn new(parts: &http::request::Parts, body: Incoming) -> Self {
+    pub fn new(parts: &http::request::Parts, body: B) -> Self {
         let length = parts.headers.get(http::header::CONTENT_LENGTH);
         let declared = length.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         H2Body { body: Some(body), declared }
     }
 }
 
-impl RequestBody for H2Body {
+impl<B> RequestBody for H2Body<B>
+where
+    B: Body<Data = Bytes, Error = hyper::Error> + Send,
+{
     fn is_empty(&self) -> bool {
         self.body.as_ref().is_none_or(|b| b.is_end_stream())
     }

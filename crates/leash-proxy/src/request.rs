@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::admit::{admit, Admitted, BodyLeft, Door, Entry};
 use crate::audit::refusal;
 use crate::config::Limits;
-use crate::conn::{BufConn, Next, ReadHeadError, Reparse};
+use crate::conn::{close_lingering, BufConn, Linger, Next, ReadHeadError, Reparse};
 use crate::gate::{Asked, RequestCtx};
 use crate::headers;
 use crate::message::H1Body;
@@ -104,6 +104,18 @@ pub(crate) async fn read_request_head<S: AsyncRead + AsyncWrite + Unpin>(
     let max = limits.max_head_bytes;
     let reparse = Reparse::OnLineEnd { max };
     client.read_head(limits.idle_timeout, limits.head_timeout, reparse, |b| parse_request_head(b, max)).await
+}
+
+/// Close the client's connection after `head`, the request that ended it. When that request has a body, leash may
+/// have answered before reading all of it (a refusal, a failure, an upstream's early answer) while the client is
+/// still sending: the rest is read within [`Linger::UNREAD_BODY`], so a client that reads only once its body is sent
+/// gets the answer rather than a reset. A body whose framing is malformed (a smuggling shape) is not waited for.
+pub(crate) async fn close_after<S: AsyncRead + AsyncWrite + Unpin>(client: &mut BufConn<S>, head: &RequestHead) {
+    let linger = match request_framing(head) {
+        Ok(BodyFraming::None | BodyFraming::ContentLength(0)) | Err(_) => Linger::BRIEF,
+        Ok(_) => Linger::UNREAD_BODY,
+    };
+    close_lingering(&mut client.io, linger).await;
 }
 
 /// Record and answer a request refused before the policy was asked (400s, bad hosts, Host mismatches). `target` is

@@ -12,10 +12,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use crate::config::ProxyConfig;
-use crate::conn::{close_gracefully, BufConn, Next};
+use crate::conn::{BufConn, Next};
 use crate::fair::{Admitted, ConnectionBound};
 use crate::forward;
-use crate::request::refuse_unreadable;
+use crate::request::{close_after, refuse_unreadable};
 use crate::service::Listening;
 use crate::shared::Shared;
 use crate::tunnel;
@@ -291,7 +291,7 @@ async fn connection(
             return tunnel::handle(sh, client, &head, peer).await;
         }
         if forward::handle(sh, &mut client, &head, peer).await == Next::Close {
-            return close_gracefully(&mut client.io).await;
+            return close_after(&mut client, &head).await;
         }
         if *stop.borrow() {
             return;

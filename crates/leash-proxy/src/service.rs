@@ -21,12 +21,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::audit::refusal;
-use crate::conn::{close_gracefully, BufConn, Next};
+use crate::conn::{BufConn, Next};
 use crate::dial::{connect_checked, DialError};
 use crate::exchange::{exchange, settle, ExchangeError, Watches};
 use crate::gate::{Asked, Extras, RequestCtx};
 use crate::refusal::{reply, Response};
-use crate::request::{request_head_bytes, Plan, TargetForm};
+use crate::request::{close_after, request_head_bytes, Plan, TargetForm};
 use crate::shared::Shared;
 use crate::wire::http_head::{request_framing, RequestHead};
 
@@ -213,7 +213,7 @@ async fn http(sh: &Shared, service: &Service, accepted: Accepted) {
         let ctx = RequestCtx::for_service(sh, accepted.peer, &service.name);
         match request(&ctx, service, accepted.port, &mut client, &head, &mut target).await {
             Next::KeepAlive => {}
-            Next::Close => return close_gracefully(&mut client.io).await,
+            Next::Close => return close_after(&mut client, &head).await,
         }
     }
 }

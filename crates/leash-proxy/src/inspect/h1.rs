@@ -12,7 +12,7 @@ use crate::conn::{close_gracefully, BufConn, Next};
 use crate::dial::DialError;
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, RequestCtx};
-use crate::request::{admit_h1, bad_request, plan, refuse_early, refuse_unreadable, Plan};
+use crate::request::{admit_h1, bad_request, close_after, plan, refuse_early, refuse_unreadable, Plan};
 use crate::wire::http_head::{BodyFraming, RequestHead};
 use crate::wire::target::split_query;
 
@@ -40,15 +40,15 @@ pub(super) async fn serve(t: &Inspected, client: ClientTls, upstream: UpstreamTl
             Ok(head) => head,
             Err(e) => {
                 refuse_unreadable(&t.sh, &mut client, e, t.peer).await;
-                break;
+                close_gracefully(&mut client.io).await;
+                return totals;
             }
         };
         if request(t, &mut client, &head, &mut upstream, &mut totals).await == Next::Close {
-            break;
+            close_after(&mut client, &head).await;
+            return totals;
         }
     }
-    close_gracefully(&mut client.io).await;
-    totals
 }
 
 /// Decide one inner request and forward it when allowed.

@@ -1,7 +1,8 @@
 //! HTTP/2 inside an inspected tunnel (the client and the upstream both chose `h2`): hyper serves the client's
 //! connection, each stream is decided on its own (`:scheme` https, `:authority` and any Host naming the SNI host
 //! and the tunnel's port, canonical path), and allowed streams go to the upstream over one HTTP/2 connection with
-//! bodies and trailers streamed both ways — so gRPC works. Refused streams get leash's 403; the connection stays up.
+//! bodies and trailers streamed both ways — so gRPC works. Refused streams get leash's 403; the connection stays up,
+//! and the rest of a body the client is still sending is read and dropped ([`super::client_body`]).
 
 mod bodies;
 
@@ -23,6 +24,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use leash_policy::{canonicalize, parse_authority, CanonicalPath, Decision, Question, Reason, Scheme, Via};
 
+use super::client_body::ClientBody;
 use super::{ClientTls, Inspected, UpstreamTls};
 use crate::admit::{admit, sent_target, Admitted, Entry, Tunnelled};
 use crate::audit::{refusal, UpstreamFailure};
@@ -95,6 +97,8 @@ async fn stream(
 ) -> HttpResponse<ResBody> {
     let ctx = t.request_ctx();
     let (mut parts, body) = req.into_parts();
+    // However this stream is answered, the client may send its body to the end (see `client_body`).
+    let body = ClientBody::new(body);
     let (method, path_and_query) = (parts.method.clone(), Outgoing::target(&parts).to_owned());
     let host = t.host_str();
     let asked = Asked { method: method.as_str(), host: &host, port: t.port, path: Some(&path_and_query) };
@@ -129,7 +133,7 @@ async fn send(
     t: &Arc<Inspected>,
     ctx: &RequestCtx<'_>,
     (mut sender, totals): (Upstream, Arc<Totals>),
-    (parts, body, mut admitted): (http::request::Parts, H2Body, Admitted<()>),
+    (parts, body, mut admitted): (http::request::Parts, H2Body<ClientBody>, Admitted<()>),
     asked: &Asked<'_>,
 ) -> HttpResponse<ResBody> {
     let up = Arc::new(AtomicU64::new(0));
@@ -152,7 +156,7 @@ async fn send(
 fn upstream_request(
     t: &Inspected,
     parts: &http::request::Parts,
-    body: H2Body,
+    body: H2Body<ClientBody>,
     admitted: &mut Admitted<()>,
     (up, leaked): (&Arc<AtomicU64>, &Found),
 ) -> Result<Request<Counted<ReqBody>>, http::Error> {

@@ -4,6 +4,7 @@
 
 mod credential_attacks;
 mod credentials;
+mod early_answers;
 mod h2;
 mod non_interference;
 mod provider_tools;
