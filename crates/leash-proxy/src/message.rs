@@ -17,7 +17,7 @@ use crate::config::Limits;
 use crate::conn::BufConn;
 use crate::credentials::Redactor;
 use crate::headers;
-use crate::model;
+use crate::model::{self, Unread};
 use crate::wire::http_head::{upgrade_value, BodyFraming, Header, RequestHead};
 
 /// A message's fields, by name and value, whichever version carries them. Names compare case-insensitively.
@@ -56,9 +56,8 @@ pub(crate) trait RequestBody {
     fn is_empty(&self) -> bool;
     /// The length the head declares, when it declares one.
     fn declared(&self) -> Option<u64>;
-    /// The whole body, at most `limits.max_model_body` bytes, arriving within the response timeout; `Err` says why
-    /// it could not be read.
-    fn read_whole(&mut self, limits: &Limits) -> impl Future<Output = Result<Bytes, String>> + Send;
+    /// The whole body, at most `limits.max_model_body` bytes, arriving within the response timeout.
+    fn read_whole(&mut self, limits: &Limits) -> impl Future<Output = Result<Bytes, Unread>> + Send;
 }
 
 impl Fields for Vec<Header> {
@@ -240,7 +239,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> RequestBody for H1Body<'_, S> {
         }
     }
 
-    async fn read_whole(&mut self, limits: &Limits) -> Result<Bytes, String> {
+    async fn read_whole(&mut self, limits: &Limits) -> Result<Bytes, Unread> {
         model::read_body(limits, self.client, self.head, self.framing).await.map(Bytes::from)
     }
 }
@@ -274,15 +273,15 @@ where
         self.declared
     }
 
-    async fn read_whole(&mut self, limits: &Limits) -> Result<Bytes, String> {
+    async fn read_whole(&mut self, limits: &Limits) -> Result<Bytes, Unread> {
         let Some(body) = self.body.take() else { return Ok(Bytes::new()) };
         let max = limits.max_model_body;
         // The client sends its body at its own pace; as long as leash would wait for an upstream's answer, no longer.
         let collected = tokio::time::timeout(limits.response_timeout, Limited::new(body, max).collect()).await;
         match collected {
-            Err(_) => Err("the body did not arrive in time".to_owned()),
-            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(model::too_large(max)),
-            Ok(Err(e)) => Err(format!("the body could not be read: {e}")),
+            Err(_) => Err(Unread::Late),
+            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(Unread::TooLarge(max)),
+            Ok(Err(e)) => Err(Unread::Stream(e)),
             Ok(Ok(collected)) => Ok(collected.to_bytes()),
         }
     }

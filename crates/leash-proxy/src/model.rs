@@ -173,7 +173,7 @@ pub(crate) async fn gate<M: Outgoing, B: RequestBody>(
     // Read even a body refused for its encoding, so the connection can go on to the next request.
     let whole = match body.read_whole(limits).await {
         Ok(whole) => whole,
-        Err(why) => return unread(why),
+        Err(why) => return unread(why.to_string()),
     };
     let refuse = |why| Gated::Refuse { why, read: true };
     if let Some(why) = encoding_problem(request.values_of("content-encoding")) {
@@ -188,21 +188,36 @@ pub(crate) async fn gate<M: Outgoing, B: RequestBody>(
     }
 }
 
-/// The whole body, at most `max` bytes as sent (chunk framing included), de-chunked; `Err` says why not.
+/// Why a model API request's body could not be read whole; its text is the refusal's.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unread {
+    #[error("{}", too_large(*.0))]
+    TooLarge(usize),
+    #[error("the body did not arrive in time")]
+    Late,
+    #[error("the body could not be read: {0}")]
+    Io(#[from] io::Error),
+    #[error("the chunked body is malformed")]
+    MalformedChunks,
+    /// An HTTP/2 stream's body failed (reset, connection gone).
+    #[error("the body could not be read: {0}")]
+    Stream(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// The whole body, at most `max` bytes as sent (chunk framing included), de-chunked.
 pub(crate) async fn read_body<S>(
     limits: &Limits,
     client: &mut BufConn<S>,
     head: &RequestHead,
     framing: BodyFraming,
-) -> Result<Vec<u8>, String>
+) -> Result<Vec<u8>, Unread>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let max = limits.max_model_body;
-    let unreadable = |e: std::io::Error| format!("the body could not be read: {e}");
     if head.values("expect").any(|v| v.eq_ignore_ascii_case(b"100-continue")) {
         let continued = client.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
-        continued.and(client.io.flush().await).map_err(unreadable)?;
+        continued.and(client.io.flush().await)?;
     }
     let mut capped = Capped::new(max);
     let copy = async {
@@ -214,12 +229,10 @@ where
     // The client sends its body at its own pace; as long as leash would wait for an upstream's answer, no longer.
     let copied = tokio::time::timeout(limits.response_timeout, copy).await;
     match copied {
-        _ if capped.over => Err(too_large(max)),
-        Err(_) => Err("the body did not arrive in time".to_owned()),
-        Ok(Err(e)) => Err(unreadable(e)),
-        Ok(Ok(_)) if framing == BodyFraming::Chunked => {
-            dechunk(&capped.buf).ok_or_else(|| "the chunked body is malformed".to_owned())
-        }
+        _ if capped.over => Err(Unread::TooLarge(max)),
+        Err(_) => Err(Unread::Late),
+        Ok(Err(e)) => Err(Unread::Io(e)),
+        Ok(Ok(_)) if framing == BodyFraming::Chunked => dechunk(&capped.buf).ok_or(Unread::MalformedChunks),
         Ok(Ok(_)) => Ok(capped.buf),
     }
 }
