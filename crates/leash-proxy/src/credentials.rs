@@ -345,10 +345,7 @@ fn in_query(target: &str, credential: &Credential, secret: &Secret) -> Option<St
     used.then(|| format!("{before}?{}", pairs.join("&")))
 }
 
-/// Put `secret` where `credential` says it travels in `fields`: its placeholder is replaced in the values of each
-/// of the entry's headers (for a `basic:` entry, a Basic authorization carrying it becomes the entry's own, see
-/// [`replaced`]); with `add`, a request without the entry's first header, and without the placeholder in another,
-/// gets that header. True if the real value went in.
+/// [`inject`]'s rule, for the fields of either version.
 fn put_in<F: Fields>(fields: &mut F, credential: &Credential, secret: &Secret) -> bool {
     let present = fields.values_of(&credential.header).next().is_some();
     let used = credential
@@ -360,12 +357,15 @@ fn put_in<F: Fields>(fields: &mut F, credential: &Credential, secret: &Secret) -
     fields.add(&credential.header, added_value(&credential.form, secret))
 }
 
-/// [`put_in`] for an HTTP/1.1 head's fields.
+/// Put `secret` where `credential` says it travels in an HTTP/1.1 head's `headers`: its placeholder is replaced in
+/// the values of each of the entry's headers (for a `basic:` entry, a Basic authorization carrying it becomes the
+/// entry's own, see `replaced`); with `add`, a request without the entry's first header, and without the
+/// placeholder in another, gets that header. True if the real value went in.
 pub fn inject(headers: &mut Vec<Header>, credential: &Credential, secret: &Secret) -> bool {
     put_in(headers, credential, secret)
 }
 
-/// [`put_in`] for an HTTP/2 request's fields.
+/// [`inject`] for an HTTP/2 request's fields.
 pub fn inject_h2(headers: &mut http::HeaderMap, credential: &Credential, secret: &Secret) -> bool {
     put_in(headers, credential, secret)
 }
