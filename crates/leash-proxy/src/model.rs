@@ -18,6 +18,7 @@ use crate::conn::BufConn;
 use crate::message::{Outgoing, RequestBody};
 use crate::provider_tools::{filter, Outcome};
 use crate::request::{request_head_bytes, Plan, TargetForm};
+use crate::wire::chunked::ChunkedScanner;
 use crate::wire::http_head::{BodyFraming, Header, RequestHead};
 
 /// What becomes of a model API request with a body.
@@ -83,46 +84,69 @@ pub(super) fn refused() -> Decision {
     refusal(Reason::ProviderTools)
 }
 
-/// The payload of a chunked body already checked by the chunked scanner (so well formed); trailers are dropped.
-/// `None` if it is not well formed after all.
+/// The payload of a chunked body, trailers dropped, as [`Capped::dechunking`] keeps it; `None` if it is not well
+/// formed or not whole.
+#[cfg(test)]
 pub(super) fn dechunk(raw: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut rest = raw;
-    loop {
-        let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = rest[..line_end].split(|b| *b == b';').next()?;
-        let size = usize::from_str_radix(std::str::from_utf8(size_text).ok()?, 16).ok()?;
-        rest = rest.get(line_end + 2..)?;
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(rest.get(..size)?);
-        rest = rest.get(size.checked_add(2)?..)?;
-    }
+    let mut capped = Capped::dechunking(usize::MAX);
+    capped.take(raw).ok()?;
+    capped.chunked.as_ref().is_some_and(ChunkedScanner::is_done).then_some(capped.buf)
 }
 
-/// A writer into memory that fails once more than `cap` bytes are written (a body read to be checked).
+/// A writer into memory that fails once more than `cap` bytes are written (a body read to be checked). Dechunking,
+/// it keeps only a chunked body's data (sizes, extensions and trailers dropped as they pass), and only data counts
+/// towards the cap: as for an HTTP/2 stream's DATA frames, so the bound means the same through every door.
 pub(super) struct Capped {
     pub buf: Vec<u8>,
     cap: usize,
     /// Set when a write went past the cap.
     pub over: bool,
+    /// Follows a chunked body's framing, to tell its data from the rest.
+    chunked: Option<ChunkedScanner>,
 }
 
 impl Capped {
     pub fn new(cap: usize) -> Self {
-        Self { buf: Vec::new(), cap, over: false }
+        Self { buf: Vec::new(), cap, over: false, chunked: None }
     }
+
+    /// A writer that keeps a chunked body's data only.
+    pub fn dechunking(cap: usize) -> Self {
+        Self { chunked: Some(ChunkedScanner::new()), ..Self::new(cap) }
+    }
+
+    /// Keep `bytes` (their data, dechunking); an error once past the cap or, dechunking, at malformed framing.
+    fn take(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let Some(scanner) = self.chunked.as_mut() else { return keep(&mut self.buf, self.cap, &mut self.over, bytes) };
+        let mut rest = bytes;
+        while !rest.is_empty() && !scanner.is_done() {
+            let left = scanner.data_left();
+            // Data in runs; framing and trailers one byte at a time (their lines are short).
+            let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
+            let (now, later) = rest.split_at(n);
+            scanner.feed(now).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if left.is_some() {
+                keep(&mut self.buf, self.cap, &mut self.over, now)?;
+            }
+            rest = later;
+        }
+        Ok(())
+    }
+}
+
+/// `bytes` appended to `buf`, unless that would take it past `cap` (then `over` is set).
+fn keep(buf: &mut Vec<u8>, cap: usize, over: &mut bool, bytes: &[u8]) -> io::Result<()> {
+    if buf.len().saturating_add(bytes.len()) > cap {
+        *over = true;
+        return Err(io::Error::other("body larger than the bound"));
+    }
+    buf.extend_from_slice(bytes);
+    Ok(())
 }
 
 impl AsyncWrite for Capped {
     fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        if self.buf.len().saturating_add(data.len()) > self.cap {
-            self.over = true;
-            return Poll::Ready(Err(io::Error::other("body larger than the bound")));
-        }
-        self.buf.extend_from_slice(data);
-        Poll::Ready(Ok(data.len()))
+        Poll::Ready(self.take(data).map(|()| data.len()))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -197,14 +221,12 @@ pub(crate) enum Unread {
     Late,
     #[error("the body could not be read: {0}")]
     Io(#[from] io::Error),
-    #[error("the chunked body is malformed")]
-    MalformedChunks,
     /// An HTTP/2 stream's body failed (reset, connection gone).
     #[error("the body could not be read: {0}")]
     Stream(Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// The whole body, at most `max` bytes as sent (chunk framing included), de-chunked.
+/// The whole body, de-chunked, at most `max` bytes of data.
 pub(crate) async fn read_body<S>(
     limits: &Limits,
     client: &mut BufConn<S>,
@@ -219,7 +241,10 @@ where
         let continued = client.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
         continued.and(client.io.flush().await)?;
     }
-    let mut capped = Capped::new(max);
+    let mut capped = match framing {
+        BodyFraming::Chunked => Capped::dechunking(max),
+        _ => Capped::new(max),
+    };
     let copy = async {
         match framing {
             BodyFraming::ContentLength(n) => client.source().copy_exact(&mut capped, n).await,
@@ -232,7 +257,6 @@ where
         _ if capped.over => Err(Unread::TooLarge(max)),
         Err(_) => Err(Unread::Late),
         Ok(Err(e)) => Err(Unread::Io(e)),
-        Ok(Ok(_)) if framing == BodyFraming::Chunked => dechunk(&capped.buf).ok_or(Unread::MalformedChunks),
         Ok(Ok(_)) => Ok(capped.buf),
     }
 }
