@@ -106,16 +106,8 @@ async fn stream(
         Ok(path) => path,
         Err(refused) => return own_response(&ctx.refuse(&asked, &refused)),
     };
-    let (host_name, port) = (&t.host, t.port);
-    let question = Question::Request(leash_policy::Request {
-        via: Via::Tunnel,
-        scheme: Scheme::Https,
-        host: host_name,
-        port,
-        path: &path,
-    });
     let mut body = H2Body::new(&parts, body);
-    let entry = Entry { question, host: host_name, asked };
+    let entry = Entry { question: question(&t, &path), host: &t.host, asked };
     let admitted = match admit(&ctx, entry, (&mut parts, &mut body), &mut Tunnelled).await {
         Ok(admitted) => admitted,
         Err(refused) => return own_response(&refused.answer),
@@ -124,17 +116,19 @@ async fn stream(
         Ok(sender) => sender,
         Err(why) => return failed(&t, &ctx, UpstreamFailure::BadResponse, &why),
     };
-    send(&t, &ctx, (sender, totals), (parts, body, admitted), &asked).await
+    // A refusal after the allow line names what that line named: the path without its query.
+    let allowed = Asked { path: Some(split_query(&path_and_query).0), ..asked };
+    send(&t, &ctx, (sender, totals), (parts, body, admitted), &allowed).await
 }
 
 /// Send an admitted stream up and relay its response; a request body cut off at a credential bound elsewhere is
-/// refused under `asked`.
+/// refused under `allowed` (as its allow line named it).
 async fn send(
     t: &Arc<Inspected>,
     ctx: &RequestCtx<'_>,
     (mut sender, totals): (Upstream, Arc<Totals>),
     (parts, body, mut admitted): (http::request::Parts, H2Body<ClientBody>, Admitted<()>),
-    asked: &Asked<'_>,
+    allowed: &Asked<'_>,
 ) -> HttpResponse<ResBody> {
     let up = Arc::new(AtomicU64::new(0));
     let leaked = Arc::new(Mutex::new(None));
@@ -145,7 +139,7 @@ async fn send(
     match sender.send_request(request).await {
         Ok(response) => relay(t, ctx, response, admitted.watches.redact, (up, totals)),
         Err(e) => match leaked.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some(name) => own_response(&ctx.refuse_leak(asked, &name)),
+            Some(name) => own_response(&ctx.refuse_leak(allowed, &name)),
             None => failed(t, ctx, failure_of(&e), &e.to_string()),
         },
     }
@@ -206,6 +200,12 @@ fn relay(
         };
         Counted { inner, count: Arc::new(AtomicU64::new(0)), on_end: Some(log) }.boxed()
     })
+}
+
+/// What the policy is asked about a stream to `path` in the tunnel.
+fn question<'a>(t: &'a Inspected, path: &'a CanonicalPath) -> Question<'a> {
+    let request = leash_policy::Request { via: Via::Tunnel, scheme: Scheme::Https, host: &t.host, port: t.port, path };
+    Question::Request(request)
 }
 
 /// The canonical path of a stream whose scheme, `:authority` and any Host name the tunnel's host and port; `Err` is
