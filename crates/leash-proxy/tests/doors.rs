@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 
 use ::http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use leash_proxy::credentials::{Secret, Secrets};
@@ -60,6 +60,8 @@ const MAX_MODEL_BODY: usize = 64;
 /// Fields a client may add: one the model API gate answers itself, one that says the body is compressed.
 const EXTRAS: &[(&str, &str)] = &[("expect", "100-continue"), ("content-encoding", "gzip")];
 const UPGRADES: &[&str] = &["h2c", "websocket"];
+/// A request trailer's values: plain, or the other credential's placeholder (to be refused as a leak).
+const TRAILERS: &[&str] = &["t1", OTHER_PLACEHOLDER];
 
 /// Where a request carries a credential.
 #[derive(Debug, Clone, Copy)]
@@ -84,6 +86,8 @@ struct Req {
     body: Option<&'static str>,
     /// A field of [`EXTRAS`], sent with a body.
     extra: Option<(&'static str, &'static str)>,
+    /// A trailer's value (of [`TRAILERS`]): the body is then sent chunked (HTTP/1.1) or ends in trailers (HTTP/2).
+    trailer: Option<&'static str>,
     upgrade: Option<&'static str>,
 }
 
@@ -141,13 +145,16 @@ fn any_request() -> impl Strategy<Value = Req> {
     let key = select(vec![Key::None, Key::OwnHeader, Key::OwnQuery, Key::OtherHeader, Key::OtherInBody]);
     let body = proptest::option::of(select(BODIES));
     let extra = proptest::option::weighted(0.3, select(EXTRAS));
+    let trailer = proptest::option::weighted(0.2, select(TRAILERS));
     let upgrade = proptest::option::weighted(0.2, select(UPGRADES));
-    (select(HOSTS), select(PATHS), key, body, extra, upgrade).prop_map(|(host, path, key, body, extra, upgrade)| Req {
+    let shape = (select(HOSTS), select(PATHS), key, body, (extra, trailer), upgrade);
+    shape.prop_map(|(host, path, key, body, (extra, trailer), upgrade)| Req {
         host,
         path,
         key,
         body,
         extra,
+        trailer,
         upgrade,
     })
 }
@@ -210,6 +217,7 @@ struct AtOrigin {
     fields: BTreeSet<(String, String)>,
     /// As text (lossy), so a failure reads.
     body: String,
+    trailers: BTreeSet<(String, String)>,
 }
 
 /// A response as the client received it, modulo version framing.
@@ -276,8 +284,16 @@ async fn h2_origin(req: Request<Incoming>, seen: Seen) -> Result<Response<Frames
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
     let Ok(collected) = body.collect().await else { return Ok(Response::new(Frames(VecDeque::new()))) };
     let fields = normalized(parts.headers.iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("\u{0}"))));
+    let trailers = collected.trailers().map(|t| normalized(t.iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap()))));
+    let trailers = trailers.unwrap_or_default();
     let body = String::from_utf8_lossy(&collected.to_bytes()).into_owned();
-    seen.lock().unwrap().push(AtOrigin { method: parts.method.to_string(), target: target.clone(), fields, body });
+    seen.lock().unwrap().push(AtOrigin {
+        method: parts.method.to_string(),
+        target: target.clone(),
+        fields,
+        body,
+        trailers,
+    });
     let key = key_of(parts.headers.get("x-api-key").and_then(|v| v.to_str().ok()), &target);
     let (fields, chunks, trailers) = echo(&key, target.split('?').next().unwrap());
     let mut response = Response::builder();
@@ -380,11 +396,15 @@ impl Scene {
             Some(u) => out.push_str(&format!("Connection: close, upgrade\r\nUpgrade: {u}\r\n")),
             None => out.push_str("Connection: close\r\n"),
         }
-        let body = req.body().unwrap_or_default();
-        if req.body().is_some() {
-            out.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
+        let Some(body) = req.body() else { return out + "\r\n" };
+        out.push_str("Content-Type: application/json\r\n");
+        match req.trailer {
+            Some(t) => format!(
+                "{out}Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\nx-request-trailer: {t}\r\n\r\n",
+                body.len()
+            ),
+            None => format!("{out}Content-Length: {}\r\n\r\n{body}", body.len()),
         }
-        out + "\r\n" + &body
     }
 
     async fn plain(&self, req: &Req) -> Answer {
@@ -429,12 +449,20 @@ impl Scene {
         for (n, v) in req.fields() {
             request = request.header(n, v);
         }
-        let body = req.body().unwrap_or_default();
-        if req.body().is_some() {
-            request = request.header("content-type", "application/json").header("content-length", body.len());
+        let mut frames = VecDeque::new();
+        if let Some(body) = req.body() {
+            request = request.header("content-type", "application/json");
+            if req.trailer.is_none() {
+                request = request.header("content-length", body.len());
+            }
+            frames.push_back(Frame::data(Bytes::from(body)));
         }
-        let response =
-            within("the stream's answer", send.send_request(request.body(Full::new(Bytes::from(body))).unwrap())).await;
+        if let Some(t) = req.trailer.filter(|_| req.body().is_some()) {
+            let mut map = HeaderMap::new();
+            map.insert("x-request-trailer", HeaderValue::from_static(t));
+            frames.push_back(Frame::trailers(map));
+        }
+        let response = within("the stream's answer", send.send_request(request.body(Frames(frames)).unwrap())).await;
         let response = match response {
             Ok(response) => response,
             // A stream leash reset: no answer to compare but its lines.
@@ -499,6 +527,7 @@ impl Scene {
                 target: r.target.clone(),
                 fields: normalized(h1_fields(&r.head)),
                 body: String::from_utf8_lossy(&r.body.bytes).into_owned(),
+                trailers: normalized(r.trailers.iter().filter_map(|t| t.split_once(':'))),
             })
             .collect()
     }
