@@ -2,7 +2,8 @@
 //! as HTTP/2 must be treated the same, since one admission sequence (`admit.rs`) serves them all. For generated
 //! policies (allowlists with host and path entries, blocklists, two credentials, a model API whose provider-side
 //! tools are allowed, stripped or refused) and generated requests (credentials in a header, in the query, one bound
-//! elsewhere in a header or the body, model API bodies with and without tools or not JSON, upgrades), each request
+//! elsewhere in a header, the body or a trailer, model API bodies with and without tools, not JSON, over the bound,
+//! compressed or with `Expect: 100-continue`, upgrades), each request
 //! goes through a running proxy once per door, over real sockets, to an origin per door that echoes the key it got
 //! in a field's value, a field's name, the body and a trailer. Every door must write the same decision lines, deliver
 //! the same request to its origin (modulo version framing: `Host`/`:authority`, lengths, chunking) and hand the client
