@@ -1,14 +1,13 @@
 //! The three doors agree: a request treated through plain HTTP, inside an inspected tunnel as HTTP/1.1, and inside one
 //! as HTTP/2 must be treated the same, since one admission sequence (`admit.rs`) serves them all. For generated
-//! policies (allowlists with host and path entries, blocklists, two credentials, a model API whose provider-side
-//! tools are allowed, stripped or refused) and generated requests (credentials in a header, in the query, one bound
-//! elsewhere in a header, the body or a trailer, model API bodies with and without tools, not JSON, over the bound,
-//! compressed or with `Expect: 100-continue`, upgrades), each request
-//! goes through a running proxy once per door, over real sockets, to an origin per door that echoes the key it got
-//! in a field's value, a field's name, the body and a trailer. Every door must write the same decision lines, deliver
-//! the same request to its origin (modulo version framing: `Host`/`:authority`, lengths, chunking) and hand the client
-//! the same response, redacted alike. An upgrade is sent through the HTTP/1.1 doors only: HTTP/2 has none (RFC 9113
-//! §8.6).
+//! policies (allowlists with host and path entries, blocklists, two credentials, a model API whose provider-side tools
+//! are allowed, stripped or refused) and generated requests (credentials in a header, in the query, one bound elsewhere
+//! in a header, the body or a trailer, model API bodies with and without tools, not JSON, over the bound, compressed or
+//! with `Expect: 100-continue`, upgrades), each request goes through a running proxy once per door, over real sockets,
+//! to an origin per door that echoes the key it got in a field's value, a field's name, the body and a trailer. Every
+//! door must write the same decision lines, deliver the same request to its origin (modulo version framing:
+//! `Host`/`:authority`, lengths, chunking) and hand the client the same response, redacted alike. An upgrade is sent
+//! through the HTTP/1.1 doors only: HTTP/2 has none (RFC 9113 §8.6).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod support;
