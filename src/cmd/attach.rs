@@ -1,31 +1,23 @@
 //! `leash attach`: serve leash's proxy inside a network namespace leash did not make — a microVM's tap namespace, a
 //! pod's, another runtime's container — by binding the listener there and serving it from leash's own namespace.
 //! The namespace is checked first (`leash_sandbox::bind_in`): one with another way out is refused. It is served
-//! until a stop signal, or until it is gone. With `--dir`, many namespaces at once ([`super::attach_dir`]).
+//! until a stop signal, or until it is gone. With `--dir`, many namespaces at once (`attach_dir.rs`, dispatched by
+//! `main.rs`); what both do to one namespace is in `shared/attach.rs`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use leash_docker::serve::{bind_in_namespace, serve_until, StopSignals};
-use leash_policy::Policy;
+use leash_docker::serve::{serve_until, StopSignals};
 use leash_proxy::Inspection;
 use leash_sandbox::{Isolation, Netns};
 
 use crate::cli::AttachArgs;
 use crate::exit::Exit;
+use crate::shared::attach::{attach, emptied, gone, harden, Target};
 use crate::shared::sandboxed::{config, proxy_parts, with_stop_signals, ProxyParts};
-use crate::shared::services;
-
-/// How often leash looks whether the namespace it serves is still there.
-const GONE_POLL: Duration = Duration::from_millis(250);
 
 pub fn run(args: AttachArgs) -> Exit {
-    if let Err(e) = leash_sandbox::harden_self() {
-        eprintln!("leash: {e}");
-        return Exit::SandboxFailed;
-    }
-    if let Some(dir) = args.dir.clone() {
-        return super::attach_dir::run(&dir, args);
+    if let Err(code) = harden() {
+        return code;
     }
     let netns = match (&args.netns, args.pid) {
         (Some(path), _) => Netns::Path(path.clone()),
@@ -46,15 +38,7 @@ pub fn run(args: AttachArgs) -> Exit {
     with_stop_signals(move |mut stop| async move { serve(target, until_empty, parts, inspection, &mut stop).await })
 }
 
-/// A namespace to serve and how.
-pub struct Target {
-    pub netns: Netns,
-    pub isolation: Isolation,
-    pub listen: std::net::SocketAddrV4,
-    pub transparent: bool,
-}
-
-pub fn isolation(args: &AttachArgs) -> Isolation {
+fn isolation(args: &AttachArgs) -> Isolation {
     Isolation { interfaces: args.interfaces.clone(), allow_routes: args.allow_routes }
 }
 
@@ -88,94 +72,7 @@ async fn serve(
     Exit::Ok
 }
 
-/// What is bound inside a namespace, and which namespace it was.
-pub struct Attached {
-    pub inside: leash_docker::serve::Inside,
-    pub socket_files: services::SocketFiles,
-    /// The namespace's device and inode when it was bound.
-    pub id: (u64, u64),
-}
-
-/// Checks and binds inside `target`: the proxy's listener, the stub and transparent listeners if asked, and the
-/// policy's services (ports on the listening address inside, Unix sockets at their paths). A namespace that is not
-/// isolated, or any bind that fails, is exit 125 with the reason.
-pub fn attach(target: &Target, policy: &Policy) -> Result<Attached, Exit> {
-    let id = leash_sandbox::netns_id(&target.netns).map_err(|e| refuse(&e))?;
-    let transparent = target.transparent.then(|| leash_proxy::transparent_ports(policy, leash_sandbox::MAX_SOCKETS));
-    let service_ports = services::ports(policy);
-    let inside =
-        bind_in_namespace(&target.netns, &target.isolation, target.listen, transparent.as_deref(), &service_ports)
-            .map_err(|e| refuse(&e))?;
-    let (unix, socket_files) = services::bind_sockets(policy)?;
-    services::announce(policy);
-    Ok(Attached { inside: inside.with_services(unix), socket_files, id })
-}
-
-/// Completes once `netns` is no longer the namespace `id` names (its file removed or replaced, or its process
-/// gone), with the reason.
-pub async fn gone(netns: &Netns, id: (u64, u64)) -> String {
-    loop {
-        tokio::time::sleep(GONE_POLL).await;
-        match leash_sandbox::netns_id(netns) {
-            Ok(now) if now == id => continue,
-            Ok(_) => return format!("the network namespace {netns} was replaced"),
-            Err(_) => return format!("the network namespace {netns} is gone"),
-        }
-    }
-}
-
-/// How often a named namespace is looked at for processes still in it.
-const EMPTIED_POLL: Duration = Duration::from_secs(1);
-
-/// `--until-empty`, for a namespace named by a path (one `ip netns add` made lives on with no process in it):
-/// completes once processes have been seen in it and none is left — the microVM's QEMU or the container ended.
-/// Never for a process's namespace (`--pid`), which [`gone`] watches already, nor for one that never had a process
-/// (a tap namespace waiting for its VM). Opt-in: a one-off `ip netns exec NS curl` would otherwise end the serving.
-pub async fn emptied(netns: &Netns, id: (u64, u64)) -> String {
-    if matches!(netns, Netns::Process(_)) {
-        return std::future::pending().await;
-    }
-    let mut seen = false;
-    loop {
-        tokio::time::sleep(EMPTIED_POLL).await;
-        let inside = tokio::task::spawn_blocking(move || processes_in(id)).await.unwrap_or(1);
-        match (inside, seen) {
-            (0, true) => return format!("the last process in the network namespace {netns} exited"),
-            (0, false) => {}
-            (_, _) => seen = true,
-        }
-    }
-}
-
-/// How many processes are in the network namespace `id` now (their /proc/PID/ns/net is that namespace).
-fn processes_in(id: (u64, u64)) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 1 };
-    let pids =
-        entries.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()));
-    let in_it =
-        |e: &std::fs::DirEntry| std::fs::metadata(e.path().join("ns/net")).is_ok_and(|m| (m.dev(), m.ino()) == id);
-    pids.filter(in_it).count()
-}
-
-fn refuse(e: &leash_sandbox::SandboxError) -> Exit {
-    eprintln!("leash: not serving it: {e}");
-    Exit::SandboxFailed
-}
-
 fn usage(why: &str) -> Exit {
     eprintln!("leash attach: {why}");
     Exit::Usage
-}
-
-/// Refuses proxy options that `--dir` takes from each attachment file instead.
-pub fn refuse_policy_options(args: &AttachArgs) -> Result<(), Exit> {
-    let p = &args.proxy;
-    if p.policy.is_some() || !p.allow.is_empty() || !p.block.is_empty() || p.profile.is_some() {
-        return Err(usage("with --dir, each attachment file names its policy: drop --policy, --allow and --block"));
-    }
-    if args.netns.is_some() || args.pid.is_some() || args.ca_cert_out.is_some() || args.ca_bundle_out.is_some() {
-        return Err(usage("with --dir, each attachment file names its namespace and CA files"));
-    }
-    Ok(())
 }

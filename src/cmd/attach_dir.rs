@@ -16,9 +16,9 @@ use leash_policy::{Attachment, Format, Namespace, Policy};
 use leash_proxy::{AuditLog, ConnectionBound, Inspection, PolicyHandle};
 use leash_sandbox::{Isolation, Netns};
 
-use super::attach::{attach, gone, refuse_policy_options, Target};
 use crate::cli::{AttachArgs, TlsArgs};
 use crate::exit::Exit;
+use crate::shared::attach::{attach, gone, harden, Target};
 use crate::shared::sandboxed::{audit_mode, config, parse_pins, with_stop_signals, Pins, Secured};
 
 /// How often DIR (and the policy files its attachments name) is looked at.
@@ -28,7 +28,7 @@ const SCAN_EVERY: Duration = Duration::from_secs(1);
 const DEFAULT_LISTEN: std::net::SocketAddrV4 = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 3128);
 
 pub fn run(dir: &Path, args: AttachArgs) -> Exit {
-    if let Err(code) = refuse_policy_options(&args) {
+    if let Err(code) = harden().and_then(|()| refuse_policy_options(&args)) {
         return code;
     }
     if !dir.is_dir() {
@@ -80,10 +80,10 @@ struct Agent {
 /// per client — a pod (its loopback clients are one client of its attachment) can never hold the node's
 /// connections, and its neighbours keep theirs.
 fn node_bound() -> ConnectionBound {
-    let limits = crate::fit_open_files(leash_proxy::Limits::default());
+    let limits = crate::shared::open_files::fit_open_files(leash_proxy::Limits::default());
     let per_pod = (limits.max_connections / 4).max(1);
     let limits = leash_proxy::Limits { max_connections_per_client: Some(per_pod), ..limits };
-    ConnectionBound::new(&limits, Arc::default())
+    ConnectionBound::new(&limits, Arc::default(), Some(leash_sandbox::release_free_memory))
 }
 
 /// An attachment being served.
@@ -309,4 +309,21 @@ fn attachment_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
+}
+
+/// Refuses proxy options that `--dir` takes from each attachment file instead.
+pub fn refuse_policy_options(args: &AttachArgs) -> Result<(), Exit> {
+    let p = &args.proxy;
+    if p.policy.is_some() || !p.allow.is_empty() || !p.block.is_empty() || p.profile.is_some() {
+        return Err(usage("with --dir, each attachment file names its policy: drop --policy, --allow and --block"));
+    }
+    if args.netns.is_some() || args.pid.is_some() || args.ca_cert_out.is_some() || args.ca_bundle_out.is_some() {
+        return Err(usage("with --dir, each attachment file names its namespace and CA files"));
+    }
+    Ok(())
+}
+
+fn usage(why: &str) -> Exit {
+    eprintln!("leash attach: {why}");
+    Exit::Usage
 }

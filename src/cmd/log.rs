@@ -5,11 +5,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use leash_policy::Verdict;
+use leash_proxy::audit::verdict_word;
 use serde_json::{json, Value};
 
 use crate::cli::LogSummaryArgs;
 use crate::exit::Exit;
-use crate::shared::audit_read::{read_logs, Decided, LogFile, Record};
+use crate::shared::audit_read::{read_logs, LogFile, Record};
 
 pub fn summary(args: &LogSummaryArgs) -> Exit {
     let files = match read_logs("log summary", &args.logs) {
@@ -62,32 +64,33 @@ impl Row {
 
     fn add(&mut self, record: &Record) {
         self.tunnels += usize::from(record.is_tunnel());
-        match record.decided {
-            Decided::Allow | Decided::Inspect => self.allowed += 1,
-            Decided::Block => self.refused += 1,
-            Decided::WouldBlock => self.would_block += 1,
+        let decided = record.line.decision;
+        match decided {
+            Verdict::Allow | Verdict::Inspect => self.allowed += 1,
+            Verdict::Block => self.refused += 1,
+            Verdict::WouldBlock => self.would_block += 1,
         }
-        let key = (decision_rank(record.decided), record.decided.as_str(), record.reason.clone());
+        let key = (decision_rank(decided), verdict_word(decided), record.line.reason.as_str().to_owned());
         *self.reasons.entry(key).or_default() += 1;
         let Some(outcome) = &record.outcome else { return };
         // An inspected tunnel's bytes are those of the requests inside it, which have lines (and bytes) of their own.
-        if record.decided != Decided::Inspect {
+        if decided != Verdict::Inspect {
             self.bytes_up += outcome.bytes_up;
             self.bytes_down += outcome.bytes_down;
         }
-        if let Some(error) = &outcome.error {
-            *self.upstream_errors.entry(error.clone()).or_default() += 1;
+        if let Some(error) = outcome.error {
+            *self.upstream_errors.entry(error.as_str().to_owned()).or_default() += 1;
         }
     }
 }
 
 /// Refusals first in a row's reasons, then what would have been refused, then allows.
-fn decision_rank(decided: Decided) -> u8 {
+fn decision_rank(decided: Verdict) -> u8 {
     match decided {
-        Decided::Block => 0,
-        Decided::WouldBlock => 1,
-        Decided::Allow => 2,
-        Decided::Inspect => 3,
+        Verdict::Block => 0,
+        Verdict::WouldBlock => 1,
+        Verdict::Allow => 2,
+        Verdict::Inspect => 3,
     }
 }
 
@@ -95,10 +98,10 @@ fn decision_rank(decided: Decided) -> u8 {
 fn rows(files: &[LogFile]) -> Vec<Row> {
     let mut by_key: BTreeMap<(String, u16, bool), Row> = BTreeMap::new();
     for record in files.iter().flat_map(|f| &f.records) {
-        let key = (record.host.clone(), record.port, record.is_lookup());
+        let key = (record.line.host.to_string(), record.line.port, record.is_lookup());
         let row = by_key.entry(key).or_insert_with(|| Row {
-            host: record.host.clone(),
-            port: record.port,
+            host: record.line.host.to_string(),
+            port: record.line.port,
             lookup: record.is_lookup(),
             ..Row::default()
         });
@@ -188,17 +191,17 @@ fn cells(row: &Row) -> [String; 8] {
 
 /// Why requests were refused (and, after `would-block:`, why others would have been), most frequent first.
 fn refusal_reasons(row: &Row) -> String {
-    let of = |decided: Decided| {
+    let of = |decided: Verdict| {
         let mut counted: Vec<(&str, usize)> = row
             .reasons
             .iter()
-            .filter(|((_, word, _), _)| *word == decided.as_str())
+            .filter(|((_, word, _), _)| *word == verdict_word(decided))
             .map(|((_, _, reason), n)| (reason.as_str(), *n))
             .collect();
         counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         counted.iter().map(|(reason, n)| format!("{reason} {n}")).collect::<Vec<_>>().join(", ")
     };
-    match (of(Decided::Block), of(Decided::WouldBlock)) {
+    match (of(Verdict::Block), of(Verdict::WouldBlock)) {
         (refused, would) if would.is_empty() => refused,
         (refused, would) if refused.is_empty() => format!("would-block: {would}"),
         (refused, would) => format!("{refused}; would-block: {would}"),

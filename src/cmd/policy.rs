@@ -9,16 +9,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use leash_policy::{load, parse_host, Format, Host};
+use leash_policy::{load, parse_host, Format, Host, Reason, Verdict};
 
 use crate::cli::{PolicySuggestArgs, SuggestMode};
 use crate::exit::Exit;
 use crate::policy_file::print_errors;
-use crate::shared::audit_read::{read_logs, Decided, LogFile, Record};
+use crate::shared::audit_read::{read_logs, LogFile, Record};
 
 /// Refusal reasons that no suggestion may turn into an allow: the destination check and the IP-literal rule must
 /// keep refusing such requests whatever the policy lists.
-const NEVER_ALLOW: [&str; 2] = ["ip-literal", "internal-destination"];
+const NEVER_ALLOW: [Reason; 2] = [Reason::IpLiteral, Reason::InternalDestination];
 
 /// The ports a policy without `ports` / `tunnel_ports` has (docs/policy.md); a suggestion names only more.
 const DEFAULT_PORTS: [u16; 2] = [80, 443];
@@ -133,22 +133,24 @@ impl Usage {
             return;
         }
         self.requests += 1;
-        let host = parse_host(&record.host).map(|h| h.to_string()).unwrap_or_else(|_| record.host.clone());
+        let line = &record.line;
+        let host = parse_host(&line.host).map(|h| h.to_string()).unwrap_or_else(|_| line.host.to_string());
         let entry = self.hosts.entry(host).or_default();
         entry.requests += 1;
-        match record.decided {
-            Decided::Block => *entry.refused.entry(record.reason.clone()).or_default() += 1,
-            Decided::WouldBlock => *entry.would_block.entry(record.reason.clone()).or_default() += 1,
-            Decided::Allow | Decided::Inspect => {}
+        let reason = line.reason.as_str().to_owned();
+        match line.decision {
+            Verdict::Block => *entry.refused.entry(reason).or_default() += 1,
+            Verdict::WouldBlock => *entry.would_block.entry(reason).or_default() += 1,
+            Verdict::Allow | Verdict::Inspect => {}
         }
         if !makes_needed(record) {
             return;
         }
         entry.used += 1;
         if record.is_tunnel() {
-            *self.tunnel_ports.entry(record.port).or_default() += 1;
-        } else if !inspected.contains(&(record.host.as_str(), record.port)) {
-            *self.ports.entry(record.port).or_default() += 1;
+            *self.tunnel_ports.entry(line.port).or_default() += 1;
+        } else if !inspected.contains(&(&*line.host, line.port)) {
+            *self.ports.entry(line.port).or_default() += 1;
         }
     }
 
@@ -175,7 +177,9 @@ impl Usage {
         self.hosts
             .iter()
             .filter(|(_, u)| u.used == 0)
-            .filter(|(_, u)| u.refused.keys().chain(u.would_block.keys()).any(|r| NEVER_ALLOW.contains(&r.as_str())))
+            .filter(|(_, u)| {
+                u.refused.keys().chain(u.would_block.keys()).any(|r| NEVER_ALLOW.iter().any(|n| n.as_str() == r))
+            })
             .map(|(host, u)| (host.as_str(), u.describe()))
             .collect()
     }
@@ -210,9 +214,9 @@ impl Usage {
 /// A request that the suggested policy must let through: allowed or inspected (an IP literal only if a policy listed
 /// it, which is how it came to be allowed), or `would-block` on a name for a reason other than [`NEVER_ALLOW`].
 fn makes_needed(record: &Record) -> bool {
-    match (record.decided, parse_host(&record.host)) {
-        (Decided::Allow | Decided::Inspect, Ok(Host::Name(_) | Host::Ipv4(_))) => true,
-        (Decided::WouldBlock, Ok(Host::Name(_))) => !NEVER_ALLOW.contains(&record.reason.as_str()),
+    match (record.line.decision, parse_host(&record.line.host)) {
+        (Verdict::Allow | Verdict::Inspect, Ok(Host::Name(_) | Host::Ipv4(_))) => true,
+        (Verdict::WouldBlock, Ok(Host::Name(_))) => !NEVER_ALLOW.contains(&record.line.reason),
         _ => false,
     }
 }
@@ -222,8 +226,8 @@ fn makes_needed(record: &Record) -> bool {
 fn inspected_tunnels(file: &LogFile) -> BTreeSet<(&str, u16)> {
     file.records
         .iter()
-        .filter(|r| r.is_tunnel() && r.decided == Decided::Inspect)
-        .map(|r| (r.host.as_str(), r.port))
+        .filter(|r| r.is_tunnel() && r.line.decision == Verdict::Inspect)
+        .map(|r| (&*r.line.host, r.line.port))
         .collect()
 }
 

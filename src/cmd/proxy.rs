@@ -91,12 +91,13 @@ async fn serve(args: ProxyArgs) -> Exit {
         audit,
         resolver: Arc::new(SystemResolver::new(pins)),
         own_addrs: leash_proxy::OwnAddrs::Host,
-        limits: crate::fit_open_files(Limits::default()),
+        limits: crate::shared::open_files::fit_open_files(Limits::default()),
         inspection: Some(inspection),
         metrics: Arc::default(),
         credentials: secrets,
         upstream_auth,
         bound: None,
+        release_free_memory: Some(leash_sandbox::release_free_memory),
     };
     let Signals { term, int, hup } = Signals::install();
     if let Ok(addr) = listener.local_addr() {

@@ -7,44 +7,17 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
+use leash_policy::Verdict;
+use leash_proxy::audit::{AuditLine, DecisionEntry, LineKind, OutcomeEntry};
 
 use crate::exit::Exit;
 
-/// One decision line, with the outcome line that shares its `id` when there was one.
+/// One decision line, with the outcome line that shares its `id` when there was one. Its strings are printable
+/// (see [`printable`]); a service's `host` is `service:NAME`.
 #[derive(Debug, Clone)]
 pub struct Record {
-    /// `CONNECT` for a tunnel, `DNS` for a lookup answered by the DNS stub, else the HTTP method.
-    pub method: String,
-    pub host: String,
-    pub port: u16,
-    pub decided: Decided,
-    /// The reason word; for `would-block`, the reason the request would have been refused with.
-    pub reason: String,
-    pub outcome: Option<Outcome>,
-    /// The `services` entry it came through (`host` is then `service:NAME`): no request through the proxy.
-    pub service: Option<String>,
-}
-
-/// The `decision` word of a line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decided {
-    Allow,
-    Block,
-    /// A tunnel that is TLS-inspected; its inner requests have lines of their own.
-    Inspect,
-    /// Audit mode: forwarded, but the policy would have refused it.
-    WouldBlock,
-}
-
-/// What an outcome line adds to an allowed request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
-    pub status: u16,
-    pub bytes_up: u64,
-    pub bytes_down: u64,
-    /// Why the upstream failed, when it did (`refused`, `timed-out`, ...).
-    pub error: Option<String>,
+    pub line: DecisionEntry<'static>,
+    pub outcome: Option<OutcomeEntry<'static>>,
 }
 
 /// One file's records, in the order their decision lines came.
@@ -61,38 +34,16 @@ pub struct LogFile {
 impl Record {
     /// A lookup answered by `leash run`'s DNS stub, not a request.
     pub fn is_lookup(&self) -> bool {
-        self.method == "DNS"
+        self.line.kind() == LineKind::Lookup
     }
 
     pub fn is_tunnel(&self) -> bool {
-        self.method == "CONNECT"
+        self.line.kind() == LineKind::Tunnel
     }
 
     /// A connection or request on one of the policy's services, which the proxy's rules do not decide.
     pub fn is_service(&self) -> bool {
-        self.service.is_some()
-    }
-}
-
-impl Decided {
-    /// The word as the log writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decided::Allow => "allow",
-            Decided::Block => "block",
-            Decided::Inspect => "inspect",
-            Decided::WouldBlock => "would-block",
-        }
-    }
-
-    fn parse(word: &str) -> Option<Decided> {
-        Some(match word {
-            "allow" => Decided::Allow,
-            "block" => Decided::Block,
-            "inspect" => Decided::Inspect,
-            "would-block" => Decided::WouldBlock,
-            _ => return None,
-        })
+        self.line.service.is_some()
     }
 }
 
@@ -167,29 +118,19 @@ impl Joiner {
         if line.is_empty() {
             return;
         }
-        let parsed = serde_json::from_str::<Value>(line).ok();
-        let Some((id, fields)) = parsed.as_ref().and_then(|v| Some((v.get("id")?.as_u64()?, v.as_object()?))) else {
-            self.skipped += 1;
-            return;
-        };
-        if fields.contains_key("decision") {
-            match decision_record(fields) {
-                Some(record) => self.add_decision(id, record),
-                None => self.skipped += 1,
-            }
-        } else if let Some(outcome) = outcome(fields) {
-            self.add_outcome(id, outcome);
-        } else {
-            self.skipped += 1;
+        match AuditLine::parse(line) {
+            Some(AuditLine::Decision(decision)) => self.add_decision(decision.id, decision_record(decision)),
+            Some(AuditLine::Outcome(outcome)) => self.add_outcome(outcome.id, outcome),
+            None => self.skipped += 1,
         }
     }
 
     fn add_decision(&mut self, id: u64, record: Record) {
         if let Some(earlier) = self.latest.get(&id).and_then(|&i| self.records.get_mut(i)) {
-            let refused_after_all = record.decided == Decided::Block
-                && matches!(earlier.decided, Decided::Allow | Decided::Inspect)
+            let refused_after_all = record.line.decision == Verdict::Block
+                && matches!(earlier.line.decision, Verdict::Allow | Verdict::Inspect)
                 && earlier.outcome.is_none()
-                && earlier.host == record.host;
+                && earlier.line.host == record.line.host;
             if refused_after_all {
                 *earlier = record;
                 return;
@@ -199,7 +140,7 @@ impl Joiner {
         self.records.push(record);
     }
 
-    fn add_outcome(&mut self, id: u64, outcome: Outcome) {
+    fn add_outcome(&mut self, id: u64, outcome: OutcomeEntry<'static>) {
         match self.latest.get(&id).and_then(|&i| self.records.get_mut(i)) {
             Some(record) if record.outcome.is_none() => record.outcome = Some(outcome),
             _ => self.unmatched_outcomes += 1,
@@ -207,31 +148,16 @@ impl Joiner {
     }
 }
 
-fn decision_record(fields: &Map<String, Value>) -> Option<Record> {
-    let text = |key: &str| fields.get(key).and_then(Value::as_str).map(printable);
-    let service = text("service");
-    Some(Record {
-        method: text("method")?,
-        host: match &service {
-            Some(name) => format!("service:{name}"),
-            None => text("host")?,
-        },
-        port: u16::try_from(fields.get("port")?.as_u64()?).ok()?,
-        decided: Decided::parse(fields.get("decision")?.as_str()?)?,
-        reason: text("reason")?,
-        outcome: None,
-        service,
-    })
-}
-
-fn outcome(fields: &Map<String, Value>) -> Option<Outcome> {
-    let number = |key: &str| fields.get(key).and_then(Value::as_u64);
-    Some(Outcome {
-        status: u16::try_from(number("status")?).ok()?,
-        bytes_up: number("bytes_up")?,
-        bytes_down: number("bytes_down")?,
-        error: fields.get("error").and_then(Value::as_str).map(printable),
-    })
+/// A decision line as a record: its strings made printable, a service's host named after the service.
+fn decision_record(mut line: DecisionEntry<'static>) -> Record {
+    for text in [&mut line.method, &mut line.host] {
+        *text = printable(text).into();
+    }
+    line.service = line.service.map(|name| printable(&name).into());
+    if let Some(name) = &line.service {
+        line.host = format!("service:{name}").into();
+    }
+    Record { line, outcome: None }
 }
 
 /// `text` with every character but printable ASCII escaped (`\u{1b}`): a refused request's host is the client's to
@@ -275,7 +201,10 @@ mod tests {
         let block = r#"{"id":1,"method":"GET","host":"a.test","port":80,"path":"/","decision":"block","rule":null,"reason":"internal-destination"}"#;
         let j = join(&[ALLOW, block]);
         assert_eq!(j.records.len(), 1);
-        assert_eq!((j.records[0].decided, j.records[0].reason.as_str()), (Decided::Block, "internal-destination"));
+        assert_eq!(
+            (j.records[0].line.decision, j.records[0].line.reason.as_str()),
+            (Verdict::Block, "internal-destination")
+        );
         let j = join(&[ALLOW, OUTCOME, ALLOW, OUTCOME, OUTCOME]);
         assert_eq!(j.records.len(), 2, "ids restart when a log is appended to by a new run");
         assert!(j.records.iter().all(|r| r.outcome.is_some()));
@@ -288,13 +217,16 @@ mod tests {
         let future = ALLOW.replace("\"allow\"", "\"maybe\"");
         let j = join(&[&would, &future]);
         assert_eq!(j.records.len(), 1);
-        assert_eq!((j.records[0].decided, j.records[0].reason.as_str()), (Decided::WouldBlock, "not-allowed"));
+        assert_eq!(
+            (j.records[0].line.decision, j.records[0].line.reason.as_str()),
+            (Verdict::WouldBlock, "not-allowed")
+        );
         assert_eq!(j.skipped, 1);
     }
 
     #[test]
     fn control_characters_in_a_logged_host_are_escaped() {
         let j = join(&[&ALLOW.replace("a.test", "a\\n\\u001b[31m\\u202e.test")]);
-        assert_eq!(j.records[0].host, "a\\n\\u{1b}[31m\\u{202e}.test");
+        assert_eq!(j.records[0].line.host, "a\\n\\u{1b}[31m\\u{202e}.test");
     }
 }

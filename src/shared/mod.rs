@@ -3,8 +3,10 @@
 //! handed to a sandboxed command ([`trust`]), audit logs read back ([`audit_read`]), and the refusals summed up at
 //! the end of a sandboxed run ([`summary`]).
 
+pub mod attach;
 pub mod audit_read;
 pub mod client_env;
+pub mod open_files;
 pub mod sandboxed;
 pub mod secrets;
 pub mod services;

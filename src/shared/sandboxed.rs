@@ -201,12 +201,13 @@ pub fn config(
         audit,
         resolver: Arc::new(SystemResolver::new(pins)),
         own_addrs: OwnAddrs::Host,
-        limits: crate::fit_open_files(Limits::default()),
+        limits: crate::shared::open_files::fit_open_files(Limits::default()),
         inspection,
         metrics: Arc::default(),
         credentials: secured.secrets,
         upstream_auth: secured.upstream_auth,
         bound: None,
+        release_free_memory: Some(leash_sandbox::release_free_memory),
     }
 }
 

@@ -35,7 +35,9 @@ pub enum Start {
 /// roots plus the CA), those named by `ca` at the CA alone.
 #[derive(Debug, Clone, Copy)]
 pub struct TrustVars<'a> {
+    /// Variables set to the bundle's path (`SSL_CERT_FILE`, `REQUESTS_CA_BUNDLE`, ...): they replace the roots.
     pub bundle: &'a [&'a str],
+    /// Variables set to the CA's own path (`NODE_EXTRA_CA_CERTS`): they add to the roots.
     pub ca: &'a [&'a str],
 }
 
@@ -50,7 +52,10 @@ pub enum ArgvError {
     Engine(EngineError),
     /// Neither the image nor the options give a command.
     #[error("the image `{image}` has no command and none was given")]
-    NoCommand { image: String },
+    NoCommand {
+        /// The image, as given.
+        image: String,
+    },
 }
 
 /// Why the container did not run to its end with leash's proxy in place.
@@ -64,7 +69,10 @@ pub enum StartError {
     Inspect(EngineError),
     /// The container had no init pid within `START_TIMEOUT`.
     #[error("the container did not start within {secs}s")]
-    TimedOut { secs: u64 },
+    TimedOut {
+        /// How long leash waited.
+        secs: u64,
+    },
     /// The gated command ended before the gate opened (no `/bin/sh` in the image, most likely).
     #[error(
         "the container ended before leash's proxy was in place; does the image have /bin/sh? leash's start-up gate \
@@ -192,8 +200,11 @@ pub fn short(id: &str) -> &str {
 /// get a transparent listener inside.
 #[derive(Debug, Clone)]
 pub struct Launch {
+    /// `docker start -i`: the terminal's input goes to the container.
     pub interactive: bool,
+    /// The command waits at the gate until leash's sockets are bound inside.
     pub gated: bool,
+    /// The policy's ports that get a transparent listener inside (for programs that ignore the proxy variables).
     pub transparent_ports: Vec<u16>,
     /// The policy's services that listen on a port inside, by name.
     pub service_ports: Vec<(std::sync::Arc<str>, u16)>,
@@ -289,10 +300,18 @@ pub enum AttachError {
     Engine(EngineError),
     /// The container exists but does not run.
     #[error("container `{container}` is not running")]
-    NotRunning { container: String },
+    NotRunning {
+        /// The container, as named.
+        container: String,
+    },
     /// The sockets could not be bound in its network namespace (a network other than `none`, most likely).
     #[error("{source}")]
-    Bind { source: leash_sandbox::SandboxError, network_mode: String },
+    Bind {
+        /// Why binding failed.
+        source: leash_sandbox::SandboxError,
+        /// The container's network mode, which the caller names when it is not `none`.
+        network_mode: String,
+    },
 }
 
 /// A running container with leash's sockets bound inside it and a `docker wait` on it; not yet served.

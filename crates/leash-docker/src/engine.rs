@@ -31,6 +31,7 @@ pub struct State {
     pub id: String,
     /// The host pid of the container's init; 0 when it is not running.
     pub pid: u32,
+    /// `State.Running`.
     pub running: bool,
     /// `HostConfig.NetworkMode`: `none` for a container without a network.
     pub network_mode: String,
@@ -44,13 +45,28 @@ pub enum EngineError {
     Missing(std::io::Error),
     /// It ran and failed; `message` is its standard error.
     #[error("`docker {call}` failed: {message}")]
-    Failed { call: String, message: String },
+    Failed {
+        /// The subcommand (`create`, `start`, ...).
+        call: String,
+        /// What it printed on standard error.
+        message: String,
+    },
     /// It did not finish in time and was killed.
     #[error("`docker {call}` did not finish in {}s", after.as_secs())]
-    TimedOut { call: String, after: Duration },
+    TimedOut {
+        /// The subcommand.
+        call: String,
+        /// Its time bound.
+        after: Duration,
+    },
     /// Its output was not what this Docker version should print.
     #[error("`docker {call}` printed `{output}`")]
-    Unexpected { call: String, output: String },
+    Unexpected {
+        /// The subcommand.
+        call: String,
+        /// What it printed.
+        output: String,
+    },
 }
 
 impl Default for Engine {
@@ -60,6 +76,8 @@ impl Default for Engine {
 }
 
 impl Engine {
+    /// The `docker` on the PATH, or the program `LEASH_DOCKER` names (the tests point it at a missing or failing
+    /// one).
     pub fn new() -> Self {
         Engine { program: std::env::var_os("LEASH_DOCKER").unwrap_or_else(|| "docker".into()), env: Vec::new() }
     }
@@ -138,6 +156,7 @@ impl Engine {
         cmd.arg(id).spawn().map_err(EngineError::Missing)
     }
 
+    /// What `docker container inspect` says of `container` now: its id, init pid, whether it runs, its network.
     pub fn state(&self, container: &str) -> Result<State, EngineError> {
         let format = "{{.Id}} {{.State.Pid}} {{.State.Running}} {{.HostConfig.NetworkMode}}";
         let out = self.call(&["container", "inspect", "--format", format, "--", container], QUICK)?;
@@ -198,6 +217,7 @@ impl Engine {
 /// What `docker volume inspect` says of a volume that could bring a host path in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeFacts {
+    /// The volume driver (`local` for Docker's own).
     pub driver: String,
     /// The driver options it was created with (`type`, `o`, `device` for the local driver).
     pub options: Vec<(String, String)>,

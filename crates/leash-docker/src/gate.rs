@@ -8,8 +8,9 @@ use std::path::PathBuf;
 pub const GATE_MOUNT: &str = "/run/leash";
 /// The file whose existence opens the gate.
 const READY_FILE: &str = "ready";
-/// The run's CA, and the system roots plus that CA, in the gate directory (so at `GATE_MOUNT` inside).
+/// The run's CA alone, in the gate directory (so at [`GATE_MOUNT`] inside), for clients that add it to their roots.
 pub const CA_FILE: &str = "ca.pem";
+/// The system roots plus the run's CA, for clients that take one bundle in place of the roots.
 pub const BUNDLE_FILE: &str = "bundle.pem";
 /// The gate's tries, `GATE_STEP` apart: leash binds within a second of the start on an idle machine; 30 s covers a
 /// loaded one. After that the container exits 125 without running its command.
@@ -28,6 +29,7 @@ pub fn script() -> String {
 /// The start-up gate: a private host directory mounted read-only in the container; `open` creates the ready file.
 /// Removed when dropped.
 pub struct Gate {
+    /// The directory on the host (mounted at [`GATE_MOUNT`] inside).
     pub dir: PathBuf,
 }
 

@@ -17,6 +17,7 @@
 //! What it does not do: parse leash's command line, load the policy, open the audit log, create the run's CA, print
 //! to the user (but for a container that could not be removed) or choose exit codes. Those are the binary's; every
 //! failure here is a typed error for it to report.
+#![warn(missing_docs)]
 
 pub mod container;
 pub mod engine;

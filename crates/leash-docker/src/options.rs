@@ -102,7 +102,9 @@ pub struct RunOptions {
     pub passthrough: Vec<String>,
     /// `--entrypoint` as given (`Some("")` resets the image's).
     pub entrypoint: Option<String>,
+    /// The image, as given.
     pub image: String,
+    /// The command and its arguments after the image; empty for the image's own.
     pub command: Vec<String>,
     /// `-i`: keep stdin attached.
     pub interactive: bool,
@@ -121,20 +123,30 @@ pub struct RunOptions {
 pub struct Unsafe {
     /// The option as normalised (`--network=host`).
     pub option: String,
+    /// What it would open: the sentence leash prints when refusing it.
     pub why: String,
 }
 
 /// The options cannot be used at all (no override).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
+    /// An option `docker run` does not have (or one of leash's own after the image).
     #[error("{}", unknown(.0))]
     Unknown(String),
+    /// An option that takes a value came last.
     #[error("docker run option `{0}` needs a value")]
     MissingValue(String),
+    /// Options, and no image after them.
     #[error("no image given: `leash docker run [OPTIONS] IMAGE [CMD...]`")]
     NoImage,
+    /// An option leash cannot honour with the container behind its proxy (no override).
     #[error("`{option}` cannot be used: {why}")]
-    Unsupported { option: String, why: &'static str },
+    Unsupported {
+        /// The option as written.
+        option: String,
+        /// Why not.
+        why: &'static str,
+    },
 }
 
 /// Why an unknown option is refused: one of leash's own came too late, or docker's list does not have it.

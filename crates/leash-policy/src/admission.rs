@@ -4,7 +4,8 @@
 //! can disagree on nothing the policy says about a request.
 
 use crate::credentials::Credential;
-use crate::engine::{Decision, Policy, ProviderTools, Verdict, Via};
+use crate::decision::{Decision, ProviderTools, Verdict, Via};
+use crate::engine::Policy;
 use crate::host::Host;
 use crate::question::{Question, TlsInspection};
 use crate::upstream::UpstreamProxy;

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use crate::host::Name;
-use crate::spec::HostPattern;
 
 /// One validated `credentials` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +44,9 @@ impl Credential {
 /// A host entry of a credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CredentialHost {
+    /// `host`: that name only.
     Exact(Name),
+    /// `.host`: the name and every name under it.
     Subtree(Name),
 }
 
@@ -57,14 +58,6 @@ impl CredentialHost {
             CredentialHost::Subtree(n) => {
                 name == n.as_str() || name.strip_suffix(n.as_str()).is_some_and(|head| head.ends_with('.'))
             }
-        }
-    }
-
-    pub(crate) fn of(pattern: HostPattern) -> Option<CredentialHost> {
-        match pattern {
-            HostPattern::Exact(n) => Some(CredentialHost::Exact(n)),
-            HostPattern::Subtree(n) => Some(CredentialHost::Subtree(n)),
-            HostPattern::Ipv4(_) => None,
         }
     }
 }

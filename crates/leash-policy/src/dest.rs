@@ -10,11 +10,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// An IPv4 or IPv6 network, e.g. `10.1.0.0/16`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Cidr {
+    /// The network's first address (no bits set past the prefix once parsed).
     pub addr: IpAddr,
+    /// How many leading bits name the network: 0-32 for IPv4, 0-128 for IPv6.
     pub prefix: u8,
 }
 
 impl Cidr {
+    /// Whether `ip` lies in this network; an IPv4 address is never in an IPv6 network or the other way round.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
@@ -54,10 +57,20 @@ pub enum CidrError {
     NotAnAddress(String),
     /// The part after `/` is not a number from 0 to the address's width.
     #[error("`/{text}` is not a prefix length; it is 0-{max}")]
-    BadPrefix { text: String, max: u8 },
+    BadPrefix {
+        /// The prefix as written.
+        text: String,
+        /// The address's width in bits.
+        max: u8,
+    },
     /// Bits are set after the prefix (`10.1.2.3/8`), more likely a typo than the network meant.
     #[error("`{text}` has bits set after the /{prefix} prefix; write the network address")]
-    HostBits { text: String, prefix: u8 },
+    HostBits {
+        /// The network as written.
+        text: String,
+        /// Its prefix length.
+        prefix: u8,
+    },
 }
 
 impl std::str::FromStr for Cidr {

@@ -1,12 +1,13 @@
 //! The decision function: a validated [`Policy`] and the facts of one request in, a [`Decision`] out.
 //!
 //! Checks run cheapest and broadest first — scheme, port, IP literal, then the rules — so a refusal names the first
-//! thing wrong with a request. Names are matched by [`crate::matcher`], which picks the most specific rule.
+//! thing wrong with a request. Names are matched by `crate::matcher`, which picks the most specific rule.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use crate::credentials::Credential;
+use crate::decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Request, Scheme, Verdict, Via};
 use crate::dest::{is_internal, Cidr};
 use crate::fasthash::FastMap;
 use crate::host::{parse_host, Host, Name};
@@ -16,97 +17,6 @@ use crate::reason::Reason;
 use crate::services::Service;
 use crate::spec::{HostPattern, Network, DEFAULT_MODEL_APIS};
 use crate::upstream::UpstreamProxy;
-
-/// Default deny (`allowlist`) or default allow (`blocklist`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Allowlist,
-    Blocklist,
-}
-
-/// What leash does with a model API's provider-side tools (`network.provider_tools`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ProviderTools {
-    /// Remove them from the request body and forward the rest (the default).
-    #[default]
-    Strip,
-    /// Refuse a request that asks for one.
-    Refuse,
-    /// Forward model API requests untouched (model hosts are then inspected only for path rules).
-    Allow,
-}
-
-impl ProviderTools {
-    /// The setting as written in a policy file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderTools::Strip => "strip",
-            ProviderTools::Refuse => "refuse",
-            ProviderTools::Allow => "allow",
-        }
-    }
-}
-
-/// A request's scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
-    Http,
-    Https,
-    Other,
-}
-
-/// How the request reached leash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
-    /// Absolute-form request to the forward proxy (ports checked against `ports`).
-    ForwardProxy,
-    /// An inner request of an inspected tunnel (the port was checked on the CONNECT).
-    Tunnel,
-}
-
-/// The facts of one HTTP request.
-#[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
-    pub via: Via,
-    pub scheme: Scheme,
-    pub host: &'a Host,
-    pub port: u16,
-    pub path: &'a CanonicalPath,
-}
-
-/// What the ClientHello reader found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientHelloFacts<'a> {
-    /// Exactly one host_name entry, raw as sent.
-    ServerName(&'a str),
-    NoServerName,
-    /// Several names, or a name that is not a valid host.
-    BadServerName,
-    /// The ClientHello carries the encrypted_client_hello extension.
-    Ech,
-    /// Not a TLS ClientHello at all.
-    NotTls,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Allow,
-    Block,
-    /// Allowed at the tunnel level, but the host carries path rules (or `inspect: all`): every inner request is
-    /// decided on its own.
-    Inspect,
-    /// Audit mode: the policy's rules would refuse this (the reason says why), and it is let through and logged so
-    /// that a policy can be learned from what was used.
-    WouldBlock,
-}
-
-/// A decision: the verdict, the reason word, and the policy entry that matched (as written in the file).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    pub verdict: Verdict,
-    pub reason: Reason,
-    pub rule: Option<Arc<str>>,
-}
 
 /// A validated, compiled policy. Its only constructor is [`crate::file::load`] (and [`Policy::from_inline`]).
 #[derive(Debug)]
@@ -138,6 +48,7 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Allowlist or blocklist: what happens to a request no rule names.
     pub fn mode(&self) -> Mode {
         self.mode
     }

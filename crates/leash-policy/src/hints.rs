@@ -5,7 +5,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::engine::{Mode, Policy};
+use crate::decision::Mode;
+use crate::engine::Policy;
 use crate::host::{Host, Name};
 use crate::path::canonicalize;
 use crate::reason::Reason;
@@ -24,11 +25,15 @@ pub enum RequestKind {
 /// One refused request, as hints need to know it.
 #[derive(Debug, Clone, Copy)]
 pub struct Refused<'a> {
+    /// Which port list applied to it.
     pub kind: RequestKind,
+    /// The host it named.
     pub host: &'a Host,
+    /// The port it named.
     pub port: u16,
     /// The path as sent (the query may follow), if the request had one.
     pub path: Option<&'a str>,
+    /// Why it was refused.
     pub reason: Reason,
 }
 
@@ -36,13 +41,33 @@ pub struct Refused<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Hint {
     /// Allowlist: the host lies under an exact entry (`parent`), which covers only itself.
-    SubdomainOfExact { parent: Box<str> },
+    SubdomainOfExact {
+        /// The exact entry the host lies under.
+        parent: Box<str>,
+    },
     /// Allowlist: the host is allowed on some paths only (`allowed_urls`, such as `rule`), and not on this one.
-    OutsideAllowedPaths { host: Box<str>, rule: Arc<str> },
+    OutsideAllowedPaths {
+        /// The host refused.
+        host: Box<str>,
+        /// One `allowed_urls` entry for it, as written.
+        rule: Arc<str>,
+    },
     /// Blocklist: a path rule (`rule`, when the path names it) refused this path; other paths on the host pass.
-    BlockedPath { host: Box<str>, rule: Option<Arc<str>> },
+    BlockedPath {
+        /// The host refused.
+        host: Box<str>,
+        /// The `blocked_urls` entry that refused the path, when the path was given.
+        rule: Option<Arc<str>>,
+    },
     /// The port is not in the list that applies to this kind of request.
-    PortNotListed { port: u16, list: PortList, listed: Vec<u16> },
+    PortNotListed {
+        /// The port refused.
+        port: u16,
+        /// The list that applied.
+        list: PortList,
+        /// The ports that list holds.
+        listed: Vec<u16>,
+    },
     /// Neither `ports` nor `tunnel_ports` lists a port, so no request can pass (and no name resolves).
     NoPorts,
 }

@@ -22,6 +22,7 @@ const MAX_LABEL_LEN: usize = 63;
 pub struct Name(Box<str>);
 
 impl Name {
+    /// The name, lowercase, without a trailing dot.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -36,6 +37,7 @@ impl fmt::Display for Name {
 /// A host in canonical form.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Host {
+    /// A DNS name, validated (see [`Name`]).
     Name(Name),
     /// Exactly `a.b.c.d`, each part decimal 0-255 without leading zeros.
     Ipv4(Ipv4Addr),
@@ -71,27 +73,37 @@ impl fmt::Display for Host {
 /// A host and an optional port, as in `host`, `host:port`, `[v6]:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authority {
+    /// The host, canonical.
     pub host: Host,
+    /// The port, if one was written.
     pub port: Option<u16>,
 }
 
 /// Why a host or authority is not acceptable (always reason `bad-host`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HostError {
+    /// Nothing where a host was expected.
     #[error("empty host")]
     Empty,
+    /// `user@host`: credentials in the authority, which could hide the real host from a reader.
     #[error("userinfo (`@`) in the authority")]
     Userinfo,
+    /// `%` in the host: an encoded name that servers and resolvers may decode differently.
     #[error("percent-encoding in the host")]
     PercentEncoded,
+    /// A character outside ASCII (write the IDNA form, `xn--...`).
     #[error("non-ASCII character in the host")]
     NonAscii,
+    /// A character a host name cannot hold (say `_` or `/`).
     #[error("character `{0}` is not allowed in a host")]
     BadChar(char),
+    /// Two dots in a row, or a dot first.
     #[error("empty label in the host")]
     EmptyLabel,
+    /// Longer than 253 bytes, or a label longer than 63.
     #[error("host or label too long")]
     TooLong,
+    /// A port that is not a decimal number from 0 to 65535.
     #[error("invalid port")]
     BadPort,
 }

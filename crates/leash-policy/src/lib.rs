@@ -7,10 +7,12 @@
 //!
 //! What it does not do: read requests off the wire, resolve names, dial, log. The proxy crate does those and calls in
 //! here at each step (see ARCHITECTURE.md, "Life of a request").
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod credentials;
+pub mod decision;
 pub mod dest;
 pub mod engine;
 mod fasthash;
@@ -28,8 +30,9 @@ pub mod url;
 
 pub use admission::{Admission, Route, Treatment, Tunnel};
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
+pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Request, Scheme, Verdict, Via};
 pub use dest::{is_internal, Cidr, CidrError};
-pub use engine::{ClientHelloFacts, Decision, Mode, Policy, ProviderTools, Request, Scheme, Verdict, Via};
+pub use engine::Policy;
 pub use file::{load, load_attachment, Attachment, Format, Loaded, Namespace, PolicyError, PolicyErrorKind, Warning};
 pub use hints::{Hint, PortList, Refused, RequestKind};
 pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostError, Name};

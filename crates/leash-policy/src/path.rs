@@ -44,6 +44,7 @@ impl std::hash::Hash for CanonicalPath {
 }
 
 impl CanonicalPath {
+    /// The canonical text, which rules are compared with (what servers would see after decoding it).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -77,14 +78,19 @@ impl std::fmt::Display for CanonicalPath {
 /// Why a request target's path is malformed (always answered 400, reason `bad-request`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {
+    /// A byte below 0x20 or DEL in the target as sent.
     #[error("control character in the request target")]
     ControlChar,
+    /// A `#`, which a client never sends and a server may cut at.
     #[error("raw `#` (fragment) in the request target")]
     Fragment,
+    /// A `%` not followed by two hex digits.
     #[error("malformed percent-escape in the request target")]
     BadEscape,
+    /// An escape that decodes to a control character (`%00`, `%0a`).
     #[error("control character produced by percent-decoding")]
     DecodedControlChar,
+    /// A path that does not begin with `/` (nor is empty).
     #[error("request target path does not start with `/`")]
     NotAbsolute,
 }

@@ -3,7 +3,8 @@
 //! TLS inspection is refused where there is none, and an `https://` URL is the tunnel to its host and then, when
 //! that tunnel is inspected, the request inside it.
 
-use crate::engine::{ClientHelloFacts, Decision, Policy, Request, Scheme, Verdict, Via};
+use crate::decision::{ClientHelloFacts, Decision, Request, Scheme, Verdict, Via};
+use crate::engine::Policy;
 use crate::host::Host;
 use crate::path::CanonicalPath;
 use crate::reason::Reason;
@@ -12,6 +13,7 @@ use crate::url::AbsoluteTarget;
 /// Whether the one asking can terminate TLS for a tunnel the policy wants inspected (the proxy has a CA, or not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TlsInspection {
+    /// Such a tunnel is inspected: every request in it is decided on its own.
     Available,
     /// Such a tunnel is refused (`needs-inspection`): spliced, its paths would go undecided.
     Unavailable,
@@ -25,15 +27,37 @@ pub enum Question<'a> {
     Request(Request<'a>),
     /// A tunnel on its target alone, before its ClientHello (`CONNECT host:port`). `Inspect` when every request in
     /// it must be decided on its own.
-    Connect { target: &'a Host, port: u16 },
+    Connect {
+        /// The host the tunnel was opened to.
+        target: &'a Host,
+        /// Its port, checked against `tunnel_ports`.
+        port: u16,
+    },
     /// A tunnel on its ClientHello: the target it was opened to and what the ClientHello showed. The target's
     /// decision is taken again first, so this question alone decides a tunnel.
-    ClientHello { target: &'a Host, port: u16, hello: ClientHelloFacts<'a> },
+    ClientHello {
+        /// The host the tunnel was opened to (a transparent listener's: the SNI name).
+        target: &'a Host,
+        /// Its port.
+        port: u16,
+        /// What the ClientHello carried.
+        hello: ClientHelloFacts<'a>,
+    },
     /// An `https://` URL as a whole, as `leash explain` asks it: the tunnel to its host (whose ClientHello names
     /// that host), then, when the tunnel is inspected, the request inside it on its path.
-    Https { host: &'a Host, port: u16, path: &'a CanonicalPath },
+    Https {
+        /// The URL's host.
+        host: &'a Host,
+        /// Its port (443 unless written).
+        port: u16,
+        /// Its path, canonical.
+        path: &'a CanonicalPath,
+    },
     /// A name asked of `leash run`'s DNS stub: `block` when no request to it could pass.
-    Lookup { host: &'a Host },
+    Lookup {
+        /// The name asked.
+        host: &'a Host,
+    },
 }
 
 impl<'a> Question<'a> {

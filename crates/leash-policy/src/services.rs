@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::engine::{Decision, Verdict};
+use crate::decision::{Decision, Verdict};
 use crate::path::{canonicalize, CanonicalPath};
 use crate::reason::Reason;
 
@@ -20,8 +20,11 @@ use crate::reason::Reason;
 pub struct Service {
     /// The name audit lines carry (`host` of a `SERVICE` line).
     pub name: Arc<str>,
+    /// Where the sandbox reaches it.
     pub listen: ServiceListen,
+    /// Where leash relays its connections.
     pub target: ServiceTarget,
+    /// Bytes or HTTP requests.
     pub kind: ServiceKind,
 }
 
@@ -38,7 +41,12 @@ pub enum ServiceListen {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServiceTarget {
     /// A TCP address: an IP literal (loopback or private) or a name (`localhost`, a host the operator runs).
-    Tcp { host: String, port: u16 },
+    Tcp {
+        /// The address or name, as written (a name is resolved when a connection comes).
+        host: String,
+        /// The port.
+        port: u16,
+    },
     /// A Unix socket at this absolute path.
     Socket(PathBuf),
 }
@@ -50,7 +58,10 @@ pub enum ServiceKind {
     Tcp,
     /// HTTP/1.1 requests, each decided on its path and logged; `paths` are the allowed prefixes (canonical, matched
     /// at a `/` boundary like `allowed_urls`), empty for every path.
-    Http { paths: Vec<CanonicalPath> },
+    Http {
+        /// The allowed path prefixes.
+        paths: Vec<CanonicalPath>,
+    },
 }
 
 impl ServiceListen {

@@ -4,9 +4,9 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use crate::credentials::Credential;
+use crate::credentials::{Credential, CredentialHost};
+use crate::decision::{Mode, ProviderTools};
 use crate::dest::Cidr;
-use crate::engine::{Mode, ProviderTools};
 use crate::host::Name;
 use crate::path::CanonicalPath;
 use crate::services::Service;
@@ -77,6 +77,17 @@ pub(crate) enum HostPattern {
     Subtree(Name),
     /// `192.0.2.7`: that address, in exactly that spelling.
     Ipv4(Ipv4Addr),
+}
+
+impl HostPattern {
+    /// The hosts a credential is bound to by this entry: a name, or a name and its subdomains; never an address.
+    pub(crate) fn credential_host(self) -> Option<CredentialHost> {
+        match self {
+            HostPattern::Exact(n) => Some(CredentialHost::Exact(n)),
+            HostPattern::Subtree(n) => Some(CredentialHost::Subtree(n)),
+            HostPattern::Ipv4(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -12,6 +12,7 @@ use crate::host::{Host, Name};
 pub struct UpstreamProxy {
     /// The proxy's host, as written (a name or an IPv4 address).
     pub host: Host,
+    /// The proxy's port (the scheme's default, 80 or 443, when not written).
     pub port: u16,
     /// `https://`: leash speaks TLS to the proxy, verifying its certificate against `host` (a name or the address).
     pub tls: bool,
@@ -27,7 +28,9 @@ pub struct UpstreamProxy {
 /// An `upstream_proxy_bypass` entry: a host, or (with a leading dot) it and every subdomain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BypassEntry {
+    /// `host`: that name only.
     Exact(Name),
+    /// `.host`: the name and every name under it.
     Subtree(Name),
 }
 

@@ -1,6 +1,6 @@
 //! Absolute-form request targets (`http://host[:port]/path?query`), as a forward proxy receives them.
 
-use crate::engine::Scheme;
+use crate::decision::Scheme;
 use crate::host::{parse_authority, Authority, HostError};
 use crate::path::{canonicalize, CanonicalPath, PathError};
 
@@ -8,11 +8,15 @@ use crate::path::{canonicalize, CanonicalPath, PathError};
 /// was empty), forwarded verbatim; `path` is its canonical form, decided on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AbsoluteTarget<'a> {
+    /// `http`, `https` or another scheme.
     pub scheme: Scheme,
+    /// The host and port, canonical.
     pub authority: Authority,
     /// The authority exactly as written in the target.
     pub authority_raw: &'a str,
+    /// The raw text after the authority, query included, forwarded verbatim.
     pub path_and_query: &'a str,
+    /// The path canonicalised, which the rules are compared with.
     pub path: CanonicalPath,
 }
 

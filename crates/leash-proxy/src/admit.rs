@@ -12,9 +12,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use leash_policy::{Decision, Host, ProviderTools, Question, Route};
 
-use crate::credentials::{LeakWatch, Outbound};
+use crate::credentials::{LeakWatch, Outbound, Watches};
 use crate::dial::DialError;
-use crate::exchange::Watches;
 use crate::gate::{Asked, Extras, RequestCtx};
 use crate::message::{Outgoing, RequestBody};
 use crate::model::{self, Gated};

@@ -22,6 +22,13 @@ use std::time::{Duration, SystemTime};
 use leash_policy::{Decision, Reason, RequestKind, Verdict};
 use serde::Serialize;
 
+mod line;
+
+pub use line::{
+    verdict_word, AuditLine, DecisionEntry, LineKind, OutcomeEntry, UpstreamFailure, LOOKUP_METHOD, SERVICE_METHOD,
+    TUNNEL_METHOD,
+};
+
 /// Where the lines go.
 enum Sink {
     File {
@@ -55,105 +62,6 @@ pub struct AuditLog {
     refused: Mutex<Tally>,
 }
 
-/// The decision record of one request or tunnel.
-#[derive(Debug, Serialize)]
-pub struct DecisionEntry<'a> {
-    pub id: u64,
-    pub time: String,
-    pub method: &'a str,
-    pub host: &'a str,
-    pub port: u16,
-    pub path: Option<&'a str>,
-    pub decision: &'static str,
-    pub rule: Option<&'a str>,
-    pub reason: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub client: Option<String>,
-    /// What was removed from a model API request (`provider-tools-stripped`), one item per provider-side tool.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stripped: Option<&'a [String]>,
-    /// The credential leash put on the request (its `credentials` entry's name; never its value).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub credential: Option<&'a str>,
-    /// The `services` entry the request or connection came through (its `host` is the service's name then).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub service: Option<&'a str>,
-    /// The `Upgrade` the request asked for that leash did not pass on (anything but a WebSocket: `h2c`, ...).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub upgrade_dropped: Option<&'a str>,
-}
-
-/// The outcome record of an allowed request, joined to its decision by `id`: `status` is the upstream's (leash's
-/// own 502 or 504 when the upstream failed, even mid-response), `bytes_up` and `bytes_down` what was relayed each
-/// way. A client that hangs up mid-response is no failure: its outcome has the upstream's status and the bytes
-/// relayed until it went away (over HTTP/1.1 as over HTTP/2). `error` says why the upstream failed, when it did.
-#[derive(Debug, Serialize)]
-pub struct OutcomeEntry {
-    pub id: u64,
-    pub time: String,
-    pub status: u16,
-    pub bytes_up: u64,
-    pub bytes_down: u64,
-    pub duration_ms: f64,
-    /// `cannot-resolve`, `refused`, `reset`, `timed-out`, `cannot-connect`, `bad-response`, `closed`: an upstream
-    /// failure's cause (see [`UpstreamFailure`]); absent when the upstream answered.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<&'static str>,
-    /// With `error: upstream-proxy`: what the upstream proxy answered (its status, and squid's error name).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream_proxy_answer: Option<String>,
-}
-
-/// Why an allowed request's upstream failed, as the outcome's `error` word says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpstreamFailure {
-    /// The name did not resolve.
-    CannotResolve,
-    /// The upstream refused the connection.
-    Refused,
-    /// The upstream reset the connection.
-    Reset,
-    /// No connection, or no response, in time.
-    TimedOut,
-    /// Any other failure to connect (unreachable, ...).
-    CannotConnect,
-    /// The upstream's response could not be read.
-    BadResponse,
-    /// The upstream closed (or reset) the connection before any byte of an answer.
-    Closed,
-    /// The upstream proxy refused the tunnel (its status is in the warning and the client's 502).
-    UpstreamProxy,
-}
-
-impl UpstreamFailure {
-    /// The audit log's word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UpstreamFailure::CannotResolve => "cannot-resolve",
-            UpstreamFailure::Refused => "refused",
-            UpstreamFailure::Reset => "reset",
-            UpstreamFailure::TimedOut => "timed-out",
-            UpstreamFailure::CannotConnect => "cannot-connect",
-            UpstreamFailure::BadResponse => "bad-response",
-            UpstreamFailure::Closed => "closed",
-            UpstreamFailure::UpstreamProxy => "upstream-proxy",
-        }
-    }
-
-    /// The cause of a failed connection or transfer.
-    pub fn of_io(e: &io::Error) -> UpstreamFailure {
-        match e.kind() {
-            io::ErrorKind::ConnectionRefused => UpstreamFailure::Refused,
-            io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe => {
-                UpstreamFailure::Reset
-            }
-            io::ErrorKind::TimedOut => UpstreamFailure::TimedOut,
-            io::ErrorKind::UnexpectedEof => UpstreamFailure::Closed,
-            _ => UpstreamFailure::CannotConnect,
-        }
-    }
-}
-
 /// Most destinations the tally tells apart. A summary a person reads names a few dozen; past this many (a command
 /// refused in a loop over made-up names) refusals are only counted, so the tally stays under half a megabyte.
 pub const MAX_REFUSED_DESTINATIONS: usize = 1_000;
@@ -175,14 +83,18 @@ pub struct Refusals {
 /// Refusals counted but not told apart, by the decision the log gave them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Untold {
+    /// Logged `block`.
     pub refused: u64,
+    /// Logged `would-block`.
     pub would_block: u64,
 }
 
 /// What the log said of a refusal: `block`, or `would-block` (an audit mode let through what the policy refuses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Refusal {
+    /// `block`: the request was refused.
     Refused,
+    /// `would-block`: let through by audit mode.
     WouldBlock,
 }
 
@@ -199,12 +111,12 @@ impl Refusals {
 }
 
 impl Refusal {
-    /// The refusal a decision word records; `None` for an allow.
-    fn of_word(decision: &str) -> Option<Refusal> {
-        match decision {
-            "block" => Some(Refusal::Refused),
-            "would-block" => Some(Refusal::WouldBlock),
-            _ => None,
+    /// The refusal a verdict records; `None` for an allow.
+    fn of(verdict: Verdict) -> Option<Refusal> {
+        match verdict {
+            Verdict::Block => Some(Refusal::Refused),
+            Verdict::WouldBlock => Some(Refusal::WouldBlock),
+            Verdict::Allow | Verdict::Inspect => None,
         }
     }
 }
@@ -212,14 +124,19 @@ impl Refusal {
 /// Where refused requests went, why, and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedDestination {
+    /// Refused, or let through by audit mode.
     pub refusal: Refusal,
+    /// A request, a tunnel or a lookup (which port list a hint looks at).
     pub kind: RequestKind,
     /// The host as logged (for a tunnel the SNI when one was read).
     pub host: Box<str>,
+    /// The port as logged.
     pub port: u16,
+    /// Why they were refused.
     pub reason: Reason,
+    /// How many times.
     pub count: u64,
-    /// The path of the first such refusal, as logged (cut to [`MAX_EXAMPLE_PATH`] bytes); none for tunnels and
+    /// The path of the first such refusal, as logged (cut to `MAX_EXAMPLE_PATH`, 200 bytes); none for tunnels and
     /// lookups.
     pub example_path: Option<Box<str>>,
 }
@@ -240,7 +157,7 @@ impl AuditLog {
     }
 
     /// Open the log file's path again and write there from now on (after logrotate moved the file): the operator's
-    /// signal, never anything noticed at the path. Only a regular file is taken (see [`reopen_file`]). The old file is
+    /// signal, never anything noticed at the path. Only a regular file is taken (see `reopen_file`). The old file is
     /// closed only once the new one is open: if opening fails, lines keep going to the old file and the error says
     /// why. Logs that are not files have nothing to reopen.
     pub fn reopen(&self) -> Result<(), AuditError> {
@@ -328,7 +245,7 @@ impl AuditLog {
     /// Write a decision line; a refusal written is also counted (see [`AuditLog::refusals`]).
     pub fn decision(&self, entry: &DecisionEntry<'_>) -> Result<(), AuditError> {
         self.write_line(entry)?;
-        if let Some(refusal) = Refusal::of_word(entry.decision) {
+        if let Some(refusal) = Refusal::of(entry.decision) {
             self.refused.lock().unwrap_or_else(|p| p.into_inner()).count(refusal, entry);
         }
         Ok(())
@@ -339,7 +256,8 @@ impl AuditLog {
         self.refused.lock().unwrap_or_else(|p| p.into_inner()).refusals()
     }
 
-    pub fn outcome(&self, entry: &OutcomeEntry) -> Result<(), AuditError> {
+    /// Write an outcome line.
+    pub fn outcome(&self, entry: &OutcomeEntry<'_>) -> Result<(), AuditError> {
         self.write_line(entry)
     }
 
@@ -407,17 +325,12 @@ struct Counted {
 
 impl Tally {
     fn count(&mut self, refusal: Refusal, entry: &DecisionEntry<'_>) {
-        // Every reason word comes from `Reason::as_str`, so the lookup finds it; were it not to, the refusal is
-        // still counted.
-        let Some(reason) = Reason::ALL.into_iter().find(|r| r.as_str() == entry.reason) else {
-            return self.count_untold(refusal);
-        };
-        let key = (refusal, kind_of(entry.method), Box::from(entry.host), entry.port, reason);
+        let key = (refusal, entry.kind().request_kind(), Box::from(&*entry.host), entry.port, entry.reason);
         let order = self.by_destination.len();
         if order >= MAX_REFUSED_DESTINATIONS && !self.by_destination.contains_key(&key) {
             return self.count_untold(refusal);
         }
-        let example_path = || entry.path.map(|path| Box::from(cut(path, MAX_EXAMPLE_PATH)));
+        let example_path = || entry.path.as_deref().map(|path| Box::from(cut(path, MAX_EXAMPLE_PATH)));
         let counted =
             self.by_destination.entry(key).or_insert_with(|| Counted { count: 0, example_path: example_path(), order });
         counted.count = counted.count.saturating_add(1);
@@ -447,15 +360,6 @@ impl Tally {
             Refusal::WouldBlock => &mut self.untold.would_block,
         };
         *counter = counter.saturating_add(1);
-    }
-}
-
-/// The kind of request a decision line's method names.
-fn kind_of(method: &str) -> RequestKind {
-    match method {
-        "CONNECT" => RequestKind::Tunnel,
-        "DNS" => RequestKind::Lookup,
-        _ => RequestKind::Http,
     }
 }
 
@@ -509,16 +413,6 @@ fn still_named(file: &File) -> io::Result<()> {
 
 fn err(path: &Path, source: io::Error) -> AuditError {
     AuditError { where_: format!("`{}`", path.display()), source }
-}
-
-/// The `decision` word of a verdict.
-pub fn verdict_word(verdict: Verdict) -> &'static str {
-    match verdict {
-        Verdict::Allow => "allow",
-        Verdict::Block => "block",
-        Verdict::Inspect => "inspect",
-        Verdict::WouldBlock => "would-block",
-    }
 }
 
 /// Convenience for a refusal that never reached the engine (400s, audit failures).
@@ -579,19 +473,19 @@ mod tests {
         host: &'a str,
         port: u16,
         path: Option<&'a str>,
-        decision: &'static str,
+        decision: Verdict,
         reason: Reason,
     ) -> DecisionEntry<'a> {
         DecisionEntry {
             id: 1,
-            time: now_rfc3339(),
-            method,
-            host,
+            time: now_rfc3339().into(),
+            method: method.into(),
+            host: host.into(),
             port,
-            path,
+            path: path.map(Into::into),
             decision,
             rule: None,
-            reason: reason.as_str(),
+            reason,
             client: None,
             stripped: None,
             credential: None,
@@ -604,12 +498,12 @@ mod tests {
     fn refusals_are_tallied_by_destination_and_allows_are_not() {
         let log = AuditLog::discard();
         for path in ["/a", "/b"] {
-            log.decision(&line("GET", "api.example.test", 80, Some(path), "block", Reason::NotAllowed)).unwrap();
+            log.decision(&line("GET", "api.example.test", 80, Some(path), Verdict::Block, Reason::NotAllowed)).unwrap();
         }
-        log.decision(&line("CONNECT", "api.example.test", 443, None, "block", Reason::NotAllowed)).unwrap();
-        log.decision(&line("DNS", "api.example.test", 53, None, "would-block", Reason::NotAllowed)).unwrap();
-        log.decision(&line("GET", "example.test", 80, Some("/"), "allow", Reason::Rule)).unwrap();
-        log.decision(&line("CONNECT", "example.test", 443, None, "inspect", Reason::Rule)).unwrap();
+        log.decision(&line("CONNECT", "api.example.test", 443, None, Verdict::Block, Reason::NotAllowed)).unwrap();
+        log.decision(&line("DNS", "api.example.test", 53, None, Verdict::WouldBlock, Reason::NotAllowed)).unwrap();
+        log.decision(&line("GET", "example.test", 80, Some("/"), Verdict::Allow, Reason::Rule)).unwrap();
+        log.decision(&line("CONNECT", "example.test", 443, None, Verdict::Inspect, Reason::Rule)).unwrap();
         let refusals = log.refusals();
         assert_eq!((refusals.total(Refusal::Refused), refusals.total(Refusal::WouldBlock)), (3, 1));
         let told: Vec<_> = refusals
@@ -633,10 +527,10 @@ mod tests {
         let long = format!("/{}", "é".repeat(MAX_EXAMPLE_PATH));
         for i in 0..MAX_REFUSED_DESTINATIONS + 5 {
             let host = format!("h{i}.test");
-            log.decision(&line("GET", &host, 80, Some(&long), "block", Reason::NotAllowed)).unwrap();
+            log.decision(&line("GET", &host, 80, Some(&long), Verdict::Block, Reason::NotAllowed)).unwrap();
         }
         // A destination already told apart is still counted as itself.
-        log.decision(&line("GET", "h0.test", 80, Some("/"), "block", Reason::NotAllowed)).unwrap();
+        log.decision(&line("GET", "h0.test", 80, Some("/"), Verdict::Block, Reason::NotAllowed)).unwrap();
         let refusals = log.refusals();
         assert_eq!(refusals.destinations.len(), MAX_REFUSED_DESTINATIONS);
         assert_eq!(refusals.untold, Untold { refused: 5, would_block: 0 });
@@ -654,7 +548,7 @@ mod tests {
         let log = AuditLog::open(&path).map(|l| l.with_container("c0ffee")).unwrap();
         let outcome = OutcomeEntry {
             id: 1,
-            time: now_rfc3339(),
+            time: now_rfc3339().into(),
             status: 200,
             bytes_up: 1,
             bytes_down: 2,
@@ -675,8 +569,8 @@ mod tests {
         (AuditLog::open(&path).unwrap(), path, dir)
     }
 
-    fn outcome(id: u64) -> OutcomeEntry {
-        let time = now_rfc3339();
+    fn outcome(id: u64) -> OutcomeEntry<'static> {
+        let time = now_rfc3339().into();
         OutcomeEntry {
             id,
             time,

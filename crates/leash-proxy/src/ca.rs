@@ -36,14 +36,32 @@ const BACKDATE: Duration = Duration::hours(1);
 /// Why the CA or a leaf could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {
+    /// The CA's key or certificate could not be generated: TLS inspection cannot start.
     #[error("cannot generate the CA: {0}")]
     Generate(rcgen::Error),
+    /// A leaf could not be issued: that one tunnel fails its handshake.
     #[error("cannot issue a certificate for `{name}`: {why}")]
-    Issue { name: String, why: String },
+    Issue {
+        /// The server name the leaf was for.
+        name: String,
+        /// What failed.
+        why: LeafError,
+    },
+}
+
+/// Why one leaf could not be made. Kept in the leaf's cache slot, so every user of the name gets the same answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LeafError {
+    /// The key or the certificate could not be generated or signed.
+    #[error("{0}")]
+    Certificate(#[from] rcgen::Error),
+    /// The key could not be loaded for signing handshakes.
+    #[error("{0}")]
+    SigningKey(#[from] rustls::Error),
 }
 
 /// A leaf, issued once per name; concurrent first users of a name wait for the one issuance.
-type Slot = Arc<OnceLock<Result<Arc<CertifiedKey>, String>>>;
+type Slot = Arc<OnceLock<Result<Arc<CertifiedKey>, LeafError>>>;
 
 /// The run's CA.
 pub struct CertAuthority {
@@ -110,9 +128,9 @@ impl CertAuthority {
         self.leaves.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    fn issue(&self, name: &str) -> Result<CertifiedKey, String> {
-        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| e.to_string())?;
-        let mut params = CertificateParams::new(vec![name.to_owned()]).map_err(|e| e.to_string())?;
+    fn issue(&self, name: &str) -> Result<CertifiedKey, LeafError> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+        let mut params = CertificateParams::new(vec![name.to_owned()])?;
         params.distinguished_name = DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, name);
         params.is_ca = IsCa::ExplicitNoCa;
@@ -122,9 +140,9 @@ impl CertAuthority {
         params.serial_number = Some(random_serial());
         let now = OffsetDateTime::now_utc();
         (params.not_before, params.not_after) = (now - BACKDATE, now + LEAF_VALIDITY);
-        let cert = params.signed_by(&key, &self.issuer).map_err(|e| e.to_string())?;
+        let cert = params.signed_by(&key, &self.issuer)?;
         let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let signing = self.provider.key_provider.load_private_key(der).map_err(|e| e.to_string())?;
+        let signing = self.provider.key_provider.load_private_key(der)?;
         Ok(CertifiedKey::new(vec![cert.der().clone(), self.cert.clone()], signing))
     }
 }

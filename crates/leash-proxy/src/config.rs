@@ -1,155 +1,17 @@
-//! What a running proxy is given: the policy (swappable on reload), the audit log, the resolver, the addresses it
-//! must never dial, and its limits. Entry points receive these; nothing is global.
+//! What a running proxy is given: the policy (swappable on reload, `policy_handle.rs`), the audit log, the resolver,
+//! the addresses it must never dial, and its limits (`limits.rs`). Entry points receive these; nothing is global.
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
-
-use arc_swap::ArcSwap;
-use leash_policy::Policy;
 
 use crate::audit::AuditLog;
 use crate::credentials::Secrets;
+use crate::fair::ConnectionBound;
+pub use crate::limits::{connections_for_open_files, Limits, FDS_PER_CONNECTION, FD_HEADROOM, MAX_MODEL_BODY};
 use crate::metrics::Metrics;
+pub use crate::policy_handle::{PolicyHandle, Snapshot};
 use crate::resolve::Resolve;
 use crate::tls::Inspection;
-
-/// The policy in force. `store` replaces it atomically (SIGHUP reload); each request decides on one snapshot.
-#[derive(Clone)]
-pub struct PolicyHandle(Arc<ArcSwap<Snapshot>>);
-
-/// One version of the policy. `generation` grows with every reload, so state built under an older policy (pooled
-/// upstream connections) is never used under a newer one.
-#[derive(Debug)]
-pub struct Snapshot {
-    pub policy: Policy,
-    pub generation: u64,
-}
-
-impl std::ops::Deref for Snapshot {
-    type Target = Policy;
-    fn deref(&self) -> &Policy {
-        &self.policy
-    }
-}
-
-impl PolicyHandle {
-    pub fn new(policy: Policy) -> Self {
-        Self(Arc::new(ArcSwap::from_pointee(Snapshot { policy, generation: 0 })))
-    }
-
-    /// The policy as it is now; a request holds this snapshot from decision to end.
-    pub fn current(&self) -> Arc<Snapshot> {
-        self.0.load_full()
-    }
-
-    /// Replace the policy for every request decided from now on.
-    pub fn store(&self, policy: Policy) {
-        let generation = self.0.load().generation + 1;
-        self.0.store(Arc::new(Snapshot { policy, generation }));
-    }
-}
-
-/// Bounds on what a client or an upstream may make the proxy hold or wait for.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Largest request or response head (431 / 502 beyond).
-    pub max_head_bytes: usize,
-    /// From a head's first byte to its end (slowloris).
-    pub head_timeout: Duration,
-    /// A keep-alive client connection with no request in flight is closed after this.
-    pub idle_timeout: Duration,
-    /// From a tunnel's 200 to a complete ClientHello.
-    pub client_hello_timeout: Duration,
-    /// TCP connect to an upstream address.
-    pub connect_timeout: Duration,
-    /// From the request's end to the upstream's response head (504 beyond).
-    pub response_timeout: Duration,
-    /// Concurrent client connections; further ones wait in the listen backlog (or, while idle keep-alive
-    /// connections can be closed to make room, are accepted).
-    pub max_connections: usize,
-    /// Concurrent connections from one client address (a `leash run` sandbox or a container is one client: every
-    /// connection it makes comes from one address); a connection beyond is refused at once and takes no part of
-    /// [`Limits::max_connections`]. `None`: [`Limits::connections_per_client`]'s default share.
-    pub max_connections_per_client: Option<usize>,
-    /// After shutdown is asked, how long in-flight requests and tunnels may take to finish.
-    pub drain_timeout: Duration,
-    /// Idle upstream connections kept per host for reuse.
-    pub pool_per_host: usize,
-    /// An idle pooled upstream connection older than this is dropped (servers close theirs after 5-75 s).
-    pub pool_idle: Duration,
-    /// Largest model API request body read to check for provider-side tools; a larger one is refused
-    /// (`provider-tools`), never forwarded unread.
-    pub max_model_body: usize,
-}
-
-/// [`Limits::max_model_body`] by default: 32 MiB, Anthropic's published Messages request limit (the largest of the
-/// built-in APIs: Gemini's inline requests stop at 20 MB), so no request a provider accepts is refused for size. It
-/// is held in memory, with its parsed form, once per concurrent model request — an agent runs a few.
-pub const MAX_MODEL_BODY: usize = 32 * 1024 * 1024;
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            // 64 KiB: more than any legitimate request head (browsers cap cookies well below it), small enough that
-            // 10,000 connections stay bounded.
-            max_head_bytes: 64 * 1024,
-            head_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            client_hello_timeout: Duration::from_secs(10),
-            connect_timeout: Duration::from_secs(10),
-            response_timeout: Duration::from_secs(120),
-            // Above the 10,000 concurrent connections the load test holds; each costs a few kB.
-            max_connections: 16_384,
-            max_connections_per_client: None,
-            drain_timeout: Duration::from_secs(10),
-            // wrk and agents open up to ~64 connections to one host; keeping that many warm is what makes
-            // keep-alive forwarding fast.
-            pool_per_host: 64,
-            // Below the shortest common server keep-alive timeout (nginx 75 s, Apache 5 s is rarer and handled by the
-            // stale-connection retry).
-            pool_idle: Duration::from_secs(30),
-            max_model_body: MAX_MODEL_BODY,
-        }
-    }
-}
-
-/// Descriptors one client connection may hold at once: its own socket and its upstream's (an inspected tunnel too).
-pub const FDS_PER_CONNECTION: u64 = 2;
-
-/// Descriptors kept back from client connections: the audit log, the listeners, resolver and DNS-stub sockets, CA
-/// files, the runtime's epoll and wakers, and idle pooled upstream connections.
-pub const FD_HEADROOM: u64 = 64;
-
-impl Limits {
-    /// These limits with [`Limits::max_connections`] lowered, if need be, to what `open_files` descriptors (the soft
-    /// `RLIMIT_NOFILE`) can serve, so connections wait in the backlog instead of a request failing for want of a
-    /// descriptor. Returns the limits and whether the bound was lowered.
-    pub fn within_open_files(mut self, open_files: u64) -> (Self, bool) {
-        let fit = connections_for_open_files(open_files);
-        let lowered = fit < self.max_connections;
-        self.max_connections = self.max_connections.min(fit);
-        (self, lowered)
-    }
-}
-
-impl Limits {
-    /// The bound on one client's connections: [`Limits::max_connections_per_client`], or by default three quarters
-    /// of [`Limits::max_connections`], so one client can never hold them all (a quarter is always left for the
-    /// others) while the usual single client of `leash run` keeps most of them. At least one, at most the global bound.
-    pub fn connections_per_client(&self) -> usize {
-        let default = self.max_connections - self.max_connections / 4;
-        self.max_connections_per_client.unwrap_or(default).clamp(1, self.max_connections.max(1))
-    }
-}
-
-/// How many client connections `open_files` descriptors can serve: [`FD_HEADROOM`] kept back, [`FDS_PER_CONNECTION`]
-/// each, and at least one (with fewer descriptors than the headroom the proxy is broken anyway; the one connection
-/// at least makes the failure visible per request).
-pub fn connections_for_open_files(open_files: u64) -> usize {
-    let fit = open_files.saturating_sub(FD_HEADROOM) / FDS_PER_CONNECTION;
-    usize::try_from(fit).unwrap_or(usize::MAX).max(1)
-}
 
 /// The host's own addresses, which no upstream may be.
 #[derive(Clone, Debug)]
@@ -166,12 +28,16 @@ pub enum OwnAddrs {
 /// Everything [`crate::serve`] needs.
 #[derive(Clone)]
 pub struct ProxyConfig {
+    /// The policy in force, swapped whole on reload.
     pub policy: PolicyHandle,
+    /// Where every decision and outcome is written before the request goes on.
     pub audit: Arc<AuditLog>,
+    /// How allowed names are resolved (the system's, with `--resolve` pins; tests give their own).
     pub resolver: Arc<dyn Resolve>,
     /// This host's own addresses (local prefixes included): never dialed, whatever DNS says (nor the proxy's listening
     /// addresses).
     pub own_addrs: OwnAddrs,
+    /// Bounds on connections, heads, bodies and waits.
     pub limits: Limits,
     /// TLS inspection (the run's CA, both TLS sides). `None`: a tunnel that needs inspection is refused
     /// (`needs-inspection`), never let through unseen.
@@ -184,44 +50,9 @@ pub struct ProxyConfig {
     /// `Proxy-Authorization` for the policy's `upstream_proxy` (`Basic ...`, read when leash started), if it needs one.
     pub upstream_auth: Option<Arc<str>>,
     /// A connection bound shared with other proxies (`leash attach --dir`); `None`: one of its own, from `limits`.
-    pub bound: Option<crate::fair::ConnectionBound>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn connections_fit_the_open_file_limit() {
-        assert_eq!(connections_for_open_files(20_000), 9_968);
-        assert_eq!(connections_for_open_files(1_024), 480);
-        assert_eq!(connections_for_open_files(65), 1);
-        assert_eq!(connections_for_open_files(0), 1);
-        assert_eq!(connections_for_open_files(u64::MAX), usize::try_from(u64::MAX / 2 - 32).unwrap_or(usize::MAX));
-    }
-
-    #[test]
-    fn the_connection_bound_is_lowered_only_when_descriptors_are_short() {
-        let wanted = Limits::default().max_connections;
-        let (limits, lowered) = Limits::default().within_open_files(20_000);
-        assert_eq!((limits.max_connections, lowered), (9_968, true));
-        let enough = 2 * 16_384 + FD_HEADROOM;
-        let (limits, lowered) = Limits::default().within_open_files(enough);
-        assert_eq!((limits.max_connections, lowered), (wanted, false));
-        let (limits, lowered) = Limits::default().within_open_files(u64::MAX);
-        assert_eq!((limits.max_connections, lowered), (wanted, false));
-    }
-
-    #[test]
-    fn one_client_gets_three_quarters_of_the_bound_unless_told_otherwise() {
-        let (fitted, _) = Limits::default().within_open_files(20_000);
-        assert_eq!(fitted.connections_per_client(), 7_476);
-        let small = |max, per| Limits { max_connections: max, max_connections_per_client: per, ..Limits::default() };
-        assert_eq!(small(64, None).connections_per_client(), 48);
-        assert_eq!(small(2, None).connections_per_client(), 2);
-        assert_eq!(small(1, None).connections_per_client(), 1);
-        assert_eq!(small(64, Some(10)).connections_per_client(), 10);
-        assert_eq!(small(64, Some(1_000)).connections_per_client(), 64);
-        assert_eq!(small(64, Some(0)).connections_per_client(), 1);
-    }
+    pub bound: Option<ConnectionBound>,
+    /// Gives the heap's free pages back to the system once a burst of connections has ended, so RSS falls from its
+    /// peak (the binary passes `leash_sandbox::release_free_memory`: `malloc_trim` needs `unsafe`, which this crate
+    /// forbids). `None`: the allocator keeps them for reuse.
+    pub release_free_memory: Option<fn()>,
 }

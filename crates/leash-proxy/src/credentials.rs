@@ -44,6 +44,7 @@ impl Secret {
         })
     }
 
+    /// The placeholder the sandbox sees in place of the value (in its environment, and in what comes back).
     pub fn placeholder(&self) -> &str {
         std::str::from_utf8(&self.placeholder).unwrap_or_default()
     }
@@ -88,10 +89,12 @@ pub struct Secrets {
 }
 
 impl Secrets {
+    /// The secrets read at start, one per `credentials` entry that has its value.
     pub fn new(secrets: Vec<Secret>) -> Secrets {
         Secrets { secrets }
     }
 
+    /// No secret at all: requests pass untouched, with nothing to search.
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty()
     }
@@ -302,6 +305,16 @@ impl LeakFound {
     pub(crate) fn of(e: &io::Error) -> Option<Arc<str>> {
         e.get_ref().and_then(|inner| inner.downcast_ref::<LeakFound>()).map(|l| l.0.clone())
     }
+}
+
+/// What watches an exchange for credentials: the one put on the request, turned back into its placeholder in the
+/// response (`redact`), and those the request body must not carry (`leaks`); and the upstream proxy the request
+/// goes through, whose own refusals (see `exchange::proxy_refusal`) are not the origin's answer (`via_proxy`, its authority).
+#[derive(Clone, Default)]
+pub(crate) struct Watches {
+    pub redact: Option<Redactor>,
+    pub leaks: Option<LeakWatch>,
+    pub via_proxy: Option<String>,
 }
 
 /// What leash does with credentials on one request.

@@ -6,23 +6,21 @@
 //! then goes to the destination, a tunnel's TLS included, runs inside that session.
 
 use std::io;
-use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use leash_policy::{Host, Policy, Reason, UpstreamProxy};
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_rustls::{client, TlsConnector};
+use tokio_rustls::TlsConnector;
 
 use crate::audit::UpstreamFailure;
 use crate::conn::{BufConn, Reparse, TlsIo};
 use crate::shared::Shared;
 use crate::tls::SEND_BUFFER_LIMIT;
+pub(crate) use crate::upstream_io::UpstreamIo;
 use crate::wire::http_head::parse_response_head;
 
 /// Why no upstream connection was made.
@@ -224,81 +222,4 @@ pub async fn connect_checked(addrs: &[IpAddr], port: u16, timeout: Duration) -> 
         }
     }
     Err(last)
-}
-
-/// The TLS session with an `https://` upstream proxy.
-pub(crate) type ProxySession = client::TlsStream<TlsIo<TcpStream>>;
-
-/// A connection to an upstream: plain TCP (the destination, or an `http://` upstream proxy), or the TLS session
-/// with an `https://` upstream proxy. Only the second needs user-space copies where TCP could be relayed by the
-/// socket alone (`relay::tunnel`); everything else reads and writes either alike.
-pub(crate) enum UpstreamIo {
-    Tcp(TcpStream),
-    Tls(Box<ProxySession>),
-}
-
-impl UpstreamIo {
-    /// Whether an idle connection has nothing to read: data would be a protocol error, the end a closed
-    /// connection. A TLS session is polled once without waiting (records that carry no data, a session ticket,
-    /// are taken in on the way).
-    pub(crate) fn is_quiet(&mut self) -> bool {
-        match self {
-            UpstreamIo::Tcp(tcp) => {
-                let mut probe = [0u8; 1];
-                matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
-            UpstreamIo::Tls(session) => {
-                let mut probe = [0u8; 1];
-                let mut buf = ReadBuf::new(&mut probe);
-                let mut cx = Context::from_waker(std::task::Waker::noop());
-                Pin::new(&mut **session).poll_read(&mut cx, &mut buf).is_pending()
-            }
-        }
-    }
-}
-
-impl AsyncRead for UpstreamIo {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for UpstreamIo {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Tcp(s) => Pin::new(s).poll_write(cx, data),
-            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, data),
-        }
-    }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamIo::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-        }
-    }
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            UpstreamIo::Tcp(s) => s.is_write_vectored(),
-            UpstreamIo::Tls(s) => s.is_write_vectored(),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Tcp(s) => Pin::new(s).poll_flush(cx),
-            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamIo::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-        }
-    }
 }

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use leash_policy::{Decision, Host, Question, Reason, TlsInspection, Verdict};
 use tokio::net::UdpSocket;
 
-use crate::audit::AuditLog;
-use crate::config::PolicyHandle;
+use crate::audit::{AuditLog, LOOKUP_METHOD};
 use crate::gate::{write_decision, Asked, Extras};
+use crate::policy_handle::PolicyHandle;
 use crate::wire::dns::{respond_recording, Answer, NotAHost, ANSWER_TTL};
 
 /// The sandbox-local address allowed names resolve to: inside the sandbox's own loopback (so nothing outside can be
@@ -100,7 +100,7 @@ impl Record {
         if d.verdict != Verdict::Block && recent {
             return true;
         }
-        let asked = Asked { method: "DNS", host: name, port: 53, path: None };
+        let asked = Asked { method: LOOKUP_METHOD, host: name, port: 53, path: None };
         if write_decision(&self.audit, self.audit.next_id(), &asked, d, Some(peer), Extras::default()).is_err() {
             return false;
         }

@@ -15,27 +15,18 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use crate::audit::UpstreamFailure;
 
 use crate::conn::{BufConn, Next, ReadHeadError, Reparse, Source};
+pub(crate) use crate::credentials::Watches;
 use crate::credentials::{Filter, Filtered, LeakFound, LeakWatch, Redacting, Redactor, Watched};
 use crate::dial::DialError;
 use crate::gate::{Asked, RequestCtx};
 use crate::headers;
-use crate::message::Fields;
 use crate::refusal::{reply, Response};
 use crate::request::Plan;
 use crate::shared::Shared;
-use crate::upgrade::{self, BadFrames};
+use crate::upgrade::{self, SwitchRefused};
+use crate::websocket_relay::{self, BadFrames};
 use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead};
 use crate::wire::websocket::FrameError;
-
-/// What watches an exchange for credentials: the one put on the request, turned back into its placeholder in the
-/// response (`redact`), and those the request body must not carry (`leaks`); and the upstream proxy the request
-/// goes through, whose own refusals (see [`proxy_refusal`]) are not the origin's answer (`via_proxy`, its authority).
-#[derive(Clone, Default)]
-pub(crate) struct Watches {
-    pub redact: Option<Redactor>,
-    pub leaks: Option<LeakWatch>,
-    pub via_proxy: Option<String>,
-}
 
 /// A completed exchange.
 pub(crate) struct Exchanged {
@@ -73,7 +64,7 @@ pub(crate) enum ExchangeError {
     Leak(Arc<str>),
     /// A 101 leash does not relay (see `upgrade.rs`): nothing of it reached the client.
     #[error("{0}: not relayed")]
-    Switched(String),
+    Switched(SwitchRefused),
     /// After a WebSocket's 101 on a credential's host, the server's frames could not be followed: the connection
     /// was ended.
     #[error("{}", BadFrames(*.0))]
@@ -390,7 +381,7 @@ where
     let up = copy_through(&mut client_rd, &mut up_wr, leaks);
     let down = async {
         match redact {
-            Some(redactor) => upgrade::relay_frames(&mut up_rd, &mut client_wr, redactor).await,
+            Some(redactor) => websocket_relay::relay_frames(&mut up_rd, &mut client_wr, redactor).await,
             None => copy_through(&mut up_rd, &mut client_wr, None::<Redactor>).await,
         }
     };
@@ -477,7 +468,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ToClient<'_, W> {
 }
 
 /// The response head as the client gets it: from a credential's host (`redact`), with the value turned back into
-/// the placeholder in its reason and in every field's name and value ([`Fields::redact`], as for HTTP/2). A
+/// the placeholder in its reason and in every field's name and value ([`headers::Redact`], as for HTTP/2). A
 /// head that holds the value nowhere (nearly every one) is written once, not rebuilt.
 fn client_head_bytes(head: &ResponseHead, close: bool, redact: Option<&Redactor>) -> Vec<u8> {
     let bytes = response_head_bytes(head, close);
@@ -488,7 +479,7 @@ fn client_head_bytes(head: &ResponseHead, close: bool, redact: Option<&Redactor>
     }
     let mut head = head.clone();
     head.reason = redactor.redact_all(&head.reason);
-    head.headers.redact(redactor);
+    headers::Redact::redact(&mut head.headers, redactor);
     // And over the whole head once more, as before fields were redacted one by one: nothing is lost either way.
     redactor.redact_all(&response_head_bytes(&head, close))
 }

@@ -18,8 +18,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::config::Limits;
 use crate::conn::close_gracefully;
+use crate::limits::Limits;
 use crate::refusal::Response;
 
 /// Below this many free connections per [`PRESSURE_SHARE`] of the bound, every accept closes one idle keep-alive
@@ -61,6 +61,8 @@ pub(crate) struct Fair {
     refusals: Arc<Semaphore>,
     /// A trim is scheduled: one at a time.
     trimming: Arc<AtomicBool>,
+    /// What gives free heap memory back to the system (see [`crate::ProxyConfig::release_free_memory`]).
+    release_free_memory: Option<fn()>,
     /// Where refusals and reclaimed connections are counted.
     metrics: Arc<crate::metrics::Metrics>,
 }
@@ -130,9 +132,14 @@ pub struct ConnectionBound {
 }
 
 impl ConnectionBound {
-    /// A bound of `limits.max_connections`, `limits.connections_per_client()` per client, counted in `metrics`.
-    pub fn new(limits: &Limits, metrics: Arc<crate::metrics::Metrics>) -> ConnectionBound {
-        ConnectionBound { fair: Fair::new(limits, metrics), scope: 0 }
+    /// A bound of `limits.max_connections`, `limits.connections_per_client()` per client, counted in `metrics`;
+    /// after a burst of connections, `release_free_memory` (if any) gives the memory they held back.
+    pub fn new(
+        limits: &Limits,
+        metrics: Arc<crate::metrics::Metrics>,
+        release_free_memory: Option<fn()>,
+    ) -> ConnectionBound {
+        ConnectionBound { fair: Fair::new(limits, metrics, release_free_memory), scope: 0 }
     }
 
     /// The same bound for another proxy, whose clients are its own (scope 0 is [`ConnectionBound::new`]'s).
@@ -176,7 +183,7 @@ impl ConnectionBound {
 }
 
 impl Fair {
-    pub fn new(limits: &Limits, metrics: Arc<crate::metrics::Metrics>) -> Arc<Self> {
+    pub fn new(limits: &Limits, metrics: Arc<crate::metrics::Metrics>, release_free_memory: Option<fn()>) -> Arc<Self> {
         Arc::new(Self {
             permits: Arc::new(Semaphore::new(limits.max_connections)),
             max: limits.max_connections,
@@ -184,6 +191,7 @@ impl Fair {
             state: Mutex::default(),
             refusals: Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT)),
             trimming: Arc::default(),
+            release_free_memory,
             metrics,
         })
     }
@@ -281,21 +289,22 @@ impl Fair {
 
     /// After a connection ended: once a burst has fallen to a quarter of its peak, give its memory back.
     fn maybe_trim(&self, state: &mut State) {
+        let Some(release) = self.release_free_memory else { return };
         if state.peak < TRIM_AFTER || state.open > state.peak / 4 || self.trimming.swap(true, Ordering::AcqRel) {
             return;
         }
         state.peak = state.open;
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(trim_later(self.trimming.clone()))),
+            Ok(runtime) => drop(runtime.spawn(trim_later(self.trimming.clone(), release))),
             Err(_) => self.trimming.store(false, Ordering::Release),
         }
     }
 }
 
 /// Sleep [`TRIM_SETTLE`], then give free heap memory back on a blocking thread (the walk takes milliseconds).
-async fn trim_later(trimming: Arc<AtomicBool>) {
+async fn trim_later(trimming: Arc<AtomicBool>, release: fn()) {
     tokio::time::sleep(TRIM_SETTLE).await;
-    let _ = tokio::task::spawn_blocking(leash_sandbox::release_free_memory).await;
+    let _ = tokio::task::spawn_blocking(release).await;
     trimming.store(false, Ordering::Release);
 }
 
@@ -361,7 +370,7 @@ mod tests {
 
     fn fair(max: usize, per_client: usize) -> Arc<Fair> {
         let limits = Limits { max_connections: max, max_connections_per_client: Some(per_client), ..Limits::default() };
-        Fair::new(&limits, Arc::default())
+        Fair::new(&limits, Arc::default(), None)
     }
 
     fn admit(fair: &Arc<Fair>, ip: IpAddr) -> Option<Admitted> {

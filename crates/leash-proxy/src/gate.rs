@@ -14,7 +14,7 @@ use std::time::Instant;
 use leash_policy::{Admission, Decision, Question, TlsInspection, Verdict};
 
 use crate::audit::{
-    now_rfc3339, refusal, verdict_word, AuditError, AuditLog, DecisionEntry, OutcomeEntry, UpstreamFailure,
+    now_rfc3339, refusal, AuditError, AuditLog, DecisionEntry, OutcomeEntry, UpstreamFailure, LOOKUP_METHOD,
 };
 use crate::config::Snapshot;
 use crate::metrics::Metrics;
@@ -229,7 +229,7 @@ pub(crate) fn write_decision(
     extras: Extras<'_>,
 ) -> Result<(), AuditError> {
     match (d.verdict, asked.method) {
-        (Verdict::Block, "DNS") => tracing::warn!("refused DNS {} ({})", asked.host, d.reason),
+        (Verdict::Block, LOOKUP_METHOD) => tracing::warn!("refused DNS {} ({})", asked.host, d.reason),
         (Verdict::Block, method) => {
             let path = asked.path.unwrap_or("");
             tracing::warn!("refused {method} {}:{}{path} ({})", asked.host, asked.port, d.reason);
@@ -238,19 +238,19 @@ pub(crate) fn write_decision(
     }
     let entry = DecisionEntry {
         id,
-        time: now_rfc3339(),
-        method: asked.method,
-        host: asked.host,
+        time: now_rfc3339().into(),
+        method: asked.method.into(),
+        host: asked.host.into(),
         port: asked.port,
-        path: asked.path,
-        decision: verdict_word(d.verdict),
-        rule: d.rule.as_deref(),
-        reason: d.reason.as_str(),
-        client: client.map(|c| c.to_string()),
-        stripped: extras.stripped,
-        credential: extras.credential,
-        service: extras.service,
-        upgrade_dropped: extras.upgrade_dropped,
+        path: asked.path.map(Into::into),
+        decision: d.verdict,
+        rule: d.rule.as_deref().map(Into::into),
+        reason: d.reason,
+        client: client.map(|c| c.to_string().into()),
+        stripped: extras.stripped.map(Into::into),
+        credential: extras.credential.map(Into::into),
+        service: extras.service.map(Into::into),
+        upgrade_dropped: extras.upgrade_dropped.map(Into::into),
     };
     let written = audit.decision(&entry);
     if let Err(e) = &written {
@@ -271,13 +271,13 @@ fn write_outcome(
 ) {
     let entry = OutcomeEntry {
         id,
-        time: now_rfc3339(),
+        time: now_rfc3339().into(),
         status,
         bytes_up: up,
         bytes_down: down,
         duration_ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
-        error: cause.map(UpstreamFailure::as_str),
-        upstream_proxy_answer: answer,
+        error: cause,
+        upstream_proxy_answer: answer.map(Into::into),
     };
     metrics.count_outcome((up, down), started.elapsed(), cause);
     if let Err(e) = audit.outcome(&entry) {

@@ -23,6 +23,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
 
+use crate::audit::TUNNEL_METHOD;
 use crate::config::Snapshot;
 use crate::conn::{close_gracefully, BufConn, Reparse, TlsIo};
 use crate::dial::{connect_tunnel, route_checked, DialError, Route, UpstreamIo};
@@ -126,7 +127,7 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
     let t = Arc::new(t);
     let host = t.host_str();
     let ctx = t.ctx();
-    let asked = Asked { method: "CONNECT", host: &host, port: t.port, path: None };
+    let asked = Asked { method: TUNNEL_METHOD, host: &host, port: t.port, path: None };
     let route = match t.route().await {
         Ok(route) => route,
         Err(DialError::Refused(reason)) => {

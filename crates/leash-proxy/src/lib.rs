@@ -5,6 +5,7 @@
 //! provider-side tools in request bodies (the shapes in [`provider_tools`], a pure table), upstream dialing with the
 //! destination check, the audit log and the refusal responses. It does not decide anything itself: every decision
 //! is `leash_policy`'s; and it does not build sandboxes (`leash-sandbox`) or parse command lines (the binary).
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod admit;
@@ -20,12 +21,15 @@ mod fair;
 pub use fair::ConnectionBound;
 mod forward;
 mod gate;
+mod h1_admit;
 mod headers;
 mod inspect;
+mod limits;
 mod message;
 mod metrics;
 mod model;
 mod netinfo;
+mod policy_handle;
 mod pool;
 pub mod provider_tools;
 pub mod refusal;
@@ -38,6 +42,8 @@ mod shared;
 pub mod tls;
 mod tunnel;
 mod upgrade;
+mod upstream_io;
+mod websocket_relay;
 pub mod wire;
 
 pub use audit::AuditLog;

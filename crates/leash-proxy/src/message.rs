@@ -1,24 +1,17 @@
 //! The two shapes a request takes inside leash — an HTTP/1.1 head leash parsed itself ([`RequestHead`], its body
 //! still on the client's connection) and an HTTP/2 stream as hyper hands it over (`http`'s parts and hyper's body) —
-//! seen through one pair of traits, so each step of the admission sequence (`admit.rs`: credentials, the model API
-//! gate, the leak check) and the redaction of a response's fields are written once for both. What differs is only
-//! how a field is stored and how a body is read off the wire.
+//! seen through one set of traits, so each step of the admission sequence (`admit.rs`: credentials, the model API
+//! gate, the leak check) is written once for both. What differs is only how a field is stored and how a body is read
+//! off the wire (the bodies are `model.rs`'s: [`RequestBody`] is implemented there, where bodies are read).
 
 use std::borrow::Cow;
 use std::future::Future;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
-use hyper::body::Body;
-use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::config::Limits;
-use crate::conn::BufConn;
-use crate::credentials::Redactor;
-use crate::headers;
-use crate::model::{self, Unread};
-use crate::wire::http_head::{upgrade_value, BodyFraming, Header, RequestHead};
+use crate::limits::Limits;
+use crate::wire::http_head::{upgrade_value, Header, RequestHead};
 
 /// A message's fields, by name and value, whichever version carries them. Names compare case-insensitively.
 pub(crate) trait Fields {
@@ -34,10 +27,6 @@ pub(crate) trait Fields {
     fn set(&mut self, name: &str, value: &'static str);
     /// Every value of `name` removed.
     fn remove(&mut self, name: &str);
-    /// A response's fields from a credential's host as the client gets them: the value echoed in a name or a value
-    /// turned back into the placeholder ([`headers::redact_field`]). A field that cannot be written redacted is
-    /// dropped, never passed on as it came.
-    fn redact(&mut self, redactor: &Redactor);
 }
 
 /// A request as the admission sequence reads and rewrites it.
@@ -56,8 +45,10 @@ pub(crate) trait RequestBody {
     fn is_empty(&self) -> bool;
     /// The length the head declares, when it declares one.
     fn declared(&self) -> Option<u64>;
+    /// Why a body could not be read whole; its text is the refusal's.
+    type Unread: std::fmt::Display;
     /// The whole body, at most `limits.max_model_body` bytes, arriving within the response timeout.
-    fn read_whole(&mut self, limits: &Limits) -> impl Future<Output = Result<Bytes, Unread>> + Send;
+    fn read_whole(&mut self, limits: &Limits) -> impl Future<Output = Result<Bytes, Self::Unread>> + Send;
 }
 
 impl Fields for Vec<Header> {
@@ -92,14 +83,6 @@ impl Fields for Vec<Header> {
 
     fn remove(&mut self, name: &str) {
         self.retain(|h| !h.is(name));
-    }
-
-    fn redact(&mut self, redactor: &Redactor) {
-        for h in self.iter_mut() {
-            let (name, value) = headers::redact_field(redactor, h.name.as_bytes(), &h.value);
-            let (name, value) = (String::from_utf8_lossy(&name).into_owned(), value.into_owned());
-            (h.name, h.value) = (name, value);
-        }
     }
 }
 
@@ -151,25 +134,6 @@ impl Fields for HeaderMap {
     fn remove(&mut self, name: &str) {
         HeaderMap::remove(self, name);
     }
-
-    fn redact(&mut self, redactor: &Redactor) {
-        let untouched = |name: &HeaderName, value: &HeaderValue| {
-            let (n, v) = headers::redact_field(redactor, name.as_str().as_bytes(), value.as_bytes());
-            matches!((n, v), (Cow::Borrowed(_), Cow::Borrowed(_)))
-        };
-        // Nearly every response holds no echo: its fields are searched, not copied.
-        if self.iter().all(|(name, value)| untouched(name, value)) {
-            return;
-        }
-        let mut out = HeaderMap::with_capacity(self.len());
-        for (name, value) in self.iter() {
-            let (n, v) = headers::redact_field(redactor, name.as_str().as_bytes(), value.as_bytes());
-            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(&n), HeaderValue::from_bytes(&v)) {
-                out.append(n, v);
-            }
-        }
-        *self = out;
-    }
 }
 
 impl Fields for http::request::Parts {
@@ -196,10 +160,6 @@ impl Fields for http::request::Parts {
     fn remove(&mut self, name: &str) {
         Fields::remove(&mut self.headers, name)
     }
-
-    fn redact(&mut self, redactor: &Redactor) {
-        self.headers.redact(redactor)
-    }
 }
 
 impl Outgoing for http::request::Parts {
@@ -214,76 +174,6 @@ impl Outgoing for http::request::Parts {
     /// HTTP/2 has no `Upgrade` (RFC 9113 §8.6).
     fn upgrade(&self) -> Option<&[u8]> {
         None
-    }
-}
-
-/// An HTTP/1.1 request's body, still on the client's connection: read off it as its head frames it.
-pub(crate) struct H1Body<'a, S> {
-    /// The client's connection, the body's bytes next on it.
-    pub client: &'a mut BufConn<S>,
-    /// The request's head (whether the client waits for `100 Continue`).
-    pub head: &'a RequestHead,
-    /// How the body is delimited.
-    pub framing: BodyFraming,
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin + Send> RequestBody for H1Body<'_, S> {
-    fn is_empty(&self) -> bool {
-        matches!(self.framing, BodyFraming::None | BodyFraming::ContentLength(0))
-    }
-
-    fn declared(&self) -> Option<u64> {
-        match self.framing {
-            BodyFraming::ContentLength(n) => Some(n),
-            _ => None,
-        }
-    }
-
-    async fn read_whole(&mut self, limits: &Limits) -> Result<Bytes, Unread> {
-        model::read_body(limits, self.client, self.head, self.framing).await.map(Bytes::from)
-    }
-}
-
-/// An HTTP/2 stream's body as hyper hands it over (or a wrapper of it: `inspect/client_body.rs`).
-pub(crate) struct H2Body<B> {
-    /// The body; `None` once the gate read it.
-    pub body: Option<B>,
-    /// The length the stream's `content-length` declares.
-    declared: Option<u64>,
-}
-
-impl<B> H2Body<B> {
-    /// The body of a stream whose fields are `parts`.
-    pub fn new(parts: &http::request::Parts, body: B) -> Self {
-        let length = parts.headers.get(http::header::CONTENT_LENGTH);
-        let declared = length.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        H2Body { body: Some(body), declared }
-    }
-}
-
-impl<B> RequestBody for H2Body<B>
-where
-    B: Body<Data = Bytes, Error = hyper::Error> + Send,
-{
-    fn is_empty(&self) -> bool {
-        self.body.as_ref().is_none_or(|b| b.is_end_stream())
-    }
-
-    fn declared(&self) -> Option<u64> {
-        self.declared
-    }
-
-    async fn read_whole(&mut self, limits: &Limits) -> Result<Bytes, Unread> {
-        let Some(body) = self.body.take() else { return Ok(Bytes::new()) };
-        let max = limits.max_model_body;
-        // The client sends its body at its own pace; as long as leash would wait for an upstream's answer, no longer.
-        let collected = tokio::time::timeout(limits.response_timeout, Limited::new(body, max).collect()).await;
-        match collected {
-            Err(_) => Err(Unread::Late),
-            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(Unread::TooLarge(max)),
-            Ok(Err(e)) => Err(Unread::Stream(e)),
-            Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        }
     }
 }
 
@@ -316,10 +206,6 @@ impl Fields for Cow<'_, RequestHead> {
         if self.headers.values_of(name).next().is_some() {
             Fields::remove(&mut self.to_mut().headers, name);
         }
-    }
-
-    fn redact(&mut self, redactor: &Redactor) {
-        self.to_mut().headers.redact(redactor)
     }
 }
 

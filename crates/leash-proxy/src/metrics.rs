@@ -23,8 +23,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use crate::audit::{verdict_word, UpstreamFailure};
-use crate::config::PolicyHandle;
+use crate::audit::{verdict_word, LineKind, UpstreamFailure};
+use crate::policy_handle::PolicyHandle;
 use crate::wire::http_head::{parse_request_head, RequestHead};
 use crate::wire::Parsed;
 
@@ -368,12 +368,12 @@ fn push_escaped(out: &mut String, text: &str, label_value: bool) {
     }
 }
 
-/// The [`KINDS`] index of a decision line's method.
+/// The [`KINDS`] index of a decision line's method (a `tcp` service's connection is counted with HTTP requests).
 fn kind_index(method: &str) -> usize {
-    match method {
-        "CONNECT" => 1,
-        "DNS" => 2,
-        _ => 0,
+    match LineKind::of_method(method) {
+        LineKind::Http | LineKind::Service => 0,
+        LineKind::Tunnel => 1,
+        LineKind::Lookup => 2,
     }
 }
 

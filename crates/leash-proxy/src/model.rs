@@ -9,17 +9,18 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Body;
 use leash_policy::{Decision, ProviderTools, Reason, Verdict};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::audit::refusal;
-use crate::config::Limits;
 use crate::conn::BufConn;
+use crate::limits::Limits;
 use crate::message::{Outgoing, RequestBody};
 use crate::provider_tools::{filter, Outcome};
-use crate::request::{request_head_bytes, Plan, TargetForm};
 use crate::wire::chunked::ChunkedScanner;
-use crate::wire::http_head::{BodyFraming, Header, RequestHead};
+use crate::wire::http_head::{BodyFraming, RequestHead};
 
 /// What becomes of a model API request with a body.
 #[derive(Debug)]
@@ -261,14 +262,78 @@ where
     }
 }
 
-/// The request to send for a body held in memory: the head (its own framing fields removed, see [`REFRAMED`]) with
-/// `Content-Length` framing, then the body.
-pub(crate) fn buffered_request(head: &RequestHead, (plan, form): (&Plan<'_>, TargetForm<'_>), body: &[u8]) -> Vec<u8> {
-    let mut reframed = head.clone();
-    reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
-    let mut out = request_head_bytes(&reframed, plan, form);
-    out.extend_from_slice(body);
-    out
+/// An HTTP/1.1 request's body, still on the client's connection: read off it as its head frames it.
+pub(crate) struct H1Body<'a, S> {
+    /// The client's connection, the body's bytes next on it.
+    pub client: &'a mut BufConn<S>,
+    /// The request's head (whether the client waits for `100 Continue`).
+    pub head: &'a RequestHead,
+    /// How the body is delimited.
+    pub framing: BodyFraming,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> RequestBody for H1Body<'_, S> {
+    type Unread = Unread;
+
+    fn is_empty(&self) -> bool {
+        matches!(self.framing, BodyFraming::None | BodyFraming::ContentLength(0))
+    }
+
+    fn declared(&self) -> Option<u64> {
+        match self.framing {
+            BodyFraming::ContentLength(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    async fn read_whole(&mut self, limits: &Limits) -> Result<Bytes, Unread> {
+        read_body(limits, self.client, self.head, self.framing).await.map(Bytes::from)
+    }
+}
+
+/// An HTTP/2 stream's body as hyper hands it over (or a wrapper of it: `inspect/client_body.rs`).
+pub(crate) struct H2Body<B> {
+    /// The body; `None` once the gate read it.
+    pub body: Option<B>,
+    /// The length the stream's `content-length` declares.
+    declared: Option<u64>,
+}
+
+impl<B> H2Body<B> {
+    /// The body of a stream whose fields are `parts`.
+    pub fn new(parts: &http::request::Parts, body: B) -> Self {
+        let length = parts.headers.get(http::header::CONTENT_LENGTH);
+        let declared = length.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        H2Body { body: Some(body), declared }
+    }
+}
+
+impl<B> RequestBody for H2Body<B>
+where
+    B: Body<Data = Bytes, Error = hyper::Error> + Send,
+{
+    type Unread = Unread;
+
+    fn is_empty(&self) -> bool {
+        self.body.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn declared(&self) -> Option<u64> {
+        self.declared
+    }
+
+    async fn read_whole(&mut self, limits: &Limits) -> Result<Bytes, Unread> {
+        let Some(body) = self.body.take() else { return Ok(Bytes::new()) };
+        let max = limits.max_model_body;
+        // The client sends its body at its own pace; as long as leash would wait for an upstream's answer, no longer.
+        let collected = tokio::time::timeout(limits.response_timeout, Limited::new(body, max).collect()).await;
+        match collected {
+            Err(_) => Err(Unread::Late),
+            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(Unread::TooLarge(max)),
+            Ok(Err(e)) => Err(Unread::Stream(e)),
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        }
+    }
 }
 
 #[cfg(test)]

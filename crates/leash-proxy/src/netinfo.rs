@@ -1,11 +1,12 @@
 //! What this host's kernel delivers to itself: the destination check refuses it whatever DNS says, so a name pointing
 //! at the machine itself (a public address included) cannot reach services bound on it.
 //!
-//! That is every `local` route of the kernel (its local table, read over rtnetlink): each interface address, and
-//! whole prefixes made local (AnyIP, `ip route add local 203.0.113.0/24 dev lo`), whose every address reaches a
-//! listener on the wildcard address; plus every IPv6 interface address (`/proc/net/if_inet6`, tentative ones too).
-//! The routes are read once and kept, not asked of the kernel for each resolved address (a route lookup is a netlink
-//! round trip, 10-20 µs per address on every dial; a kept list costs a scan of a few dozen entries).
+//! That is every `local` route of the kernel (its local table, read over rtnetlink: `netinfo/rtnetlink.rs`): each
+//! interface address, and whole prefixes made local (AnyIP, `ip route add local 203.0.113.0/24 dev lo`), whose
+//! every address reaches a listener on the wildcard address; plus every IPv6 interface address
+//! (`/proc/net/if_inet6`, tentative ones too). The routes are read once and kept, not asked of the kernel for each
+//! resolved address (a route lookup is a netlink round trip, 10-20 µs per address on every dial; a kept list costs
+//! a scan of a few dozen entries).
 //!
 //! The list is read when the first upstream is checked (never at start-up) and kept until the kernel says it may
 //! have changed: at that first read a netlink socket subscribes to address changes and route changes (IPv4 and
@@ -16,6 +17,8 @@
 //! which the kernel has reported a change that a decision does not see, whatever the runtime (`leash run` serves on a
 //! current-thread one). Where the subscription cannot be made, the list is read again for every use: never a list
 //! that can no longer be refreshed.
+
+mod rtnetlink;
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -140,8 +143,8 @@ impl Watch for Netlink {
 /// interface address. Where rtnetlink cannot be read, the IPv4 local routes `/proc/net/fib_trie` lists stand in (a
 /// warning says so); unreadable procfs adds nothing (the internal ranges are refused regardless).
 fn local_addrs() -> Vec<Cidr> {
-    let mut own: Vec<Cidr> = match leash_sandbox::local_routes() {
-        Ok(routes) => routes.into_iter().map(|(addr, prefix)| Cidr { addr, prefix }).collect(),
+    let mut own: Vec<Cidr> = match rtnetlink::local_routes() {
+        Ok(routes) => routes,
         Err(e) => {
             tracing::warn!("cannot read this host's local routes ({e}); taking the IPv4 ones from /proc/net/fib_trie");
             ipv4_from_fib_trie(&std::fs::read_to_string("/proc/net/fib_trie").unwrap_or_default())

@@ -47,8 +47,11 @@ pub enum Match {
 /// One row of the table: which API, what the tool does (for the log and the 403), how to recognise it.
 #[derive(Debug, Clone, Copy)]
 pub struct Shape {
+    /// The API the shape belongs to (`Anthropic Messages`, ...), named in the docs' table.
     pub api: &'static str,
+    /// What the tool does, as the log's `stripped` and the 403 name it.
     pub tool: &'static str,
+    /// How it is recognised in a request object.
     pub matches: Match,
 }
 
@@ -142,6 +145,7 @@ pub const KEPT: &[Kept] = &[
 /// One step from a body towards its request objects.
 #[derive(Debug, Clone, Copy)]
 pub enum Step {
+    /// The value under this key of an object.
     Key(&'static str),
     /// Every element of an array.
     Each,
@@ -180,14 +184,23 @@ pub enum Outcome {
     /// No provider-side tool: forward the body as it came.
     Unchanged,
     /// These tools were removed; forward `body` instead.
-    Stripped { body: Vec<u8>, removed: Vec<String> },
+    Stripped {
+        /// The body without them (key order kept).
+        body: Vec<u8>,
+        /// What was removed, one item per tool (the log's `stripped`).
+        removed: Vec<String>,
+    },
     /// Refuse the request: it asks for these tools (under `refuse`, or ones that cannot be stripped).
-    Refused { tools: Vec<String> },
+    Refused {
+        /// The tools asked for, as the 403 names them.
+        tools: Vec<String>,
+    },
 }
 
 /// A body leash cannot check, so refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unreadable {
+    /// Not a JSON document (or one deeper than leash reads); the parser's message.
     #[error("the body is not JSON ({0})")]
     NotJson(String),
 }

@@ -10,8 +10,11 @@ use crate::conn::Next;
 /// A response leash answers by itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
+    /// The HTTP status (403, 400, 502, ...).
     pub status: u16,
+    /// The reason word for `X-Leash-Reason`, when the answer is a decision's.
     pub reason: Option<Reason>,
+    /// The plain-text body: what was refused and why, one sentence per line.
     pub body: String,
 }
 

@@ -1,22 +1,18 @@
-//! An HTTP/1.1 request, plain or inside an inspected tunnel: the checks that need no policy (target, framing, one
-//! Host naming the target), the answers to requests refused by them, its hand-over to the admission sequence
-//! ([`admit_h1`]), and the head sent upstream for an allowed one.
-
-use std::borrow::Cow;
+//! An HTTP/1.1 request before the policy is asked, plain or inside an inspected tunnel: the checks that need no
+//! policy (target, framing, one Host naming the target), the answers to requests refused by them, and the head sent
+//! upstream for an allowed one.
 
 use leash_policy::{parse_absolute_target, parse_authority, AbsoluteTarget, Reason, Scheme, TargetError};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::admit::{admit, Admitted, BodyLeft, Door, Entry};
 use crate::audit::refusal;
-use crate::config::Limits;
 use crate::conn::{close_lingering, BufConn, Linger, Next, ReadHeadError, Reparse};
 use crate::gate::{Asked, RequestCtx};
 use crate::headers;
-use crate::message::H1Body;
+use crate::limits::Limits;
 use crate::refusal::{reply, Response};
 use crate::shared::Shared;
-use crate::wire::http_head::{parse_request_head, request_framing, BodyFraming, HeadError, RequestHead};
+use crate::wire::http_head::{parse_request_head, request_framing, BodyFraming, HeadError, Header, RequestHead};
 use crate::wire::target::{default_port, loose_target, split_query};
 
 /// A request that passed the checks that need no policy: its parts, framing and connection options.
@@ -207,58 +203,12 @@ pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>, form: Targ
     out
 }
 
-/// An HTTP/1.1 request (plain, or inside an inspected tunnel) admitted, as it goes up.
-pub(crate) struct Sending<'h, U> {
-    /// The head as it goes up (the credential put in).
-    pub head: Cow<'h, RequestHead>,
-    /// The bytes sent first: the head (and a body leash read).
-    pub bytes: Vec<u8>,
-    /// What the admission sequence handed back.
-    pub admitted: Admitted<U>,
-    /// How the rest of the body is framed on the client's connection: none left after a body leash read.
-    pub framing: BodyFraming,
-}
-
-/// Hand an HTTP/1.1 request (`head`, planned as `plan`) over to the admission sequence with its body still on
-/// `client`; `auth` is the upstream proxy's `Proxy-Authorization`, for a request sent to it. `Err` is the client's
-/// connection once the refusal was answered.
-pub(crate) async fn admit_h1<'h, S, D>(
-    ctx: &RequestCtx<'_>,
-    client: &mut BufConn<S>,
-    (head, plan): (&'h RequestHead, &Plan<'_>),
-    (entry, door): (Entry<'_>, &mut D),
-    auth: Option<&str>,
-) -> Result<Sending<'h, D::Upstream>, Next>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
-    D: Door + Send,
-{
-    let mut sent = Cow::Borrowed(head);
-    let mut body = H1Body { client: &mut *client, head, framing: plan.framing };
-    let admitted = match admit(ctx, entry, (&mut sent, &mut body), door).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return Err(reply(client, &refused.answer, keep_after(plan, refused.body)).await),
-    };
-    let form = match admitted.through {
-        Some(_) => TargetForm::Proxy { auth },
-        None => TargetForm::Origin,
-    };
-    let target = admitted.query.as_deref().map(|q| format!("{}?{q}", split_query(plan.target.path_and_query).0));
-    let sending = target.as_deref().map(|t| plan.sending(t));
-    let up = sending.as_ref().unwrap_or(plan);
-    let bytes = match &admitted.body {
-        Some(body) => crate::model::buffered_request(&sent, (up, form), body),
-        None => request_head_bytes(&sent, up, form),
-    };
-    let framing = if admitted.body.is_some() { BodyFraming::None } else { plan.framing };
-    Ok(Sending { head: sent, bytes, admitted, framing })
-}
-
-/// Whether the client's connection goes on after a refusal that left its body as `left`.
-fn keep_after(plan: &Plan<'_>, left: BodyLeft) -> bool {
-    match left {
-        BodyLeft::Unread => plan.framing == BodyFraming::None && plan.client_keep_alive,
-        BodyLeft::Read => plan.client_keep_alive,
-        BodyLeft::Broken => false,
-    }
+/// The request to send for a body held in memory: the head (its own framing fields removed, see `model::REFRAMED`) with
+/// `Content-Length` framing, then the body.
+pub(crate) fn buffered_request(head: &RequestHead, (plan, form): (&Plan<'_>, TargetForm<'_>), body: &[u8]) -> Vec<u8> {
+    let mut reframed = head.clone();
+    reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
+    let mut out = request_head_bytes(&reframed, plan, form);
+    out.extend_from_slice(body);
+    out
 }

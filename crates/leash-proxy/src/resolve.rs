@@ -16,6 +16,7 @@ pub type ResolveFuture<'a> = Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>
 
 /// Resolves an allowed name to the addresses the destination check will examine.
 pub trait Resolve: Send + Sync + 'static {
+    /// Every address of `name` (`port` for resolvers that care, such as getaddrinfo's hints); an error for none.
     fn resolve<'a>(&'a self, name: &'a Name, port: u16) -> ResolveFuture<'a>;
 }
 
@@ -31,7 +32,7 @@ const CACHE_MAX: usize = 4096;
 type Answer = (Vec<IpAddr>, Instant);
 
 /// The system resolver (getaddrinfo on tokio's blocking pool), with `--resolve` pins consulted first and answers
-/// reused for [`CACHE_TTL`].
+/// reused for `CACHE_TTL`.
 #[derive(Debug, Default)]
 pub struct SystemResolver {
     pins: HashMap<Box<str>, Vec<IpAddr>>,
@@ -80,12 +81,21 @@ impl Resolve for SystemResolver {
 /// Why a `--resolve` pin was refused; its text names the part of the pin at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PinError {
+    /// No `:` between a host and an address.
     #[error("`{0}` is not HOST:ADDR")]
     NotHostAndAddress(String),
+    /// The host part is no valid host.
     #[error("`{host}`: {error}")]
-    BadHost { host: String, error: leash_policy::HostError },
+    BadHost {
+        /// The host part as written.
+        host: String,
+        /// What is wrong with it.
+        error: leash_policy::HostError,
+    },
+    /// The host part is an address: only names are resolved, so only names are pinned.
     #[error("`{0}` is an IP literal; pin a name")]
     IpLiteral(String),
+    /// The address part does not parse.
     #[error("`{0}` is not an IP address")]
     BadAddress(String),
 }

@@ -89,7 +89,10 @@ pub async fn serve_listeners(
         .into_iter()
         .map(|s| Ok((s.name, Listening::new(s.listener)?)))
         .collect::<io::Result<Vec<_>>>()?;
-    let fair = config.bound.clone().unwrap_or_else(|| ConnectionBound::new(&config.limits, config.metrics.clone()));
+    let fair = config
+        .bound
+        .clone()
+        .unwrap_or_else(|| ConnectionBound::new(&config.limits, config.metrics.clone(), config.release_free_memory));
     let drain = config.limits.drain_timeout;
     let shared = Arc::new(Shared::new(config, &listening));
     let (stop_tx, stop_rx) = watch::channel(false);

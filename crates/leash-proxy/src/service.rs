@@ -20,7 +20,7 @@ use leash_policy::{Decision, Name, Reason, Service, ServiceKind, ServiceTarget, 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-use crate::audit::refusal;
+use crate::audit::{refusal, SERVICE_METHOD};
 use crate::conn::{BufConn, Next};
 use crate::dial::{connect_checked, DialError};
 use crate::exchange::{exchange, settle, ExchangeError, Watches};
@@ -33,14 +33,18 @@ use crate::wire::http_head::{request_framing, RequestHead};
 /// A service's listener, bound by the caller where the sandbox reaches it.
 #[derive(Debug)]
 pub enum ServiceListener {
+    /// A port (inside the sandbox's namespace, or on `leash proxy`'s address).
     Tcp(std::net::TcpListener),
+    /// A Unix socket leash created at the service's path.
     Unix(std::os::unix::net::UnixListener),
 }
 
 /// A bound listener and the service (by name) it serves.
 #[derive(Debug)]
 pub struct ServiceSocket {
+    /// The `services` entry's name, looked up in the current policy for each connection.
     pub name: Arc<str>,
+    /// Where its connections come in.
     pub listener: ServiceListener,
 }
 
@@ -140,7 +144,7 @@ pub(crate) async fn connection(sh: &Shared, name: &Arc<str>, accepted: Accepted)
         None => {
             // Reloaded away: refused on record, and closed.
             let ctx = RequestCtx::for_service(sh, accepted.peer, name);
-            let asked = Asked { method: "SERVICE", host: name, port: accepted.port, path: None };
+            let asked = Asked { method: SERVICE_METHOD, host: name, port: accepted.port, path: None };
             let answer = Response::forbidden(name, Reason::NotAllowed);
             let _ = ctx.refuse_with(&asked, &refusal(Reason::NotAllowed), answer);
         }
@@ -149,7 +153,7 @@ pub(crate) async fn connection(sh: &Shared, name: &Arc<str>, accepted: Accepted)
 
 /// A TCP service: one decision line, the bytes relayed both ways until either side ends, one outcome line.
 async fn relay(ctx: RequestCtx<'_>, service: &Service, accepted: Accepted) {
-    let asked = Asked { method: "SERVICE", host: &service.name, port: accepted.port, path: None };
+    let asked = Asked { method: SERVICE_METHOD, host: &service.name, port: accepted.port, path: None };
     if ctx.pass(&asked, &service.decide_connection()).is_err() {
         return;
     }

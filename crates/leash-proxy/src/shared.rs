@@ -73,6 +73,7 @@ mod tests {
             credentials: Arc::default(),
             upstream_auth: None,
             bound: None,
+            release_free_memory: None,
         };
         let listening: Vec<SocketAddr> = listening.iter().map(|a| a.parse().unwrap()).collect();
         Shared::new(cfg, &listening)

@@ -26,25 +26,34 @@ use crate::ca::{CaError, CertAuthority};
 /// (records add ≈ 0.2 %) lets rustls seal it all and send it in one `writev` instead of one per 64 KiB.
 pub(crate) const SEND_BUFFER_LIMIT: usize = crate::relay::COPY_BULK_BUF + 64 * 1024;
 
+/// ALPN's name for HTTP/2: an inspected tunnel speaks it when both the client and the upstream offer it.
 pub const ALPN_H2: &[u8] = b"h2";
+/// ALPN's name for HTTP/1.1.
 pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 
 /// Why inspection could not be set up. leash does not start without it: a policy with path rules cannot be
 /// enforced over HTTPS otherwise.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsSetupError {
+    /// The run's CA could not be made.
     #[error(transparent)]
     Ca(#[from] CaError),
+    /// An `--upstream-ca` file could not be read.
     #[error("cannot read the upstream CA file `{0}`: {1}")]
     ReadCa(PathBuf, std::io::Error),
+    /// An `--upstream-ca` file holds no certificate.
     #[error("the upstream CA file `{0}` holds no usable PEM certificate")]
     NoCertificate(PathBuf),
+    /// An `--upstream-ca` file is not PEM, or a certificate in it cannot be a root; the parser's reason.
     #[error("the upstream CA file `{0}`: {1}")]
     BadCertificate(PathBuf, String),
+    /// Nothing to verify upstream certificates against.
     #[error("no trusted root at all: the system store is empty and no --upstream-ca was given")]
     NoRoots,
+    /// Nothing to verify an `https://` upstream proxy's certificate against.
     #[error("no trusted root for the upstream proxy: the system store is empty and no upstream_proxy_ca was given")]
     NoProxyRoots,
+    /// rustls refused the configuration built.
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
 }
@@ -140,6 +149,7 @@ impl Inspection {
         })
     }
 
+    /// The run's CA, whose certificate the clients are given.
     pub fn ca(&self) -> &CertAuthority {
         &self.ca
     }

@@ -11,7 +11,7 @@ use leash_policy::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::audit::{refusal, UpstreamFailure};
+use crate::audit::{refusal, UpstreamFailure, TUNNEL_METHOD};
 use crate::conn::{close_gracefully, BufConn, ReadHeadError, Reparse};
 use crate::dial::{connect_tunnel, route_checked, DialError, UpstreamIo};
 use crate::gate::{Asked, RequestCtx};
@@ -33,14 +33,14 @@ pub(crate) async fn handle(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, hea
         Ok(t) => t,
         Err((response, reason)) => {
             let (host, port) = loose_authority(&head.target, 0);
-            let asked = Asked { method: "CONNECT", host: &host, port, path: None };
+            let asked = Asked { method: TUNNEL_METHOD, host: &host, port, path: None };
             let response = ctx.refuse_with(&asked, &refusal(reason), response);
             reply(&mut client.io, &response, false).await;
             return;
         }
     };
     let host_text = target.as_str().into_owned();
-    let asked = Asked { method: "CONNECT", host: &host_text, port, path: None };
+    let asked = Asked { method: TUNNEL_METHOD, host: &host_text, port, path: None };
     // A name carrying a credential would take it out in a DNS query and the TLS server name, whatever is allowed.
     if let Some(name) = sh.cfg.credentials.found_in_name(&host_text) {
         reply(&mut client.io, &ctx.refuse_leak(&asked, name), false).await;
@@ -97,7 +97,7 @@ pub(crate) async fn transparent(sh: &Arc<Shared>, mut client: BufConn<TcpStream>
             ClientHelloFacts::NoServerName => Reason::NoSni,
             _ => Reason::BadSni,
         });
-        ctx.refuse(&Asked { method: "CONNECT", host: "", port, path: None }, &decision);
+        ctx.refuse(&Asked { method: TUNNEL_METHOD, host: "", port, path: None }, &decision);
         return drain_and_close(client).await;
     };
     let tunnel = Tunnel { sh, ctx, target: &target, port };
@@ -145,7 +145,7 @@ impl Tunnel<'_> {
             (Some(Err(_)), ClientHelloFacts::ServerName(name)) => name.to_ascii_lowercase(),
             _ => self.target.as_str().into_owned(),
         };
-        let asked = Asked { method: "CONNECT", host: &shown, port: self.port, path: None };
+        let asked = Asked { method: TUNNEL_METHOD, host: &shown, port: self.port, path: None };
         if let Some(name) = self.sh.cfg.credentials.found_in_name(&shown) {
             ctx.refuse_leak(&asked, name);
             return drain_and_close(client).await;

@@ -195,7 +195,7 @@ async fn proxies_sharing_a_bound_each_get_their_own_clients_within_it() {
     // from 127.0.0.1, each its own pod's client.
     let up = Upstream::start().await;
     let limits = leash_proxy::Limits { max_connections: 8, max_connections_per_client: Some(3), ..Default::default() };
-    let node = leash_proxy::ConnectionBound::new(&limits, std::sync::Arc::default());
+    let node = leash_proxy::ConnectionBound::new(&limits, std::sync::Arc::default(), None);
     let policy = allowlist(&["allowed.test"], &[up.port()], &[443]);
     let pod_a = Leash::builder(&policy).bound(node.scope(1)).start().await;
     let pod_b = Leash::builder(&policy).bound(node.scope(2)).start().await;

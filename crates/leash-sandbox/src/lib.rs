@@ -83,6 +83,7 @@
 //! It knows nothing of policies, HTTP or DNS: the caller serves the sockets (proxy, DNS stub, transparent
 //! listeners), builds the command's whole environment and writes any CA bundle where the command can read it. It does
 //! not restrict the filesystem beyond the hidden paths and the read-only kernel files above, nor limit resources.
+#![warn(missing_docs)]
 
 mod error;
 #[cfg(target_os = "linux")]
@@ -306,7 +307,9 @@ pub struct NetnsSockets {
 /// `/proc/PID/ns/net`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Netns {
+    /// The namespace process `pid` is in (through `/proc/PID/ns/net`, checked to still be that process's).
     Process(u32),
+    /// The namespace a file names.
     Path(PathBuf),
 }
 
@@ -370,13 +373,6 @@ pub fn bind_in_netns(pid: u32, tcp: &[SocketAddrV4], udp: &[SocketAddrV4]) -> Re
 /// The interfaces of the network namespace of process `pid`, as listed from inside it.
 pub fn netns_interfaces(pid: u32) -> Result<Vec<String>, SandboxError> {
     imp::netns_interfaces(pid)
-}
-
-/// Every `local` route of the calling thread's network namespace (every table, IPv4 and IPv6) as (network, prefix
-/// length): each address the kernel delivers to this host, interface addresses and whole local prefixes (AnyIP) alike.
-/// One rtnetlink dump (tens of microseconds); for the proxy's destination check, which refuses them.
-pub fn local_routes() -> std::io::Result<Vec<(std::net::IpAddr, u8)>> {
-    imp::local_routes()
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread until the returned guard is dropped. Take it before

@@ -56,10 +56,6 @@ pub(crate) fn netns_interfaces(_pid: u32) -> Result<Vec<String>, SandboxError> {
     Err(SandboxError::Unsupported { os: std::env::consts::OS })
 }
 
-pub(crate) fn local_routes() -> std::io::Result<Vec<(std::net::IpAddr, u8)>> {
-    Err(std::io::ErrorKind::Unsupported.into())
-}
-
 #[derive(Debug)]
 pub(crate) struct Hold;
 

@@ -26,14 +26,20 @@ const KEYS: &[&str] = &[
 /// One attachment, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attachment {
+    /// The network namespace to serve.
     pub namespace: Namespace,
     /// The policy file, as written (relative to the attachment file's directory).
     pub policy: String,
+    /// The profile of the policy file to use, if not its top level.
     pub profile: Option<String>,
     /// Where the proxy listens inside; `None` for leash's default.
     pub listen: Option<SocketAddrV4>,
+    /// The interfaces the namespace may have besides `lo` (a microVM's tap, say); any other refuses it.
     pub interfaces: Vec<String>,
+    /// A namespace with a route out (a default or gateway route) is served anyway: something else, a firewall or
+    /// a NetworkPolicy, drops what does not go to leash. The interface check stays.
     pub allow_routes: bool,
+    /// The DNS stub and transparent listeners are bound inside too, for programs that ignore proxy variables.
     pub transparent: bool,
     /// Added to every audit line of this attachment as `labels`.
     pub labels: BTreeMap<String, String>,

@@ -61,8 +61,9 @@ impl Checker {
         let before_hosts = self.errors.len();
         let hosts = match find(&fields, "hosts") {
             Some((_, n)) => self.credential_hosts(&join(entry, "hosts"), n),
-            None => preset
-                .map(|p| p.hosts.iter().filter_map(|h| host_entry(h).ok()).filter_map(CredentialHost::of).collect()),
+            None => preset.map(|p| {
+                p.hosts.iter().filter_map(|h| host_entry(h).ok()).filter_map(HostPattern::credential_host).collect()
+            }),
         };
         let form = self.header_form(entry, &fields, preset.map(|p| (p.form)()));
         let add = self.flag(entry, &fields, "add");
@@ -179,7 +180,7 @@ impl Checker {
         for (index, item) in items.iter().enumerate() {
             let at = || format!("{entry}[{index}]");
             let Some(text) = self.item_string(item, at) else { continue };
-            match host_entry(text).map(CredentialHost::of) {
+            match host_entry(text).map(HostPattern::credential_host) {
                 Ok(Some(host)) => hosts.push(host),
                 Ok(None) => {
                     let message =

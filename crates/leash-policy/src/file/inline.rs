@@ -6,7 +6,8 @@ use std::sync::Arc;
 use super::entries::EntryError;
 use super::entries::{host_entry, url_entry, List, UrlEntry};
 use super::{PolicyError, PolicyErrorKind};
-use crate::engine::{Mode, Policy};
+use crate::decision::Mode;
+use crate::engine::Policy;
 use crate::spec::{HostRule, Network, UrlRule};
 
 impl Policy {

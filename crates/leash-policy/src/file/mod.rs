@@ -2,9 +2,9 @@
 //! and mode mismatches are errors that name the entry, its line and column, and the rule broken, each with a
 //! [`PolicyErrorKind`] a caller may match.
 //!
-//! The pipeline is "parse, don't validate": [`yaml`] and [`toml`] build one raw tree ([`raw`]); [`validate`] turns it
-//! into [`crate::spec::Network`] sections (with [`entries`] for each list entry and [`warn`] for `leash check`);
-//! [`Policy::compile`] is the only way from there to a policy. [`inline`] does the same for `--allow`/`--block`.
+//! The pipeline is "parse, don't validate": `yaml` and `toml` build one raw tree (`raw`); `validate` turns it
+//! into `crate::spec::Network` sections (with `entries` for each list entry and `warn` for `leash check`);
+//! `Policy::compile` is the only way from there to a policy. `inline` does the same for `--allow`/`--block`.
 
 use std::fmt;
 
@@ -23,9 +23,12 @@ mod validate;
 mod warn;
 mod yaml;
 
+/// The syntax of a policy or attachment file, as its extension names it ([`Format::from_path`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// `.yaml`, `.yml`.
     Yaml,
+    /// `.toml`.
     Toml,
 }
 
@@ -92,7 +95,9 @@ pub struct PolicyError {
     /// Where: `network.allowed_hosts[2]`, `profiles.verifier.network.mode`, ... (empty for a syntax error, which
     /// has a position but no entry yet).
     pub entry: String,
+    /// The line in the file, from 1, when known.
     pub line: Option<usize>,
+    /// The column in that line, from 1, when known.
     pub column: Option<usize>,
     /// Why, lower-case, user input in backticks.
     pub message: String,
@@ -118,7 +123,9 @@ impl std::error::Error for PolicyError {}
 /// A valid but surprising policy, for `leash check`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning {
+    /// The entry it is about (`network.allowed_hosts[3]`).
     pub entry: String,
+    /// What is surprising, and what was likely meant.
     pub message: String,
 }
 
@@ -128,8 +135,11 @@ impl fmt::Display for Warning {
     }
 }
 
+/// A policy file loaded: the policy, and what `leash check` would warn about in it.
 pub struct Loaded {
+    /// The policy, ready to decide.
     pub policy: Policy,
+    /// Valid but surprising entries, in the order of the file.
     pub warnings: Vec<Warning>,
 }
 

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use super::raw::{Node, Pos, ScalarKind, Value};
 use super::validate::{find, join, Checker};
 use super::PolicyErrorKind::{self, BadPort, BadValue, DuplicateKey, MissingKey, WrongType};
-use crate::engine::{Policy, Verdict};
+use crate::decision::Verdict;
+use crate::engine::Policy;
 use crate::host::Host;
 use crate::path::canonicalize;
 use crate::question::{Question, TlsInspection};
@@ -257,7 +258,7 @@ impl Checker {
     }
 
     fn no_loopback_allowed(&mut self, prefix: &str, policy: &Policy, host_nodes: &[Node]) {
-        if policy.mode() != crate::engine::Mode::Allowlist {
+        if policy.mode() != crate::decision::Mode::Allowlist {
             return;
         }
         let hosts = LOOPBACK_NAMES.iter().filter_map(|n| crate::host::parse_host(n).ok());

@@ -9,8 +9,8 @@ use super::PolicyErrorKind::{
     self, BadCidr, BadPort, BadProfileName, BadValue, DuplicateKey, MissingKey, UnknownKey, WrongList, WrongType,
 };
 use super::{warn, PolicyError, Warning};
+use crate::decision::{Mode, ProviderTools};
 use crate::dest::Cidr;
-use crate::engine::{Mode, ProviderTools};
 use crate::spec::{HostPattern, HostRule, Network, UrlRule, DEFAULT_PORTS, DEFAULT_TUNNEL_PORTS};
 
 const TOP_KEYS: &[&str] = &["network", "profiles"];
@@ -206,7 +206,7 @@ impl Checker {
         }
         self.warnings.extend(warn::network(prefix, &network));
         if let Some(section) = self.warnings.get_mut(first_warning..) {
-            section.sort_by_cached_key(|w| warn::order(&w.entry));
+            section.sort_by_cached_key(|w| warn::order(&w.entry, NETWORK_KEYS));
         }
         Some(network)
     }

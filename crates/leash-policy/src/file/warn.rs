@@ -8,7 +8,7 @@ use crate::fasthash::FastMap;
 use std::borrow::Cow;
 
 use super::Warning;
-use crate::engine::{Mode, ProviderTools};
+use crate::decision::{Mode, ProviderTools};
 use crate::matcher::longest_prefix;
 use crate::spec::{HostPattern, Network, UrlRule, DEFAULT_MODEL_APIS};
 
@@ -27,15 +27,16 @@ pub(crate) fn network(prefix: &str, net: &Network) -> Vec<Warning> {
     out.list
 }
 
-/// Where a warning sorts: by setting, in the order the reference lists them, then by index, so `[9]` comes before
-/// `[10]`. Some checks walk hash maps; sorting makes `leash check` print in a stable, file-like order.
-pub(crate) fn order(entry: &str) -> (usize, usize) {
+/// Where a warning sorts: by setting, in the order of `keys` (the reference's, which the validator holds), then by
+/// index, so `[9]` comes before `[10]`. Some checks walk hash maps; sorting makes `leash check` print in a stable,
+/// file-like order.
+pub(crate) fn order(entry: &str, keys: &[&str]) -> (usize, usize) {
     let (list, index) = match entry.strip_suffix(']').and_then(|e| e.rsplit_once('[')) {
         Some((list, index)) => (list, index.parse().unwrap_or(0)),
         None => (entry, 0),
     };
     let setting = list.rsplit('.').next().unwrap_or(list);
-    let rank = super::validate::NETWORK_KEYS.iter().position(|k| *k == setting).map_or(0, |i| i + 1);
+    let rank = keys.iter().position(|k| *k == setting).map_or(0, |i| i + 1);
     (rank, index)
 }
 

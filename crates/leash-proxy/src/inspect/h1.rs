@@ -12,7 +12,8 @@ use crate::conn::{close_gracefully, BufConn, Next};
 use crate::dial::DialError;
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, RequestCtx};
-use crate::request::{admit_h1, bad_request, close_after, plan, refuse_early, refuse_unreadable, Plan};
+use crate::h1_admit::admit_h1;
+use crate::request::{bad_request, close_after, plan, refuse_early, refuse_unreadable, Plan};
 use crate::wire::http_head::{BodyFraming, RequestHead};
 use crate::wire::target::split_query;
 

@@ -11,16 +11,23 @@ use super::bytes::{is_tchar, value_run};
 /// Longest chunk-size line (with extensions) or trailer line accepted.
 pub const MAX_CHUNK_LINE: usize = 4096;
 
+/// Why a chunked body cannot be relayed: each is a smuggling shape or a broken body, and ends the connection.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChunkedError {
+    /// The size is not hex digits (an extension may follow after `;`), or the line is longer than
+    /// [`MAX_CHUNK_LINE`].
     #[error("malformed chunk-size line")]
     BadSize,
+    /// A size that does not fit in 64 bits.
     #[error("chunk size too large")]
     TooLarge,
+    /// The bytes after a chunk's data are not CRLF: the size lied.
     #[error("chunk data not followed by CRLF")]
     MissingCrlf,
+    /// A trailer line that is no header field, or longer than [`MAX_CHUNK_LINE`].
     #[error("malformed or overlong trailer line")]
     BadTrailer,
+    /// A line ended by LF alone, which servers read differently.
     #[error("bare LF in chunked framing")]
     BareLf,
 }
@@ -34,6 +41,7 @@ pub struct ChunkedScanner {
 }
 
 impl ChunkedScanner {
+    /// A scanner at the start of a body.
     pub fn new() -> Self {
         Self::default()
     }
@@ -58,6 +66,7 @@ impl ChunkedScanner {
         Ok(used)
     }
 
+    /// The last chunk and the trailers have passed: the body is complete.
     pub fn is_done(&self) -> bool {
         matches!(self.state, State::Done)
     }

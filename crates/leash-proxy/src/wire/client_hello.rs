@@ -2,10 +2,10 @@
 //! reassembling the handshake message across TLS records. Bounded: a ClientHello larger than
 //! [`MAX_CLIENT_HELLO`] is refused.
 //!
-//! The reader works in two steps. [`locate`] walks the record headers only, checking each byte as soon as it is in
+//! The reader works in two steps. `locate` walks the record headers only, checking each byte as soon as it is in
 //! the buffer (so a plain-HTTP request or an SSLv2 hello is refused on its first byte), until the records that carry
 //! the whole handshake message are present. Then the message is gathered (borrowed when it sits in one record, the
-//! common case; copied once otherwise) and its body parsed with a bounds-checked [`Cursor`].
+//! common case; copied once otherwise) and its body parsed with a bounds-checked `Cursor`.
 
 use std::borrow::Cow;
 
@@ -35,6 +35,7 @@ pub enum ServerName {
 /// What the proxy needs from a ClientHello.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientHello {
+    /// The server_name extension's one host_name, or why there is none to use.
     pub server_name: ServerName,
     /// The encrypted_client_hello extension (0xfe0d) is present.
     pub ech: bool,
@@ -45,12 +46,16 @@ pub struct ClientHello {
 /// Why the bytes are not a ClientHello (reason `not-tls`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotClientHello {
+    /// The first byte is not a TLS handshake record's (plain HTTP on a TLS port, say).
     #[error("not a TLS handshake record")]
     NotHandshake,
+    /// A handshake, but its first message is another.
     #[error("first handshake message is not a ClientHello")]
     NotClientHello,
+    /// A length or field that does not fit; which one.
     #[error("malformed ClientHello: {0}")]
     Malformed(&'static str),
+    /// Longer than leash reads before deciding.
     #[error("ClientHello larger than the bound")]
     TooLarge,
 }

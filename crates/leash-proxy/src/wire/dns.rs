@@ -59,10 +59,15 @@ const EXTENDED_BADVERS: u8 = 1;
 /// Response codes the stub uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rcode {
+    /// An answer, or none for a type the name has no record of (NODATA).
     NoError = 0,
+    /// The query is malformed.
     FormErr = 1,
+    /// The name does not exist (for the policy: no request to it could pass).
     NxDomain = 3,
+    /// An opcode or class the stub does not answer.
     NotImp = 4,
+    /// The stub will not answer.
     Refused = 5,
 }
 
@@ -80,6 +85,7 @@ pub enum Answer {
 /// One parsed query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query<'a> {
+    /// The query's id, echoed in the response.
     pub id: u16,
     /// The header's flags as sent.
     pub flags: u16,
@@ -91,7 +97,9 @@ pub struct Query<'a> {
     /// The name as text whatever it holds, for the record: lowercased, labels joined by `.`, and every byte but
     /// printable ASCII (and a `.` or `\\` inside a label) written `\\DDD`, as in a zone file.
     pub shown: String,
+    /// QTYPE (1 for A).
     pub qtype: u16,
+    /// QCLASS (1 for IN).
     pub qclass: u16,
     /// The largest response the client accepts: 512, or its EDNS payload size if larger.
     pub udp_size: usize,
@@ -102,26 +110,37 @@ pub struct Query<'a> {
 /// Why a datagram is not a query the stub answers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DnsError {
+    /// Fewer than 12 bytes.
     #[error("shorter than a DNS header")]
     Short,
+    /// The QR bit is set.
     #[error("a response, not a query")]
     NotAQuery,
+    /// An opcode other than QUERY (0).
     #[error("opcode {0} is not QUERY")]
     Opcode(u8),
+    /// Not exactly one question.
     #[error("{0} questions; exactly one is answered")]
     QuestionCount(u16),
+    /// Answer or authority records, which a query does not carry.
     #[error("answer or authority records in a query")]
     UnexpectedRecords,
+    /// A compression pointer where the question's name must be written out.
     #[error("compression pointer in the question")]
     Pointer,
+    /// A label type other than a plain length (the two reserved top-bit patterns).
     #[error("reserved label type")]
     LabelType,
+    /// A name over 255 bytes on the wire.
     #[error("name longer than 255 bytes")]
     LongName,
+    /// A length that runs past the datagram.
     #[error("the message ends inside a record")]
     Truncated,
+    /// An additional record that is an OPT not at the root, or a second OPT.
     #[error("an OPT record not owned by the root, or several")]
     BadOpt,
+    /// Bytes left after the records the header counts.
     #[error("bytes after the last record")]
     Trailing,
 }

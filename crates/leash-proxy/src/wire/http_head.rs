@@ -12,42 +12,58 @@
 use super::bytes::{is_tchar, value_run, visible_run};
 use super::Parsed;
 
+/// The HTTP version of a head: leash speaks 1.0 and 1.1 (2 only inside inspected tunnels, through hyper).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
+    /// `HTTP/1.0`: no keep-alive unless asked, no chunked bodies.
     Http10,
+    /// `HTTP/1.1`.
     Http11,
 }
 
 /// One header field: the name as sent, the value with surrounding whitespace trimmed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
+    /// The name, in the case it was sent in (compare with [`Header::is`]).
     pub name: String,
+    /// The value's bytes, which need not be UTF-8.
     pub value: Vec<u8>,
 }
 
+/// A request's head: its line and header fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestHead {
+    /// The method, a token, as sent.
     pub method: String,
     /// The request-target exactly as sent.
     pub target: String,
+    /// The version on the request line.
     pub version: Version,
     /// In order, repeated fields kept.
     pub headers: Vec<Header>,
 }
 
+/// A response's head: its status line and header fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResponseHead {
+    /// The version on the status line.
     pub version: Version,
+    /// The three-digit status code.
     pub status: u16,
+    /// The reason phrase's bytes, possibly empty.
     pub reason: Vec<u8>,
+    /// In order, repeated fields kept.
     pub headers: Vec<Header>,
 }
 
 /// How a message's body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyFraming {
+    /// No body.
     None,
+    /// Exactly this many bytes.
     ContentLength(u64),
+    /// `Transfer-Encoding: chunked`, up to the last chunk and trailers.
     Chunked,
     /// Response only: the body runs until the upstream closes.
     UntilClose,
@@ -56,26 +72,37 @@ pub enum BodyFraming {
 /// A malformed head. Every variant is answered 400, except `TooLarge` (431).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeadError {
+    /// Longer than `Limits::max_head_bytes` before its blank line.
     #[error("header section larger than the bound")]
     TooLarge,
+    /// A line ended by LF alone, which servers split differently.
     #[error("bare LF line ending")]
     BareLf,
+    /// Not `METHOD SP target SP version`.
     #[error("malformed request line")]
     BadRequestLine,
+    /// Not `version SP status SP reason`.
     #[error("malformed status line")]
     BadStatusLine,
+    /// A version other than HTTP/1.0 and HTTP/1.1.
     #[error("unsupported HTTP version")]
     BadVersion,
+    /// A line starting with whitespace, continuing the previous field (RFC 9112 §5.2 obsoletes it).
     #[error("obsolete line folding")]
     ObsFold,
+    /// `Name :`, which servers read as two names or one.
     #[error("whitespace before `:` in a header")]
     SpaceBeforeColon,
+    /// A field line that is no `name: value` (a name that is no token, a control byte in the value).
     #[error("malformed header line")]
     BadHeader,
+    /// Both framings: the classic request smuggling shape.
     #[error("both Content-Length and Transfer-Encoding")]
     ContentLengthAndTransferEncoding,
+    /// A transfer coding leash does not relay, or `chunked` not last.
     #[error("Transfer-Encoding other than `chunked`")]
     BadTransferEncoding,
+    /// Content-Length values that differ, or one that is not a number.
     #[error("differing or invalid Content-Length")]
     BadContentLength,
 }

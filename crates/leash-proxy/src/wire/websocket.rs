@@ -14,6 +14,7 @@ pub const MAX_HEADER: usize = 14;
 pub struct FrameHeader {
     /// The last frame of its message (always true for a control frame).
     pub fin: bool,
+    /// Data, continuation or control.
     pub kind: Kind,
     /// The payload's length.
     pub len: u64,
@@ -30,18 +31,25 @@ pub enum Kind {
     Control,
 }
 
+/// Why a server's frames cannot be followed (RFC 6455 §5): the relay ends rather than pass bytes it cannot search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
+    /// A server never masks; a masked payload would hide a value from the search.
     #[error("a frame from the server is masked")]
     Masked,
+    /// RSV1-3 set: an extension (compression) would hide a value.
     #[error("a frame sets a reserved bit (an extension leash did not negotiate)")]
     Reserved,
+    /// An opcode RFC 6455 reserves.
     #[error("a frame has a reserved opcode")]
     Opcode,
+    /// A control frame without FIN, or with more than 125 bytes.
     #[error("a control frame is fragmented or longer than 125 bytes")]
     Control,
+    /// Continuation and data frames out of order.
     #[error("a continuation frame with no message under way, or a new message inside one")]
     Sequence,
+    /// A 64-bit length with its most significant bit set.
     #[error("a frame length has its top bit set")]
     Length,
 }

@@ -178,6 +178,7 @@ impl Builder {
             credentials: self.secrets.clone(),
             upstream_auth: self.upstream_auth.clone(),
             bound: self.bound,
+            release_free_memory: None,
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");

@@ -122,7 +122,12 @@ fn own_devpts() -> Result<(), Fail> {
 /// of the parent user namespace may.
 fn map_init_ids(plan: &Plan) -> Result<(), Fail> {
     if plan.ids == IdRange::Single {
-        return map_ids(plan, &plan.outer_ids, [ChildStep::Setgroups, ChildStep::UidMap, ChildStep::GidMap]);
+        return map_ids(
+            plan,
+            Proc::OwnFiles,
+            &plan.outer_ids,
+            [ChildStep::Setgroups, ChildStep::UidMap, ChildStep::GidMap],
+        );
     }
     let mut record = [0u8; RECORD_LEN];
     let len = sys::recv_record(plan.channel, &mut record).map_err(at(ChildStep::UidMap, 0))?;
@@ -132,24 +137,45 @@ fn map_init_ids(plan: &Plan) -> Result<(), Fail> {
     }
 }
 
-/// Writes `setgroups` (deny), `uid_map`, `gid_map` of the calling process's user namespace (`IdRange::Single`:
-/// without privilege over the parent namespace a process may map only its own ids, its gid once `setgroups` is
-/// denied). A non-dumpable process's /proc files belong to root, so without root the process is dumpable while it
-/// writes them (it inherited leash's non-dumpable flag), and non-dumpable again after. For init, no process of the
-/// sandbox exists yet at that moment; for the command, init is suspended and nothing else of the sandbox runs.
-fn map_ids(plan: &Plan, maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail> {
+/// Writes `setgroups` (deny, unless `IdRange::Full`), `uid_map`, `gid_map` of `whose` user namespace: init's own
+/// (`IdRange::Single`: without privilege over the parent namespace a process may map only its own ids, its gid once
+/// `setgroups` is denied), or the command's, which init writes from the parent namespace where it holds every
+/// capability. A non-dumpable process's /proc files belong to root, so without root the memory is dumpable while
+/// they are written (it inherited leash's non-dumpable flag; the command shares it until `execve`), and
+/// non-dumpable again after. No process of the sandbox but init and the waiting command exists at that moment.
+fn map_ids(plan: &Plan, whose: Proc, maps: &IdMaps, steps: [ChildStep; 3]) -> Result<(), Fail> {
     let [setgroups, uid_map, gid_map] = steps;
     if plan.dumpable_for_maps {
         sys::set_dumpable(true).map_err(at(setgroups, 0))?;
     }
-    sys::write_file(c"/proc/self/setgroups", b"deny").map_err(at(setgroups, 0))?;
-    sys::write_file(c"/proc/self/uid_map", maps.uid_map.as_bytes()).map_err(at(uid_map, 0))?;
-    sys::write_file(c"/proc/self/gid_map", maps.gid_map.as_bytes()).map_err(at(gid_map, 0))?;
-    // The flag belongs to the memory, which the command shares with init until `execve`.
+    let mut buf = [0u8; PROC_PATH_LEN];
+    if plan.ids == IdRange::Single {
+        sys::write_file(whose.file(&mut buf, b"setgroups", setgroups)?, b"deny").map_err(at(setgroups, 0))?;
+    }
+    sys::write_file(whose.file(&mut buf, b"uid_map", uid_map)?, maps.uid_map.as_bytes()).map_err(at(uid_map, 0))?;
+    sys::write_file(whose.file(&mut buf, b"gid_map", gid_map)?, maps.gid_map.as_bytes()).map_err(at(gid_map, 0))?;
     if plan.dumpable_for_maps {
         sys::set_non_dumpable().map_err(at(ChildStep::Harden, 0))?;
     }
     Ok(())
+}
+
+/// Whose /proc files: the calling process's, or another's by pid (in the sandbox's /proc).
+#[derive(Clone, Copy)]
+enum Proc {
+    OwnFiles,
+    Of(pid_t),
+}
+
+impl Proc {
+    /// `/proc/self/NAME` or `/proc/PID/NAME`, in `buf`.
+    fn file<'a>(self, buf: &'a mut [u8; PROC_PATH_LEN], name: &[u8], step: ChildStep) -> Result<&'a CStr, Fail> {
+        let path = match self {
+            Proc::OwnFiles => proc_file(buf, b"self", name),
+            Proc::Of(pid) => proc_file(buf, decimal(&mut [0u8; 10], pid), name),
+        };
+        path.ok_or(Fail { step, index: 0, errno: libc::ENAMETOOLONG })
+    }
 }
 
 /// Makes /proc/sys, /proc/sysrq-trigger and /sys (with what is mounted below it) read-only, once IPv6 is off. The
@@ -309,8 +335,12 @@ fn bind_all(plan: &Plan, fds: &mut [c_int], len: &mut usize) -> Result<(), Fail>
 /// Starts the command and waits for its `execve`: the close-on-exec pipe reads empty on success, or carries the
 /// failure record. Returns the command's pid, init's signalfd and the listener of the command's seccomp filter.
 ///
-/// The command shares init's memory (on its own stack) until `execve`, and init waits meanwhile: copying an address
-/// space only to drop it at `execve` was a tenth of `leash run`'s start-up.
+/// The command shares init's memory (on its own stack) until `execve`: copying an address space only to drop it at
+/// `execve` was a tenth of `leash run`'s start-up. It starts in a user namespace of its own, whose ids init maps from
+/// the parent namespace while the command waits for the go-ahead (`go`); init then only waits for the `execve`.
+///
+/// INVARIANT: once the command runs on its own, init makes no call that can fail until the `execve` is over: the two
+/// share their memory, `errno` included.
 fn start_command(plan: &Plan, terminal: c_int) -> Result<Started, Fail> {
     probe_pidfd_getfd(plan)?;
     let signals = sys::signalfd(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
@@ -318,12 +348,21 @@ fn start_command(plan: &Plan, terminal: c_int) -> Result<Started, Fail> {
     connects::arm_deadlines().map_err(at(ChildStep::InitSignals, 1))?;
     let (read_end, write_end) = sys::pipe().map_err(at(ChildStep::ForkCommand, 0))?;
     let (listener_in, listener_out) = sys::seqpacket_pair().map_err(at(ChildStep::ForkCommand, 0))?;
-    let mut start = CommandStart { plan, write_end, listener_out, terminal };
+    let (go_in, go_out) = sys::pipe().map_err(at(ChildStep::ForkCommand, 0))?;
+    let mut start = CommandStart { plan, write_end, listener_out, terminal, go: go_in };
     let arg: *mut CommandStart = &mut start;
-    // SAFETY: the plan's stack is used by nothing else; `start` lives on init's stack, which stays put while init is
-    // suspended; `command_entry` only reads shared memory and leaves by `execve` or `exit`.
-    let pid = unsafe { sys::vfork_on(plan.command_stack.top(), command_entry, arg.cast()) }
-        .map_err(at(ChildStep::ForkCommand, 0))?;
+    // INVARIANT: a second user namespace leaves the command no capability over the sandbox's mount and network
+    // namespaces, which init's namespace owns: it cannot unmount or mount there, and a mount namespace it creates
+    // copies every mount made above locked. (A mount namespace of its own would cost a copy of the mount table at
+    // start and its teardown at exit, and lock nothing more.)
+    let flags = libc::CLONE_VM | libc::CLONE_NEWUSER;
+    // SAFETY: the plan's stack is used by nothing else; `start` lives on init's stack, which stays put until the
+    // command's `execve` (init waits for it below); `command_entry` only reads shared memory and leaves by `execve`
+    // or `exit`; it waits in a read until `go` (a blocked read writes no `errno`), and after `go` init makes no call
+    // that can fail (see above).
+    let pid = unsafe { sys::spawn_on(plan.command_stack.top(), command_entry, flags, arg.cast()) }
+        .map_err(at(ChildStep::CommandNs, 0))?;
+    sys::close(go_in);
     sys::close(write_end);
     sys::close(listener_out);
     // Init never reads or writes stdio: the command's output reaches its end when the command and its children
@@ -335,6 +374,16 @@ fn start_command(plan: &Plan, terminal: c_int) -> Result<Started, Fail> {
     let duplicates = (0..3).map(|i| plan.stdio_fd(i)).chain([terminal]).filter(|&fd| fd >= 0);
     for fd in inherited.chain(duplicates) {
         sys::close(fd);
+    }
+    let steps = [ChildStep::CommandSetgroups, ChildStep::CommandUidMap, ChildStep::CommandGidMap];
+    let go = map_ids(plan, Proc::Of(pid), &plan.inner_ids, steps)
+        .and_then(|()| sys::write_all(go_out, b"g").map_err(at(ChildStep::ForkCommand, 0)));
+    sys::close(go_out);
+    if let Err(fail) = go {
+        let _ = sys::kill(pid, libc::SIGKILL);
+        let _ = sys::waitpid(pid, 0);
+        sys::close(read_end);
+        return Err(fail);
     }
     let mut record = [0u8; RECORD_LEN];
     let read = sys::read(read_end, &mut record);
@@ -389,13 +438,20 @@ struct CommandStart<'a> {
     listener_out: c_int,
     /// The slave side of the command's pseudo-terminal, or -1.
     terminal: c_int,
+    /// Reads one byte once init has mapped the command's ids.
+    go: c_int,
 }
 
 /// The command's process, from `clone` to `execve` (or `exit` after reporting a failure).
 extern "C" fn command_entry(arg: *mut libc::c_void) -> c_int {
-    // SAFETY: `arg` is init's `CommandStart`, alive while init is suspended (CLONE_VFORK).
+    // SAFETY: `arg` is init's `CommandStart`, alive until this process's `execve` or exit (init waits for either).
     let start = unsafe { &*(arg as *const CommandStart) };
-    let fail = command(start);
+    let mut go = [0u8; 1];
+    let fail = match sys::read(start.go, &mut go) {
+        Ok(1) => command(start),
+        // Init could not map the ids and kills this process; nothing else closes the pipe empty.
+        _ => Fail { step: ChildStep::CommandNs, index: 4, errno: libc::EPROTO },
+    };
     let _ = sys::write_all(start.write_end, &fail.record());
     sys::exit(FAILED)
 }
@@ -416,18 +472,6 @@ fn command(start: &CommandStart) -> Fail {
 
 fn command_setup(start: &CommandStart) -> Result<(), Fail> {
     let plan = start.plan;
-    // INVARIANT: a second user namespace leaves the command no capability over the sandbox's mount and network
-    // namespaces, which init's namespace owns: it cannot unmount or mount there, and a mount namespace it creates
-    // copies every mount made above locked. (A mount namespace of its own would cost a copy of the mount table at
-    // start and its teardown at exit, and lock nothing more.)
-    match plan.ids {
-        IdRange::Single => {
-            sys::unshare(libc::CLONE_NEWUSER).map_err(at(ChildStep::CommandNs, 0))?;
-            let steps = [ChildStep::CommandSetgroups, ChildStep::CommandUidMap, ChildStep::CommandGidMap];
-            map_ids(plan, &plan.inner_ids, steps)?;
-        }
-        IdRange::Full => join_mapped_namespace(plan)?,
-    }
     // INVARIANT: the command has a session of its own: the caller's terminal is never its controlling terminal (no
     // TIOCSTI into it, no TIOCSETD or termios of the caller's: a terminal is a pseudo-terminal of leash's), and a
     // process group of its own, so `kill(0, ...)` reaches nothing of the caller's. Init forwards a terminal's
@@ -453,68 +497,28 @@ fn command_setup(start: &CommandStart) -> Result<(), Fail> {
     sys::cloexec_from_3().map_err(at(ChildStep::CloseFds, 0))
 }
 
-/// The command's user namespace with the full id range: a process cannot write such a map for a namespace it is in
-/// (that takes `CAP_SETUID` in the parent one), so a helper is cloned into a new user namespace, and the command,
-/// still in init's namespace where it holds every capability, writes the helper's maps and joins its namespace through
-/// a pidfd (Linux 5.8). The helper shares the command's memory and only waits, every signal blocked, for its SIGKILL.
-/// Joining asks for ptrace access to the helper, which non-dumpable memory refuses: the memory is dumpable for that
-/// one call, as in `map_ids` without root (init is suspended, nothing else of the sandbox runs; on the host only
-/// root's own processes could attach meanwhile).
-fn join_mapped_namespace(plan: &Plan) -> Result<(), Fail> {
-    let Some(stack) = &plan.helper_stack else {
-        return Err(at(ChildStep::CommandNs, 0)(libc::EINVAL));
-    };
-    let flags = libc::CLONE_NEWUSER | libc::CLONE_VM;
-    // SAFETY: the helper's stack is used by nothing else; `hold` touches no memory and ends only by SIGKILL.
-    let helper = unsafe { sys::spawn_on(stack.top(), hold, flags, std::ptr::null_mut()) }
-        .map_err(at(ChildStep::CommandNs, 1))?;
-    let joined = map_and_join(plan, helper);
-    let _ = sys::kill(helper, libc::SIGKILL);
-    let _ = sys::waitpid(helper, 0);
-    joined
-}
-
-fn map_and_join(plan: &Plan, helper: pid_t) -> Result<(), Fail> {
-    let maps = [
-        (&b"uid_map"[..], &plan.inner_ids.uid_map, ChildStep::CommandUidMap),
-        (&b"gid_map"[..], &plan.inner_ids.gid_map, ChildStep::CommandGidMap),
-    ];
-    for (name, map, step) in maps {
-        let mut buf = [0u8; PROC_PATH_LEN];
-        let path = proc_file(&mut buf, helper, name).ok_or(Fail { step, index: 0, errno: libc::ENAMETOOLONG })?;
-        sys::write_file(path, map.as_bytes()).map_err(at(step, 0))?;
-    }
-    let pidfd = sys::pidfd_open(helper, false).map_err(at(ChildStep::CommandNs, 2))?;
-    let joined = sys::set_dumpable(true).and_then(|()| sys::setns(pidfd, libc::CLONE_NEWUSER));
-    let hardened = sys::set_non_dumpable();
-    sys::close(pidfd);
-    joined.map_err(at(ChildStep::CommandNs, 3))?;
-    hardened.map_err(at(ChildStep::Harden, 0))
-}
-
-/// The helper's whole life: it holds its user namespace until the command kills it.
-extern "C" fn hold(_: *mut libc::c_void) -> c_int {
-    loop {
-        sys::pause();
-    }
-}
-
 /// Room for `/proc/PID/gid_map` and its NUL.
 const PROC_PATH_LEN: usize = 32;
 
-/// `/proc/PID/NAME`, NUL-terminated, in `buf` (no allocation); `None` if it does not fit.
-fn proc_file<'a>(buf: &'a mut [u8; PROC_PATH_LEN], pid: pid_t, name: &[u8]) -> Option<&'a CStr> {
-    let mut digits = [0u8; 10];
+/// `pid` in decimal, at the end of `digits` (no allocation).
+fn decimal(digits: &mut [u8; 10], pid: pid_t) -> &[u8] {
     let mut rest = pid.unsigned_abs();
     let mut len = 0;
-    while len == 0 || rest > 0 {
-        *digits.get_mut(len)? = b'0' + (rest % 10) as u8;
+    for slot in digits.iter_mut().rev() {
+        *slot = b'0' + (rest % 10) as u8;
         rest /= 10;
         len += 1;
+        if rest == 0 {
+            break;
+        }
     }
-    let number = digits.get(..len)?.iter().rev();
+    digits.get(digits.len() - len..).unwrap_or_default()
+}
+
+/// `/proc/DIR/NAME`, NUL-terminated, in `buf` (no allocation); `None` if it does not fit.
+fn proc_file<'a>(buf: &'a mut [u8; PROC_PATH_LEN], dir: &[u8], name: &[u8]) -> Option<&'a CStr> {
     let mut end = 0;
-    for &byte in b"/proc/".iter().chain(number).chain(b"/").chain(name).chain(b"\0") {
+    for &byte in b"/proc/".iter().chain(dir).chain(b"/").chain(name).chain(b"\0") {
         *buf.get_mut(end)? = byte;
         end += 1;
     }
@@ -631,9 +635,12 @@ mod tests {
     #[test]
     fn proc_file_names_a_pids_file_or_nothing() {
         let mut buf = [0u8; PROC_PATH_LEN];
-        assert_eq!(proc_file(&mut buf, 4_194_304, b"gid_map"), Some(c"/proc/4194304/gid_map"));
-        assert_eq!(proc_file(&mut buf, 7, b"uid_map"), Some(c"/proc/7/uid_map"));
-        assert_eq!(proc_file(&mut buf, 0, b"x"), Some(c"/proc/0/x"));
-        assert_eq!(proc_file(&mut buf, 1, &[b'n'; 40]), None, "too long for the buffer");
+        let mut digits = [0u8; 10];
+        assert_eq!(proc_file(&mut buf, decimal(&mut digits, 4_194_304), b"gid_map"), Some(c"/proc/4194304/gid_map"));
+        assert_eq!(proc_file(&mut buf, decimal(&mut digits, 7), b"uid_map"), Some(c"/proc/7/uid_map"));
+        assert_eq!(proc_file(&mut buf, decimal(&mut digits, 0), b"x"), Some(c"/proc/0/x"));
+        assert_eq!(proc_file(&mut buf, b"self", b"setgroups"), Some(c"/proc/self/setgroups"));
+        assert_eq!(proc_file(&mut buf, b"1", &[b'n'; 40]), None, "too long for the buffer");
+        assert_eq!(decimal(&mut digits, i32::MAX), b"2147483647");
     }
 }

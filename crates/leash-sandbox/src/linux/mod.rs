@@ -31,7 +31,6 @@ use self::proto::{Msg, SpecFacts, RECORD_LEN};
 use crate::error::Step;
 use crate::{ExitStatus, SandboxError, SandboxSpec, MAX_SOCKETS};
 
-pub(crate) use self::netlink::local_routes;
 pub(crate) use self::netns::{bind_in, bind_in_netns, netns_id, netns_interfaces};
 pub(crate) use self::signals::Forwarding;
 

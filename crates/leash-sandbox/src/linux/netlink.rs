@@ -1,7 +1,7 @@
 //! The calling thread's network namespace read over rtnetlink: every route (all tables) and every address, as
-//! much of each as the isolation check needs, and the `local` routes (what the kernel delivers to this host, for
-//! the proxy's destination check). A dump request, then the kernel's answers until `NLMSG_DONE`; every
-//! length is checked before it is used, and a malformed answer is an error, never a guess.
+//! much of each as the isolation check needs. A dump request, then the kernel's answers until `NLMSG_DONE`; every
+//! length is checked before it is used, and a malformed answer is an error, never a guess. (The proxy reads the
+//! `local` routes for its destination check itself: it does not depend on this crate.)
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -15,8 +15,6 @@ const RTM_NEWROUTE: u16 = 24;
 const RTM_GETADDR: u16 = 22;
 const RTM_NEWADDR: u16 = 20;
 const RTN_UNICAST: u8 = 1;
-const RTN_LOCAL: u8 = 2;
-const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_MULTIPATH: u16 = 9;
@@ -67,36 +65,6 @@ pub(crate) fn routes() -> io::Result<Vec<Route>> {
         routes.push(route);
     }
     Ok(routes)
-}
-
-/// Every route of type `local` in the calling thread's network namespace, IPv4 and IPv6, in every table, as
-/// (network, prefix length): the addresses the kernel delivers to this host rather than sends out. Each interface
-/// address has one (a /32 or /128), and so has a whole prefix made local (AnyIP: `ip route add local
-/// 203.0.113.0/24 dev lo`), whose every address reaches a listener on the wildcard address.
-pub(crate) fn local_routes() -> io::Result<Vec<(IpAddr, u8)>> {
-    // struct rtmsg, all zero but the family: every table, every type.
-    let request = [libc::AF_UNSPEC as u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-    let mut out = Vec::new();
-    for (kind, payload) in dump(RTM_GETROUTE, &request)? {
-        let Some(head) = payload.get(..12) else { return Err(malformed("route")) };
-        if kind != RTM_NEWROUTE || head[7] != RTN_LOCAL {
-            continue;
-        }
-        let (family, dst_len) = (i32::from(head[0]), head[1]);
-        // No destination attribute: the family's default route, made local (every address).
-        let mut dst = match family {
-            libc::AF_INET => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            libc::AF_INET6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-            _ => continue,
-        };
-        for (attr, data) in attributes(&payload[12..])? {
-            if attr == RTA_DST {
-                dst = ip_of(family, data).ok_or_else(|| malformed("route destination"))?;
-            }
-        }
-        out.push((dst, dst_len));
-    }
-    Ok(out)
 }
 
 /// The address in an attribute's `data`, if it is one of `family`'s size.
@@ -242,13 +210,5 @@ mod tests {
         let addresses = addresses().unwrap();
         assert!(addresses.iter().any(|(_, ip)| ip.is_loopback()), "{addresses:?}");
         routes().unwrap();
-    }
-
-    #[test]
-    fn the_local_routes_hold_loopback_as_a_whole_prefix() {
-        // Every namespace with `lo` up has `local 127.0.0.0/8` and `local 127.0.0.1` in its local table.
-        let local = local_routes().unwrap();
-        assert!(local.contains(&(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8)), "{local:?}");
-        assert!(local.contains(&(IpAddr::V4(Ipv4Addr::LOCALHOST), 32)), "{local:?}");
     }
 }

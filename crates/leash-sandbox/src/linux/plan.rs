@@ -74,10 +74,10 @@ pub(super) const FULL_RANGE: u32 = 65536;
 /// Which ids the sandbox's two user namespaces map (see `IdRange::of_caller`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum IdRange {
-    /// One id: inner 0 is leash's uid and gid, `setgroups` denied; each namespace's first process writes its maps.
+    /// One id: inner 0 is leash's uid and gid, `setgroups` denied; init writes its own maps and the command's.
     Single,
     /// Ids 0..`FULL_RANGE` onto themselves, `setgroups` allowed. Only a process of the parent namespace may write
-    /// such a map: leash writes init's, and init's namespace the command's (`init::join_mapped_namespace`).
+    /// such a map: leash writes init's, and init the command's (`init::start_command`).
     Full,
 }
 
@@ -102,8 +102,6 @@ pub(super) struct Plan {
     pub(super) terminal: Option<crate::Terminal>,
     pub(super) channel: c_int,
     pub(super) command_stack: Stack,
-    /// Where the process holding the command's user namespace runs while the command maps it (`IdRange::Full`).
-    pub(super) helper_stack: Option<Stack>,
     /// Whether the id maps need a dumpable moment (see `init::map_ids`): only without root, whose /proc files
     /// stay writable while non-dumpable.
     pub(super) dumpable_for_maps: bool,
@@ -165,7 +163,6 @@ impl Plan {
             terminal: spec.terminal,
             channel,
             command_stack: Stack::new(),
-            helper_stack: (ids == IdRange::Full).then(Stack::new),
             dumpable_for_maps: current_uid() != 0,
             spread: Spread::of_caller(),
             filter: super::seccomp::program(),

@@ -62,28 +62,14 @@ pub(super) fn raw_fork(flags: u64) -> SysResult<pid_t> {
     }
 }
 
-/// Runs `child(arg)` in a new process that shares this one's memory, on the stack below `stack_top`, and returns its
-/// pid once it has called `execve` or exited (`CLONE_VM | CLONE_VFORK`, as posix_spawn does): no copy of the address
-/// space is made, nor torn down at `execve`. The caller is suspended meanwhile.
-///
-/// # Safety
-/// `stack_top` is the 16-byte aligned end of memory that nothing else uses while the child runs; `child` may only
-/// read memory it shares, must leave by `execve` or `exit`, and never returns or unwinds into this stack.
-pub(super) unsafe fn vfork_on(
-    stack_top: *mut c_void,
-    child: extern "C" fn(*mut c_void) -> c_int,
-    arg: *mut c_void,
-) -> SysResult<pid_t> {
-    // SAFETY: the caller guarantees the stack and the child's conduct; glibc's clone wrapper runs no fork handlers.
-    check(unsafe { libc::clone(child, stack_top, libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, arg) })
-}
-
 /// Runs `child(arg)` in a new process made with `flags` (`CLONE_VM` and namespace flags) on the stack below
 /// `stack_top`, beside this one; its end signals SIGCHLD.
 ///
 /// # Safety
-/// As for `vfork_on`, and with `CLONE_VM` the child runs at the same time as the caller: it must write no memory
-/// the caller uses (`errno` included, so its system calls must not fail).
+/// `stack_top` is the 16-byte aligned end of memory that nothing else uses while the child runs; `child` may only
+/// read memory it shares, must leave by `execve` or `exit`, and never returns or unwinds into this stack. With
+/// `CLONE_VM` the child runs at the same time as the caller: the two must not write memory the other uses (`errno`
+/// included: while both run, the system calls of one of them must not fail).
 pub(super) unsafe fn spawn_on(
     stack_top: *mut c_void,
     child: extern "C" fn(*mut c_void) -> c_int,
@@ -92,18 +78,6 @@ pub(super) unsafe fn spawn_on(
 ) -> SysResult<pid_t> {
     // SAFETY: the caller guarantees the stack and the child's conduct; glibc's clone wrapper runs no fork handlers.
     check(unsafe { libc::clone(child, stack_top, flags | libc::SIGCHLD, arg) })
-}
-
-/// setns(2): `fd` is a namespace file or (Linux 5.8) a pidfd.
-pub(super) fn setns(fd: c_int, nstype: c_int) -> SysResult<()> {
-    // SAFETY: setns takes a descriptor and a flag word, no pointers.
-    check(unsafe { libc::setns(fd, nstype) }).map(drop)
-}
-
-/// pause(2): sleeps until a signal; with every signal blocked, until SIGKILL.
-pub(super) fn pause() {
-    // SAFETY: pause takes no arguments.
-    unsafe { libc::pause() };
 }
 
 /// The older clone(2) for kernels (or seccomp profiles) without clone3; a null stack means fork semantics.

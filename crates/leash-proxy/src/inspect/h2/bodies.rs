@@ -12,7 +12,7 @@ use hyper::body::{Body, Frame};
 
 use super::BoxError;
 use crate::credentials::{LeakFound, LeakWatch, Redactor};
-use crate::message::Fields;
+use crate::headers::Redact;
 
 /// A request body going up through a [`LeakWatch`]: a credential found ends it with an error (the stream is reset
 /// upstream, nothing of the credential sent) and is noted in `found`.
@@ -100,7 +100,7 @@ impl<B> Redacted<B> {
         Redacted { inner, redactor, ended: false, trailers: None }
     }
 
-    /// Trailers end the data: redacted as fields are ([`Fields::redact`]); what is held goes first, then the
+    /// Trailers end the data: redacted as fields are ([`Redact`]); what is held goes first, then the
     /// trailers on the next poll.
     fn trailers<E>(&mut self, mut trailers: Frame<Bytes>) -> Poll<Option<Result<Frame<Bytes>, E>>> {
         if let Some(fields) = trailers.trailers_mut() {

@@ -1,0 +1,90 @@
+//! A connection to an upstream, whichever way it was reached: plain TCP, or the TLS session with an `https://`
+//! upstream proxy. Dialing makes one (`dial.rs`), the pool keeps idle ones (`pool.rs`); both only need this type.
+
+use std::io;
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client;
+
+use crate::conn::TlsIo;
+
+/// The TLS session with an `https://` upstream proxy.
+pub(crate) type ProxySession = client::TlsStream<TlsIo<TcpStream>>;
+
+/// A connection to an upstream: plain TCP (the destination, or an `http://` upstream proxy), or the TLS session
+/// with an `https://` upstream proxy. Only the second needs user-space copies where TCP could be relayed by the
+/// socket alone (`relay::tunnel`); everything else reads and writes either alike.
+pub(crate) enum UpstreamIo {
+    Tcp(TcpStream),
+    Tls(Box<ProxySession>),
+}
+
+impl UpstreamIo {
+    /// Whether an idle connection has nothing to read: data would be a protocol error, the end a closed
+    /// connection. A TLS session is polled once without waiting (records that carry no data, a session ticket,
+    /// are taken in on the way).
+    pub(crate) fn is_quiet(&mut self) -> bool {
+        match self {
+            UpstreamIo::Tcp(tcp) => {
+                let mut probe = [0u8; 1];
+                matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+            UpstreamIo::Tls(session) => {
+                let mut probe = [0u8; 1];
+                let mut buf = ReadBuf::new(&mut probe);
+                let mut cx = Context::from_waker(std::task::Waker::noop());
+                Pin::new(&mut **session).poll_read(&mut cx, &mut buf).is_pending()
+            }
+        }
+    }
+}
+
+impl AsyncRead for UpstreamIo {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpstreamIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_write(cx, data),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, data),
+        }
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamIo::Tcp(s) => s.is_write_vectored(),
+            UpstreamIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_flush(cx),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            UpstreamIo::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}
