@@ -1,9 +1,10 @@
-//! `leash explain`: the decision the proxy would take for one request, with the reason in plain words. The decision
-//! comes from the one function the proxy asks too ([`Policy::decide`]); this module only puts it into words.
+//! `leash explain`: the decision the proxy would take for one request, with the reason in plain words, and what it
+//! would do to the request. Both come from the one value the proxy acts on too ([`Policy::admit`]: the decision and
+//! the [`leash_policy::Treatment`]); this module only puts it into words.
 
 use leash_policy::{
-    parse_absolute_target, parse_authority, Decision, Host, Policy, ProviderTools, Question, Reason, Scheme, Service,
-    ServiceKind, TargetError, TlsInspection, Verdict,
+    parse_absolute_target, parse_authority, Admission, Decision, Host, Policy, ProviderTools, Question, Reason, Route,
+    Scheme, Service, ServiceKind, TargetError, TlsInspection, Tunnel, Verdict,
 };
 
 use crate::cli::ExplainArgs;
@@ -95,14 +96,14 @@ fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
         Err(e) => return Ok(refused(Reason::BadHost, format!("`{target}` is not a host:port ({e})"))),
     };
     let port = authority.port.ok_or_else(|| format!("`{target}` needs a port, e.g. `{target}:443`"))?;
-    let decision = policy.decide(&Question::Connect { target: &authority.host, port }, TLS);
+    let admission = policy.admit(&Question::Connect { target: &authority.host, port }, TLS);
     let mut lines = vec![format!(
         "CONNECT {target}: decided on the CONNECT target, then on the TLS server name (SNI), which must name the same host"
     )];
-    lines.extend(after_decision(&decision, &authority.host, direct(policy, &authority.host)));
-    lines.extend(model_api_line(policy, &decision, &authority.host));
-    lines.extend(upstream_line(policy, &decision, &authority.host));
-    Ok(Explained { decision, lines })
+    lines.extend(after_decision(&admission, &authority.host));
+    lines.extend(model_api_line(&admission, &authority.host));
+    lines.extend(upstream_line(&admission, &authority.host));
+    Ok(Explained { decision: admission.decision, lines })
 }
 
 fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
@@ -113,22 +114,22 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
         Err(TargetError::Path(e)) => return Ok(refused(Reason::BadRequest, format!("the path of `{url}`: {e}"))),
     };
     let (host, port, path) = (&target.authority.host, target.port(), target.path.as_str());
-    let decision = policy.decide(&Question::of_url(&target), TLS);
-    let how = match target.scheme {
-        Scheme::Https if policy.decide(&Question::Connect { target: host, port }, TLS).verdict == Verdict::Inspect => {
+    let admission = policy.admit(&Question::of_url(&target), TLS);
+    let how = match (target.scheme, admission.tunnel) {
+        (Scheme::Https, Tunnel::Inspected) => {
             format!("https: `{host}` is TLS-inspected; decided on canonical path `{path}`")
         }
-        Scheme::Https => format!(
+        (Scheme::Https, _) => format!(
             "https: the tunnel to `{host}:{port}` is decided on its TLS server name; paths inside it are not seen"
         ),
         _ => format!("http: decided on host `{host}`, port {port}, canonical path `{path}`"),
     };
     let mut lines = vec![how];
-    lines.extend(after_decision(&decision, host, direct(policy, host)));
-    lines.extend(credential_line(policy, &decision, host, target.scheme));
-    lines.extend(upstream_line(policy, &decision, host));
-    lines.extend(model_api_line(policy, &decision, host));
-    Ok(Explained { decision, lines })
+    lines.extend(after_decision(&admission, host));
+    lines.extend(credential_line(&admission));
+    lines.extend(upstream_line(&admission, host));
+    lines.extend(model_api_line(&admission, host));
+    Ok(Explained { decision: admission.decision, lines })
 }
 
 /// What the proxy can do with a tunnel that needs inspection: this build terminates TLS for such hosts (else they
@@ -136,12 +137,8 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
 const TLS: TlsInspection =
     if leash_proxy::TLS_INSPECTION { TlsInspection::Available } else { TlsInspection::Unavailable };
 
-/// Whether leash itself resolves `host` (no upstream proxy, or `host` bypasses it).
-fn direct(policy: &Policy, host: &Host) -> bool {
-    policy.upstream_proxy().is_none_or(|up| up.bypasses(host))
-}
-
-fn after_decision(d: &Decision, host: &Host, direct: bool) -> Vec<String> {
+fn after_decision(admission: &Admission<'_>, host: &Host) -> Vec<String> {
+    let d = &admission.decision;
     let mut lines = vec![format!("{}: {}", d.reason, d.reason.describe())];
     if let Some(rule) = &d.rule {
         lines.push(format!("matching entry: `{rule}`"));
@@ -149,7 +146,8 @@ fn after_decision(d: &Decision, host: &Host, direct: bool) -> Vec<String> {
     if d.verdict == Verdict::WouldBlock {
         lines.push("audit mode: the policy would refuse this; it is let through and logged as would-block".to_owned());
     }
-    if d.verdict != Verdict::Block && direct {
+    // leash itself resolves the host when no upstream proxy does.
+    if admission.treatment.is_some_and(|t| t.route.through().is_none()) {
         lines.push(format!(
             "then: leash resolves `{host}` once and refuses it (internal-destination) if any address is loopback, \
              private, link-local, CGNAT or otherwise internal and not inside allow_destinations"
@@ -159,26 +157,23 @@ fn after_decision(d: &Decision, host: &Host, direct: bool) -> Vec<String> {
 }
 
 /// Where an allowed request goes out: through the upstream proxy (which then resolves the name), or directly.
-fn upstream_line(policy: &Policy, d: &Decision, host: &Host) -> Option<String> {
-    let up = policy.upstream_proxy()?;
-    Some(match (d.verdict, up.bypasses(host)) {
-        (Verdict::Block, _) => return None,
-        (_, true) => format!("goes out directly: `{host}` is in upstream_proxy_bypass"),
-        _ => format!(
+fn upstream_line(admission: &Admission<'_>, host: &Host) -> Option<String> {
+    Some(match admission.treatment?.route {
+        Route::Direct => return None,
+        Route::Bypass(_) => format!("goes out directly: `{host}` is in upstream_proxy_bypass"),
+        Route::UpstreamProxy(up) => format!(
             "goes out through the upstream proxy `{}`, which resolves `{host}` (leash does not see its address)",
             up.url()
         ),
     })
 }
 
-/// What happens to a credential of this host's: put on the request by leash, or why the request is refused.
-fn credential_line(policy: &Policy, d: &Decision, host: &Host, scheme: Scheme) -> Option<String> {
-    let c = policy.credential_for(host)?;
-    Some(match (d.verdict, scheme) {
-        (Verdict::Block, _) => return None,
-        (_, Scheme::Http) => {
-            format!("credential `{}`: sent over plain HTTP, as its entry allows (plaintext: true)", c.name)
-        }
+/// What happens to a credential of this host's: put on the request by leash (over plain HTTP only where its entry
+/// allows it, else the request was refused).
+fn credential_line(admission: &Admission<'_>) -> Option<String> {
+    let c = admission.treatment?.credential?;
+    Some(match admission.tunnel {
+        Tunnel::None => format!("credential `{}`: sent over plain HTTP, as its entry allows (plaintext: true)", c.name),
         _ => {
             let mut places: Vec<String> = c.headers().map(|h| format!("`{h}`")).collect();
             places.extend(c.query.as_ref().map(|q| format!("the query parameter `{q}`")));
@@ -193,23 +188,17 @@ fn credential_line(policy: &Policy, d: &Decision, host: &Host, scheme: Scheme) -
 }
 
 /// What happens to a model API's request bodies, when the policy filters its provider-side tools.
-fn model_api_line(policy: &Policy, d: &Decision, host: &Host) -> Option<String> {
-    if !policy.filters_provider_tools(host) {
-        return None;
-    }
-    let setting = policy.provider_tools();
-    Some(match d.verdict {
-        Verdict::Block => return None,
-        _ => format!(
-            "`{host}` is a model API (provider_tools: {}): each request body is read (JSON, uncompressed, bounded) and \
-             its provider-side tools (web search, web fetch, remote MCP, search grounding) are {}",
-            setting.as_str(),
-            match setting {
-                ProviderTools::Refuse => "refused",
-                _ => "stripped",
-            }
-        ),
-    })
+fn model_api_line(admission: &Admission<'_>, host: &Host) -> Option<String> {
+    let setting = admission.treatment?.model_gate?;
+    Some(format!(
+        "`{host}` is a model API (provider_tools: {}): each request body is read (JSON, uncompressed, bounded) and \
+         its provider-side tools (web search, web fetch, remote MCP, search grounding) are {}",
+        setting.as_str(),
+        match setting {
+            ProviderTools::Refuse => "refused",
+            _ => "stripped",
+        }
+    ))
 }
 
 fn refused(reason: Reason, why: String) -> Explained {

@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod credentials;
 pub mod decision;
 pub mod dest;
@@ -27,6 +28,7 @@ mod spec;
 pub mod upstream;
 pub mod url;
 
+pub use admission::{Admission, Route, Treatment, Tunnel};
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
 pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Request, Scheme, Verdict, Via};
 pub use dest::{is_internal, Cidr, CidrError};

@@ -7,6 +7,8 @@ use leash_policy::{
     TlsInspection, Verdict, Via,
 };
 
+#[path = "engine/admission.rs"]
+mod admission;
 #[path = "engine/credentials.rs"]
 mod credentials;
 #[path = "engine/decisions.rs"]

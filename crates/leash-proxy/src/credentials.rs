@@ -14,12 +14,13 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use base64::Engine;
-use leash_policy::{Credential, HeaderForm, Host, Policy};
+use leash_policy::{Credential, HeaderForm, Host};
 
 use tokio::io::AsyncWrite;
 
+use crate::message::{Fields, Outgoing};
 use crate::wire::chunked::ChunkedScanner;
-use crate::wire::http_head::{Header, RequestHead};
+use crate::wire::http_head::Header;
 
 /// One credential's secret and placeholder.
 pub struct Secret {
@@ -140,79 +141,36 @@ impl Secrets {
         })
     }
 
-    /// An HTTP/1.1 request to `host` as it goes out, and what the credentials made of it (see [`Outbound`]). The
-    /// head is copied only where there are credentials.
-    pub(crate) fn outgoing<'h>(
-        &self,
-        policy: &Policy,
-        host: &Host,
-        head: &'h RequestHead,
-    ) -> (Cow<'h, RequestHead>, Outbound) {
-        if self.secrets.is_empty() {
-            return (Cow::Borrowed(head), Outbound::untouched());
-        }
-        let mut sent = head.clone();
-        let own = policy.credential_for(host);
-        let names = sent.headers.iter().map(|h| h.name.as_bytes());
-        let values = sent.headers.iter().map(|h| h.value.as_slice());
-        let parts = [sent.method.as_bytes(), sent.target.as_bytes()].into_iter().chain(names).chain(values);
-        if let Some(leaked) = self.found_in_any(own.map(|c| &*c.name), parts) {
-            return (Cow::Borrowed(head), Outbound::Leak(leaked.to_owned()));
-        }
-        let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
-        let query = secret.and_then(|(c, s)| in_query(&sent.target, c, s));
-        let in_header = secret.is_some_and(|(c, s)| inject(&mut sent.headers, c, s));
-        if own.is_some() {
-            // A compressed response could echo the value where the redactor cannot see it: ask for none, on every
-            // request to the host (it may quote a value an earlier request carried).
-            sent.headers.retain(|h| !h.is("accept-encoding"));
-            sent.headers.push(Header { name: "Accept-Encoding".to_owned(), value: b"identity".to_vec() });
-        }
-        if let Some((_, s)) = secret {
-            let target = query.as_deref().unwrap_or(&sent.target);
-            let fields = sent.headers.iter().map(|h| (h.name.as_str(), h.value.as_slice()));
-            s.warn_if_unreplaced(host, [("the URL", target.as_bytes())].into_iter().chain(fields));
-        }
-        let query = query.as_deref().and_then(|t| t.split_once('?')).map(|(_, q)| q.to_owned());
-        let injected = in_header || query.is_some();
-        let mut sent = Cow::Owned(sent);
-        if secret.is_some() {
-            // To a credential's host no WebSocket extension is offered: a compressed message would carry an echo
-            // past the redactor (upgrade.rs).
-            crate::upgrade::without_extensions(&mut sent);
-        }
-        (sent, Outbound::go(secret, injected, query))
-    }
-
-    /// [`Secrets::outgoing`] for an HTTP/2 request's method, path and fields.
-    pub(crate) fn outbound_h2(
-        &self,
-        policy: &Policy,
-        host: &Host,
-        (method, path): (&str, &str),
-        fields: &mut http::HeaderMap,
-    ) -> Outbound {
+    /// A request to `host`, whose own credential is `own`, as it goes out, and what the credentials made of it (see
+    /// [`Outbound`]): a credential bound to another host found anywhere in its head refuses it; the host's own is put
+    /// where its entry says it travels. The one rule for HTTP/1.1 and HTTP/2 ([`Outgoing`]).
+    pub(crate) fn outgoing<M: Outgoing>(&self, own: Option<&Credential>, host: &Host, request: &mut M) -> Outbound {
         if self.secrets.is_empty() {
             return Outbound::untouched();
         }
-        let own = policy.credential_for(host);
-        let names = fields.keys().map(|k| k.as_str().as_bytes());
-        let values = fields.values().map(http::HeaderValue::as_bytes);
-        let parts = [method.as_bytes(), path.as_bytes()].into_iter().chain(names).chain(values);
+        let names = request.each().map(|(name, _)| name);
+        let values = request.each().map(|(_, value)| value);
+        let parts = [request.method().as_bytes(), request.target().as_bytes()].into_iter().chain(names).chain(values);
         if let Some(leaked) = self.found_in_any(own.map(|c| &*c.name), parts) {
             return Outbound::Leak(leaked.to_owned());
         }
         let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
-        let query = secret.and_then(|(c, s)| in_query(path, c, s));
-        let in_header = secret.is_some_and(|(c, s)| inject_h2(fields, c, s));
+        let query = secret.and_then(|(c, s)| in_query(request.target(), c, s));
+        let in_header = secret.is_some_and(|(c, s)| put_in(request, c, s));
         if own.is_some() {
-            // As for HTTP/1.1: no compressed echo, on any stream to the host.
-            fields.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+            // A compressed response could echo the value where the redactor cannot see it: ask for none, on every
+            // request to the host (it may quote a value an earlier request carried).
+            request.set("Accept-Encoding", "identity");
         }
         if let Some((_, s)) = secret {
-            let path = query.as_deref().unwrap_or(path);
-            let named = fields.iter().map(|(k, v)| (k.as_str(), v.as_bytes()));
-            s.warn_if_unreplaced(host, [("the URL", path.as_bytes())].into_iter().chain(named));
+            let target = query.as_deref().unwrap_or(request.target());
+            let fields = request.each().map(|(name, value)| (std::str::from_utf8(name).unwrap_or("a field"), value));
+            s.warn_if_unreplaced(host, [("the URL", target.as_bytes())].into_iter().chain(fields));
+            // To a credential's host no WebSocket extension is offered: a compressed message would carry an echo
+            // past the redactor (upgrade.rs).
+            if request.upgrade().is_some_and(crate::upgrade::is_websocket) {
+                request.remove("sec-websocket-extensions");
+            }
         }
         let query = query.as_deref().and_then(|t| t.split_once('?')).map(|(_, q)| q.to_owned());
         let injected = in_header || query.is_some();
@@ -349,6 +307,16 @@ impl LeakFound {
     }
 }
 
+/// What watches an exchange for credentials: the one put on the request, turned back into its placeholder in the
+/// response (`redact`), and those the request body must not carry (`leaks`); and the upstream proxy the request
+/// goes through, whose own refusals (see `exchange::proxy_refusal`) are not the origin's answer (`via_proxy`, its authority).
+#[derive(Clone, Default)]
+pub(crate) struct Watches {
+    pub redact: Option<Redactor>,
+    pub leaks: Option<LeakWatch>,
+    pub via_proxy: Option<String>,
+}
+
 /// What leash does with credentials on one request.
 pub(crate) enum Outbound {
     /// The request carries the placeholder or value of this credential to a host it does not belong to: refuse.
@@ -390,60 +358,29 @@ fn in_query(target: &str, credential: &Credential, secret: &Secret) -> Option<St
     used.then(|| format!("{before}?{}", pairs.join("&")))
 }
 
-/// Put `secret` where `credential` says it travels in `headers`: its placeholder is replaced in the values of each
-/// of the entry's headers (for a `basic:` entry, a Basic authorization carrying it becomes the entry's own, see
-/// `replaced`); with `add`, a request without the
-/// entry's first header, and without the placeholder in another, gets that header. True if the real value went in.
+/// [`inject`]'s rule, for the fields of either version.
+fn put_in<F: Fields>(fields: &mut F, credential: &Credential, secret: &Secret) -> bool {
+    let present = fields.values_of(&credential.header).next().is_some();
+    let used = credential
+        .headers()
+        .fold(false, |used, name| fields.rewrite(name, |value| replaced(value, credential, secret)) | used);
+    if present || used || !credential.add {
+        return used;
+    }
+    fields.add(&credential.header, added_value(&credential.form, secret))
+}
+
+/// Put `secret` where `credential` says it travels in an HTTP/1.1 head's `headers`: its placeholder is replaced in
+/// the values of each of the entry's headers (for a `basic:` entry, a Basic authorization carrying it becomes the
+/// entry's own, see `replaced`); with `add`, a request without the entry's first header, and without the
+/// placeholder in another, gets that header. True if the real value went in.
 pub fn inject(headers: &mut Vec<Header>, credential: &Credential, secret: &Secret) -> bool {
-    let mut used = false;
-    let present = headers.iter().any(|h| h.is(&credential.header));
-    for h in headers.iter_mut().filter(|h| credential.headers().any(|name| h.is(name))) {
-        if let Some(value) = replaced(&h.value, credential, secret) {
-            h.value = value;
-            used = true;
-        }
-    }
-    if !present && !used && credential.add {
-        headers.push(Header { name: credential.header.clone(), value: added_value(&credential.form, secret) });
-        used = true;
-    }
-    used
+    put_in(headers, credential, secret)
 }
 
 /// [`inject`] for an HTTP/2 request's fields.
 pub fn inject_h2(headers: &mut http::HeaderMap, credential: &Credential, secret: &Secret) -> bool {
-    let Ok(name) = http::HeaderName::from_bytes(credential.header.as_bytes()) else { return false };
-    let present = headers.contains_key(&name);
-    let used =
-        credential.headers().fold(false, |used, other| replace_h2_field(headers, credential, other, secret) | used);
-    if present || used || !credential.add {
-        return used;
-    }
-    let added = added_value(&credential.form, secret);
-    http::HeaderValue::from_bytes(&added).map(|v| headers.insert(name, v)).is_ok()
-}
-
-/// The placeholder replaced in every value of the field `name`; true if it was in one.
-fn replace_h2_field(headers: &mut http::HeaderMap, credential: &Credential, name: &str, secret: &Secret) -> bool {
-    let Ok(name) = http::HeaderName::from_bytes(name.as_bytes()) else { return false };
-    let mut used = false;
-    let values: Vec<http::HeaderValue> = headers.get_all(&name).iter().cloned().collect();
-    if values.is_empty() {
-        return false;
-    }
-    headers.remove(&name);
-    for value in values {
-        let new =
-            match replaced(value.as_bytes(), credential, secret).and_then(|v| http::HeaderValue::from_bytes(&v).ok()) {
-                Some(new) => {
-                    used = true;
-                    new
-                }
-                None => value,
-            };
-        headers.append(name.clone(), new);
-    }
-    used
+    put_in(headers, credential, secret)
 }
 
 /// `value` with the placeholder replaced by the secret; `None` when it holds no placeholder. For a `basic:` entry, a

@@ -86,15 +86,20 @@ impl std::fmt::Debug for ProxyTls {
     }
 }
 
-/// Whether requests to `host` go out through the policy's upstream proxy.
-pub(crate) fn through_proxy(policy: &Policy, host: &Host) -> bool {
-    policy.upstream_proxy().is_some_and(|up| !up.bypasses(host))
-}
-
 /// The route of an allowed request to `host:port`: the upstream proxy's addresses, or the destination's, resolved
 /// once and checked.
 pub(crate) async fn route_checked(sh: &Shared, policy: &Policy, host: &Host, port: u16) -> Result<Route, DialError> {
-    match policy.upstream_proxy().filter(|up| !up.bypasses(host)) {
+    route_via(sh, policy, (host, port), policy.route(host)).await
+}
+
+/// [`route_checked`] on the route the policy's admission of the request named (`via`).
+pub(crate) async fn route_via(
+    sh: &Shared,
+    policy: &Policy,
+    (host, port): (&Host, u16),
+    via: leash_policy::Route<'_>,
+) -> Result<Route, DialError> {
+    match via.through() {
         // The proxy is the operator's own, named in the policy: its address is not checked as a destination is.
         Some(up) => {
             let tls = if up.tls { Some(proxy_tls(sh, up)?) } else { None };

@@ -15,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use crate::audit::UpstreamFailure;
 
 use crate::conn::{BufConn, Next, ReadHeadError, Reparse, Source};
+pub(crate) use crate::credentials::Watches;
 use crate::credentials::{Filter, Filtered, LeakFound, LeakWatch, Redacting, Redactor, Watched};
 use crate::dial::DialError;
 use crate::gate::{Asked, RequestCtx};
@@ -26,16 +27,6 @@ use crate::upgrade::{self, SwitchRefused};
 use crate::websocket_relay::{self, BadFrames};
 use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead};
 use crate::wire::websocket::FrameError;
-
-/// What watches an exchange for credentials: the one put on the request, turned back into its placeholder in the
-/// response (`redact`), and those the request body must not carry (`leaks`); and the upstream proxy the request
-/// goes through, whose own refusals (see [`proxy_refusal`]) are not the origin's answer (`via_proxy`, its authority).
-#[derive(Clone, Default)]
-pub(crate) struct Watches {
-    pub redact: Option<Redactor>,
-    pub leaks: Option<LeakWatch>,
-    pub via_proxy: Option<String>,
-}
 
 /// A completed exchange.
 pub(crate) struct Exchanged {
@@ -489,7 +480,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ToClient<'_, W> {
 }
 
 /// The response head as the client gets it: from a credential's host (`redact`), with the value turned back into
-/// the placeholder in its reason and in every field's name and value ([`headers::redact_field`], as for HTTP/2). A
+/// the placeholder in its reason and in every field's name and value ([`headers::Redact`], as for HTTP/2). A
 /// head that holds the value nowhere (nearly every one) is written once, not rebuilt.
 fn client_head_bytes(head: &ResponseHead, close: bool, redact: Option<&Redactor>) -> Vec<u8> {
     let bytes = response_head_bytes(head, close);
@@ -500,11 +491,7 @@ fn client_head_bytes(head: &ResponseHead, close: bool, redact: Option<&Redactor>
     }
     let mut head = head.clone();
     head.reason = redactor.redact_all(&head.reason);
-    for h in &mut head.headers {
-        let (name, value) = headers::redact_field(redactor, h.name.as_bytes(), &h.value);
-        let (name, value) = (String::from_utf8_lossy(&name).into_owned(), value.into_owned());
-        (h.name, h.value) = (name, value);
-    }
+    headers::Redact::redact(&mut head.headers, redactor);
     // And over the whole head once more, as before fields were redacted one by one: nothing is lost either way.
     redactor.redact_all(&response_head_bytes(&head, close))
 }

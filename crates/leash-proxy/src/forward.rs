@@ -3,20 +3,18 @@
 
 use std::net::SocketAddr;
 
-use leash_policy::{Decision, Question, Request, Via};
+use leash_policy::{Host, Question, Request, Route, Via};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::admit::{Door, Entry};
 use crate::conn::{BufConn, Next};
-use crate::credentials::{LeakWatch, Outbound};
-use crate::dial::{connect_route, route_checked, through_proxy, DialError, UpstreamIo};
+use crate::dial::{self, connect_route, route_checked, route_via, DialError, UpstreamIo};
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
-use crate::gate::{Asked, Extras, RequestCtx};
-use crate::model::{self, Gated};
+use crate::gate::{Asked, RequestCtx};
+use crate::h1_admit::admit_h1;
 use crate::pool::PoolKey;
-use crate::refusal::{reply, Response};
-use crate::request::{plan, refuse_early, request_head_bytes, Plan, TargetForm};
+use crate::request::{plan, refuse_early, Plan};
 use crate::shared::Shared;
-use crate::upgrade;
 use crate::wire::http_head::{BodyFraming, RequestHead};
 use crate::wire::target::split_query;
 
@@ -30,120 +28,71 @@ where
         Ok(plan) => plan,
         Err(early) => return refuse_early(&ctx, client, head, &head.target, early).await,
     };
-    let host = plan.target.authority.host.as_str();
-    let (path_only, _) = split_query(plan.target.path_and_query);
-    let asked = |path| Asked { method: &head.method, host: &host, port: plan.port, path: Some(path) };
-    let question = Question::Request(Request {
-        via: Via::ForwardProxy,
-        scheme: plan.target.scheme,
-        host: &plan.target.authority.host,
-        port: plan.port,
-        path: &plan.target.path,
-    });
-    // A refused request's line keeps its query (what was asked); an allowed one's names the path only.
-    let decision = match ctx.check(&asked(plan.target.path_and_query), &question) {
-        Ok(decision) => decision,
-        Err(refused) => {
-            let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
-            return reply(client, &refused, keep).await;
-        }
+    let (host, port) = (&plan.target.authority.host, plan.port);
+    let key = PoolKey { host: host.as_str().as_ref().into(), port, generation: ctx.snap.generation };
+    let shown = host.as_str();
+    let asked = Asked { method: &head.method, host: &shown, port, path: Some(plan.target.path_and_query) };
+    let path = &plan.target.path;
+    let question = Question::Request(Request { via: Via::ForwardProxy, scheme: plan.target.scheme, host, port, path });
+    let entry = Entry { question, host, asked };
+    let mut door = Plain { ctx: &ctx, host, port, key: &key };
+    let auth = sh.cfg.upstream_auth.as_deref();
+    let sending = match admit_h1(&ctx, client, (head, &plan), (entry, &mut door), auth).await {
+        Ok(sending) => sending,
+        Err(next) => return next,
     };
-    // Credentials: one bound to another host refuses the request; the host's own goes in (plaintext: true only).
-    let (sent, outbound) = sh.cfg.credentials.outgoing(&ctx.snap, &plan.target.authority.host, head);
-    let (credential, redact, query) = match outbound {
-        Outbound::Leak(name) => {
-            let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
-            return reply(client, &ctx.refuse_leak(&asked(plan.target.path_and_query), &name), keep).await;
-        }
-        Outbound::Go { credential, redactor, query } => (credential, redactor, query),
-    };
-    let sent_target = query.map(|q| format!("{path_only}?{q}"));
-    let sent_plan = sent_target.as_deref().map(|t| plan.sending(t));
-    let upstream_plan = sent_plan.as_ref().unwrap_or(&plan);
-    let own = ctx.snap.credential_for(&plan.target.authority.host).map(|c| &*c.name);
-    // Through the upstream proxy the request goes in absolute form (the route is the policy's, fixed per host).
-    let via_proxy = ctx.snap.upstream_proxy().filter(|_| through_proxy(&ctx.snap, &plan.target.authority.host));
-    let form = match via_proxy {
-        Some(_) => TargetForm::Proxy { auth: sh.cfg.upstream_auth.as_deref() },
-        None => TargetForm::Origin,
-    };
-    let via_proxy = via_proxy.map(|up| up.authority());
-    // A model API's body is read and checked for provider-side tools, as inside an inspected tunnel.
-    let (request, stripped) = match ctx.snap.filters_provider_tools(&plan.target.authority.host) {
-        false => (request_head_bytes(&sent, upstream_plan, form), Vec::new()),
-        true => {
-            let tools = ctx.snap.provider_tools();
-            let path = plan.target.path_and_query;
-            match model::gate(&sh.cfg.limits, client, (&sent, upstream_plan, path, form), tools).await {
-                Gated::Pass => (request_head_bytes(&sent, upstream_plan, form), Vec::new()),
-                Gated::Body { request, removed } => {
-                    if let Some(name) = sh.cfg.credentials.found_in_any(own, [request.as_slice()]) {
-                        let refused = ctx.refuse_leak(&asked(plan.target.path_and_query), name);
-                        return reply(client, &refused, plan.client_keep_alive).await;
-                    }
-                    plan.framing = BodyFraming::None;
-                    (request, removed)
-                }
-                Gated::Refuse { why, keep } => {
-                    let answer = Response::provider_error(&host, &format!("{host}{path_only}"), &why);
-                    let refused = ctx.refuse_with(&asked(plan.target.path_and_query), &model::refused(), answer);
-                    return reply(client, &refused, keep).await;
-                }
-            }
-        }
-    };
-    let decision = model::forwarded(&decision, &stripped);
-    let watches = Watches { redact, leaks: LeakWatch::new(&sh.cfg.credentials, own), via_proxy };
-
-    let dropped = upgrade::dropped(head);
-    let extras = Extras::allowed(&stripped, credential.as_deref(), dropped.as_deref());
-    let key = PoolKey { host: host.as_ref().into(), port: plan.port, generation: ctx.snap.generation };
-    let upstream = match sh.pool.take(&key) {
-        Some(stream) => Upstream { stream, pooled: true },
-        None => match check_and_dial(&ctx, &plan, &asked(path_only), (&decision, extras)).await {
-            Ok(stream) => Upstream { stream, pooled: false },
-            Err(response) => return reply(client, &response, false).await,
-        },
-    };
-    if upstream.pooled {
-        if let Err(response) = ctx.pass_with(&asked(path_only), &decision, extras) {
-            return reply(client, &response, false).await;
-        }
-    }
-    forward(&ctx, client, (&sent, &plan, &request, watches), key, upstream, &asked(path_only)).await
+    plan.framing = sending.framing;
+    let allowed = Asked { path: Some(split_query(plan.target.path_and_query).0), ..asked };
+    let (head, bytes, admitted) = (&*sending.head, &sending.bytes, sending.admitted);
+    forward(&ctx, client, (head, &plan, bytes, admitted.watches), key, admitted.upstream, &allowed).await
 }
 
+/// The door of a plain-HTTP request: a pooled connection to its host (or the upstream proxy), else its route
+/// resolved and checked, dialled once the request is on record.
+struct Plain<'a> {
+    ctx: &'a RequestCtx<'a>,
+    host: &'a Host,
+    port: u16,
+    key: &'a PoolKey,
+}
+
+/// A plain-HTTP request's route: a pooled connection, or checked addresses to dial.
+enum PlainRoute {
+    Pooled(UpstreamIo),
+    Checked(dial::Route),
+}
+
+impl Door for Plain<'_> {
+    type Route = PlainRoute;
+    type Upstream = Upstream;
+
+    async fn route(&mut self, via: Route<'_>) -> Result<PlainRoute, DialError> {
+        if let Some(stream) = self.ctx.sh.pool.take(self.key) {
+            return Ok(PlainRoute::Pooled(stream));
+        }
+        route_via(self.ctx.sh, &self.ctx.snap, (self.host, self.port), via).await.map(PlainRoute::Checked)
+    }
+
+    async fn connect(&mut self, route: PlainRoute) -> Result<Upstream, DialError> {
+        match route {
+            PlainRoute::Pooled(stream) => Ok(Upstream { stream, pooled: true }),
+            PlainRoute::Checked(route) => {
+                let stream = connect_route(&route, self.port, self.ctx.sh.cfg.limits.connect_timeout).await?;
+                Ok(Upstream { stream, pooled: false })
+            }
+        }
+    }
+
+    /// Through the upstream proxy the request goes in absolute form (the route is the policy's, fixed per host).
+    fn through(&self, via: Route<'_>) -> Option<String> {
+        via.through().map(|up| up.authority())
+    }
+}
+
+/// A connection to the upstream, and whether it came from the pool (only a pooled one can be stale).
 struct Upstream {
     stream: UpstreamIo,
     pooled: bool,
-}
-
-/// Resolve, check, pass the gate (allow, or the destination refusal), dial. Err is the response to send.
-async fn check_and_dial(
-    ctx: &RequestCtx<'_>,
-    plan: &Plan<'_>,
-    asked: &Asked<'_>,
-    (decision, extras): (&Decision, Extras<'_>),
-) -> Result<UpstreamIo, Response> {
-    let host = &plan.target.authority.host;
-    let route = match route_checked(ctx.sh, &ctx.snap, host, plan.port).await {
-        Ok(route) => route,
-        Err(DialError::Refused(reason)) => return Err(ctx.refuse_destination(asked, reason)),
-        Err(e) => {
-            // The request was allowed; its upstream failed before it was dialled.
-            ctx.pass_with(asked, decision, extras)?;
-            return Err(upstream_failed(ctx, asked, &e));
-        }
-    };
-    ctx.pass_with(asked, decision, extras)?;
-    connect_route(&route, plan.port, ctx.sh.cfg.limits.connect_timeout)
-        .await
-        .map_err(|e| upstream_failed(ctx, asked, &e))
-}
-
-/// An allowed request whose upstream could not be reached: its failure outcome, and the 502/504 saying why.
-fn upstream_failed(ctx: &RequestCtx<'_>, asked: &Asked<'_>, e: &DialError) -> Response {
-    ctx.dial_failed(&format!("{}:{}", asked.host, asked.port), e)
 }
 
 /// Send the request and relay the response, retrying once on a fresh connection when a pooled one turns out stale.

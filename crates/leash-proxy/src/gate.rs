@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use leash_policy::{Decision, Question, TlsInspection, Verdict};
+use leash_policy::{Admission, Decision, Question, TlsInspection, Verdict};
 
 use crate::audit::{
     now_rfc3339, refusal, AuditError, AuditLog, DecisionEntry, OutcomeEntry, UpstreamFailure, LOOKUP_METHOD,
@@ -92,11 +92,19 @@ impl<'s> RequestCtx<'s> {
 
     /// The policy's answer to `question`, with the inspection this proxy can give.
     pub fn decide(&self, question: &Question<'_>) -> Decision {
-        let tls = match self.sh.cfg.inspection {
+        self.snap.decide(question, self.tls())
+    }
+
+    /// The policy's whole answer to `question`: the decision and, for a request it lets on, its treatment.
+    pub fn admission(&self, question: &Question<'_>) -> Admission<'_> {
+        self.snap.admit(question, self.tls())
+    }
+
+    fn tls(&self) -> TlsInspection {
+        match self.sh.cfg.inspection {
             Some(_) => TlsInspection::Available,
             None => TlsInspection::Unavailable,
-        };
-        self.snap.decide(question, tls)
+        }
     }
 
     /// Ask the policy and stop a refusal here: `Ok` is a decision that lets the request on (its line is written by

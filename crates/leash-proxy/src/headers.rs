@@ -59,6 +59,45 @@ pub(crate) fn redact_field<'a>(redactor: &Redactor, name: &'a [u8], value: &'a [
     (redacted(name), redacted(value))
 }
 
+/// A response's fields from a credential's host as the client gets them: the value echoed in a name or a value turned
+/// back into the placeholder ([`redact_field`]), for an HTTP/1.1 head and HTTP/2 fields and trailers alike.
+pub(crate) trait Redact {
+    /// Redact every field in place.
+    fn redact(&mut self, redactor: &Redactor);
+}
+
+impl Redact for Vec<Header> {
+    fn redact(&mut self, redactor: &Redactor) {
+        for h in self.iter_mut() {
+            let (name, value) = redact_field(redactor, h.name.as_bytes(), &h.value);
+            let (name, value) = (String::from_utf8_lossy(&name).into_owned(), value.into_owned());
+            (h.name, h.value) = (name, value);
+        }
+    }
+}
+
+/// A field that cannot be written redacted is dropped, never passed on as it came.
+impl Redact for http::HeaderMap {
+    fn redact(&mut self, redactor: &Redactor) {
+        let untouched = |name: &http::HeaderName, value: &http::HeaderValue| {
+            let (n, v) = redact_field(redactor, name.as_str().as_bytes(), value.as_bytes());
+            matches!((n, v), (Cow::Borrowed(_), Cow::Borrowed(_)))
+        };
+        // Nearly every response holds no echo: its fields are searched, not copied.
+        if self.iter().all(|(name, value)| untouched(name, value)) {
+            return;
+        }
+        let mut out = http::HeaderMap::with_capacity(self.len());
+        for (name, value) in self.iter() {
+            let (n, v) = redact_field(redactor, name.as_str().as_bytes(), value.as_bytes());
+            if let (Ok(n), Ok(v)) = (http::HeaderName::from_bytes(&n), http::HeaderValue::from_bytes(&v)) {
+                out.append(n, v);
+            }
+        }
+        *self = out;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

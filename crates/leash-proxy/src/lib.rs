@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod admit;
 pub mod audit;
 pub mod ca;
 pub mod config;
@@ -20,9 +21,11 @@ mod fair;
 pub use fair::ConnectionBound;
 mod forward;
 mod gate;
+mod h1_admit;
 mod headers;
 mod inspect;
 mod limits;
+mod message;
 mod metrics;
 mod model;
 mod netinfo;

@@ -2,23 +2,25 @@
 //! policy filters has its body read whole (bounded), checked by [`crate::provider_tools`], and forwarded unchanged,
 //! forwarded stripped, or refused. What cannot be checked — a body that is not JSON, is compressed, is larger than
 //! the bound, or a WebSocket whose messages follow the upgrade — is refused, never passed unread. Responses are not
-//! touched: they stream as for any request. Plain HTTP ([`crate::forward`]) and the inspected tunnels' HTTP/1.1
-//! and HTTP/2 call in here.
+//! touched: they stream as for any request. The admission sequence (`admit.rs`) calls in here for every door.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Body;
 use leash_policy::{Decision, ProviderTools, Reason, Verdict};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::audit::refusal;
 use crate::conn::BufConn;
 use crate::limits::Limits;
+use crate::message::{Outgoing, RequestBody};
 use crate::provider_tools::{filter, Outcome};
-use crate::request::{request_head_bytes, Plan, TargetForm};
-use crate::wire::http_head::{upgrade_value, BodyFraming, Header, RequestHead};
+use crate::wire::chunked::ChunkedScanner;
+use crate::wire::http_head::{BodyFraming, RequestHead};
 
 /// What becomes of a model API request with a body.
 #[derive(Debug)]
@@ -83,46 +85,69 @@ pub(super) fn refused() -> Decision {
     refusal(Reason::ProviderTools)
 }
 
-/// The payload of a chunked body already checked by the chunked scanner (so well formed); trailers are dropped.
-/// `None` if it is not well formed after all.
+/// The payload of a chunked body, trailers dropped, as [`Capped::dechunking`] keeps it; `None` if it is not well
+/// formed or not whole.
+#[cfg(test)]
 pub(super) fn dechunk(raw: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut rest = raw;
-    loop {
-        let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = rest[..line_end].split(|b| *b == b';').next()?;
-        let size = usize::from_str_radix(std::str::from_utf8(size_text).ok()?, 16).ok()?;
-        rest = rest.get(line_end + 2..)?;
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(rest.get(..size)?);
-        rest = rest.get(size.checked_add(2)?..)?;
-    }
+    let mut capped = Capped::dechunking(usize::MAX);
+    capped.take(raw).ok()?;
+    capped.chunked.as_ref().is_some_and(ChunkedScanner::is_done).then_some(capped.buf)
 }
 
-/// A writer into memory that fails once more than `cap` bytes are written (a body read to be checked).
+/// A writer into memory that fails once more than `cap` bytes are written (a body read to be checked). Dechunking,
+/// it keeps only a chunked body's data (sizes, extensions and trailers dropped as they pass), and only data counts
+/// towards the cap: as for an HTTP/2 stream's DATA frames, so the bound means the same through every door.
 pub(super) struct Capped {
     pub buf: Vec<u8>,
     cap: usize,
     /// Set when a write went past the cap.
     pub over: bool,
+    /// Follows a chunked body's framing, to tell its data from the rest.
+    chunked: Option<ChunkedScanner>,
 }
 
 impl Capped {
     pub fn new(cap: usize) -> Self {
-        Self { buf: Vec::new(), cap, over: false }
+        Self { buf: Vec::new(), cap, over: false, chunked: None }
     }
+
+    /// A writer that keeps a chunked body's data only.
+    pub fn dechunking(cap: usize) -> Self {
+        Self { chunked: Some(ChunkedScanner::new()), ..Self::new(cap) }
+    }
+
+    /// Keep `bytes` (their data, dechunking); an error once past the cap or, dechunking, at malformed framing.
+    fn take(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let Some(scanner) = self.chunked.as_mut() else { return keep(&mut self.buf, self.cap, &mut self.over, bytes) };
+        let mut rest = bytes;
+        while !rest.is_empty() && !scanner.is_done() {
+            let left = scanner.data_left();
+            // Data in runs; framing and trailers one byte at a time (their lines are short).
+            let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
+            let (now, later) = rest.split_at(n);
+            scanner.feed(now).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if left.is_some() {
+                keep(&mut self.buf, self.cap, &mut self.over, now)?;
+            }
+            rest = later;
+        }
+        Ok(())
+    }
+}
+
+/// `bytes` appended to `buf`, unless that would take it past `cap` (then `over` is set).
+fn keep(buf: &mut Vec<u8>, cap: usize, over: &mut bool, bytes: &[u8]) -> io::Result<()> {
+    if buf.len().saturating_add(bytes.len()) > cap {
+        *over = true;
+        return Err(io::Error::other("body larger than the bound"));
+    }
+    buf.extend_from_slice(bytes);
+    Ok(())
 }
 
 impl AsyncWrite for Capped {
     fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        if self.buf.len().saturating_add(data.len()) > self.cap {
-            self.over = true;
-            return Poll::Ready(Err(io::Error::other("body larger than the bound")));
-        }
-        self.buf.extend_from_slice(data);
-        Poll::Ready(Ok(data.len()))
+        Poll::Ready(self.take(data).map(|()| data.len()))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -135,77 +160,75 @@ impl AsyncWrite for Capped {
 }
 
 /// Headers that describe the body as the client framed it; a body leash read and forwards from memory gets its own
-/// `Content-Length` instead (and needs no `100 Continue` from upstream: leash answered it).
-const REFRAMED: [&str; 3] = ["content-length", "transfer-encoding", "expect"];
+/// `Content-Length` instead (and needs no `100 Continue` from upstream: leash answered it). The admission sequence
+/// removes them.
+pub(crate) const REFRAMED: [&str; 3] = ["content-length", "transfer-encoding", "expect"];
 
 /// What the model API gate made of a request.
 pub(crate) enum Gated {
     /// No body: forward as usual.
     Pass,
-    /// The body was read: forward `request` (head and body, Content-Length framed); `removed` is what went.
-    Body { request: Vec<u8>, removed: Vec<String> },
-    /// Refuse, saying why; `keep` if the body was read whole, so the connection can go on.
-    Refuse { why: String, keep: bool },
+    /// The body was read: forward `body` in place of the client's; `removed` is what went.
+    Body { body: Bytes, removed: Vec<String> },
+    /// Refuse, saying why; `read` if the body was read whole, so the connection can go on.
+    Refuse { why: String, read: bool },
 }
 
-/// Read and check the body of an HTTP/1.1 request (plain, or inside an inspected tunnel) to a model host whose
-/// provider-side tools the policy filters. `path` is the request's path, which some shapes are recognised by.
-pub(crate) async fn gate<S>(
+/// Read and check the body of a request (plain HTTP, or HTTP/1.1 or HTTP/2 inside an inspected tunnel) to a model
+/// host whose provider-side tools the policy filters. `path` is the request's path, which some shapes are recognised
+/// by. What cannot be read is refused, never passed unread.
+pub(crate) async fn gate<M: Outgoing, B: RequestBody>(
     limits: &Limits,
-    client: &mut BufConn<S>,
-    (head, plan, path, form): (&RequestHead, &Plan<'_>, &str, TargetForm<'_>),
+    request: &M,
+    body: &mut B,
+    path: &str,
     tools: ProviderTools,
-) -> Gated
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
-{
-    let unread = |why| Gated::Refuse { why, keep: false };
-    if upgrade_value(head).is_some() {
+) -> Gated {
+    let unread = |why| Gated::Refuse { why, read: false };
+    if request.upgrade().is_some() {
         return unread(UPGRADE.to_owned());
     }
-    let declared = match plan.framing {
-        BodyFraming::None | BodyFraming::ContentLength(0) => return Gated::Pass,
-        BodyFraming::ContentLength(n) => Some(n),
-        _ => None,
-    };
+    if body.is_empty() {
+        return Gated::Pass;
+    }
     let max = limits.max_model_body;
-    if declared.is_some_and(|n| n > max as u64) {
+    if body.declared().is_some_and(|n| n > max as u64) {
         return unread(too_large(max));
     }
     // Read even a body refused for its encoding, so the connection can go on to the next request.
-    let body = match read_body(limits, client, head, plan.framing).await {
-        Ok(body) => body,
+    let whole = match body.read_whole(limits).await {
+        Ok(whole) => whole,
         Err(why) => return unread(why.to_string()),
     };
-    let refuse = |why| Gated::Refuse { why, keep: plan.client_keep_alive };
-    if let Some(why) = encoding_problem(head.values("content-encoding")) {
+    let refuse = |why| Gated::Refuse { why, read: true };
+    if let Some(why) = encoding_problem(request.values_of("content-encoding")) {
         return refuse(why);
     }
-    let (body, removed) = match body.is_empty() {
-        true => (Bytes::new(), Vec::new()),
-        false => match judge(Bytes::from(body), path, tools) {
-            Gate::Forward { body, stripped } => (body, stripped),
-            Gate::Refuse(why) => return refuse(why),
+    match whole.is_empty() {
+        true => Gated::Body { body: whole, removed: Vec::new() },
+        false => match judge(whole, path, tools) {
+            Gate::Forward { body, stripped } => Gated::Body { body, removed: stripped },
+            Gate::Refuse(why) => refuse(why),
         },
-    };
-    Gated::Body { request: buffered_request(head, (plan, form), &body), removed }
+    }
 }
 
 /// Why a model API request's body could not be read whole; its text is the refusal's.
 #[derive(Debug, thiserror::Error)]
-enum Unread {
+pub(crate) enum Unread {
     #[error("{}", too_large(*.0))]
     TooLarge(usize),
     #[error("the body did not arrive in time")]
     Late,
     #[error("the body could not be read: {0}")]
     Io(#[from] io::Error),
-    #[error("the chunked body is malformed")]
-    MalformedChunks,
+    /// An HTTP/2 stream's body failed (reset, connection gone).
+    #[error("the body could not be read: {0}")]
+    Stream(Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// The whole body, at most `max` bytes as sent (chunk framing included), de-chunked.
-async fn read_body<S>(
+/// The whole body, de-chunked, at most `max` bytes of data.
+pub(crate) async fn read_body<S>(
     limits: &Limits,
     client: &mut BufConn<S>,
     head: &RequestHead,
@@ -219,7 +242,10 @@ where
         let continued = client.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
         continued.and(client.io.flush().await)?;
     }
-    let mut capped = Capped::new(max);
+    let mut capped = match framing {
+        BodyFraming::Chunked => Capped::dechunking(max),
+        _ => Capped::new(max),
+    };
     let copy = async {
         match framing {
             BodyFraming::ContentLength(n) => client.source().copy_exact(&mut capped, n).await,
@@ -232,19 +258,82 @@ where
         _ if capped.over => Err(Unread::TooLarge(max)),
         Err(_) => Err(Unread::Late),
         Ok(Err(e)) => Err(Unread::Io(e)),
-        Ok(Ok(_)) if framing == BodyFraming::Chunked => dechunk(&capped.buf).ok_or(Unread::MalformedChunks),
         Ok(Ok(_)) => Ok(capped.buf),
     }
 }
 
-/// The request to send for a body held in memory: the head with `Content-Length` framing, then the body.
-fn buffered_request(head: &RequestHead, (plan, form): (&Plan<'_>, TargetForm<'_>), body: &[u8]) -> Vec<u8> {
-    let mut reframed = head.clone();
-    reframed.headers.retain(|h| !REFRAMED.iter().any(|n| h.is(n)));
-    reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
-    let mut out = request_head_bytes(&reframed, plan, form);
-    out.extend_from_slice(body);
-    out
+/// An HTTP/1.1 request's body, still on the client's connection: read off it as its head frames it.
+pub(crate) struct H1Body<'a, S> {
+    /// The client's connection, the body's bytes next on it.
+    pub client: &'a mut BufConn<S>,
+    /// The request's head (whether the client waits for `100 Continue`).
+    pub head: &'a RequestHead,
+    /// How the body is delimited.
+    pub framing: BodyFraming,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> RequestBody for H1Body<'_, S> {
+    type Unread = Unread;
+
+    fn is_empty(&self) -> bool {
+        matches!(self.framing, BodyFraming::None | BodyFraming::ContentLength(0))
+    }
+
+    fn declared(&self) -> Option<u64> {
+        match self.framing {
+            BodyFraming::ContentLength(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    async fn read_whole(&mut self, limits: &Limits) -> Result<Bytes, Unread> {
+        read_body(limits, self.client, self.head, self.framing).await.map(Bytes::from)
+    }
+}
+
+/// An HTTP/2 stream's body as hyper hands it over (or a wrapper of it: `inspect/client_body.rs`).
+pub(crate) struct H2Body<B> {
+    /// The body; `None` once the gate read it.
+    pub body: Option<B>,
+    /// The length the stream's `content-length` declares.
+    declared: Option<u64>,
+}
+
+impl<B> H2Body<B> {
+    /// The body of a stream whose fields are `parts`.
+    pub fn new(parts: &http::request::Parts, body: B) -> Self {
+        let length = parts.headers.get(http::header::CONTENT_LENGTH);
+        let declared = length.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        H2Body { body: Some(body), declared }
+    }
+}
+
+impl<B> RequestBody for H2Body<B>
+where
+    B: Body<Data = Bytes, Error = hyper::Error> + Send,
+{
+    type Unread = Unread;
+
+    fn is_empty(&self) -> bool {
+        self.body.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn declared(&self) -> Option<u64> {
+        self.declared
+    }
+
+    async fn read_whole(&mut self, limits: &Limits) -> Result<Bytes, Unread> {
+        let Some(body) = self.body.take() else { return Ok(Bytes::new()) };
+        let max = limits.max_model_body;
+        // The client sends its body at its own pace; as long as leash would wait for an upstream's answer, no longer.
+        let collected = tokio::time::timeout(limits.response_timeout, Limited::new(body, max).collect()).await;
+        match collected {
+            Err(_) => Err(Unread::Late),
+            Ok(Err(e)) if e.is::<LengthLimitError>() => Err(Unread::TooLarge(max)),
+            Ok(Err(e)) => Err(Unread::Stream(e)),
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        }
+    }
 }
 
 #[cfg(test)]

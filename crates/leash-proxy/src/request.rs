@@ -12,7 +12,7 @@ use crate::headers;
 use crate::limits::Limits;
 use crate::refusal::{reply, Response};
 use crate::shared::Shared;
-use crate::wire::http_head::{parse_request_head, request_framing, BodyFraming, HeadError, RequestHead};
+use crate::wire::http_head::{parse_request_head, request_framing, BodyFraming, HeadError, Header, RequestHead};
 use crate::wire::target::{default_port, loose_target, split_query};
 
 /// A request that passed the checks that need no policy: its parts, framing and connection options.
@@ -200,5 +200,15 @@ pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>, form: Targ
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// The request to send for a body held in memory: the head (its own framing fields removed, see `model::REFRAMED`) with
+/// `Content-Length` framing, then the body.
+pub(crate) fn buffered_request(head: &RequestHead, (plan, form): (&Plan<'_>, TargetForm<'_>), body: &[u8]) -> Vec<u8> {
+    let mut reframed = head.clone();
+    reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
+    let mut out = request_head_bytes(&reframed, plan, form);
+    out.extend_from_slice(body);
     out
 }

@@ -251,7 +251,7 @@ async fn request(
             return reply(client, &refuse(Reason::BadRequest, Response::bad_request(400, &e.to_string())), false).await
         }
     };
-    let dropped = crate::upgrade::dropped(head);
+    let dropped = crate::upgrade::dropped(crate::wire::http_head::upgrade_value(head));
     let extras = Extras { upgrade_dropped: dropped.as_deref(), ..Extras::default() };
     if let Err(answer) = ctx.pass_with(&asked, &decision, extras) {
         return reply(client, &answer, false).await;

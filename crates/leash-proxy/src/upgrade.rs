@@ -19,16 +19,10 @@ pub(crate) fn forwarded(head: &RequestHead) -> Option<&[u8]> {
     upgrade_value(head).filter(|v| is_websocket(v))
 }
 
-/// The `Upgrade` the request asked for that does not go up (the decision line's `upgrade_dropped`).
-pub(crate) fn dropped(head: &RequestHead) -> Option<Cow<'_, str>> {
-    upgrade_value(head).filter(|v| !is_websocket(v)).map(String::from_utf8_lossy)
-}
-
-/// On a credential's host: the request's WebSocket extension offers removed, so the server can select none.
-pub(crate) fn without_extensions(head: &mut Cow<'_, RequestHead>) {
-    if forwarded(head).is_some() && head.values("sec-websocket-extensions").next().is_some() {
-        head.to_mut().headers.retain(|h| !h.is("sec-websocket-extensions"));
-    }
+/// Of the `Upgrade` a request asked for (`upgrade`), the one that does not go up (the decision line's
+/// `upgrade_dropped`).
+pub(crate) fn dropped(upgrade: Option<&[u8]>) -> Option<Cow<'_, str>> {
+    upgrade.filter(|v| !is_websocket(v)).map(String::from_utf8_lossy)
 }
 
 /// Why a 101 is not relayed. The reasons quote nothing of the response: what a credential's host sends must not
@@ -58,6 +52,7 @@ pub(crate) fn check_switch(request: &RequestHead, response: &ResponseHead, watch
     Ok(())
 }
 
-fn is_websocket(value: &[u8]) -> bool {
+/// Whether an `Upgrade` value names the WebSocket protocol.
+pub(crate) fn is_websocket(value: &[u8]) -> bool {
     value.trim_ascii().eq_ignore_ascii_case(WEBSOCKET)
 }

@@ -7,17 +7,13 @@ use std::sync::Arc;
 use leash_policy::{Question, Request, Scheme, Via};
 
 use super::{upstream_tls_refused, ClientTls, Inspected, UpstreamError, UpstreamTls};
+use crate::admit::{Entry, Tunnelled};
 use crate::conn::{close_gracefully, BufConn, Next};
-use crate::credentials::{LeakWatch, Outbound};
 use crate::dial::DialError;
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
-use crate::gate::{Asked, Extras, RequestCtx};
-use crate::model::{self, Gated};
-use crate::refusal::{reply, Response};
-use crate::request::{
-    bad_request, close_after, plan, refuse_early, refuse_unreadable, request_head_bytes, Plan, TargetForm,
-};
-use crate::upgrade;
+use crate::gate::{Asked, RequestCtx};
+use crate::h1_admit::admit_h1;
+use crate::request::{bad_request, close_after, plan, refuse_early, refuse_unreadable, Plan};
 use crate::wire::http_head::{BodyFraming, RequestHead};
 use crate::wire::target::split_query;
 
@@ -75,74 +71,20 @@ async fn request(
         Err(early) => return refuse_early(&ctx, client, head, &absolute, early).await,
     };
     let host = t.host_str();
-    let asked = |path| Asked { method: &head.method, host: &host, port: t.port, path: Some(path) };
-    let question = Question::Request(Request {
-        via: Via::Tunnel,
-        scheme: Scheme::Https,
-        host: &t.host,
-        port: t.port,
-        path: &plan.target.path,
-    });
-    let (path_only, _) = split_query(&head.target);
-    let decision = match ctx.check(&asked(&head.target), &question) {
-        Ok(decision) => decision,
-        Err(refused) => {
-            let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
-            return reply(client, &refused, keep).await;
-        }
+    let asked = Asked { method: &head.method, host: &host, port: t.port, path: Some(&head.target) };
+    let path = &plan.target.path;
+    let question =
+        Question::Request(Request { via: Via::Tunnel, scheme: Scheme::Https, host: &t.host, port: t.port, path });
+    let entry = Entry { question, host: &t.host, asked };
+    let sending = match admit_h1(&ctx, client, (head, &plan), (entry, &mut Tunnelled), None).await {
+        Ok(sending) => sending,
+        Err(next) => return next,
     };
-    // Credentials: one bound to another host refuses the request; the host's own goes in.
-    let secrets = &ctx.sh.cfg.credentials;
-    let (sent, outbound) = secrets.outgoing(&ctx.snap, &t.host, head);
-    let (credential, redact, query) = match outbound {
-        Outbound::Leak(name) => {
-            let keep = plan.framing == BodyFraming::None && plan.client_keep_alive;
-            return reply(client, &ctx.refuse_leak(&asked(&head.target), &name), keep).await;
-        }
-        Outbound::Go { credential, redactor, query } => (credential, redactor, query),
-    };
-    let sent_target = query.map(|q| format!("{path_only}?{q}"));
-    let sent_plan = sent_target.as_deref().map(|t| plan.sending(t));
-    let upstream_plan = sent_plan.as_ref().unwrap_or(&plan);
-    let gated = match ctx.snap.filters_provider_tools(&t.host) {
-        true => {
-            model::gate(
-                &t.sh.cfg.limits,
-                client,
-                (&sent, upstream_plan, &head.target, TargetForm::Origin),
-                ctx.snap.provider_tools(),
-            )
-            .await
-        }
-        false => Gated::Pass,
-    };
-    let (bytes, stripped) = match gated {
-        Gated::Pass => (request_head_bytes(&sent, upstream_plan, TargetForm::Origin), Vec::new()),
-        Gated::Body { request, removed } => {
-            // A body leash read is searched too.
-            let own = ctx.snap.credential_for(&t.host).map(|c| &*c.name);
-            if let Some(name) = secrets.found_in_any(own, [request.as_slice()]) {
-                return reply(client, &ctx.refuse_leak(&asked(&head.target), name), plan.client_keep_alive).await;
-            }
-            plan.framing = BodyFraming::None;
-            (request, removed)
-        }
-        Gated::Refuse { why, keep } => {
-            let answer = Response::provider_error(&host, &format!("{host}{path_only}"), &why);
-            let response = ctx.refuse_with(&asked(&head.target), &model::refused(), answer);
-            return reply(client, &response, keep).await;
-        }
-    };
-    let logged = Logged { ctx: &ctx, asked: asked(path_only), rule: decision.rule.clone() };
-    // INVARIANT: logged before a byte of the request goes up.
-    let dropped = upgrade::dropped(head);
-    let extras = Extras::allowed(&stripped, credential.as_deref(), dropped.as_deref());
-    if let Err(response) = ctx.pass_with(&logged.asked, &model::forwarded(&decision, &stripped), extras) {
-        return reply(client, &response, false).await;
-    }
-    let own = ctx.snap.credential_for(&t.host).map(|c| &*c.name);
-    let watches = Watches { redact, leaks: LeakWatch::new(secrets, own), via_proxy: None };
-    let result = forward(t, client, (&sent, &plan, &bytes, watches), upstream, &logged).await;
+    plan.framing = sending.framing;
+    let (head, admitted) = (&*sending.head, sending.admitted);
+    let logged =
+        Logged { ctx: &ctx, asked: Asked { path: Some(split_query(&head.target).0), ..asked }, rule: admitted.rule };
+    let result = forward(t, client, (head, &plan, &sending.bytes, admitted.watches), upstream, &logged).await;
     finish(t, (&ctx, &logged.asked), client, result, upstream, totals).await
 }
 

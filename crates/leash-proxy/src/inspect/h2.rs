@@ -4,41 +4,47 @@
 //! bodies and trailers streamed both ways — so gRPC works. Refused streams get leash's 403; the connection stays up,
 //! and the rest of a body the client is still sending is read and dropped ([`super::client_body`]).
 
-use std::borrow::Cow;
+mod bodies;
+
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::header::{HeaderName, CONTENT_ENCODING, CONTENT_LENGTH, HOST};
+use http::header::{HeaderName, CONTENT_LENGTH, HOST};
 use http::{HeaderMap, HeaderValue, Request, Response as HttpResponse, Version};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming};
 use hyper::client::conn::http2::SendRequest;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use leash_policy::{canonicalize, parse_authority, Decision, ProviderTools, Question, Reason, Scheme, Verdict, Via};
+use leash_policy::{canonicalize, parse_authority, CanonicalPath, Decision, Question, Reason, Scheme, Via};
 
 use super::client_body::ClientBody;
 use super::{ClientTls, Inspected, UpstreamTls};
+use crate::admit::{admit, sent_target, Admitted, Entry, Tunnelled};
 use crate::audit::{refusal, UpstreamFailure};
 use crate::config::Snapshot;
-use crate::credentials::{LeakFound, LeakWatch, Outbound, Redactor};
-use crate::gate::{Asked, Extras, RequestCtx};
-use crate::headers;
-use crate::model::{self, Gate};
+use crate::credentials::Redactor;
+use crate::gate::{Asked, RequestCtx};
+use crate::headers::Redact;
+use crate::message::Outgoing;
+use crate::model::H2Body;
 use crate::refusal::Response;
 use crate::wire::target::split_query;
+use bodies::{Redacted, WatchedBody};
 
 type ResBody = BoxBody<Bytes, hyper::Error>;
 /// A request body going up: the client's stream as it comes, or a model API body leash read and checked.
 type ReqBody = BoxBody<Bytes, BoxError>;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Upstream = SendRequest<Counted<ReqBody>>;
+/// Where a request body's watch notes the credential it stopped at.
+type Found = Arc<Mutex<Option<Arc<str>>>>;
 
 /// Fields that describe one connection (RFC 9113 §8.2.2); never forwarded. `te` is kept only as `trailers`.
 const CONNECTION_SPECIFIC: [&str; 6] =
@@ -83,7 +89,8 @@ pub(super) async fn serve(t: Arc<Inspected>, client: ClientTls, upstream: Upstre
     (status, totals.up.load(Ordering::Relaxed), totals.down.load(Ordering::Relaxed))
 }
 
-/// One stream: decide at the gate, forward or refuse. `sender` is the upstream connection, or why there is none.
+/// One stream: read its head and hand it over to the admission sequence, then send it up or answer the refusal.
+/// `sender` is the upstream connection, or why there is none.
 async fn stream(
     t: Arc<Inspected>,
     sender: Result<Upstream, Arc<str>>,
@@ -94,221 +101,118 @@ async fn stream(
     let (mut parts, body) = req.into_parts();
     // However this stream is answered, the client may send its body to the end (see `client_body`).
     let body = ClientBody::new(body);
-    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
-    let (path_only, _) = split_query(&path_and_query);
+    let (method, path_and_query) = (parts.method.clone(), Outgoing::target(&parts).to_owned());
     let host = t.host_str();
-    let asked = |path| Asked { method: parts.method.as_str(), host: &host, port: t.port, path: Some(path) };
-    let decision = decide(&t, &ctx, &parts, path_only).unwrap_or_else(|refused| refused);
-    if decision.verdict == Verdict::Block {
-        return own_response(&ctx.refuse(&asked(&path_and_query), &decision));
-    }
-    // Credentials: one bound to another host refuses the stream; the host's own goes in.
-    let secrets = &ctx.sh.cfg.credentials;
-    let method = parts.method.as_str().to_owned();
-    let outbound = secrets.outbound_h2(&ctx.snap, &t.host, (&method, &path_and_query), &mut parts.headers);
-    let (credential, redact, query) = match outbound {
-        Outbound::Leak(name) => return own_response(&ctx.refuse_leak(&asked(&path_and_query), &name)),
-        Outbound::Go { credential, redactor, query } => (credential, redactor, query),
+    let asked = Asked { method: method.as_str(), host: &host, port: t.port, path: Some(&path_and_query) };
+    let path = match checked_path(&t, &parts, split_query(&path_and_query).0) {
+        Ok(path) => path,
+        Err(refused) => return own_response(&ctx.refuse(&asked, &refused)),
     };
-    // The path and query sent: the decided one, unless a credential went into its query (never logged).
-    let sent_path = query.map_or_else(|| path_and_query.clone(), |q| format!("{path_only}?{q}"));
-    let checked = match ctx.snap.filters_provider_tools(&t.host) {
-        true => gate(&t, &parts, body, ctx.snap.provider_tools()).await,
-        false => {
-            Ok(Checked { body: body.map_err(BoxError::from).boxed(), length: None, stripped: Vec::new(), read: None })
-        }
+    let mut body = H2Body::new(&parts, body);
+    let entry = Entry { question: question(&t, &path), host: &t.host, asked };
+    let admitted = match admit(&ctx, entry, (&mut parts, &mut body), &mut Tunnelled).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return own_response(&refused.answer),
     };
-    let checked = match checked {
-        Ok(checked) => checked,
-        Err(why) => {
-            let answer = Response::provider_error(&host, &format!("{host}{path_only}"), &why);
-            return own_response(&ctx.refuse_with(&asked(&path_and_query), &model::refused(), answer));
-        }
-    };
-    // A body leash read is searched too.
-    let own = ctx.snap.credential_for(&t.host).map(|c| &*c.name);
-    if let Some(name) = checked.read.as_ref().and_then(|body| secrets.found_in_any(own, [body.as_ref()])) {
-        return own_response(&ctx.refuse_leak(&asked(&path_and_query), name));
-    }
-    // INVARIANT: logged before the stream's head or body goes up.
-    let forwarded = model::forwarded(&decision, &checked.stripped);
-    let extras = Extras::allowed(&checked.stripped, credential.as_deref(), None);
-    if let Err(answer) = ctx.pass_with(&asked(path_only), &forwarded, extras) {
-        return own_response(&answer);
-    }
-    let mut sender = match sender {
+    let sender = match sender {
         Ok(sender) => sender,
         Err(why) => return failed(&t, &ctx, UpstreamFailure::BadResponse, &why),
     };
+    // A refusal after the allow line names what that line named: the path without its query.
+    let allowed = Asked { path: Some(split_query(&path_and_query).0), ..asked };
+    send(&t, &ctx, (sender, totals), (parts, body, admitted), &allowed).await
+}
+
+/// Send an admitted stream up and relay its response; a request body cut off at a credential bound elsewhere is
+/// refused under `allowed` (as its allow line named it).
+async fn send(
+    t: &Arc<Inspected>,
+    ctx: &RequestCtx<'_>,
+    (mut sender, totals): (Upstream, Arc<Totals>),
+    (parts, body, mut admitted): (http::request::Parts, H2Body<ClientBody>, Admitted<()>),
+    allowed: &Asked<'_>,
+) -> HttpResponse<ResBody> {
     let up = Arc::new(AtomicU64::new(0));
+    let leaked = Arc::new(Mutex::new(None));
+    let request = match upstream_request(t, &parts, body, &mut admitted, (&up, &leaked)) {
+        Ok(request) => request,
+        Err(e) => return failed(t, ctx, UpstreamFailure::BadResponse, &e.to_string()),
+    };
+    match sender.send_request(request).await {
+        Ok(response) => relay(t, ctx, response, admitted.watches.redact, (up, totals)),
+        Err(e) => match leaked.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(name) => own_response(&ctx.refuse_leak(allowed, &name)),
+            None => failed(t, ctx, failure_of(&e), &e.to_string()),
+        },
+    }
+}
+
+/// The request sent up for an admitted stream: the path sent (a credential put into its query), the end-to-end
+/// fields, and the body leash read (with its length) or the client's, watched for credentials bound elsewhere.
+fn upstream_request(
+    t: &Inspected,
+    parts: &http::request::Parts,
+    body: H2Body<ClientBody>,
+    admitted: &mut Admitted<()>,
+    (up, leaked): (&Arc<AtomicU64>, &Found),
+) -> Result<Request<Counted<ReqBody>>, http::Error> {
+    let sent_path = sent_target(Outgoing::target(parts), admitted.query.as_deref());
     let mut request = Request::builder()
         .method(parts.method.clone())
         .uri(format!("https://{}{sent_path}", t.authority()))
         .version(Version::HTTP_2);
     if let Some(headers) = request.headers_mut() {
         copy_end_to_end(&parts.headers, headers);
-        if let Some(length) = checked.length {
-            headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+        if let Some(read) = &admitted.body {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(read.len()));
         }
     }
+    let body = match (admitted.body.take(), body.body) {
+        (Some(read), _) => Full::new(read).map_err(|never| match never {}).boxed(),
+        (None, Some(body)) => body.map_err(BoxError::from).boxed(),
+        (None, None) => Full::new(Bytes::new()).map_err(|never| match never {}).boxed(),
+    };
     // A body that carries a credential bound elsewhere is cut off before it, and the stream refused.
-    let leaked = Arc::new(Mutex::new(None));
-    let body = match LeakWatch::new(secrets, own) {
-        Some(watch) => {
-            WatchedBody { inner: checked.body, watch, found: leaked.clone(), held_trailers: None, ended: false }.boxed()
-        }
-        None => checked.body,
+    let body = match admitted.watches.leaks.take() {
+        Some(watch) => WatchedBody::new(body, watch, leaked.clone()).boxed(),
+        None => body,
     };
-    let request = match request.body(Counted { inner: body, count: up.clone(), on_end: None }) {
-        Ok(r) => r,
-        Err(e) => return failed(&t, &ctx, UpstreamFailure::BadResponse, &e.to_string()),
-    };
-    match sender.send_request(request).await {
-        Ok(response) => {
-            let status = response.status().as_u16();
-            let mut response = response;
-            if let Some(redactor) = &redact {
-                redact_fields(response.headers_mut(), redactor);
-            }
-            let log = OutcomeLog {
-                t: t.clone(),
-                snap: ctx.snap.clone(),
-                id: ctx.id,
-                status,
-                up,
-                started: ctx.started,
-                totals,
-            };
-            response.map(|body| {
-                let inner = match redact {
-                    Some(redactor) => Redacted { inner: body, redactor, ended: false, trailers: None }.boxed(),
-                    None => body.boxed(),
-                };
-                Counted { inner, count: Arc::new(AtomicU64::new(0)), on_end: Some(log) }.boxed()
-            })
-        }
-        Err(e) => match leaked.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some(name) => own_response(&ctx.refuse_leak(&asked(&path_and_query), &name)),
-            None => failed(&t, &ctx, failure_of(&e), &e.to_string()),
-        },
+    request.body(Counted { inner: body, count: up.clone(), on_end: None })
+}
+
+/// The upstream's response as the client gets it: from a credential's host, its fields and body redacted; its
+/// outcome written when the body ends.
+fn relay(
+    t: &Arc<Inspected>,
+    ctx: &RequestCtx<'_>,
+    mut response: HttpResponse<Incoming>,
+    redact: Option<Redactor>,
+    (up, totals): (Arc<AtomicU64>, Arc<Totals>),
+) -> HttpResponse<ResBody> {
+    let status = response.status().as_u16();
+    if let Some(redactor) = &redact {
+        response.headers_mut().redact(redactor);
     }
-}
-
-/// A request body going up through a [`LeakWatch`]: a credential found ends it with an error (the stream is reset
-/// upstream, nothing of the credential sent) and is noted in `found`.
-struct WatchedBody<B> {
-    inner: B,
-    watch: LeakWatch,
-    found: Arc<Mutex<Option<Arc<str>>>>,
-    held_trailers: Option<Frame<Bytes>>,
-    ended: bool,
-}
-
-impl<B: Body<Data = Bytes, Error = BoxError> + Unpin> Body for WatchedBody<B> {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if let Some(trailers) = self.held_trailers.take() {
-            return Poll::Ready(Some(Ok(trailers)));
-        }
-        if self.ended {
-            return Poll::Ready(None);
-        }
-        let frame = match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
-            None => {
-                self.ended = true;
-                let rest = self.watch.finish();
-                return Poll::Ready((!rest.is_empty()).then(|| Ok(Frame::data(Bytes::from(rest)))));
-            }
-            Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-            Some(Ok(frame)) => frame,
+    let (snap, id, started) = (ctx.snap.clone(), ctx.id, ctx.started);
+    let log = OutcomeLog { t: t.clone(), snap, id, status, up, started, totals };
+    response.map(|body| {
+        let inner = match redact {
+            Some(redactor) => Redacted::new(body, redactor).boxed(),
+            None => body.boxed(),
         };
-        match frame.into_data() {
-            Ok(data) => match self.watch.pass(&data, true) {
-                Ok(now) => Poll::Ready(Some(Ok(Frame::data(Bytes::from(now))))),
-                Err(name) => {
-                    *self.found.lock().unwrap_or_else(|p| p.into_inner()) = Some(name.clone());
-                    Poll::Ready(Some(Err(Box::new(LeakFound(name)))))
-                }
-            },
-            Err(trailers) => {
-                let fields = trailers.trailers_ref().into_iter().flatten();
-                let leaked = fields.into_iter().find_map(|(k, v)| {
-                    self.watch.found_in(k.as_str().as_bytes()).or_else(|| self.watch.found_in(v.as_bytes()))
-                });
-                if let Some(name) = leaked {
-                    *self.found.lock().unwrap_or_else(|p| p.into_inner()) = Some(name.clone());
-                    return Poll::Ready(Some(Err(Box::new(LeakFound(name)))));
-                }
-                let rest = self.watch.finish();
-                if rest.is_empty() {
-                    return Poll::Ready(Some(Ok(trailers)));
-                }
-                self.held_trailers = Some(trailers);
-                Poll::Ready(Some(Ok(Frame::data(Bytes::from(rest)))))
-            }
-        }
-    }
+        Counted { inner, count: Arc::new(AtomicU64::new(0)), on_end: Some(log) }.boxed()
+    })
 }
 
-/// A stream's body after the model API gate.
-struct Checked {
-    body: ReqBody,
-    /// The length of a body leash read (its `content-length` replaces the client's).
-    length: Option<usize>,
-    stripped: Vec<String>,
-    /// The body leash read, as it goes up (searched for credentials bound to other hosts).
-    read: Option<Bytes>,
+/// What the policy is asked about a stream to `path` in the tunnel.
+fn question<'a>(t: &'a Inspected, path: &'a CanonicalPath) -> Question<'a> {
+    let request = leash_policy::Request { via: Via::Tunnel, scheme: Scheme::Https, host: &t.host, port: t.port, path };
+    Question::Request(request)
 }
 
-/// Read and check the body of a stream to a model host whose provider-side tools the policy filters; `Err` says
-/// why it is refused. A stream without a body passes as it is.
-async fn gate(
-    t: &Inspected,
-    parts: &http::request::Parts,
-    body: ClientBody,
-    tools: ProviderTools,
-) -> Result<Checked, String> {
-    if body.is_end_stream() {
-        return Ok(Checked {
-            body: body.map_err(BoxError::from).boxed(),
-            length: None,
-            stripped: Vec::new(),
-            read: None,
-        });
-    }
-    if let Some(why) = model::encoding_problem(parts.headers.get_all(CONTENT_ENCODING).iter().map(|v| v.as_bytes())) {
-        return Err(why);
-    }
-    let max = t.sh.cfg.limits.max_model_body;
-    let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
-        return Err(model::too_large(max));
-    }
-    // The client sends its body at its own pace; as long as leash would wait for an upstream's answer, no longer.
-    let collected = tokio::time::timeout(t.sh.cfg.limits.response_timeout, Limited::new(body, max).collect()).await;
-    let whole = match collected {
-        Err(_) => return Err("the body did not arrive in time".to_owned()),
-        Ok(Err(e)) if e.is::<LengthLimitError>() => return Err(model::too_large(max)),
-        Ok(Err(e)) => return Err(format!("the body could not be read: {e}")),
-        Ok(Ok(collected)) => collected.to_bytes(),
-    };
-    let (body, stripped) = match whole.is_empty() {
-        true => (whole, Vec::new()),
-        false => match model::judge(whole, parts.uri.path(), tools) {
-            Gate::Forward { body, stripped } => (body, stripped),
-            Gate::Refuse(why) => return Err(why),
-        },
-    };
-    let length = Some(body.len());
-    let read = Some(body.clone());
-    Ok(Checked { body: Full::new(body).map_err(|never| match never {}).boxed(), length, stripped, read })
-}
-
-/// The decision for a stream: scheme, authority and Host, path, then the policy. `Err` is a refusal made before
-/// the policy was asked.
-fn decide(t: &Inspected, ctx: &RequestCtx<'_>, parts: &http::request::Parts, path: &str) -> Result<Decision, Decision> {
+/// The canonical path of a stream whose scheme, `:authority` and any Host name the tunnel's host and port; `Err` is
+/// the refusal of one that does not.
+fn checked_path(t: &Inspected, parts: &http::request::Parts, path: &str) -> Result<CanonicalPath, Decision> {
     if parts.uri.scheme_str() != Some("https") {
         return Err(refusal(Reason::Scheme));
     }
@@ -322,14 +226,7 @@ fn decide(t: &Inspected, ctx: &RequestCtx<'_>, parts: &http::request::Parts, pat
     if authority.is_none() && host_header.is_none() {
         return Err(refusal(Reason::HostMismatch));
     }
-    let path = canonicalize(path).map_err(|_| refusal(Reason::BadRequest))?;
-    Ok(ctx.decide(&Question::Request(leash_policy::Request {
-        via: Via::Tunnel,
-        scheme: Scheme::Https,
-        host: &t.host,
-        port: t.port,
-        path: &path,
-    })))
+    canonicalize(path).map_err(|_| refusal(Reason::BadRequest))
 }
 
 /// True if `authority` names the tunnel's host and port (443 when it names none).
@@ -379,87 +276,6 @@ fn own_response(r: &Response) -> HttpResponse<ResBody> {
         headers.insert(HeaderName::from_static("x-leash-reason"), HeaderValue::from_static(reason.as_str()));
     }
     response
-}
-
-/// Response fields (or trailers) with a credential's value, where one echoes it in a name or a value, turned back
-/// into the placeholder ([`headers::redact_field`], as for HTTP/1.1). A field that cannot be written redacted is
-/// dropped, never passed on as it came.
-fn redact_fields(fields: &mut HeaderMap, redactor: &Redactor) {
-    let untouched = |name: &HeaderName, value: &HeaderValue| {
-        let (n, v) = headers::redact_field(redactor, name.as_str().as_bytes(), value.as_bytes());
-        matches!((n, v), (Cow::Borrowed(_), Cow::Borrowed(_)))
-    };
-    // Nearly every response holds no echo: its fields are searched, not copied.
-    if fields.iter().all(|(name, value)| untouched(name, value)) {
-        return;
-    }
-    let mut out = HeaderMap::with_capacity(fields.len());
-    for (name, value) in fields.iter() {
-        let (n, v) = headers::redact_field(redactor, name.as_str().as_bytes(), value.as_bytes());
-        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(&n), HeaderValue::from_bytes(&v)) {
-            out.append(n, v);
-        }
-    }
-    *fields = out;
-}
-
-/// A response body with a credential's value, wherever it is echoed, turned back into its placeholder (across DATA
-/// frames: the [`Redactor`]'s window is held until the next frame, and passed on at the end).
-struct Redacted<B> {
-    inner: B,
-    redactor: Redactor,
-    ended: bool,
-    /// Trailers that arrived while held bytes were still to go.
-    trailers: Option<Frame<Bytes>>,
-}
-
-impl<B: Body<Data = Bytes> + Unpin> Body for Redacted<B> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        if let Some(trailers) = self.trailers.take() {
-            return Poll::Ready(Some(Ok(trailers)));
-        }
-        if self.ended {
-            return Poll::Ready(None);
-        }
-        loop {
-            return match Pin::new(&mut self.inner).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => {
-                        let passed = self.redactor.push(&data, true);
-                        // All held (the window): nothing goes until the next frame, and no empty DATA frame meanwhile.
-                        if passed.is_empty() {
-                            continue;
-                        }
-                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(passed)))))
-                    }
-                    // Trailers end the data: what is held goes first, then the trailers on the next poll.
-                    Err(mut trailers) => {
-                        if let Some(fields) = trailers.trailers_mut() {
-                            redact_fields(fields, &self.redactor);
-                        }
-                        let held = self.redactor.finish();
-                        if held.is_empty() {
-                            return Poll::Ready(Some(Ok(trailers)));
-                        }
-                        self.trailers = Some(trailers);
-                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(held)))))
-                    }
-                },
-                Poll::Ready(None) => {
-                    self.ended = true;
-                    let held = self.redactor.finish();
-                    match held.is_empty() {
-                        true => Poll::Ready(None),
-                        false => Poll::Ready(Some(Ok(Frame::data(Bytes::from(held))))),
-                    }
-                }
-                other => other,
-            };
-        }
-    }
 }
 
 /// Writes a stream's outcome when its response body ends (or is dropped: a reset stream).
