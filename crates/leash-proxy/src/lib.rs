@@ -28,14 +28,11 @@ mod pool;
 pub mod provider_tools;
 pub mod refusal;
 mod relay;
-#[cfg(test)]
-mod relay_tests;
 mod request;
 pub mod resolve;
 mod server;
 pub mod service;
 mod shared;
-mod splice;
 pub mod tls;
 mod tunnel;
 mod upgrade;
