@@ -34,6 +34,8 @@ mod pool;
 pub mod provider_tools;
 pub mod refusal;
 mod relay;
+#[cfg(test)]
+mod relay_tests;
 mod request;
 pub mod resolve;
 mod server;
