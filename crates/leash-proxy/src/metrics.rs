@@ -41,16 +41,7 @@ const REASONS: usize = Reason::ALL.len();
 const DECISION_SLOTS: usize = KINDS.len() * DECISIONS.len() * REASONS;
 
 /// Every upstream failure, in the order the audit log's documentation lists their words.
-const FAILURES: [UpstreamFailure; 8] = [
-    UpstreamFailure::CannotResolve,
-    UpstreamFailure::Refused,
-    UpstreamFailure::Reset,
-    UpstreamFailure::TimedOut,
-    UpstreamFailure::CannotConnect,
-    UpstreamFailure::BadResponse,
-    UpstreamFailure::Closed,
-    UpstreamFailure::UpstreamProxy,
-];
+const FAILURES: [UpstreamFailure; 8] = UpstreamFailure::ALL;
 
 /// Upper bounds of the request-duration histogram's buckets, in microseconds and as the `le` label says them. An
 /// answer from a nearby origin takes milliseconds, a model API's seconds to minutes, and a tunnel lasts as long as

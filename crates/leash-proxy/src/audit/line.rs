@@ -172,8 +172,9 @@ pub enum UpstreamFailure {
 }
 
 impl UpstreamFailure {
-    /// Every failure, for reading a word back.
-    const ALL: [UpstreamFailure; 8] = [
+    /// Every failure, in the order docs/audit-log.md lists their words: for reading a word back, and the metrics'
+    /// counters.
+    pub(crate) const ALL: [UpstreamFailure; 8] = [
         UpstreamFailure::CannotResolve,
         UpstreamFailure::Refused,
         UpstreamFailure::Reset,
