@@ -19,6 +19,7 @@ use tokio::io::AsyncWriteExt;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use crate::support::bind_second_loopback;
 use crate::support::client::{read_first_event, read_response};
 use crate::support::http::Wire;
 use crate::support::origin::pattern_body;
@@ -381,7 +382,7 @@ async fn an_untrusted_certificate_on_a_redial_inside_a_tunnel_gets_502_upstream_
     // The name now leads to a server at the same port whose certificate comes from a CA leash does not trust.
     let stranger = TestCa::new();
     let acceptor = TlsAcceptor::from(Arc::new(stranger.server_config(&["allowed.test"])));
-    let listener = tokio::net::TcpListener::bind(("127.0.0.2", t.tls.port())).await.unwrap();
+    let listener = bind_second_loopback(t.tls.port()).await;
     let impostor = tokio::spawn(async move {
         let (tcp, _) = listener.accept().await.unwrap();
         acceptor.accept(tcp).await.is_err()
@@ -422,7 +423,7 @@ async fn an_inspected_name_resolving_to_an_unexempted_loopback_address_gets_403_
     );
     let t = Inspecting::with(ca, tls, |_| policy).await;
     // Something listens where the name now leads, to show it is never dialled.
-    let listener = tokio::net::TcpListener::bind(("127.0.0.2", port)).await.unwrap();
+    let listener = bind_second_loopback(port).await;
     t.leash.resolver.insert("allowed.test", &["127.0.0.2"]);
     let r = t.get("allowed.test", "/x").await;
     assert_refused(&r, 403, "internal-destination");

@@ -185,7 +185,7 @@ impl Builder {
         let (stop, stopped) = oneshot::channel::<()>();
         let mut transparent = Vec::new();
         for port in &self.transparent {
-            transparent.push(TcpListener::bind(("127.0.0.2", *port)).await.expect("bind transparent listener"));
+            transparent.push(super::bind_second_loopback(*port).await);
         }
         let listeners = leash_proxy::Listeners { proxy: listener, transparent, services: self.services };
         let task = tokio::spawn(leash_proxy::serve_listeners(listeners, config, async move {

@@ -47,3 +47,17 @@ pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
 pub async fn before<T>(limit: Duration, f: impl Future<Output = T>) -> Option<T> {
     tokio::time::timeout(limit, f).await.ok()
 }
+
+/// A listener on 127.0.0.2 at `port`, the port of a server of this test on 127.0.0.1 (a transparent listener, a
+/// server the name is moved to). The port was free on 127.0.0.1 only: a test that has just ended may still hold
+/// 127.0.0.2 at the same number while its runtime winds down (its 127.0.0.1 server closed first, and the kernel gave
+/// the number out again), so a taken address is tried again for a few seconds before the test fails.
+pub async fn bind_second_loopback(port: u16) -> tokio::net::TcpListener {
+    for _ in 0..50 {
+        match tokio::net::TcpListener::bind(("127.0.0.2", port)).await {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => tokio::time::sleep(Duration::from_millis(100)).await,
+            bound => return bound.unwrap_or_else(|e| panic!("bind 127.0.0.2:{port}: {e}")),
+        }
+    }
+    panic!("127.0.0.2:{port} stayed taken for 5 s")
+}
