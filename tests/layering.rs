@@ -1,4 +1,4 @@
-//! The import graph, checked (issue 27): no import cycle between the modules of any crate of the workspace or of the
+//! The import graph, checked: no import cycle between the modules of any crate of the workspace or of the
 //! binary, and ARCHITECTURE.md's layering: which crate may use which, and in the binary, subcommands (`src/cmd/`)
 //! do not import each other, nothing but `main.rs` imports a subcommand, and nothing imports from `main.rs`.
 //!

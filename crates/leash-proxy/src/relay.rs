@@ -4,7 +4,8 @@
 //! Bulk bytes go through user space in large buffers, not through `splice(2)`: measured on loopback (bench/RESULTS.md,
 //! "Tunnel relay and inspected streams"), a client downloading through the spliced relay spent 0.77 CPU-s/GB
 //! receiving against 0.33 behind 1 MiB writes, which cost more than the copy saves: the whole machine spent 0.52
-//! CPU-s/GB over direct with splice, 0.14 with 1 MiB copies. Tried again with a 1 MiB pipe (issue 28, commit 0933005):
+//! CPU-s/GB over direct with splice, 0.14 with 1 MiB copies. Tried again with a 1 MiB pipe (commit 0933005,
+//! reverted; bench/RESULTS.md, "spliced CONNECT bulk tried with a 1 MiB pipe"):
 //! leash's CPU fell from 0.37 to 0.27 CPU-s/GB, the client's rose from 0.55 to 0.85 and the upstream's from 1.10 to
 //! 1.22 (the client's profile: softirq work in its context from 1 % to 22 %, likely its acknowledgements freeing the
 //! spliced pages, which the upstream's sender could not reuse while they were pinned).

@@ -1,6 +1,6 @@
 //! The tunnel relay over real loopback sockets: every byte of large and odd-sized transfers arrives in order, on the
 //! small-buffer path and the bulk one; half-closes pass each way; a reset mid-transfer ends both sides. (A spliced
-//! bulk path was tried against these tests and not kept: bench/RESULTS.md, issue 28.)
+//! bulk path was tried against these tests and not kept: it cut leash's CPU but cost the client more; bench/RESULTS.md.)
 
 use std::net::SocketAddr;
 use std::time::Duration;
