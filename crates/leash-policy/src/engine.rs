@@ -39,6 +39,8 @@ pub struct Policy {
     may_inspect: bool,
     /// Audit mode (see [`Policy::audits`]).
     audit: bool,
+    /// Ask mode (see [`Policy::asks`]).
+    ask: bool,
     /// `credentials`: secrets leash puts on requests to their hosts (see [`Policy::credential_for`]).
     credentials: Vec<Credential>,
     /// `upstream_proxy`: where allowed requests go out, unless bypassed.
@@ -58,6 +60,29 @@ impl Policy {
     /// other check still refuse.
     pub fn audits(&self) -> bool {
         self.audit
+    }
+
+    /// Ask mode (`mode: ask`, or an allowlist with `--ask`): a request the rules refuse as `not-allowed` is held
+    /// while a person is asked; every other refusal stays one. The proxy does the holding (see
+    /// [`Policy::may_ask`]).
+    pub fn asks(&self) -> bool {
+        self.ask
+    }
+
+    /// Whether `decision` is one ask mode holds while a person is asked: a `not-allowed` refusal, and only that
+    /// (ports, IP literals, internal destinations, schemes, ClientHello checks, path `rule`s, model API and
+    /// credential refusals stay refusals).
+    pub fn may_ask(&self, decision: &Decision) -> bool {
+        self.ask && decision.verdict == Verdict::Block && decision.reason == Reason::NotAllowed
+    }
+
+    /// This policy in ask mode; `None` for a blocklist (nothing in it is refused as `not-allowed`) or a policy in
+    /// audit mode (which refuses nothing to ask about).
+    pub fn into_ask(self) -> Option<Policy> {
+        match (self.mode, self.audit) {
+            (Mode::Allowlist, false) => Some(Policy { ask: true, ..self }),
+            _ => None,
+        }
     }
 
     /// The `credentials` entries, in the file's order.
@@ -94,7 +119,7 @@ impl Policy {
 
     /// This policy in audit mode.
     pub fn into_audit(self) -> Policy {
-        Policy { audit: true, ..self }
+        Policy { audit: true, ask: false, ..self }
     }
 
     /// Ports a plain-HTTP request may name (`ports`); empty allows none.
@@ -279,6 +304,7 @@ impl Policy {
             provider_tools: network.provider_tools,
             may_inspect,
             audit: network.audit,
+            ask: network.ask,
             credentials: network.credentials,
             upstream: network.upstream,
             services: network.services,

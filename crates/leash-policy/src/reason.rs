@@ -53,11 +53,19 @@ pub enum Reason {
     /// A credential's placeholder or real value in a request to a host it does not belong to: the trace of an
     /// exfiltration attempt.
     CredentialLeak,
+    /// Ask mode: a person allowed it (once, for the run, or always), over the terminal or the control socket.
+    Approved,
+    /// Ask mode: a person refused it; the host stays refused for the rest of the run.
+    Denied,
+    /// Ask mode: nobody answered in time; the host stays refused for the rest of the run.
+    AskTimeout,
+    /// Ask mode: a lookup of a name no rule admits is answered, because the request that follows is held and asked.
+    Ask,
 }
 
 impl Reason {
     /// Every reason, in the order the README lists them.
-    pub const ALL: [Reason; 22] = [
+    pub const ALL: [Reason; 26] = [
         Reason::Rule,
         Reason::Default,
         Reason::NotAllowed,
@@ -80,6 +88,10 @@ impl Reason {
         Reason::ProviderToolsStripped,
         Reason::CredentialPlaintext,
         Reason::CredentialLeak,
+        Reason::Approved,
+        Reason::Denied,
+        Reason::AskTimeout,
+        Reason::Ask,
     ];
 
     /// The published word for this reason.
@@ -107,6 +119,10 @@ impl Reason {
             Reason::ProviderToolsStripped => "provider-tools-stripped",
             Reason::CredentialPlaintext => "credential-plaintext",
             Reason::CredentialLeak => "credential-leak",
+            Reason::Approved => "approved",
+            Reason::Denied => "denied",
+            Reason::AskTimeout => "ask-timeout",
+            Reason::Ask => "ask",
         }
     }
 
@@ -151,6 +167,10 @@ impl Reason {
             Reason::CredentialLeak => {
                 "the request carries a credential (its placeholder or its value) to a host it does not belong to"
             }
+            Reason::Approved => "ask mode: a person allowed this host",
+            Reason::Denied => "ask mode: a person refused this host for the rest of the run",
+            Reason::AskTimeout => "ask mode: nobody answered in time; the host is refused for the rest of the run",
+            Reason::Ask => "ask mode: the name is answered; the request that follows is held until a person answers",
         }
     }
 }

@@ -22,12 +22,23 @@ pub(crate) const DEFAULT_TUNNEL_PORTS: [u16; 1] = [443];
 /// never turns the filter off (`provider_tools: allow` does, visibly).
 pub const DEFAULT_MODEL_APIS: [&str; 3] = ["api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"];
 
+/// What an allowlist does with a request its rules refuse: refuse it, let it through on record (`audit`), or hold it
+/// while a person is asked (`ask`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Oversight {
+    Enforce,
+    Audit,
+    Ask,
+}
+
 /// One validated `network` section.
 #[derive(Debug, Clone)]
 pub(crate) struct Network {
     pub(crate) mode: Mode,
     /// `mode: audit`: an allowlist whose refusals by its rules are logged as `would-block` and let through.
     pub(crate) audit: bool,
+    /// `mode: ask`: an allowlist whose `not-allowed` refusals are held while a person is asked.
+    pub(crate) ask: bool,
     /// `allowed_hosts` (allowlist only).
     pub(crate) hosts: Vec<HostRule>,
     /// `allowed_urls` in an allowlist, `blocked_urls` in a blocklist.
@@ -53,6 +64,7 @@ impl Network {
         Network {
             mode,
             audit: false,
+            ask: false,
             hosts: Vec::new(),
             urls: Vec::new(),
             ports: DEFAULT_PORTS.to_vec(),

@@ -491,6 +491,9 @@ mod tests {
             credential: None,
             service: None,
             upgrade_dropped: None,
+            decided_by: None,
+            answer: None,
+            waited_ms: None,
         }
     }
 

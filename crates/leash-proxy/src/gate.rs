@@ -251,6 +251,9 @@ pub(crate) fn write_decision(
         credential: extras.credential.map(Into::into),
         service: extras.service.map(Into::into),
         upgrade_dropped: extras.upgrade_dropped.map(Into::into),
+        decided_by: None,
+        answer: None,
+        waited_ms: None,
     };
     let written = audit.decision(&entry);
     if let Err(e) = &written {

@@ -11,7 +11,7 @@ use super::PolicyErrorKind::{
 use super::{warn, PolicyError, Warning};
 use crate::decision::{Mode, ProviderTools};
 use crate::dest::Cidr;
-use crate::spec::{HostPattern, HostRule, Network, UrlRule, DEFAULT_PORTS, DEFAULT_TUNNEL_PORTS};
+use crate::spec::{HostPattern, HostRule, Network, Oversight, UrlRule, DEFAULT_PORTS, DEFAULT_TUNNEL_PORTS};
 
 const TOP_KEYS: &[&str] = &["network", "profiles"];
 const PROFILE_KEYS: &[&str] = &["network"];
@@ -173,7 +173,7 @@ impl Checker {
         let provider_tools = find(&fields, "provider_tools")
             .and_then(|(_, n)| self.provider_tools(&join(prefix, "provider_tools"), n))
             .unwrap_or_default();
-        let (mode, audit) = mode?;
+        let (mode, oversight) = mode?;
         self.mode_mismatch(prefix, mode, &fields);
         // Built even when an entry was refused, so the services' checks report on what did parse: `leash check`
         // names every bad entry at once.
@@ -183,7 +183,8 @@ impl Checker {
         };
         let network = Network {
             mode,
-            audit,
+            audit: oversight == Oversight::Audit,
+            ask: oversight == Oversight::Ask,
             hosts: hosts.unwrap_or_default(),
             urls: urls.unwrap_or_default(),
             ports: ports.unwrap_or_else(|| DEFAULT_PORTS.to_vec()),
@@ -211,20 +212,22 @@ impl Checker {
         Some(network)
     }
 
-    /// The mode, and whether it is `audit` (an allowlist that logs what it would refuse and lets it through).
-    fn mode(&mut self, prefix: &str, network: &Node, field: Option<(&Key, &Node)>) -> Option<(Mode, bool)> {
+    /// The mode, and whether it is `audit` (an allowlist that logs what it would refuse and lets it through) or `ask`
+    /// (an allowlist that holds what it would refuse as `not-allowed` while a person is asked).
+    fn mode(&mut self, prefix: &str, network: &Node, field: Option<(&Key, &Node)>) -> Option<(Mode, Oversight)> {
         let entry = join(prefix, "mode");
         let Some((_, node)) = field else {
-            let message = "missing `mode`; it is `allowlist`, `blocklist` or `audit`".to_owned();
+            let message = "missing `mode`; it is `allowlist`, `blocklist`, `audit` or `ask`".to_owned();
             self.error(MissingKey, &entry, network.pos, message);
             return None;
         };
         match self.string(&entry, node)? {
-            "allowlist" => Some((Mode::Allowlist, false)),
-            "blocklist" => Some((Mode::Blocklist, false)),
-            "audit" => Some((Mode::Allowlist, true)),
+            "allowlist" => Some((Mode::Allowlist, Oversight::Enforce)),
+            "blocklist" => Some((Mode::Blocklist, Oversight::Enforce)),
+            "audit" => Some((Mode::Allowlist, Oversight::Audit)),
+            "ask" => Some((Mode::Allowlist, Oversight::Ask)),
             other => {
-                let message = format!("`{other}` is not a mode; it is `allowlist`, `blocklist` or `audit`");
+                let message = format!("`{other}` is not a mode; it is `allowlist`, `blocklist`, `audit` or `ask`");
                 self.error(BadValue, &entry, node.pos, message);
                 None
             }

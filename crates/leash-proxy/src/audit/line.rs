@@ -78,6 +78,17 @@ pub struct DecisionEntry<'a> {
     /// The `Upgrade` the request asked for that leash did not pass on (anything but a WebSocket: `h2c`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_dropped: Option<Cow<'a, str>>,
+    /// Ask mode: who decided a request the rules would have refused as `not-allowed` — `terminal` (a person at
+    /// leash's terminal), `socket` (a client of the control socket) or `timeout` (nobody, in time). Absent: the
+    /// policy's rules decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<Cow<'a, str>>,
+    /// Ask mode: the answer — `once`, `run`, `always`, `deny` or `timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Cow<'a, str>>,
+    /// Ask mode: how long the request was held for its answer, in milliseconds (0 for a host answered earlier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<f64>,
 }
 
 impl DecisionEntry<'_> {
@@ -289,6 +300,9 @@ mod tests {
             credential: Some("github".into()),
             service: None,
             upgrade_dropped: Some("h2c".into()),
+            decided_by: None,
+            answer: None,
+            waited_ms: None,
         }
     }
 
