@@ -98,6 +98,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         upstream_auth,
         bound: None,
         release_free_memory: Some(leash_sandbox::release_free_memory),
+        ask: None,
     };
     let Signals { term, int, hup } = Signals::install();
     if let Ok(addr) = listener.local_addr() {

@@ -275,7 +275,7 @@ async fn serve_until_exit(
         .and_then(on_runtime)
         .ok_or_else(|| leash_sandbox::SandboxError::InitDied("no proxy listener".into()))?;
     let transparent = served.transparent.into_iter().filter_map(on_runtime).collect();
-    let dns_stop = start_dns(served.dns_socket, config.policy.clone(), config.audit.clone());
+    let dns_stop = start_dns(served.dns_socket, config.policy.clone(), config.audit.clone(), config.ask.clone());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let listeners = leash_proxy::Listeners { proxy: listener, transparent, services: served.services };
     let proxy = tokio::spawn(leash_proxy::serve_listeners(listeners, config, async move {
@@ -302,6 +302,7 @@ fn start_dns(
     socket: Option<std::net::UdpSocket>,
     policy: PolicyHandle,
     audit: Arc<leash_proxy::AuditLog>,
+    ask: Option<Arc<leash_proxy::ask::Asking>>,
 ) -> Option<tokio::sync::oneshot::Sender<()>> {
     let socket =
         socket.filter(|s| s.set_nonblocking(true).is_ok()).and_then(|s| tokio::net::UdpSocket::from_std(s).ok());
@@ -314,7 +315,7 @@ fn start_dns(
         let _ = stopped.await;
     };
     tokio::spawn(async move {
-        if let Err(e) = leash_proxy::serve_dns(socket, policy, audit, shutdown).await {
+        if let Err(e) = leash_proxy::serve_dns(socket, policy, audit, ask, shutdown).await {
             tracing::error!("dns: {e}");
         }
     });

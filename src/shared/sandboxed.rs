@@ -208,6 +208,7 @@ pub fn config(
         upstream_auth: secured.upstream_auth,
         bound: None,
         release_free_memory: Some(leash_sandbox::release_free_memory),
+        ask: None,
     }
 }
 

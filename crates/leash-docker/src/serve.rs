@@ -106,7 +106,8 @@ impl Inside {
     /// completes; then drains in-flight requests and flushes the log.
     pub async fn serve(self, config: ProxyConfig, shutdown: impl std::future::Future<Output = ()>) {
         let audit = config.audit.clone();
-        let _dns_running = self.dns.and_then(|socket| serve_dns(socket, config.policy.clone(), audit.clone()));
+        let _dns_running =
+            self.dns.and_then(|socket| serve_dns(socket, config.policy.clone(), audit.clone(), config.ask.clone()));
         let proxy = self.proxy.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(self.proxy));
         let transparent = self
             .transparent
@@ -134,6 +135,7 @@ fn serve_dns(
     socket: std::net::UdpSocket,
     policy: PolicyHandle,
     audit: std::sync::Arc<leash_proxy::AuditLog>,
+    ask: Option<std::sync::Arc<leash_proxy::ask::Asking>>,
 ) -> Option<tokio::sync::oneshot::Sender<()>> {
     let socket = socket.set_nonblocking(true).and_then(|()| tokio::net::UdpSocket::from_std(socket));
     let socket = match socket {
@@ -148,7 +150,7 @@ fn serve_dns(
         let shutdown = async move {
             let _ = stopped.await;
         };
-        if let Err(e) = leash_proxy::serve_dns(socket, policy, audit, shutdown).await {
+        if let Err(e) = leash_proxy::serve_dns(socket, policy, audit, ask, shutdown).await {
             tracing::error!("dns: {e}");
         }
     });

@@ -76,6 +76,14 @@ impl Policy {
         self.ask && decision.verdict == Verdict::Block && decision.reason == Reason::NotAllowed
     }
 
+    /// Whether a tunnel to `host` would be inspected were the host allowed (`inspect: all`, a model API whose tools
+    /// are filtered, a credential's host): ask mode opens such a tunnel to a host no rule admits and asks about each
+    /// request in it, path shown, instead of about the name alone.
+    pub fn inspects_if_allowed(&self, host: &Host) -> bool {
+        let Some(name) = host.name() else { return false };
+        self.inspect_all || self.filters_name(name.as_str()) || self.credential_for_name(name.as_str()).is_some()
+    }
+
     /// This policy in ask mode; `None` for a blocklist (nothing in it is refused as `not-allowed`) or a policy in
     /// audit mode (which refuses nothing to ask about).
     pub fn into_ask(self) -> Option<Policy> {

@@ -10,11 +10,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use leash_policy::{Decision, Host, ProviderTools, Question, Route};
+use leash_policy::{Admission, Decision, Host, ProviderTools, Question, Route, Verdict};
 
+use crate::ask::Ruling;
 use crate::credentials::{LeakWatch, Outbound, Watches};
 use crate::dial::DialError;
-use crate::gate::{Asked, Extras, RequestCtx};
+use crate::gate::{ruled, Asked, Extras, RequestCtx};
 use crate::message::{Outgoing, RequestBody};
 use crate::model::{self, Gated};
 use crate::refusal::Response;
@@ -126,9 +127,9 @@ where
     D: Door + Send,
 {
     let asked = &entry.asked;
-    let admission = ctx.admission(&entry.question);
+    let (admission, ruling) = admission(ctx, &entry).await;
     let Some(treatment) = admission.treatment else {
-        return Err(Refusal::new(ctx.refuse(asked, &admission.decision), BodyLeft::Unread));
+        return Err(Refusal::new(ctx.refuse_ruled(asked, &admission.decision, ruling), BodyLeft::Unread));
     };
     // Credentials: one bound to another host refuses the request; the host's own goes in.
     let secrets = &ctx.sh.cfg.credentials;
@@ -144,12 +145,22 @@ where
     }
     let decision = model::forwarded(&admission.decision, &stripped);
     let dropped = upgrade::dropped(request.upgrade());
-    let extras = Extras::allowed(&stripped, credential.as_deref(), dropped.as_deref());
+    let extras = Extras { ruling, ..Extras::allowed(&stripped, credential.as_deref(), dropped.as_deref()) };
     let allowed = Asked { path: asked.path.map(|p| split_query(p).0), ..*asked };
     let upstream = route_and_log(ctx, &allowed, (&decision, extras), treatment.route, door).await?;
     let through = door.through(treatment.route);
     let watches = Watches { redact, leaks: LeakWatch::new(secrets, own), via_proxy: through.clone() };
     Ok(Admitted { upstream, watches, query, body: read, through, rule: decision.rule })
+}
+
+/// The policy's answer about the request, and in ask mode a person's: a request the rules refuse as `not-allowed` is
+/// held until its host is answered, then treated as the policy treats an allowed request to it, or refused.
+async fn admission<'c>(ctx: &'c RequestCtx<'_>, entry: &Entry<'_>) -> (Admission<'c>, Option<Ruling>) {
+    let admission = ctx.admission(&entry.question);
+    let Some(ruling) = ctx.hold(&entry.asked, &admission.decision).await else { return (admission, None) };
+    let decision = ruled(ruling);
+    let treatment = (decision.verdict == Verdict::Allow).then(|| ctx.snap.treatment(entry.host));
+    (Admission { decision, treatment, ..admission }, Some(ruling))
 }
 
 /// The model API gate, where the policy filters the host's provider-side tools, and the leak check of a body it

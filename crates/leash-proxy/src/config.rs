@@ -55,4 +55,8 @@ pub struct ProxyConfig {
     /// peak (the binary passes `leash_sandbox::release_free_memory`: `malloc_trim` needs `unsafe`, which this crate
     /// forbids). `None`: the allocator keeps them for reuse.
     pub release_free_memory: Option<fn()>,
+    /// Ask mode's questions (`--ask`, `mode: ask`): where a request the policy refuses as `not-allowed` is held while
+    /// a person is asked. `None`: such a request is refused, as in an allowlist (even under an ask-mode policy, so a
+    /// proxy nobody can answer fails closed at once rather than after a timeout).
+    pub ask: Option<Arc<crate::ask::Asking>>,
 }

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use leash_policy::{Admission, Decision, Question, TlsInspection, Verdict};
 
+use crate::ask::{Held, HeldKind, Ruling, Settlement};
 use crate::audit::{
     now_rfc3339, refusal, AuditError, AuditLog, DecisionEntry, OutcomeEntry, UpstreamFailure, LOOKUP_METHOD,
 };
@@ -54,6 +55,8 @@ pub(crate) struct Extras<'a> {
     pub service: Option<&'a str>,
     /// The `Upgrade` asked for that does not go up (see [`crate::upgrade`]).
     pub upgrade_dropped: Option<&'a str>,
+    /// Ask mode: the person's answer (or the timeout) that decided the request.
+    pub ruling: Option<Ruling>,
 }
 
 impl<'a> Extras<'a> {
@@ -61,7 +64,7 @@ impl<'a> Extras<'a> {
     /// when nothing was), the credential put on it, and the `Upgrade` that does not go up.
     pub fn allowed(stripped: &'a [String], credential: Option<&'a str>, upgrade_dropped: Option<&'a str>) -> Self {
         let stripped = (!stripped.is_empty()).then_some(stripped);
-        Extras { stripped, credential, upgrade_dropped, service: None }
+        Extras { stripped, credential, upgrade_dropped, service: None, ruling: None }
     }
 }
 
@@ -107,16 +110,6 @@ impl<'s> RequestCtx<'s> {
         }
     }
 
-    /// Ask the policy and stop a refusal here: `Ok` is a decision that lets the request on (its line is written by
-    /// [`RequestCtx::pass`] once the destination is checked), `Err` the answer to a refused one, already on record.
-    pub fn check(&self, asked: &Asked<'_>, question: &Question<'_>) -> Result<Decision, Response> {
-        let decision = self.decide(question);
-        match decision.verdict {
-            Verdict::Block => Err(self.refuse(asked, &decision)),
-            _ => Ok(decision),
-        }
-    }
-
     /// Write the line for `decision`. `Ok` lets the request on; `Err` is the answer when it may not go: the 403
     /// for a refusal, or 503 when the line could not be written (nothing unrecorded goes out).
     pub fn pass(&self, asked: &Asked<'_>, decision: &Decision) -> Result<(), Response> {
@@ -142,6 +135,28 @@ impl<'s> RequestCtx<'s> {
         match model_api {
             true => answer.in_api_shape(asked.host),
             false => answer,
+        }
+    }
+
+    /// Ask mode: hold a request `decision` refuses as `not-allowed` until a person answers for its host (see
+    /// [`crate::ask`]). `None`: nothing to hold — another decision, or a proxy with no one to ask. Nothing is resolved
+    /// or dialled meanwhile; the request's line is written once the answer is in ([`RequestCtx::ruled`]).
+    pub async fn hold(&self, asked: &Asked<'_>, decision: &Decision) -> Option<Ruling> {
+        let asking = self.sh.cfg.ask.as_ref()?;
+        if !self.snap.may_ask(decision) {
+            return None;
+        }
+        let kind = if asked.path.is_some() { HeldKind::Request } else { HeldKind::Tunnel };
+        let held = Held { kind, method: asked.method, host: asked.host, port: asked.port, path: asked.path };
+        Some(asking.hold(held).await)
+    }
+
+    /// Record a refusal and answer it with the plain 403 naming what was asked (503 if it cannot be recorded); a
+    /// refusal by a person's answer (or its timeout) says so on its line.
+    pub fn refuse_ruled(&self, asked: &Asked<'_>, decision: &Decision, ruling: Option<Ruling>) -> Response {
+        match self.pass_with(asked, decision, Extras { ruling, ..Extras::default() }) {
+            Err(answer) => answer,
+            Ok(()) => self.shaped(asked, Response::forbidden(&asked.shown(), decision.reason)),
         }
     }
 
@@ -219,6 +234,17 @@ impl<'s> RequestCtx<'s> {
     }
 }
 
+/// The decision a person's answer (or its timeout) makes of a held request: allowed as `approved`, refused as
+/// `denied` or `ask-timeout`. No rule decided it, so none is named.
+pub(crate) fn ruled(ruling: Ruling) -> Decision {
+    let (verdict, reason) = match ruling.settlement {
+        s if s.allows() => (Verdict::Allow, leash_policy::Reason::Approved),
+        Settlement { answer: Some(_), .. } => (Verdict::Block, leash_policy::Reason::Denied),
+        Settlement { answer: None, .. } => (Verdict::Block, leash_policy::Reason::AskTimeout),
+    };
+    Decision { verdict, reason, rule: None }
+}
+
 /// Write one decision line (and the warning for a refusal). The DNS stub writes its lookups through here too.
 pub(crate) fn write_decision(
     audit: &AuditLog,
@@ -251,9 +277,9 @@ pub(crate) fn write_decision(
         credential: extras.credential.map(Into::into),
         service: extras.service.map(Into::into),
         upgrade_dropped: extras.upgrade_dropped.map(Into::into),
-        decided_by: None,
-        answer: None,
-        waited_ms: None,
+        decided_by: extras.ruling.map(|r| r.settlement.by_word().into()),
+        answer: extras.ruling.map(|r| r.settlement.answer_word().into()),
+        waited_ms: extras.ruling.map(|r| (r.waited.as_secs_f64() * 1e6).round() / 1e3),
     };
     let written = audit.decision(&entry);
     if let Err(e) = &written {

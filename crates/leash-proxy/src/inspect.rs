@@ -172,6 +172,18 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
     ctx.outcome(status, up, down);
 }
 
+/// Ask mode: a tunnel to a host no rule admits, whose requests leash can read, opened to ask about each of them with
+/// its path (its line, `inspect` for `ask`, is written by the caller). The client is answered over HTTP/1.1 and no
+/// upstream is dialled: the first request a person allows dials it, resolved and checked then.
+pub(crate) async fn ask_inside(t: Inspected, client: BufConn<TcpStream>) {
+    let ctx = t.ctx();
+    let Some(client) = accept(&t, client, t.tls.server_for_answers()).await else {
+        return ctx.outcome(0, 0, 0);
+    };
+    let (up, down) = h1::serve_undialled(&t, client).await;
+    ctx.outcome(200, up, down);
+}
+
 /// A resolution or connection failure of an allowed tunnel whose decision line was written: its failure outcome,
 /// and the 502/504 to answer inside TLS.
 fn dial_failed(t: &Inspected, ctx: &RequestCtx<'_>, e: &DialError) -> Response {

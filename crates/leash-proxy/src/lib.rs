@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod admit;
+pub mod ask;
 pub mod audit;
 pub mod ca;
 pub mod config;

@@ -79,7 +79,14 @@ pub struct Metrics {
     /// SIGHUP reloads that replaced the policy, and those refused (an invalid file; changed credentials).
     reloads_applied: AtomicU64,
     reloads_refused: AtomicU64,
+    /// Ask mode: questions open now, answers by [`ASK_ANSWERS`], and the time questions stayed open.
+    ask_open: AtomicU64,
+    ask_answers: [AtomicU64; ASK_ANSWERS.len()],
+    ask_wait_sum_us: AtomicU64,
 }
+
+/// Ask mode's answer words (`leash_ask_answers_total`'s `answer` label), `timeout` for a question nobody answered.
+const ASK_ANSWERS: [&str; 5] = ["once", "run", "always", "deny", "timeout"];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -96,6 +103,9 @@ impl Default for Metrics {
             idle_connections_reclaimed: AtomicU64::new(0),
             reloads_applied: AtomicU64::new(0),
             reloads_refused: AtomicU64::new(0),
+            ask_open: AtomicU64::new(0),
+            ask_answers: std::array::from_fn(|_| AtomicU64::new(0)),
+            ask_wait_sum_us: AtomicU64::new(0),
         }
     }
 }
@@ -130,6 +140,20 @@ impl Metrics {
     /// Count a policy reload: `applied` (the new policy is in force) or refused (the old one is kept).
     pub fn count_reload(&self, applied: bool) {
         add(if applied { &self.reloads_applied } else { &self.reloads_refused }, 1);
+    }
+
+    /// Ask mode: a question was opened.
+    pub(crate) fn ask_opened(&self) {
+        add(&self.ask_open, 1);
+    }
+
+    /// Ask mode: a question was closed with `answer` (an [`ASK_ANSWERS`] word) after being open for `open_for`.
+    pub(crate) fn ask_settled(&self, answer: &str, open_for: Duration) {
+        self.ask_open.fetch_sub(1, Ordering::Relaxed);
+        if let Some(i) = ASK_ANSWERS.iter().position(|a| *a == answer) {
+            add(&self.ask_answers[i], 1);
+        }
+        add(&self.ask_wait_sum_us, u64::try_from(open_for.as_micros()).unwrap_or(u64::MAX));
     }
 
     /// Count a client connection as open until the returned guard is dropped.
@@ -171,6 +195,7 @@ impl Metrics {
         self.render_outcomes(&mut out);
         out.family("leash_audit_write_failures_total", "counter", "Audit lines that could not be written.");
         out.sample("leash_audit_write_failures_total", &[], load(&self.audit_write_failures));
+        self.render_ask(&mut out);
         out.0
     }
 
@@ -188,6 +213,22 @@ impl Metrics {
                 }
             }
         }
+    }
+
+    /// Ask mode's questions: open now, answered by answer word, and how long they stayed open (a summary).
+    fn render_ask(&self, out: &mut Exposition) {
+        out.family("leash_ask_pending", "gauge", "Ask mode: questions waiting for a person's answer now.");
+        out.sample("leash_ask_pending", &[], load(&self.ask_open));
+        let name = "leash_ask_answers_total";
+        out.family(name, "counter", "Ask mode: questions closed, by answer (timeout: nobody answered in time).");
+        for (answer, count) in ASK_ANSWERS.iter().zip(&self.ask_answers) {
+            out.sample(name, &[("answer", answer)], load(count));
+        }
+        let name = "leash_ask_answer_seconds";
+        out.family(name, "summary", "Ask mode: how long questions stayed open before their answer or timeout.");
+        let closed: u64 = self.ask_answers.iter().map(|c| load(c)).sum();
+        out.sample(&format!("{name}_sum"), &[], load(&self.ask_wait_sum_us) as f64 / 1e6);
+        out.sample(&format!("{name}_count"), &[], closed);
     }
 
     /// What the outcome lines say: upstream failures, bytes, durations.

@@ -74,6 +74,7 @@ mod tests {
             upstream_auth: None,
             bound: None,
             release_free_memory: None,
+            ask: None,
         };
         let listening: Vec<SocketAddr> = listening.iter().map(|a| a.parse().unwrap()).collect();
         Shared::new(cfg, &listening)

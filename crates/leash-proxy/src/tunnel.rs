@@ -11,10 +11,11 @@ use leash_policy::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::ask::Ruling;
 use crate::audit::{refusal, UpstreamFailure, TUNNEL_METHOD};
 use crate::conn::{close_gracefully, BufConn, ReadHeadError, Reparse};
 use crate::dial::{connect_tunnel, route_checked, DialError, UpstreamIo};
-use crate::gate::{Asked, RequestCtx};
+use crate::gate::{ruled, Asked, Extras, RequestCtx};
 use crate::inspect::{self, answer_in_tls, Inspected};
 use crate::refusal::{reply, Response};
 use crate::relay;
@@ -46,15 +47,38 @@ pub(crate) async fn handle(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, hea
         reply(&mut client.io, &ctx.refuse_leak(&asked, name), false).await;
         return;
     }
-    if let Err(refused) = ctx.check(&asked, &Question::Connect { target: &target, port }) {
-        reply(&mut client.io, &refused, false).await;
+    let decision = ctx.decide(&Question::Connect { target: &target, port });
+    // Ask mode: a tunnel leash will open to ask about each request in it is decided on its ClientHello; any other is
+    // held here, on its name, before its 200.
+    let ruling = match opens_to_ask(&ctx, &decision, &target) {
+        true => None,
+        false => ctx.hold(&asked, &decision).await,
+    };
+    let decision = ruling.map_or(decision, ruled);
+    if decision.verdict == Verdict::Block && !opens_to_ask(&ctx, &decision, &target) {
+        reply(&mut client.io, &ctx.refuse_ruled(&asked, &decision, ruling), false).await;
         return;
     }
     if client.io.write_all(ESTABLISHED).await.is_err() {
         return;
     }
-    let tunnel = Tunnel { sh, ctx, target: &target, port };
+    let tunnel = Tunnel { sh, ctx, target: &target, port, ruling };
     tunnel.on_client_hello(client).await;
+}
+
+/// Ask mode: whether a tunnel `decision` refuses as `not-allowed` is opened to ask about each request in it (path
+/// shown) rather than held on its name: when leash inspects and would inspect the host were it allowed.
+fn opens_to_ask(ctx: &RequestCtx<'_>, decision: &Decision, host: &Host) -> bool {
+    let cfg = &ctx.sh.cfg;
+    cfg.ask.is_some() && cfg.inspection.is_some() && ctx.snap.may_ask(decision) && ctx.snap.inspects_if_allowed(host)
+}
+
+/// What ask mode makes of a tunnel's ClientHello decision.
+enum AskStep {
+    /// Decided (by the policy, or by a person's answer on the tunnel's name).
+    Decided(Decision, Option<Ruling>),
+    /// Opened to ask about each request in it (see [`opens_to_ask`]).
+    Open(Host),
 }
 
 /// The CONNECT target: `host:port`, one Host header at most. Err is the response and its reason.
@@ -78,6 +102,8 @@ struct Tunnel<'a> {
     ctx: RequestCtx<'a>,
     target: &'a Host,
     port: u16,
+    /// Ask mode: the answer its CONNECT was held for, if it was.
+    ruling: Option<Ruling>,
 }
 
 /// A TLS connection to a transparent listener (a client that ignored the proxy variables and reached the sandbox
@@ -100,7 +126,7 @@ pub(crate) async fn transparent(sh: &Arc<Shared>, mut client: BufConn<TcpStream>
         ctx.refuse(&Asked { method: TUNNEL_METHOD, host: "", port, path: None }, &decision);
         return drain_and_close(client).await;
     };
-    let tunnel = Tunnel { sh, ctx, target: &target, port };
+    let tunnel = Tunnel { sh, ctx, target: &target, port, ruling: None };
     tunnel.on_hello(client, hello).await;
 }
 
@@ -154,14 +180,18 @@ impl Tunnel<'_> {
             Some(Ok(host @ Host::Name(_))) => Some(host),
             _ => None,
         };
+        let (decision, ruling) = match self.ask_step(&asked, decision, named.as_ref()).await {
+            AskStep::Decided(decision, ruling) => (decision, ruling),
+            AskStep::Open(host) => return self.open_to_ask(client, host, &asked).await,
+        };
         match (decision.verdict, &self.sh.cfg.inspection, named) {
             (Verdict::Block, Some(tls), Some(_)) => {
                 // Refused on a readable server name: say why inside TLS (a client trusting the run's CA reads it).
-                let answer = ctx.refuse(&asked, &decision);
+                let answer = ctx.refuse_ruled(&asked, &decision, ruling);
                 answer_in_tls(self.sh, tls, client, |path| answer.naming_path(&shown, path)).await
             }
             (Verdict::Block, ..) => {
-                ctx.refuse(&asked, &decision);
+                ctx.refuse_ruled(&asked, &decision, ruling);
                 drain_and_close(client).await
             }
             (Verdict::Inspect, Some(tls), Some(host)) => {
@@ -191,14 +221,67 @@ impl Tunnel<'_> {
                     ClientHelloFacts::ServerName(name) => parse_host(name).unwrap_or_else(|_| self.target.clone()),
                     _ => self.target.clone(),
                 };
-                self.splice(client, &upstream_host, &asked, &decision).await
+                self.splice(client, &upstream_host, &asked, (&decision, ruling)).await
             }
         }
     }
 
-    /// Resolve the decided name once, check it, pass the gate, dial exactly the checked addresses, replay, relay.
-    async fn splice(&self, client: BufConn<TcpStream>, host: &Host, asked: &Asked<'_>, decision: &Decision) {
+    /// Ask mode's part in the ClientHello decision: a tunnel to open and ask about request by request, or one held
+    /// on its name (unless its CONNECT was, and the answer stands for the tunnel) and decided by the answer.
+    async fn ask_step(&self, asked: &Asked<'_>, decision: Decision, named: Option<&Host>) -> AskStep {
         let ctx = &self.ctx;
+        if let Some(host) = named.filter(|host| opens_to_ask(ctx, &decision, host)) {
+            return AskStep::Open(host.clone());
+        }
+        if !ctx.snap.may_ask(&decision) {
+            return AskStep::Decided(decision, None);
+        }
+        let ruling = match self.ruling {
+            Some(ruling) => Some(ruling),
+            None => ctx.hold(asked, &decision).await,
+        };
+        let Some(ruling) = ruling else { return AskStep::Decided(decision, None) };
+        let ruled = ruled(ruling);
+        // Allowed by a person, a tunnel the policy would inspect is refused where leash cannot inspect it.
+        let inspected = named.is_some_and(|host| ctx.snap.inspects_if_allowed(host));
+        let ruled = match (ruled.verdict, inspected) {
+            (Verdict::Allow, true) => Decision { verdict: Verdict::Inspect, ..ruled },
+            _ => ruled,
+        };
+        AskStep::Decided(ruled, Some(ruling))
+    }
+
+    /// Ask mode: open the tunnel to `host` without an upstream and ask about each request in it (see
+    /// [`inspect::ask_inside`]); its line says so (`inspect`, `ask`).
+    async fn open_to_ask(&self, client: BufConn<TcpStream>, host: Host, asked: &Asked<'_>) {
+        let (ctx, Some(tls)) = (&self.ctx, &self.sh.cfg.inspection) else { return drain_and_close(client).await };
+        let opened = Decision { verdict: Verdict::Inspect, reason: Reason::Ask, rule: None };
+        if ctx.pass(asked, &opened).is_err() {
+            return drain_and_close(client).await;
+        }
+        let inspected = Inspected {
+            sh: self.sh.clone(),
+            snap: ctx.snap.clone(),
+            tls: tls.clone(),
+            host,
+            port: self.port,
+            id: ctx.id,
+            peer: ctx.peer,
+            started: ctx.started,
+        };
+        inspect::ask_inside(inspected, client).await
+    }
+
+    /// Resolve the decided name once, check it, pass the gate, dial exactly the checked addresses, replay, relay.
+    async fn splice(
+        &self,
+        client: BufConn<TcpStream>,
+        host: &Host,
+        asked: &Asked<'_>,
+        (decision, ruling): (&Decision, Option<Ruling>),
+    ) {
+        let ctx = &self.ctx;
+        let extras = Extras { ruling, ..Extras::default() };
         let route = match route_checked(ctx.sh, &ctx.snap, host, self.port).await {
             Ok(route) => route,
             Err(DialError::Refused(reason)) => {
@@ -206,13 +289,13 @@ impl Tunnel<'_> {
                 return drain_and_close(client).await;
             }
             Err(e) => {
-                if ctx.pass(asked, decision).is_ok() {
+                if ctx.pass_with(asked, decision, extras).is_ok() {
                     self.failed(asked.host, e.status(), e.cause(), &e.to_string());
                 }
                 return;
             }
         };
-        if ctx.pass(asked, decision).is_err() {
+        if ctx.pass_with(asked, decision, extras).is_err() {
             return drain_and_close(client).await;
         }
         let timeout = ctx.sh.cfg.limits.connect_timeout;

@@ -42,7 +42,7 @@ async fn serve(allow: &[&str], audit: Arc<AuditLog>, log: std::path::PathBuf, di
     let addr = socket.local_addr().unwrap();
     let policy = PolicyHandle::new(allowlist(allow));
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve_dns(socket, policy.clone(), audit, async move {
+    let task = tokio::spawn(serve_dns(socket, policy.clone(), audit, None, async move {
         let _ = stopped.await;
     }));
     let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();

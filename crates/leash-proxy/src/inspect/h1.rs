@@ -32,8 +32,18 @@ struct Logged<'a> {
 
 /// Serve requests until the client closes or a request ends the connection; returns bytes up and down.
 pub(super) async fn serve(t: &Inspected, client: ClientTls, upstream: UpstreamTls) -> (u64, u64) {
+    serve_on(t, client, Some(Upstream { conn: BufConn::new(upstream), reused: false })).await
+}
+
+/// [`serve`] with no upstream session yet: the first request that goes up dials one (resolved and checked then).
+/// Ask mode's tunnels to a host no rule admits start so, so nothing is resolved or dialled before a person allows a
+/// request in them.
+pub(super) async fn serve_undialled(t: &Inspected, client: ClientTls) -> (u64, u64) {
+    serve_on(t, client, None).await
+}
+
+async fn serve_on(t: &Inspected, client: ClientTls, mut upstream: Option<Upstream>) -> (u64, u64) {
     let mut client = BufConn::new(client);
-    let mut upstream = Some(Upstream { conn: BufConn::new(upstream), reused: false });
     let mut totals = (0u64, 0u64);
     let limits = &t.sh.cfg.limits;
     loop {

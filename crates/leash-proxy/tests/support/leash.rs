@@ -179,6 +179,7 @@ impl Builder {
             upstream_auth: self.upstream_auth.clone(),
             bound: self.bound,
             release_free_memory: None,
+            ask: None,
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
