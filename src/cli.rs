@@ -38,6 +38,8 @@ pub enum Command {
     Log(LogArgs),
     /// Write a policy from audit logs
     Policy(PolicyArgs),
+    /// Answer ask mode's questions over a running leash's control socket: list, answer, watch
+    Ask(AskClientArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     #[command(
         after_help = "Examples:\n  leash completions bash > ~/.local/share/bash-completion/completions/leash\n  \
@@ -71,6 +73,65 @@ pub enum DockerCommand {
     Attach(DockerAttachArgs),
 }
 
+/// Ask mode's options, on every command that runs a proxy (docs/ask.md).
+#[derive(Debug, Clone, Args)]
+pub struct AskArgs {
+    /// Ask mode (like `mode: ask`): hold a request the allowlist refuses as `not-allowed` and ask a person, on this
+    /// terminal and over the control socket (`leash ask`): allow once, for the run, always (added to the policy
+    /// file), or deny for the run. Every other refusal stays one
+    #[arg(long, conflicts_with = "audit")]
+    pub ask: bool,
+    /// Ask mode: how long a question waits for an answer before its requests are refused (`ask-timeout`) and the
+    /// host with them, for the rest of the run
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub ask_timeout: u64,
+    /// Ask mode: the control socket to listen on (its directory must be the user's own, mode 0700); default:
+    /// $XDG_RUNTIME_DIR/leash/ask-PID.sock, or /tmp/leash-UID/ask-PID.sock
+    #[arg(long, value_name = "PATH")]
+    pub ask_socket: Option<PathBuf>,
+}
+
+/// `leash ask`: a client of a running leash's control socket.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  leash ask                      # answer questions as they come, on this terminal
+      leash ask list --json
+  leash ask answer 3 run
+  leash ask answer 4 always --scope .example.com
+      leash ask watch /run/user/1000/leash/ask-4242.sock
+
+    Without SOCKET, the one control socket in $XDG_RUNTIME_DIR/leash (or /tmp/leash-UID) is used; with several,     name one. The protocol (JSON lines) is in docs/ask.md.")]
+pub struct AskClientArgs {
+    #[command(subcommand)]
+    pub command: Option<AskCommand>,
+    /// The control socket (default: the only one running)
+    #[arg(long, global = true, value_name = "SOCKET")]
+    pub socket: Option<PathBuf>,
+}
+
+/// What `leash ask` does.
+#[derive(Debug, Subcommand)]
+pub enum AskCommand {
+    /// List the questions waiting for an answer
+    List {
+        /// One JSON document instead of the table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer a question: once, run, always or deny
+    Answer {
+        /// The question's id (`leash ask list`)
+        id: u64,
+        /// once, run, always or deny
+        answer: String,
+        /// For run, always and deny: a `.domain` over the host instead of the host alone
+        #[arg(long, value_name = "HOST_OR_.DOMAIN")]
+        scope: Option<String>,
+    },
+    /// Print every question and answer as it happens (JSON lines) until leash ends
+    Watch,
+}
+
 /// The policy, audit log, pins and upstream trust of a sandbox's proxy (`leash run`, `leash docker`).
 #[derive(Debug, Args)]
 pub struct SandboxProxyArgs {
@@ -81,6 +142,8 @@ pub struct SandboxProxyArgs {
     /// reason; ports, IP literals and internal destinations are still refused (like `mode: audit`)
     #[arg(long)]
     pub audit: bool,
+    #[command(flatten)]
+    pub ask: AskArgs,
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
@@ -289,6 +352,8 @@ pub struct ProxyArgs {
     /// reason; ports, IP literals and internal destinations are still refused (like `mode: audit`)
     #[arg(long)]
     pub audit: bool,
+    #[command(flatten)]
+    pub ask: AskArgs,
     /// Address to listen on; port 0 picks a free port
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:3128")]
     pub listen: SocketAddr,

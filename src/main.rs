@@ -50,6 +50,7 @@ fn main() -> ExitCode {
         cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Suggest(args) }) => {
             cmd::policy::suggest(&args)
         }
+        cli::Command::Ask(args) => cmd::ask::run(args),
         cli::Command::Completions { shell } => cmd::docs::completions(shell),
         cli::Command::Man => cmd::docs::man(),
     };

@@ -1,6 +1,7 @@
 //! One module per subcommand; each takes its parsed arguments and returns an [`crate::exit::Exit`]. What several
 //! share is in [`crate::shared`]: no subcommand imports another.
 
+pub mod ask;
 pub mod attach;
 pub mod attach_dir;
 pub mod check;

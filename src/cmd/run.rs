@@ -15,6 +15,7 @@ use crate::shared::client_env::{proxy_vars, PROXY_VARS};
 use crate::shared::sandboxed::{
     config, hidden_files, keep_deferred_log, mode_env, proxy_parts, secret_files, Pins, ProxyParts, Secured,
 };
+use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::services;
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 
@@ -34,6 +35,10 @@ pub fn run(args: RunArgs) -> Exit {
         Err(code) => return code,
     };
     let audit = Arc::new(audit);
+    let ask_socket = match policy.asks().then(|| ask::bind_socket(&args.proxy.ask)).transpose() {
+        Ok(socket) => socket,
+        Err(code) => return code,
+    };
     // The CA files are named now, so the command's environment can point at them; they are written while the
     // sandbox's namespaces are built, and exist before the command starts. A policy that never inspects needs no
     // CA (an `--upstream-ca` is still read, so a bad one is refused as always).
@@ -52,6 +57,8 @@ pub fn run(args: RunArgs) -> Exit {
     };
     let mut spec = spec(&args, ca_files.is_some(), mode_env(&policy));
     spec.hide_paths.extend(secret_files(&policy));
+    // INVARIANT: the control socket's directory is not visible inside: the command cannot even see the questions.
+    spec.hide_paths.extend(ask_socket.iter().filter_map(|s| std::fs::canonicalize(s.dir()).ok()));
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
     crate::shared::secrets::sandbox_env(&policy, &secrets.secrets, &mut spec.env);
     // The services' sockets exist before the sandbox does: it is let connect to exactly those files.
@@ -88,10 +95,12 @@ pub fn run(args: RunArgs) -> Exit {
         Err(e) => return not_run(e),
     };
     // On an early return, dropping `pending` ends the init: the command never starts.
-    let config = match proxy_config(&args, (policy, pins, secrets), audit.clone(), ca_files.as_ref()) {
+    let mut config = match proxy_config(&args, (policy, pins, secrets), audit.clone(), ca_files.as_ref()) {
         Ok(config) => config,
         Err(code) => return code,
     };
+    let ask = ask_socket.map(|socket| Arc::new(ask_front(&args, socket, &config)));
+    config.ask = ask.as_ref().map(|front| front.asking.clone());
     // The runtime is built while the init starts the command. One thread: starting, waking and ending worker
     // threads was a sixth of `leash run -- true` (6.7 -> 5.7 ms), and one sandbox's traffic fits one core (tunnels are
     // spliced by the kernel; bench/RESULTS.md has the figures from inside `leash run`).
@@ -112,13 +121,49 @@ pub fn run(args: RunArgs) -> Exit {
             return finish(sandbox.signal(9).and_then(|()| sandbox.wait()));
         }
     };
+    if let Some(front) = &ask {
+        if let Err(e) = start_asking(front, &relay, &runtime) {
+            eprintln!("leash: ask mode: cannot serve the control socket: {e}; stopping the command");
+            return finish(sandbox.signal(9).and_then(|()| sandbox.wait()));
+        }
+    }
     let policy = config.policy.clone();
     let exit = supervise(sandbox, (config, listeners, unix_services), (hold, relay), runtime);
     keep_deferred_log(&audit, args.quiet);
     crate::shared::summary::print(&audit, &policy, args.quiet);
+    if let Some(summary) = ask.as_ref().and_then(|front| front.summary()).filter(|_| !args.quiet) {
+        eprint!("{summary}");
+    }
+    drop(ask);
     drop(ca_files);
     drop(socket_files);
     exit
+}
+
+/// Ask mode's front ends for the run: the bound control socket, and the policy file an `always` answer changes.
+fn ask_front(args: &RunArgs, socket: ask::socket::Bound, config: &ProxyConfig) -> AskFront {
+    let source = PolicySource {
+        file: args.proxy.policy.clone().map(|path| (path, args.proxy.profile.clone())),
+        ask_flag: args.proxy.ask.ask,
+    };
+    AskFront::new(&args.proxy.ask, socket, config.policy.clone(), source, config.metrics.clone())
+}
+
+/// Serve the control socket on the run's runtime and put questions to the person at the terminal, when there is
+/// one the command's terminal is relayed from; say where questions are answered.
+fn start_asking(
+    front: &Arc<AskFront>,
+    relay: &leash_sandbox::StdioRelay,
+    runtime: &tokio::runtime::Runtime,
+) -> std::io::Result<()> {
+    let _entered = runtime.enter();
+    ask::socket::Bound::serve(front)?;
+    let prompter = relay.prompter();
+    front.announce(prompter.is_some());
+    if let Some(prompter) = prompter {
+        ask::terminal::spawn(front.clone(), prompter)?;
+    }
+    Ok(())
 }
 
 /// The run's CA, its files for the command, and the proxy's configuration around them; without CA files, no

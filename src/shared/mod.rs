@@ -3,6 +3,7 @@
 //! handed to a sandboxed command ([`trust`]), audit logs read back ([`audit_read`]), and the refusals summed up at
 //! the end of a sandboxed run ([`summary`]).
 
+pub mod ask;
 pub mod attach;
 pub mod audit_read;
 pub mod client_env;

@@ -43,6 +43,7 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<Proxy
         None => crate::policy_file::inline(&args.allow, &args.block)?,
     };
     let policy = audit_mode(policy, args.audit);
+    let policy = crate::shared::ask::ask_mode(policy, &args.ask)?;
     let secrets = Arc::new(crate::shared::secrets::read_or_exit(&policy)?);
     let upstream_auth = crate::shared::secrets::upstream_auth_or_exit(&policy)?;
     let pins = parse_pins(&args.resolve)?;
@@ -184,6 +185,7 @@ pub fn audit_mode(policy: Policy, audit: bool) -> Policy {
 pub fn mode_env(policy: &Policy) -> (String, String) {
     let mode = match policy.mode() {
         _ if policy.audits() => "audit",
+        _ if policy.asks() => "ask",
         leash_policy::Mode::Allowlist => "allowlist",
         leash_policy::Mode::Blocklist => "blocklist",
     };

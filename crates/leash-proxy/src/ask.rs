@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
 
 use crate::audit::now_rfc3339;
@@ -117,7 +117,7 @@ impl Settlement {
 }
 
 /// What kind of request a question is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HeldKind {
     /// An HTTP request: plain, or inside an inspected tunnel (its path is shown).
@@ -127,7 +127,7 @@ pub enum HeldKind {
 }
 
 /// One open question: what the person is shown.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Question {
     /// Its number in this run; answers name it.
     pub id: u64,

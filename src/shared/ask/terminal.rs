@@ -1,0 +1,113 @@
+//! Ask mode at leash's terminal: one question at a time, in the order asked, each put to the person through a
+//! [`Prompt`] (leash-sandbox's prompt gate on the command's terminal relay, or leash's own terminal for `leash proxy`),
+//! until it is answered here, answered elsewhere (the control socket), or times out.
+
+use std::io;
+use std::sync::Arc;
+
+use leash_proxy::ask::{Answer, AnsweredBy, Event, HeldKind, Question};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::AskFront;
+
+/// Something that can put a question to the person at the terminal and read the line they answer.
+pub trait Prompt: Send + 'static {
+    /// Show `question`, read one line; `None` when dismissed or once `still_open` turns false.
+    fn ask(&self, question: &str, still_open: &dyn Fn() -> bool) -> io::Result<Option<String>>;
+}
+
+/// Put every question to the person through `prompt`, on a thread of its own, for as long as leash runs.
+pub fn spawn(front: Arc<AskFront>, prompt: impl Prompt) -> io::Result<()> {
+    // Subscribed before the thread starts, so no question falls between the two.
+    let events = front.asking.watch();
+    std::thread::Builder::new().name("leash-ask".into()).spawn(move || ask_each(&front, &prompt, events)).map(drop)
+}
+
+fn ask_each(front: &AskFront, prompt: &impl Prompt, mut events: tokio::sync::broadcast::Receiver<Event>) {
+    for question in front.asking.pending() {
+        if put(front, prompt, &question).is_err() {
+            return;
+        }
+    }
+    loop {
+        let question = match events.blocking_recv() {
+            Ok(Event::Asked(question)) => question,
+            Ok(Event::Settled { .. }) => continue,
+            Err(RecvError::Lagged(_)) => match front.asking.pending().into_iter().next() {
+                Some(question) => question,
+                None => continue,
+            },
+            Err(RecvError::Closed) => return,
+        };
+        if put(front, prompt, &question).is_err() {
+            // The terminal is gone: the control socket and the timeout still answer.
+            return;
+        }
+    }
+}
+
+/// Ask until the person gives an answer leash takes, dismisses the prompt, or the question closes elsewhere.
+fn put(front: &AskFront, prompt: &impl Prompt, question: &Question) -> io::Result<()> {
+    let still_open = || front.asking.is_open(question.id);
+    let mut problem = String::new();
+    while still_open() {
+        let text = format!("{problem}{}", describe(question, front.asking.timeout().as_secs()));
+        let Some(typed) = prompt.ask(&text, &still_open)? else { return Ok(()) };
+        match parse(&typed) {
+            Ok((answer, scope)) => match front.answer(question.id, answer, scope, AnsweredBy::Terminal) {
+                Ok(()) => return Ok(()),
+                Err(why) => problem = format!("{why}. "),
+            },
+            Err(why) => problem = format!("{why}. "),
+        }
+    }
+    Ok(())
+}
+
+/// The question as the person reads it: what the request would reveal, and the answers.
+pub fn describe(q: &Question, timeout_secs: u64) -> String {
+    let what = match (q.kind, &q.path) {
+        (HeldKind::Request, Some(path)) => format!("{} {}:{}{path}", q.method, q.host, q.port),
+        _ => format!("a tunnel to {}:{}", q.host, q.port),
+    };
+    let also = match q.waiting {
+        0 | 1 => String::new(),
+        n => format!(" ({n} requests wait)"),
+    };
+    format!(
+        "allow {what}{also}? [o]nce, [r]un, [a]lways (into the policy file), [d]eny; add .domain after r/a/d for a \
+         whole domain; refused in {timeout_secs}s > "
+    )
+}
+
+/// `o`, `run`, `a .example.com`, ...: the answer and the scope typed.
+pub fn parse(typed: &str) -> Result<(Answer, Option<&str>), String> {
+    let mut words = typed.split_whitespace();
+    let first = words.next().ok_or("type an answer")?;
+    let answer = Answer::parse(&first.to_ascii_lowercase()).ok_or(format!("`{first}` is not o, r, a or d"))?;
+    let scope = words.next();
+    if words.next().is_some() {
+        return Err("one answer and at most one .domain".to_owned());
+    }
+    if scope.is_some() && answer == Answer::Once {
+        return Err("`once` takes no domain".to_owned());
+    }
+    Ok((answer, scope))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_answers_are_read_with_their_scope_and_nonsense_is_refused() {
+        assert_eq!(parse(" o "), Ok((Answer::Once, None)));
+        assert_eq!(parse("Run"), Ok((Answer::Run, None)));
+        assert_eq!(parse("a .example.com"), Ok((Answer::Always, Some(".example.com"))));
+        assert_eq!(parse("deny evil.test"), Ok((Answer::Deny, Some("evil.test"))));
+        assert!(parse("").is_err());
+        assert!(parse("yes").is_err());
+        assert!(parse("o .example.com").is_err());
+        assert!(parse("r a b").is_err());
+    }
+}
