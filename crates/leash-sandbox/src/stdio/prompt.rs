@@ -276,3 +276,5 @@ impl LineEditor {
     }
 }
 
+#[cfg(test)]
+mod tests;
