@@ -12,6 +12,14 @@
 //! ([`Terminal`]), which the sandbox's init makes in the sandbox's own devpts instance (so `tty` names a file that
 //! exists inside, and no host terminal is in sight) and hands leash its master side; [`StdioRelay::attach`] relays it
 //! as `docker run -t` and `script` do (`terminal.rs`). Descriptors above 2 are never inherited (init closes them).
+//!
+//! The relay has a gate (`gate.rs`, `prompt.rs`) because leash sometimes has a question of its own for the person at
+//! that terminal: in ask mode a request the policy would refuse is held while leash asks whether to let it through.
+//! The command shares the terminal, and it is the party being asked about: it must not answer the question (type
+//! into it), read the answer, or blur the question with output of its own (a fake prompt, or escape sequences in the
+//! host name it asked for). [`StdioRelay::prompter`] gives a [`Prompter`] that holds the command's output between two
+//! chunks, shows the question neutralised on a line of its own, takes the keystrokes meanwhile, and lets both relays
+//! go on where they stopped. [`Prompter::direct`] asks the same way on a terminal of leash's own.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
