@@ -12,14 +12,28 @@
 //! ([`Terminal`]), which the sandbox's init makes in the sandbox's own devpts instance (so `tty` names a file that
 //! exists inside, and no host terminal is in sight) and hands leash its master side; [`StdioRelay::attach`] relays it
 //! as `docker run -t` and `script` do (`terminal.rs`). Descriptors above 2 are never inherited (init closes them).
+//!
+//! The relay has a gate (`gate.rs`, `prompt.rs`) because leash sometimes has a question of its own for the person at
+//! that terminal: in ask mode a request the policy would refuse is held while leash asks whether to let it through.
+//! The command shares the terminal, and it is the party being asked about: it must not answer the question (type
+//! into it), read the answer, or blur the question with output of its own (a fake prompt, or escape sequences in the
+//! host name it asked for). [`StdioRelay::prompter`] gives a [`Prompter`] that holds the command's output between two
+//! chunks, shows the question neutralised on a line of its own, takes the keystrokes meanwhile, and lets both relays
+//! go on where they stopped. [`Prompter::direct`] asks the same way on a terminal of leash's own.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::{Sandbox, SandboxError, SandboxSpec};
 
+use gate::{InputGate, OutputGate};
+pub use prompt::Prompter;
+
+mod gate;
+mod prompt;
 mod terminal;
 
 /// What one read from either side carries at most: a pipe's default capacity, and a datagram leash sends whole.
@@ -52,6 +66,16 @@ pub struct StdioRelay {
     terminal: Option<RawTerminal>,
     /// What leash's stdin, stdout and stderr are, for `attach`.
     kinds: Vec<Kind>,
+    /// The gates of the terminal's relays, once `attach` started them.
+    gates: Option<Gates>,
+}
+
+/// The gates of the terminal's relays (`gate.rs`), which a [`Prompter`] holds for a question.
+#[derive(Debug)]
+struct Gates {
+    output: Arc<OutputGate>,
+    /// Only where stdin is the terminal relayed.
+    input: Option<Arc<InputGate>>,
 }
 
 impl StdioRelay {
@@ -60,7 +84,10 @@ impl StdioRelay {
     /// in the caller's.
     pub fn attach(&mut self, sandbox: &mut Sandbox) -> io::Result<()> {
         match sandbox.take_terminal() {
-            Some(master) => relay_terminal(master, &self.kinds, &mut self.outputs),
+            Some(master) => {
+                self.gates = relay_terminal(master, &self.kinds, &mut self.outputs)?;
+                Ok(())
+            }
             None => Ok(()),
         }
     }
@@ -69,9 +96,34 @@ impl StdioRelay {
     /// caller's terminal back as it was: call it once the sandbox has ended (before that, it waits for the end). A
     /// relayed stdin is left to end with the process.
     pub fn finish(mut self) {
+        // A question still up would hold the output: it ends first.
+        self.end_prompts();
         for relay in std::mem::take(&mut self.outputs) {
             let _ = relay.join();
         }
+    }
+
+    /// A [`Prompter`] for leash's own questions on the caller's terminal, between the command's output and in place
+    /// of its input (see `prompt.rs`): once [`StdioRelay::attach`] relays the command's pseudo-terminal, where the
+    /// caller's stdin is a terminal this relay reads, raw, in the foreground. `None` otherwise: a question then has
+    /// to be asked some other way.
+    pub fn prompter(&self) -> Option<Prompter> {
+        self.terminal.as_ref()?;
+        let gates = self.gates.as_ref()?;
+        Some(Prompter::relayed(Arc::clone(&gates.output), Arc::clone(gates.input.as_ref()?)))
+    }
+
+    /// Ends any question up and refuses those to come: the terminal is about to be put back.
+    fn end_prompts(&self) {
+        if let Some(Gates { input: Some(input), .. }) = &self.gates {
+            input.end();
+        }
+    }
+}
+
+impl Drop for StdioRelay {
+    fn drop(&mut self) {
+        self.end_prompts();
     }
 }
 
@@ -139,23 +191,28 @@ fn ask_for_terminal(spec: &mut SandboxSpec, kinds: &[Kind]) -> io::Result<Option
     Ok(None)
 }
 
-/// Relays the command's pseudo-terminal (`master`) to the caller's terminal.
-fn relay_terminal(master: OwnedFd, kinds: &[Kind], outputs: &mut Vec<JoinHandle<()>>) -> io::Result<()> {
+/// Relays the command's pseudo-terminal (`master`) to the caller's terminal, through gates a prompt can hold.
+fn relay_terminal(master: OwnedFd, kinds: &[Kind], outputs: &mut Vec<JoinHandle<()>>) -> io::Result<Option<Gates>> {
     let (stdin, stdout, stderr) = (io::stdin(), io::stdout(), io::stderr());
     let fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
-    let Some(first) = kinds.iter().position(|k| *k == Kind::Terminal) else { return Ok(()) };
+    let Some(first) = kinds.iter().position(|k| *k == Kind::Terminal) else { return Ok(None) };
     let caller = fds[first];
     // Output: to the caller's terminal, through stdout where it is one.
     let out = if kinds.get(1) == Some(&Kind::Terminal) { fds[1] } else { caller };
-    let (from, to) = (File::from(master.try_clone()?), File::from(out.try_clone_to_owned()?));
+    let output = Arc::new(OutputGate::new(File::from(out.try_clone_to_owned()?)));
+    let from = File::from(master.try_clone()?);
+    let relay = Arc::clone(&output);
     // The pseudo-terminal reads `EIO` once no process holds its other side: the end of the output.
-    outputs.push(spawn_quiet(move || copy(from, to))?);
+    outputs.push(spawn_quiet(move || relay.relay(from))?);
     terminal::follow_window_size(caller.try_clone_to_owned()?, master.try_clone()?)?;
-    if kinds.first() == Some(&Kind::Terminal) {
-        let from = File::from(stdin.as_fd().try_clone_to_owned()?);
-        spawn_quiet(move || copy(from, File::from(master)))?;
+    if kinds.first() != Some(&Kind::Terminal) {
+        return Ok(Some(Gates { output, input: None }));
     }
-    Ok(())
+    let (input, wake) = InputGate::new()?;
+    let (input, relay) = (Arc::new(input), File::from(stdin.as_fd().try_clone_to_owned()?));
+    let gate = Arc::clone(&input);
+    spawn_quiet(move || gate.relay(relay, File::from(master), wake))?;
+    Ok(Some(Gates { output, input: Some(input) }))
 }
 
 /// The caller's terminal, raw until dropped, when its settings are put back.

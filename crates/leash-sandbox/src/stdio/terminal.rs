@@ -14,6 +14,16 @@ pub(super) fn in_foreground(fd: BorrowedFd<'_>) -> bool {
     unsafe { libc::tcgetpgrp(fd.as_raw_fd()) == libc::getpgrp() }
 }
 
+/// Whether the terminal is this process's controlling terminal and another process group its foreground one: changing
+/// its settings would then stop this process (SIGTTOU). A terminal that is not the controlling one is never.
+pub(super) fn in_background(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: tcgetpgrp and getpgrp take no pointers; tcgetpgrp fails (-1) for a terminal that is not ours.
+    unsafe {
+        let foreground = libc::tcgetpgrp(fd.as_raw_fd());
+        foreground >= 0 && foreground != libc::getpgrp()
+    }
+}
+
 /// The terminal's settings (tcgetattr).
 pub(super) fn settings(fd: BorrowedFd<'_>) -> io::Result<libc::termios> {
     // SAFETY: termios is plain data, filled by tcgetattr.

@@ -1,0 +1,313 @@
+//! The two relays of the command's pseudo-terminal, each with a gate leash can close for a question of its own
+//! (`prompt.rs`): [`OutputGate`] copies the command's output to the caller's terminal one whole chunk at a time and
+//! can be held between chunks; [`InputGate`] copies the caller's keystrokes to the command and can take them for
+//! leash instead. Both work on any descriptors (the caller's terminal, or a test's pseudo-terminals and pipes).
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use super::CHUNK;
+
+/// The command's output on its way to the caller's terminal, and whether leash holds it.
+#[derive(Debug)]
+pub(super) struct OutputGate {
+    state: Mutex<OutputState>,
+    changed: Condvar,
+    /// The caller's terminal.
+    to: File,
+}
+
+#[derive(Debug, Default)]
+struct OutputState {
+    /// A prompt holds the output: the relay writes no chunk until it is released.
+    held: bool,
+    /// The relay is writing a chunk.
+    writing: bool,
+    /// The last two bytes the terminal was sent, to know whether its cursor is at the start of a line.
+    tail: [u8; 2],
+}
+
+impl OutputGate {
+    pub(super) fn new(to: File) -> OutputGate {
+        OutputGate { state: Mutex::default(), changed: Condvar::new(), to }
+    }
+
+    /// Copies `from` (the pseudo-terminal's master) to the caller's terminal until end of file or an error on either
+    /// side (`EIO` once no process holds the other side), one whole chunk at a time.
+    pub(super) fn relay(&self, mut from: File) {
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    if self.write_chunk(buf.get(..n).unwrap_or_default()).is_err() {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Writes one chunk of the command's output once no prompt holds the output.
+    fn write_chunk(&self, chunk: &[u8]) -> io::Result<()> {
+        let mut state = wait_while(&self.changed, lock(&self.state), |s| s.held);
+        state.writing = true;
+        drop(state);
+        let written = (&self.to).write_all(chunk);
+        let mut state = lock(&self.state);
+        state.writing = false;
+        remember_tail(&mut state.tail, chunk);
+        self.changed.notify_all();
+        written
+    }
+
+    /// Holds the command's output once the chunk being written (if any) is out, until the hold is dropped: what the
+    /// command writes meanwhile waits in its pseudo-terminal (and the command, once that is full).
+    pub(super) fn hold(&self) -> OutputHold<'_> {
+        let mut state = wait_while(&self.changed, lock(&self.state), |s| s.held || s.writing);
+        state.held = true;
+        OutputHold { gate: self }
+    }
+}
+
+/// The caller's terminal while the command's output is held (`OutputGate::hold`): leash's alone.
+#[derive(Debug)]
+pub(super) struct OutputHold<'a> {
+    gate: &'a OutputGate,
+}
+
+impl OutputHold<'_> {
+    /// Whether the terminal's cursor is known to be at the start of a line: the last thing sent ended with `\r\n`.
+    pub(super) fn at_line_start(&self) -> bool {
+        lock(&self.gate.state).tail == *b"\r\n"
+    }
+
+    pub(super) fn write(&self, bytes: &[u8]) -> io::Result<()> {
+        (&self.gate.to).write_all(bytes)?;
+        remember_tail(&mut lock(&self.gate.state).tail, bytes);
+        Ok(())
+    }
+}
+
+impl Drop for OutputHold<'_> {
+    fn drop(&mut self) {
+        lock(&self.gate.state).held = false;
+        self.gate.changed.notify_all();
+    }
+}
+
+/// The caller's keystrokes on their way to the command, and whether leash takes them instead.
+#[derive(Debug)]
+pub(super) struct InputGate {
+    state: Mutex<InputState>,
+    changed: Condvar,
+    /// Wakes the relay (the write end of a pipe it polls) to start handing keystrokes to a prompt.
+    wake: File,
+}
+
+#[derive(Debug, Default)]
+struct InputState {
+    /// A prompt wants the keystrokes.
+    wanted: bool,
+    /// The relay hands what it reads to the prompt (`typed`) instead of the command: set by the relay once it has
+    /// passed on to the command what was typed before.
+    taking: bool,
+    typed: Vec<u8>,
+    /// The relay has ended (the caller's terminal or the command's is gone), or the relay was finished.
+    ended: bool,
+}
+
+impl InputGate {
+    /// A gate, and the read end of its wake-up pipe for `relay`.
+    pub(super) fn new() -> io::Result<(InputGate, File)> {
+        let (read, write) = io::pipe()?;
+        let gate =
+            InputGate { state: Mutex::default(), changed: Condvar::new(), wake: File::from(OwnedFd::from(write)) };
+        Ok((gate, File::from(OwnedFd::from(read))))
+    }
+
+    /// Copies `from` (the caller's terminal) to `to` (the pseudo-terminal's master) until end of file or an error on
+    /// either side, except while a prompt takes the keystrokes. `wake` is the read end `new` gave.
+    pub(super) fn relay(&self, mut from: File, mut to: File, mut wake: File) {
+        let mut buf = vec![0u8; CHUNK];
+        while let Ok(ready) = wait_readable(from.as_fd(), wake.as_fd()) {
+            let passed = match ready {
+                Ready::Wake => {
+                    let _ = wake.read(&mut [0u8; 64]);
+                    self.start_taking(&mut from, &mut to)
+                }
+                Ready::Input => match from.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => self.pass(buf.get(..n).unwrap_or_default(), &mut to),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+                    Err(e) => Err(e),
+                },
+            };
+            if passed.is_err() {
+                break;
+            }
+        }
+        self.end();
+    }
+
+    /// Hands what was read to a prompt taking the keystrokes, or else to the command.
+    fn pass(&self, bytes: &[u8], to: &mut File) -> io::Result<()> {
+        let mut state = lock(&self.state);
+        if state.taking {
+            state.typed.extend_from_slice(bytes);
+            self.changed.notify_all();
+            return Ok(());
+        }
+        drop(state);
+        to.write_all(bytes)
+    }
+
+    /// For a prompt that wants the keystrokes: first passes on to the command what was typed before (already
+    /// waiting in the caller's terminal), then takes the rest.
+    fn start_taking(&self, from: &mut File, to: &mut File) -> io::Result<()> {
+        let state = lock(&self.state);
+        if !state.wanted || state.taking {
+            return Ok(());
+        }
+        drop(state);
+        let mut waiting = bytes_waiting(from.as_fd())?;
+        let mut buf = vec![0u8; waiting.min(CHUNK)];
+        while waiting > 0 {
+            let n = from.read(buf.get_mut(..waiting.min(CHUNK)).unwrap_or_default())?;
+            to.write_all(buf.get(..n).unwrap_or_default())?;
+            waiting = if n == 0 { 0 } else { waiting.saturating_sub(n) };
+        }
+        let mut state = lock(&self.state);
+        state.taking = state.wanted;
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// Marks the relay ended, so that a prompt no longer waits for keystrokes.
+    pub(super) fn end(&self) {
+        lock(&self.state).ended = true;
+        self.changed.notify_all();
+    }
+
+    pub(super) fn ended(&self) -> bool {
+        lock(&self.state).ended
+    }
+
+    /// Takes the keystrokes typed from now on for a prompt, until the take is dropped: none reaches the command.
+    pub(super) fn take(&self) -> InputTake<'_> {
+        lock(&self.state).wanted = true;
+        // A relay already gone has closed the pipe: `keys` then says the input ended.
+        let _ = (&self.wake).write(b"w");
+        InputTake { gate: self }
+    }
+}
+
+/// The caller's keystrokes while a prompt takes them (`InputGate::take`).
+#[derive(Debug)]
+pub(super) struct InputTake<'a> {
+    gate: &'a InputGate,
+}
+
+impl InputTake<'_> {
+    /// Waits up to `wait` until the relay has passed on what was typed before the take and hands on the rest: at
+    /// once, unless it is busy writing to a command that does not read its input. Whether it does.
+    pub(super) fn started(&self, wait: Duration) -> bool {
+        let state = lock(&self.gate.state);
+        let (state, _) = self
+            .gate
+            .changed
+            .wait_timeout_while(state, wait, |s| !s.taking && !s.ended)
+            .unwrap_or_else(PoisonError::into_inner);
+        state.taking
+    }
+
+    /// The keystrokes typed since the last call, waiting up to `wait` for some (none: an empty vector).
+    pub(super) fn keys(&self, wait: Duration) -> io::Result<Vec<u8>> {
+        let state = lock(&self.gate.state);
+        let (mut state, _) = self
+            .gate
+            .changed
+            .wait_timeout_while(state, wait, |s| s.typed.is_empty() && !s.ended)
+            .unwrap_or_else(PoisonError::into_inner);
+        if state.ended {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the terminal's input relay has ended"));
+        }
+        Ok(std::mem::take(&mut state.typed))
+    }
+}
+
+impl Drop for InputTake<'_> {
+    /// Gives the keystrokes back to the command; what was typed for the prompt but not read is dropped, as typed
+    /// while the prompt was up.
+    fn drop(&mut self) {
+        let mut state = lock(&self.gate.state);
+        state.wanted = false;
+        state.taking = false;
+        state.typed.clear();
+    }
+}
+
+/// Which of the two descriptors `wait_readable` found readable.
+enum Ready {
+    Input,
+    Wake,
+}
+
+/// Waits until `input` or `wake` can be read (or is closed, which a read then reports); `wake` first.
+fn wait_readable(input: BorrowedFd<'_>, wake: BorrowedFd<'_>) -> io::Result<Ready> {
+    let mut fds = [input, wake].map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+    loop {
+        // SAFETY: `fds` is an array of two initialised pollfd, written only in `revents`.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } >= 0 {
+            break;
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+    let ready = |fd: &libc::pollfd| fd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
+    if ready(&fds[1]) {
+        return Ok(Ready::Wake);
+    }
+    if ready(&fds[0]) || fds[0].revents & libc::POLLNVAL != 0 {
+        return Ok(Ready::Input);
+    }
+    Err(io::Error::other("poll returned with nothing ready"))
+}
+
+/// How many bytes can be read from `fd` without waiting (`FIONREAD`: a terminal's or a pipe's input queue).
+pub(super) fn bytes_waiting(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut count: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut count) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+fn remember_tail(tail: &mut [u8; 2], bytes: &[u8]) {
+    match bytes {
+        [] => {}
+        [only] => *tail = [tail[1], *only],
+        [.., a, b] => *tail = [*a, *b],
+    }
+}
+
+/// A lock that a panic elsewhere does not make unusable: the states here stay consistent at every step.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn wait_while<'a, T>(
+    changed: &Condvar,
+    guard: MutexGuard<'a, T>,
+    until: impl FnMut(&mut T) -> bool,
+) -> MutexGuard<'a, T> {
+    changed.wait_while(guard, until).unwrap_or_else(PoisonError::into_inner)
+}

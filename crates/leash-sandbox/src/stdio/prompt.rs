@@ -1,0 +1,280 @@
+//! The prompt gate: leash's own questions ("allow GET http://x.example/y?") on the caller's terminal, asked while a
+//! command runs on a pseudo-terminal relayed to it (`StdioRelay::prompter`) or in a terminal of leash's alone
+//! ([`Prompter::direct`]).
+//!
+//! The question must be the person's and leash's only. While it is up, the command's output is held (`gate.rs`: the
+//! chunk being written is finished first, so no command byte lands inside the question's line), and every keystroke
+//! goes to leash: the command neither sees the answer nor can type one. The question names hosts and paths the
+//! command chose, so it is shown with every control character escaped: no escape sequence of the command's reaches the
+//! terminal through it. The prompt line is ended with a newline, not erased: the question and the answer typed stay
+//! in the scrollback, for the person to see later what was allowed.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use super::gate::{InputGate, OutputGate};
+use super::{kind, terminal, Kind, RawTerminal};
+
+/// How often `still_open` is asked while nobody types: well under the 100 ms a withdrawn question may stay up.
+const STILL_OPEN_EVERY: Duration = Duration::from_millis(50);
+
+/// How long a question waits for the input relay to start taking keystrokes before it shows anyway: the relay starts
+/// at once unless it is blocked writing to a command that does not read its input (then keys wait until it does).
+const TAKE_WAIT: Duration = Duration::from_millis(200);
+
+/// What marks the line as leash's: `leash:` in bold reverse video, which no output of the command is let into.
+const LABEL: &str = "\x1b[1;7mleash:\x1b[0m ";
+
+/// At most this many characters of a question are shown: a path can be kilobytes long, the question one line or two.
+const QUESTION_MAX: usize = 400;
+
+/// At most this many characters of an answer are kept: answers are a word.
+const ANSWER_MAX: usize = 64;
+
+/// What ends the line of a question withdrawn (answered elsewhere, or timed out) while it was up.
+const WITHDRAWN: &[u8] = b" (no longer asked)\r\n";
+
+/// Asks the person at the terminal a question, one at a time, without the command in between (see the module docs).
+/// Cheap to clone: clones share the terminal and take turns.
+#[derive(Clone, Debug)]
+pub struct Prompter {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    terminal: Console,
+    /// One question at a time: the others wait their turn.
+    asking: Mutex<()>,
+}
+
+/// Where the questions go and the answers come from.
+#[derive(Debug)]
+enum Console {
+    /// The caller's terminal while it relays a command's pseudo-terminal.
+    Relayed { output: Arc<OutputGate>, input: Arc<InputGate> },
+    /// A terminal nothing else reads: `input` is made raw while a question is up, `output` shows it.
+    Direct { input: OwnedFd, output: File },
+}
+
+impl Prompter {
+    /// A prompter for a leash with a terminal of its own and no command on it (`leash proxy --ask` run in one): where
+    /// stdin is a terminal leash is not a background job of, and stderr (or else stdout) is one. The terminal is raw only
+    /// while a question is up. Other writers to stderr (leash's log) are not held meanwhile.
+    pub fn direct() -> Option<Prompter> {
+        let (stdin, stdout, stderr) = (io::stdin(), io::stdout(), io::stderr());
+        if kind(stdin.as_fd()) != Kind::Terminal || terminal::in_background(stdin.as_fd()) {
+            return None;
+        }
+        let output = [stderr.as_fd(), stdout.as_fd()].into_iter().find(|fd| kind(*fd) == Kind::Terminal)?;
+        let input = stdin.as_fd().try_clone_to_owned().ok()?;
+        Some(Prompter::with(Console::Direct { input, output: File::from(output.try_clone_to_owned().ok()?) }))
+    }
+
+    pub(super) fn relayed(output: Arc<OutputGate>, input: Arc<InputGate>) -> Prompter {
+        Prompter::with(Console::Relayed { output, input })
+    }
+
+    fn with(terminal: Console) -> Prompter {
+        Prompter { shared: Arc::new(Shared { terminal, asking: Mutex::new(()) }) }
+    }
+
+    /// Shows `question` on a line of its own (control characters escaped) and reads a line typed in answer, echoed
+    /// and editable (backspace, Ctrl-U). Returns it at Enter; `None` at Ctrl-C or Esc, or once `still_open` (asked at
+    /// least every 100 ms) says the question is no longer asked. The line is then ended with a newline, and the
+    /// command's output and input go on where they stopped: nothing typed while the question was up reaches the
+    /// command. Blocks (waiting its turn behind another question first); an error means the terminal is gone.
+    pub fn ask(&self, question: &str, still_open: &dyn Fn() -> bool) -> io::Result<Option<String>> {
+        let _turn = self.shared.asking.lock().unwrap_or_else(PoisonError::into_inner);
+        match &self.shared.terminal {
+            Console::Relayed { output, input } => ask_relayed(output, input, question, still_open),
+            Console::Direct { input, output } => ask_direct(input.as_fd(), output, question, still_open),
+        }
+    }
+}
+
+/// Asks over the relay: holds the command's output, shows the question, then takes the keystrokes.
+fn ask_relayed(
+    output: &OutputGate,
+    input: &InputGate,
+    question: &str,
+    still_open: &dyn Fn() -> bool,
+) -> io::Result<Option<String>> {
+    if input.ended() {
+        return Err(input_ended());
+    }
+    let hold = output.hold();
+    // What was typed before the question shows was meant for the command, and goes there; what is typed once it
+    // shows is the answer's. A relay busy writing to a command that does not read gets the keys later.
+    let take = input.take();
+    take.started(TAKE_WAIT);
+    let lead = if hold.at_line_start() { "" } else { "\r\n" };
+    hold.write(question_line(lead, question).as_bytes())?;
+    converse(|bytes| hold.write(bytes), |wait| take.keys(wait), still_open)
+}
+
+/// Asks on a terminal of leash's own: raw while the question is up, and what was typed before it is dropped.
+fn ask_direct(
+    input: BorrowedFd<'_>,
+    output: &File,
+    question: &str,
+    still_open: &dyn Fn() -> bool,
+) -> io::Result<Option<String>> {
+    // A background job changing the terminal would be stopped (SIGTTOU).
+    if terminal::in_background(input) {
+        return Err(io::Error::other("leash is not in its terminal's foreground"));
+    }
+    let _raw = RawTerminal::make(input)?;
+    // SAFETY: tcflush takes no pointers. Nothing else reads this terminal: what waits there was typed before the
+    // question, and must not answer it.
+    unsafe { libc::tcflush(input.as_raw_fd(), libc::TCIFLUSH) };
+    let mut output = output;
+    output.write_all(question_line("\r\n", question).as_bytes())?;
+    converse(|bytes| (&*output).write_all(bytes), |wait| read_keys(input, wait), still_open)
+}
+
+/// The question's line: `lead`, the label, the question neutralised, and a space before the answer.
+fn question_line(lead: &str, question: &str) -> String {
+    format!("{lead}{LABEL}{} ", neutralise(question))
+}
+
+/// `question` with every character but printable ASCII shown as its `\u{..}` escape (ESC as `\u{1b}`): it names a
+/// host and a path the command chose, which must not reach the terminal as control sequences.
+fn neutralise(question: &str) -> String {
+    let mut shown = String::with_capacity(question.len());
+    for c in question.chars().take(QUESTION_MAX) {
+        if c == ' ' || c.is_ascii_graphic() {
+            shown.push(c);
+        } else {
+            shown.extend(c.escape_unicode());
+        }
+    }
+    if question.chars().nth(QUESTION_MAX).is_some() {
+        shown.push_str("...");
+    }
+    shown
+}
+
+/// Reads and echoes keystrokes until a line is entered, dismissed, or no longer asked for, then ends the line.
+fn converse(
+    show: impl Fn(&[u8]) -> io::Result<()>,
+    keys: impl Fn(Duration) -> io::Result<Vec<u8>>,
+    still_open: &dyn Fn() -> bool,
+) -> io::Result<Option<String>> {
+    let mut editor = LineEditor::default();
+    let (answer, ending): (_, &[u8]) = loop {
+        if !still_open() {
+            break (None, WITHDRAWN);
+        }
+        let typed = keys(STILL_OPEN_EVERY).inspect_err(|_| {
+            let _ = show(b"\r\n");
+        })?;
+        let mut echo = Vec::new();
+        let step = editor.feed(&typed, &mut echo);
+        show(&echo)?;
+        match step {
+            Step::Typing => {}
+            Step::Entered(line) => break (Some(line), b"\r\n"),
+            Step::Dismissed => break (None, b"\r\n"),
+        }
+    };
+    show(ending)?;
+    Ok(answer)
+}
+
+/// Keystrokes from a terminal of leash's own, waiting up to `wait` for some.
+fn read_keys(input: BorrowedFd<'_>, wait: Duration) -> io::Result<Vec<u8>> {
+    let mut fd = libc::pollfd { fd: input.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let millis = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one initialised pollfd, written only in `revents`.
+    match unsafe { libc::poll(&mut fd, 1, millis) } {
+        0 => return Ok(Vec::new()),
+        n if n < 0 => {
+            let error = io::Error::last_os_error();
+            return if error.kind() == io::ErrorKind::Interrupted { Ok(Vec::new()) } else { Err(error) };
+        }
+        _ => {}
+    }
+    let mut keys = vec![0u8; 256];
+    let n = File::from(input.try_clone_to_owned()?).read(&mut keys)?;
+    if n == 0 {
+        return Err(input_ended());
+    }
+    keys.truncate(n);
+    Ok(keys)
+}
+
+fn input_ended() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "the terminal's input has ended")
+}
+
+/// A line being typed in answer, as a raw terminal sends it.
+#[derive(Debug, Default)]
+struct LineEditor {
+    line: String,
+    escape: Escape,
+}
+
+/// Where the editor is in an escape sequence a key sent (an arrow: `ESC [ A`), which it skips.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+enum Escape {
+    #[default]
+    Outside,
+    /// After `ESC [`: up to a final byte, `@` to `~`.
+    Csi,
+    /// After `ESC O`: one more byte.
+    Ss3,
+}
+
+#[derive(Debug, PartialEq)]
+enum Step {
+    Typing,
+    Entered(String),
+    Dismissed,
+}
+
+const CTRL_C: u8 = 0x03;
+const BACKSPACE: u8 = 0x08;
+const CTRL_U: u8 = 0x15;
+const ESC: u8 = 0x1b;
+const DELETE: u8 = 0x7f;
+/// What a terminal shows to take back one character: back, blank it, back.
+const RUB_OUT: &[u8] = b"\x08 \x08";
+
+impl LineEditor {
+    /// Takes what was typed, adding to `echo` what the terminal should show. Esc alone dismisses; Esc followed, in the
+    /// same read, by `[` or `O` starts a key's sequence, which is skipped. Other control keys and non-ASCII are ignored.
+    fn feed(&mut self, keys: &[u8], echo: &mut Vec<u8>) -> Step {
+        let mut keys = keys.iter().copied();
+        while let Some(key) = keys.next() {
+            match (self.escape, key) {
+                (Escape::Csi, 0x40..=0x7e) | (Escape::Ss3, _) => self.escape = Escape::Outside,
+                (Escape::Csi, _) => {}
+                (Escape::Outside, ESC) => match keys.next() {
+                    Some(b'[') => self.escape = Escape::Csi,
+                    Some(b'O') => self.escape = Escape::Ss3,
+                    _ => return Step::Dismissed,
+                },
+                (Escape::Outside, CTRL_C) => return Step::Dismissed,
+                (Escape::Outside, b'\r' | b'\n') => return Step::Entered(std::mem::take(&mut self.line)),
+                (Escape::Outside, BACKSPACE | DELETE) if self.line.pop().is_some() => echo.extend_from_slice(RUB_OUT),
+                (Escape::Outside, CTRL_U) => {
+                    echo.extend(RUB_OUT.repeat(self.line.len()));
+                    self.line.clear();
+                }
+                (Escape::Outside, b' '..=b'~') if self.line.len() < ANSWER_MAX => {
+                    self.line.push(char::from(key));
+                    echo.push(key);
+                }
+                _ => {}
+            }
+        }
+        Step::Typing
+    }
+}
+
+#[cfg(test)]
+mod tests;
