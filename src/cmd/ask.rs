@@ -40,7 +40,8 @@ pub fn run(args: AskClientArgs) -> Exit {
 /// The one control socket in the default directory; none or several is an error that says what to do.
 fn only_socket() -> Result<PathBuf, String> {
     let dir = default_dir();
-    let entries = std::fs::read_dir(&dir).map_err(|e| format!("no leash in ask mode found ({}: {e})", dir.display()))?;
+    let entries =
+        std::fs::read_dir(&dir).map_err(|e| format!("no leash in ask mode found ({}: {e})", dir.display()))?;
     let mut sockets: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -148,7 +149,10 @@ fn put(socket: &Path, q: &Question) -> io::Result<()> {
                 continue;
             }
         };
-        let reply = request(socket, &Request::Answer { id: q.id, answer: answer.as_str().into(), scope: scope.map(Into::into) })?;
+        let reply = request(
+            socket,
+            &Request::Answer { id: q.id, answer: answer.as_str().into(), scope: scope.map(Into::into) },
+        )?;
         if reply.ok {
             return Ok(());
         }

@@ -11,11 +11,11 @@ use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
 use crate::exit::Exit;
+use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::client_env::{proxy_vars, PROXY_VARS};
 use crate::shared::sandboxed::{
     config, hidden_files, keep_deferred_log, mode_env, proxy_parts, secret_files, Pins, ProxyParts, Secured,
 };
-use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::services;
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 

@@ -119,7 +119,7 @@ impl Joiner {
             return;
         }
         match AuditLine::parse(line) {
-            Some(AuditLine::Decision(decision)) => self.add_decision(decision.id, decision_record(decision)),
+            Some(AuditLine::Decision(decision)) => self.add_decision(decision.id, decision_record(*decision)),
             Some(AuditLine::Outcome(outcome)) => self.add_outcome(outcome.id, outcome),
             None => self.skipped += 1,
         }

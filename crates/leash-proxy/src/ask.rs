@@ -259,8 +259,8 @@ impl Asking {
     /// The hosts allowed for the run by a person (`run` or `always`), with the answer, in the order answered.
     pub fn approved(&self) -> Vec<(String, Answer)> {
         let state = self.lock();
-        let approved = state.run_wide.iter().filter_map(|(scope, s)| s.allows().then(|| (scope.clone(), s.answer)));
-        approved.filter_map(|(scope, answer)| Some((scope, answer?))).collect()
+        let approved = state.run_wide.iter().filter(|(_, s)| s.allows());
+        approved.filter_map(|(scope, s)| Some((scope.clone(), s.answer?))).collect()
     }
 
     /// Answer question `id`. `scope` (for `run`, `always` and `deny`) is the host itself (when `None`) or a

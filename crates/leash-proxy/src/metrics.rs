@@ -226,7 +226,7 @@ impl Metrics {
         }
         let name = "leash_ask_answer_seconds";
         out.family(name, "summary", "Ask mode: how long questions stayed open before their answer or timeout.");
-        let closed: u64 = self.ask_answers.iter().map(|c| load(c)).sum();
+        let closed: u64 = self.ask_answers.iter().map(load).sum();
         out.sample(&format!("{name}_sum"), &[], load(&self.ask_wait_sum_us) as f64 / 1e6);
         out.sample(&format!("{name}_count"), &[], closed);
     }

@@ -45,7 +45,13 @@ pub struct AskFront {
 impl AskFront {
     /// Ask mode's questions for a proxy whose policy is `policy`, timing out after `--ask-timeout`, answered over
     /// `socket` (see [`bind_socket`]) and the terminal.
-    pub fn new(args: &AskArgs, socket: socket::Bound, policy: PolicyHandle, source: PolicySource, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        args: &AskArgs,
+        socket: socket::Bound,
+        policy: PolicyHandle,
+        source: PolicySource,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let asking = Arc::new(Asking::new(Duration::from_secs(args.ask_timeout), metrics));
         AskFront { asking, policy, source, socket }
     }
@@ -54,7 +60,7 @@ impl AskFront {
     pub fn announce(&self, on_terminal: bool) {
         let terminal = if on_terminal { "on this terminal and " } else { "" };
         eprintln!(
-            "leash: ask mode: a host the policy does not allow is asked about {terminal}over {} (`leash ask`);              unanswered after {}s it is refused",
+            "leash: ask mode: a host the policy does not allow is asked about {terminal}over {} (`leash ask`); unanswered after {}s it is refused",
             self.socket.path().display(),
             self.asking.timeout().as_secs()
         );

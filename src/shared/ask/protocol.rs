@@ -85,11 +85,9 @@ impl From<Event> for Notice {
     fn from(event: Event) -> Notice {
         match event {
             Event::Asked(question) => Notice::Asked { question },
-            Event::Settled { id, settlement } => Notice::Settled {
-                id,
-                answer: settlement.answer_word().to_owned(),
-                by: settlement.by_word().to_owned(),
-            },
+            Event::Settled { id, settlement } => {
+                Notice::Settled { id, answer: settlement.answer_word().to_owned(), by: settlement.by_word().to_owned() }
+            }
         }
     }
 }

@@ -16,6 +16,12 @@ pub trait Prompt: Send + 'static {
     fn ask(&self, question: &str, still_open: &dyn Fn() -> bool) -> io::Result<Option<String>>;
 }
 
+impl Prompt for leash_sandbox::Prompter {
+    fn ask(&self, question: &str, still_open: &dyn Fn() -> bool) -> io::Result<Option<String>> {
+        leash_sandbox::Prompter::ask(self, question, still_open)
+    }
+}
+
 /// Put every question to the person through `prompt`, on a thread of its own, for as long as leash runs.
 pub fn spawn(front: Arc<AskFront>, prompt: impl Prompt) -> io::Result<()> {
     // Subscribed before the thread starts, so no question falls between the two.

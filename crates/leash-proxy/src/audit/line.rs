@@ -21,7 +21,7 @@ pub const SERVICE_METHOD: &str = "SERVICE";
 #[derive(Debug, Clone, PartialEq)]
 pub enum AuditLine<'a> {
     /// A decision line: what was asked, and what the policy (or leash) made of it.
-    Decision(DecisionEntry<'a>),
+    Decision(Box<DecisionEntry<'a>>),
     /// An outcome line: how an allowed request ended.
     Outcome(OutcomeEntry<'a>),
 }
@@ -32,7 +32,7 @@ impl AuditLine<'static> {
     pub fn parse(line: &str) -> Option<AuditLine<'static>> {
         let value: serde_json::Value = serde_json::from_str(line).ok()?;
         match value.get("decision") {
-            Some(_) => DecisionEntry::deserialize(&value).ok().map(AuditLine::Decision),
+            Some(_) => DecisionEntry::deserialize(&value).ok().map(|d| AuditLine::Decision(Box::new(d))),
             None => OutcomeEntry::deserialize(&value).ok().map(AuditLine::Outcome),
         }
     }
@@ -313,7 +313,7 @@ mod tests {
             line,
             r#"{"id":7,"time":"2026-12-02T16:42:13.123Z","method":"GET","host":"api.example.test","port":443,"path":"/v1/x?q=1","decision":"allow","rule":"api.example.test","reason":"provider-tools-stripped","client":"127.0.0.1:5000","stripped":["web_search"],"credential":"github","upgrade_dropped":"h2c"}"#
         );
-        assert_eq!(AuditLine::parse(&line), Some(AuditLine::Decision(decision())));
+        assert_eq!(AuditLine::parse(&line), Some(AuditLine::Decision(Box::new(decision()))));
         let bare =
             DecisionEntry { path: None, rule: None, client: None, stripped: None, credential: None, ..decision() };
         let bare = DecisionEntry { upgrade_dropped: None, decision: Verdict::WouldBlock, ..bare };
