@@ -82,7 +82,7 @@ fn every_profile_is_checked_even_when_one_is_chosen() {
         assert_eq!(errs[0], "7:57 profiles.verifier.network.allowed_hosts[1]: `bad host` has ` `; hostnames are letters, digits, hyphens and dots");
         assert_eq!(
             errs[1],
-            "10:13 profiles.agent.network.mode: `greylist` is not a mode; it is `allowlist`, `blocklist` or `audit`"
+            "10:13 profiles.agent.network.mode: `greylist` is not a mode; it is `allowlist`, `blocklist`, `audit` or `ask`"
         );
         assert!(errs.iter().any(|e| e.starts_with("12:5 profiles.broken.netwrk: unknown key `netwrk`")), "{errs:?}");
         assert!(errs.iter().any(|e| e.contains("profiles.broken.network: missing `network`")), "{errs:?}");
@@ -171,7 +171,7 @@ fn structural_errors() {
     assert_eq!(e("network: []\n"), ["1:10 network: expected a mapping, found a list"]);
     assert_eq!(
         e("network:\n  allowed_hosts: []\n"),
-        ["2:3 network.mode: missing `mode`; it is `allowlist`, `blocklist` or `audit`"]
+        ["2:3 network.mode: missing `mode`; it is `allowlist`, `blocklist`, `audit` or `ask`"]
     );
     assert_eq!(
         e("network:\n  mode: allowlist\n  mode: blocklist\n"),
