@@ -324,3 +324,26 @@ fn yaml_anchors_are_expanded() {
     let policy = load(text, Format::Yaml, Some("p")).unwrap().policy;
     assert_eq!(decide_on(&policy, leash_policy::Via::ForwardProxy, "http://a.com/"), "allow rule a.com");
 }
+
+#[test]
+fn ask_mode_is_an_allowlist_that_asks_with_an_allowlists_errors() {
+    for (text, format) in [
+        ("network:\n  mode: ask\n  allowed_hosts: [pypi.org]\n", Format::Yaml),
+        ("[network]\nmode = \"ask\"\nallowed_hosts = [\"pypi.org\"]\n", Format::Toml),
+    ] {
+        let policy = load(text, format, None).map_err(|e| format!("{e:?}")).unwrap().policy;
+        assert!(policy.asks() && !policy.audits() && policy.mode() == leash_policy::Mode::Allowlist, "{text}");
+    }
+    let plain = load("network:\n  mode: allowlist\n", Format::Yaml, None).ok().unwrap().policy;
+    assert!(!plain.asks());
+    // The same lists, the same refusals, word for word.
+    let with_blocked =
+        |mode: &str| format!("network:\n  mode: {mode}\n  allowed_hosts: [a.org]\n  blocked_urls: [x.org]\n");
+    assert_eq!(errors(&with_blocked("ask"), Format::Yaml), errors(&with_blocked("allowlist"), Format::Yaml));
+    assert_eq!(
+        errors(&with_blocked("ask"), Format::Yaml),
+        ["4:3 network.blocked_urls: `blocked_urls` is for blocklist mode; this network is an allowlist"]
+    );
+    let profile = "network:\n  mode: allowlist\nprofiles:\n  agent:\n    network: {mode: ask, blocked_urls: [x.org]}\n";
+    assert_eq!(errors(profile, Format::Yaml).len(), 1, "a profile in ask mode is checked too");
+}
