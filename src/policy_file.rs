@@ -1,9 +1,12 @@
 //! Reading a policy file for any subcommand: the format from the extension, the text from disk, the errors printed
-//! the same way everywhere (`FILE:LINE:COLUMN: ENTRY: MESSAGE`).
+//! the same way everywhere (`FILE:LINE:COLUMN: ENTRY: MESSAGE`). And writing one: ask mode's "always" answer adds a
+//! host to the file ([`allow_always`]), validated as `leash check` validates and replaced atomically.
 
-use std::path::Path;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
-use leash_policy::{load, Format, Loaded, PolicyError};
+use leash_policy::{allow_host, load, Format, Loaded, PolicyError};
 
 use crate::exit::Exit;
 
@@ -64,8 +67,148 @@ pub fn located(path: &Path, e: &PolicyError) -> String {
     format!("{place}: {}: {}", e.entry, e.message)
 }
 
-/// Add `entry` to the policy file's `allowed_hosts` keeping its comments, validate, write atomically; the new policy.
+/// Add `entry` (`api.example.com` or `.example.com`) to the `allowed_hosts` of the network section `profile` uses
+/// in the policy file at `path`, and return the policy the new file loads to, for the caller to reload.
+///
+/// Only the list changes: comments, blank lines and key order are kept (`leash_policy::allow_host`). The new text
+/// is validated as `leash check` validates it; then it is written to a new file beside the original (a symlink's
+/// target, the symlink kept) with the original's permissions, synced, and renamed over it. An entry already listed
+/// writes nothing. On any error, invalid result or I/O failure, the file is left as it was and the message says
+/// what went wrong.
 pub fn allow_always(path: &Path, profile: Option<&str>, entry: &str) -> Result<Loaded, String> {
-    let _ = (path, profile, entry);
-    Err("writing the policy file is not available yet".to_owned())
+    let shown = path.display();
+    let format = Format::from_path(path)
+        .ok_or_else(|| format!("cannot tell the format of `{shown}`: policy files end in .yaml, .yml or .toml"))?;
+    let target = fs::canonicalize(path).map_err(|e| format!("cannot find policy `{shown}`: {e}"))?;
+    let text = fs::read_to_string(&target).map_err(|e| format!("cannot read policy `{shown}`: {e}"))?;
+    let new =
+        allow_host(&text, format, profile, entry).map_err(|e| format!("cannot add `{entry}` to `{shown}`: {e}"))?;
+    let loaded = validate(path, &new, format, profile)
+        .map_err(|why| format!("adding `{entry}` would make `{shown}` invalid, so it is left as it was: {why}"))?;
+    if new != text {
+        replace(&target, &new).map_err(|e| format!("cannot write policy `{shown}` (left as it was): {e}"))?;
+    }
+    Ok(loaded)
+}
+
+/// What `leash check` checks: the whole file loads, and an `upstream_proxy_ca` file it names is a readable CA.
+fn validate(path: &Path, text: &str, format: Format, profile: Option<&str>) -> Result<Loaded, String> {
+    let loaded = load(text, format, profile)
+        .map_err(|errors| errors.iter().map(|e| located(path, e)).collect::<Vec<_>>().join("; "))?;
+    leash_proxy::tls::check_upstream_proxy(&loaded.policy)
+        .map_err(|e| format!("{}: network.upstream_proxy_ca: {e}", path.display()))?;
+    Ok(loaded)
+}
+
+/// Replace `target` with `text` atomically: a reader sees the old file or the new one, never a part.
+fn replace(target: &Path, text: &str) -> std::io::Result<()> {
+    let dir = target.parent().unwrap_or(Path::new("."));
+    let permissions = fs::metadata(target)?.permissions();
+    let (temporary, mut file) = create_beside(target)?;
+    let written = (|| {
+        file.write_all(text.as_bytes())?;
+        file.set_permissions(permissions)?;
+        file.sync_all()?;
+        fs::rename(&temporary, target)
+    })();
+    if written.is_err() {
+        // Best effort: the original is untouched either way, and the stray file has a name that says what it is.
+        let _ = fs::remove_file(&temporary);
+        return written;
+    }
+    // The rename is durable once the directory's entry is: sync it too (a failure here changes nothing now).
+    fs::File::open(dir).and_then(|d| d.sync_all()).ok();
+    Ok(())
+}
+
+/// A new file `.NAME.leash-PID-N` in `target`'s directory (the same filesystem, so the rename is atomic).
+fn create_beside(target: &Path) -> std::io::Result<(PathBuf, fs::File)> {
+    let dir = target.parent().unwrap_or(Path::new("."));
+    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut attempt = 0;
+    loop {
+        let candidate = dir.join(format!(".{name}.leash-{}-{attempt}", std::process::id()));
+        match fs::OpenOptions::new().write(true).create_new(true).open(&candidate) {
+            Ok(file) => return Ok((candidate, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use leash_policy::{parse_host, Question, TlsInspection, Verdict};
+
+    use super::*;
+
+    fn allows(loaded: &Loaded, host: &str) -> bool {
+        let host = parse_host(host).unwrap();
+        let d = loaded.policy.decide(&Question::Connect { target: &host, port: 443 }, TlsInspection::Available);
+        d.verdict == Verdict::Allow
+    }
+
+    fn write(path: &Path, text: &str, mode: u32) {
+        fs::write(path, text).unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    const ASK: &str = "# the agent's policy\nnetwork:\n  mode: ask  # hold what is not listed\n  allowed_hosts:\n    \
+                       - pypi.org   # the index\n\n  ports: [443]\n";
+
+    #[test]
+    fn an_always_answer_adds_the_host_keeping_comments_and_mode_bits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        write(&path, ASK, 0o640);
+        let loaded = allow_always(&path, None, "api.example.com").unwrap();
+        assert!(allows(&loaded, "api.example.com") && allows(&loaded, "pypi.org"));
+        assert!(!allows(&loaded, "other.example.com"));
+        let want = ASK.replace("# the index\n", "# the index\n    - api.example.com\n");
+        assert_eq!(fs::read_to_string(&path).unwrap(), want);
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o640);
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["policy.yaml"], "no temporary file is left behind");
+        // Already listed: the file is not rewritten.
+        let before = fs::metadata(&path).unwrap().modified().unwrap();
+        assert!(allows(&allow_always(&path, None, "api.example.com").unwrap(), "api.example.com"));
+        assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), before);
+    }
+
+    #[test]
+    fn a_symlinked_policy_is_written_through_and_stays_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.toml");
+        let link = dir.path().join("policy.toml");
+        write(&real, "[network]\nmode = \"ask\" # hold\n", 0o600);
+        std::os::unix::fs::symlink("real.toml", &link).unwrap();
+        let loaded = allow_always(&link, None, ".example.com").unwrap();
+        assert!(allows(&loaded, "a.example.com"));
+        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        let want = "[network]\nmode = \"ask\" # hold\nallowed_hosts = [\".example.com\"]\n";
+        assert_eq!(fs::read_to_string(&real).unwrap(), want);
+        assert_eq!(fs::metadata(&real).unwrap().permissions().mode() & 0o7777, 0o600);
+    }
+
+    #[test]
+    fn an_edit_that_would_make_the_policy_invalid_leaves_the_file_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        // Allowing a service's target host would let the agent around the service: `leash check` refuses it.
+        let text = "network:\n  mode: ask\n  allowed_hosts: [pypi.org]  # keep\n  services:\n    \
+                    - {name: gw, listen: 4000, target: 'gw.corp.test:4000'}\n";
+        write(&path, text, 0o644);
+        let why = allow_always(&path, None, "gw.corp.test").err().unwrap();
+        assert!(why.contains("invalid") && why.contains("services[0].target"), "{why}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), text);
+        let why = allow_always(&path, Some("nope"), "a.org").err().unwrap();
+        assert!(why.contains("nope"), "{why}");
+        let why = allow_always(&path, None, "https://a.org/").err().unwrap();
+        assert!(why.contains("not an allowed_hosts entry"), "{why}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), text);
+        let missing = allow_always(&dir.path().join("gone.yaml"), None, "a.org").err().unwrap();
+        assert!(missing.contains("cannot find policy"), "{missing}");
+    }
 }

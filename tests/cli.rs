@@ -152,6 +152,28 @@ fn explain_names_the_most_specific_rule_and_exits_1_when_refused() {
 }
 
 #[test]
+fn check_and_explain_take_an_ask_mode_policy() {
+    let ask = "network:\n  mode: ask\n  allowed_hosts: [api.example.com]\n";
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "ask.yaml", ask);
+    let o = leash(&["check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("valid (ask: an allowlist that holds"), "{}", stdout(&o));
+    let (code, out) = explain(ask, &["http://other.example.com/"]);
+    assert_eq!(code, Some(1), "refused unless a person allows it: {out}");
+    assert_eq!(out.lines().next(), Some("block not-allowed"));
+    assert!(out.contains("\n  held: a person is asked (ask mode)"), "{out}");
+    let with_blocked = format!("{ask}  blocked_urls: [x.org]\n");
+    let o = leash(&["check", write(dir.path(), "bad.yaml", &with_blocked).to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("`blocked_urls` is for blocklist mode; this network is an allowlist"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn explain_connect_to_a_host_with_path_rules_says_what_the_proxy_does() {
     let (code, out) = explain(BLOCKLIST, &["CONNECT", "arxiv.org:443"]);
     let first = out.lines().next().unwrap_or_default().to_owned();

@@ -22,6 +22,9 @@ pub fn run(args: &CheckArgs) -> Exit {
     }
     let mode = match loaded.policy.mode() {
         _ if loaded.policy.audits() => "audit: an allowlist that logs what it would refuse as would-block",
+        _ if loaded.policy.asks() => {
+            "ask: an allowlist that holds what it refuses as not-allowed while a person is asked"
+        }
         Mode::Allowlist => "allowlist",
         Mode::Blocklist => "blocklist",
     };

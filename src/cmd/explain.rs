@@ -100,7 +100,7 @@ fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
     let mut lines = vec![format!(
         "CONNECT {target}: decided on the CONNECT target, then on the TLS server name (SNI), which must name the same host"
     )];
-    lines.extend(after_decision(&admission, &authority.host));
+    lines.extend(after_decision(policy, &admission, &authority.host));
     lines.extend(model_api_line(&admission, &authority.host));
     lines.extend(upstream_line(&admission, &authority.host));
     Ok(Explained { decision: admission.decision, lines })
@@ -125,7 +125,7 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
         _ => format!("http: decided on host `{host}`, port {port}, canonical path `{path}`"),
     };
     let mut lines = vec![how];
-    lines.extend(after_decision(&admission, host));
+    lines.extend(after_decision(policy, &admission, host));
     lines.extend(credential_line(&admission));
     lines.extend(upstream_line(&admission, host));
     lines.extend(model_api_line(&admission, host));
@@ -137,7 +137,7 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
 const TLS: TlsInspection =
     if leash_proxy::TLS_INSPECTION { TlsInspection::Available } else { TlsInspection::Unavailable };
 
-fn after_decision(admission: &Admission<'_>, host: &Host) -> Vec<String> {
+fn after_decision(policy: &Policy, admission: &Admission<'_>, host: &Host) -> Vec<String> {
     let d = &admission.decision;
     let mut lines = vec![format!("{}: {}", d.reason, d.reason.describe())];
     if let Some(rule) = &d.rule {
@@ -145,6 +145,9 @@ fn after_decision(admission: &Admission<'_>, host: &Host) -> Vec<String> {
     }
     if d.verdict == Verdict::WouldBlock {
         lines.push("audit mode: the policy would refuse this; it is let through and logged as would-block".to_owned());
+    }
+    if policy.may_ask(d) {
+        lines.push(ASK_LINE.to_owned());
     }
     // leash itself resolves the host when no upstream proxy does.
     if admission.treatment.is_some_and(|t| t.route.through().is_none()) {
@@ -155,6 +158,10 @@ fn after_decision(admission: &Admission<'_>, host: &Host) -> Vec<String> {
     }
     lines
 }
+
+/// Said under a refusal ask mode holds (a `not-allowed` one, no other): what happens to the request instead.
+const ASK_LINE: &str = "held: a person is asked (ask mode): allow once, for the run or always (written to the policy \
+                        file), or deny; refused (ask-timeout) if nobody answers in time";
 
 /// Where an allowed request goes out: through the upstream proxy (which then resolves the name), or directly.
 fn upstream_line(admission: &Admission<'_>, host: &Host) -> Option<String> {
@@ -229,4 +236,32 @@ fn print(e: &Explained) -> Exit {
 fn usage(msg: &str) -> Exit {
     eprintln!("leash explain: {msg}");
     Exit::Usage
+}
+
+#[cfg(test)]
+mod tests {
+    use leash_policy::{load, Format};
+
+    use super::*;
+
+    fn policy(mode: &str) -> Policy {
+        let text = format!("network:\n  mode: {mode}\n  allowed_hosts: [api.example.com]\n  ports: [80]\n");
+        load(&text, Format::Yaml, None).unwrap().policy
+    }
+
+    #[test]
+    fn in_ask_mode_a_request_refused_as_not_allowed_is_explained_as_held_for_a_person() {
+        let ask = policy("ask");
+        let e = explain_url(&ask, "http://other.example.com/x").unwrap();
+        assert_eq!((e.decision.verdict, e.decision.reason), (Verdict::Block, Reason::NotAllowed));
+        assert!(e.lines.iter().any(|l| l == ASK_LINE), "{:?}", e.lines);
+        let e = explain_connect(&ask, "other.example.com:443").unwrap();
+        assert!(e.lines.iter().any(|l| l == ASK_LINE), "{:?}", e.lines);
+        // Only `not-allowed` is asked about: a port refusal stays one, and so does everything in a plain allowlist.
+        let port = explain_url(&ask, "http://api.example.com:8080/").unwrap();
+        assert_eq!(port.decision.reason, Reason::Port);
+        assert!(!port.lines.iter().any(|l| l == ASK_LINE), "{:?}", port.lines);
+        let plain = explain_url(&policy("allowlist"), "http://other.example.com/x").unwrap();
+        assert!(!plain.lines.iter().any(|l| l.starts_with("held")), "{:?}", plain.lines);
+    }
 }

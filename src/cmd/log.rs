@@ -1,11 +1,15 @@
 //! `leash log summary LOG...`: what audit logs record, per host and port — how many requests were allowed, refused
 //! or would have been (`would-block`), the bytes each way and why requests were refused — as an aligned table for a
 //! person or, with `--json`, one JSON document for a program (its shape is in docs/audit-log.md).
+//!
+//! Ask mode's lines count by their decision: a host a person approved (`approved`) is allowed, with the answers
+//! (`once`, `run`, `always`) shown beside the reasons; one a person refused (`denied`) or nobody answered in time
+//! (`ask-timeout`) is refused, for that reason.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use leash_policy::Verdict;
+use leash_policy::{Reason, Verdict};
 use leash_proxy::audit::verdict_word;
 use serde_json::{json, Value};
 
@@ -44,6 +48,8 @@ struct Row {
     /// `(decision, reason)` → count; decisions in [`decision_rank`] order.
     reasons: BTreeMap<(u8, &'static str, String), usize>,
     upstream_errors: BTreeMap<String, usize>,
+    /// Ask mode: allowed requests a person approved, by answer (`once`, `run`, `always`).
+    approved: BTreeMap<String, usize>,
 }
 
 impl Row {
@@ -72,6 +78,10 @@ impl Row {
         }
         let key = (decision_rank(decided), verdict_word(decided), record.line.reason.as_str().to_owned());
         *self.reasons.entry(key).or_default() += 1;
+        if decided == Verdict::Allow && record.line.reason == Reason::Approved {
+            let answer = record.line.answer.as_deref().unwrap_or("unknown").to_owned();
+            *self.approved.entry(answer).or_default() += 1;
+        }
         let Some(outcome) = &record.outcome else { return };
         // An inspected tunnel's bytes are those of the requests inside it, which have lines (and bytes) of their own.
         if decided != Verdict::Inspect {
@@ -126,6 +136,8 @@ struct Totals {
     allowed: usize,
     refused: usize,
     would_block: usize,
+    /// Of `allowed`, those a person approved (ask mode).
+    approved: usize,
     lookups: usize,
     bytes_up: u64,
     bytes_down: u64,
@@ -144,6 +156,7 @@ impl Totals {
             t.allowed += row.allowed;
             t.refused += row.refused;
             t.would_block += row.would_block;
+            t.approved += row.approved.values().sum::<usize>();
             t.bytes_up += row.bytes_up;
             t.bytes_down += row.bytes_down;
         }
@@ -201,17 +214,30 @@ fn refusal_reasons(row: &Row) -> String {
         counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         counted.iter().map(|(reason, n)| format!("{reason} {n}")).collect::<Vec<_>>().join(", ")
     };
-    match (of(Verdict::Block), of(Verdict::WouldBlock)) {
+    let refusals = match (of(Verdict::Block), of(Verdict::WouldBlock)) {
         (refused, would) if would.is_empty() => refused,
         (refused, would) if refused.is_empty() => format!("would-block: {would}"),
         (refused, would) => format!("{refused}; would-block: {would}"),
+    };
+    if row.approved.is_empty() {
+        return refusals;
+    }
+    let answers: Vec<String> = row.approved.iter().map(|(answer, n)| format!("{answer} {n}")).collect();
+    let approved = format!("approved: {}", answers.join(", "));
+    match refusals.is_empty() {
+        true => approved,
+        false => format!("{refusals}; {approved}"),
     }
 }
 
 fn totals_line(t: &Totals, files: usize) -> String {
     let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let approved = match t.approved {
+        0 => String::new(),
+        n => format!(" ({n} approved by a person)"),
+    };
     format!(
-        "{} and {} ({} allowed, {} refused, {} would-block), {}, {} up, {} down; from {}",
+        "{} and {} ({} allowed{approved}, {} refused, {} would-block), {}, {} up, {} down; from {}",
         plural(t.requests, "request", "requests"),
         plural(t.tunnels, "tunnel", "tunnels"),
         t.allowed,
@@ -252,7 +278,7 @@ fn document(files: &[LogFile], rows: &[Row]) -> Value {
         })).collect::<Vec<_>>(),
         "totals": {
             "requests": t.requests, "tunnels": t.tunnels, "allowed": t.allowed, "refused": t.refused, "would_block": t.would_block,
-            "lookups": t.lookups, "bytes_up": t.bytes_up, "bytes_down": t.bytes_down,
+            "approved": t.approved, "lookups": t.lookups, "bytes_up": t.bytes_up, "bytes_down": t.bytes_down,
         },
         "hosts": rows.iter().map(row_json).collect::<Vec<_>>(),
     })
@@ -277,12 +303,54 @@ fn row_json(row: &Row) -> Value {
             "decision": decision, "reason": reason, "count": count,
         })).collect::<Vec<_>>(),
         "upstream_errors": row.upstream_errors,
+        "approved": row.approved,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::audit_read::from_lines;
+
+    fn asked(id: u64, host: &str, decision: &str, reason: &str, answer: &str) -> String {
+        format!(
+            r#"{{"id":{id},"method":"CONNECT","host":"{host}","port":443,"path":null,"decision":"{decision}","rule":null,"reason":"{reason}","decided_by":"socket","answer":"{answer}","waited_ms":5.0}}"#
+        )
+    }
+
+    fn ask_run() -> Vec<LogFile> {
+        let lines = [
+            asked(1, "a.test", "allow", "approved", "run"),
+            asked(2, "a.test", "allow", "approved", "once"),
+            r#"{"id":3,"method":"CONNECT","host":"a.test","port":443,"path":null,"decision":"allow","rule":"a.test","reason":"rule"}"#.to_owned(),
+            asked(4, "b.test", "block", "denied", "deny"),
+            asked(5, "c.test", "block", "ask-timeout", "timeout"),
+        ];
+        vec![from_lines(&lines.iter().map(String::as_str).collect::<Vec<_>>())]
+    }
+
+    #[test]
+    fn approved_requests_count_as_allowed_and_denied_or_unanswered_ones_as_refused() {
+        let files = ask_run();
+        let rows = rows(&files);
+        let table = table(&rows);
+        let row = |host: &str| table.lines().find(|l| l.starts_with(host)).unwrap_or_else(|| panic!("{table}"));
+        let cells = |host: &str| row(host).split_whitespace().take(5).collect::<Vec<_>>().join(" ");
+        assert_eq!(cells("a.test"), "a.test 443 3 0 0");
+        assert!(row("a.test").ends_with("  approved: once 1, run 1"), "{table}");
+        assert_eq!(cells("b.test"), "b.test 443 0 1 0");
+        assert!(row("b.test").ends_with("  denied 1"), "{table}");
+        assert!(row("c.test").ends_with("  ask-timeout 1"), "{table}");
+        let totals = totals_line(&Totals::of(&rows), 1);
+        assert!(totals.contains("(3 allowed (2 approved by a person), 2 refused, 0 would-block)"), "{totals}");
+        let doc = document(&files, &rows);
+        assert_eq!((doc["totals"]["allowed"].as_u64(), doc["totals"]["approved"].as_u64()), (Some(3), Some(2)));
+        let a = doc["hosts"].as_array().unwrap().iter().find(|h| h["host"] == "a.test").unwrap();
+        assert_eq!(a["approved"], json!({"once": 1, "run": 1}));
+        let b = doc["hosts"].as_array().unwrap().iter().find(|h| h["host"] == "b.test").unwrap();
+        assert_eq!((b["refused"].as_u64(), b["approved"].clone()), (Some(1), json!({})));
+        assert_eq!(b["reasons"], json!([{"decision": "block", "reason": "denied", "count": 1}]));
+    }
 
     #[test]
     fn bytes_are_shown_in_binary_units_with_one_decimal() {

@@ -4,6 +4,10 @@
 //! blocklist keeps every used host reachable and blocks the hosts that were only ever refused. Each entry carries a
 //! comment saying how often it was used. IP literals and names refused as internal destinations never become
 //! allow entries, and a name only looked up through the DNS stub, never requested, needs none.
+//!
+//! Ask mode's lines: a host a person approved (`approved`) is used, its comment says so (and that an `always` one is
+//! in the policy file already); one a person refused (`denied`) is listed in the header as such and never
+//! suggested; one nobody answered in time (`ask-timeout`) is offered commented out, as a `not-allowed` one is.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -70,6 +74,8 @@ struct HostUse {
     used: usize,
     would_block: BTreeMap<String, usize>,
     refused: BTreeMap<String, usize>,
+    /// Ask mode: requests a person allowed, by answer (`once`, `run`, `always`).
+    approved: BTreeMap<String, usize>,
 }
 
 impl HostUse {
@@ -82,6 +88,9 @@ impl HostUse {
         for (reason, n) in &other.refused {
             *self.refused.entry(reason.clone()).or_default() += n;
         }
+        for (answer, n) in &other.approved {
+            *self.approved.entry(answer.clone()).or_default() += n;
+        }
     }
 
     /// `12 requests, 3 refused as would-block (not-allowed), 1 refused (port)`.
@@ -92,6 +101,13 @@ impl HostUse {
             if n > 0 {
                 let reasons: Vec<&str> = counts.keys().map(String::as_str).collect();
                 let _ = write!(text, ", {n} {what} ({})", reasons.join(", "));
+            }
+        }
+        if !self.approved.is_empty() {
+            let answers: Vec<String> = self.approved.iter().map(|(answer, n)| format!("{answer} {n}")).collect();
+            let _ = write!(text, ", approved by a person during the run ({})", answers.join(", "));
+            if self.approved.contains_key("always") {
+                text.push_str(", already in the policy file");
             }
         }
         text
@@ -141,6 +157,10 @@ impl Usage {
         match line.decision {
             Verdict::Block => *entry.refused.entry(reason).or_default() += 1,
             Verdict::WouldBlock => *entry.would_block.entry(reason).or_default() += 1,
+            Verdict::Allow if line.reason == Reason::Approved => {
+                let answer = line.answer.as_deref().unwrap_or("unknown").to_owned();
+                *entry.approved.entry(answer).or_default() += 1;
+            }
             Verdict::Allow | Verdict::Inspect => {}
         }
         if !makes_needed(record) {
@@ -184,6 +204,16 @@ impl Usage {
             .collect()
     }
 
+    /// Hosts a person refused when asked (`denied`) and that are not otherwise needed.
+    fn denied_by_a_person(&self) -> Vec<(&str, String)> {
+        let denied = Reason::Denied.as_str();
+        self.hosts
+            .iter()
+            .filter(|(_, u)| u.used == 0 && u.refused.contains_key(denied))
+            .map(|(host, u)| (host.as_str(), u.describe()))
+            .collect()
+    }
+
     fn header(&self, what: &str) -> String {
         let mut text = format!(
             "# Suggested by `leash policy suggest` from {} ({}): {what}.\n# Review it before use.\n",
@@ -196,6 +226,13 @@ impl Usage {
                 "# {} by the DNS stub left out: a name only looked up, never requested, needs no entry.",
                 counted(self.lookups, "lookup", "lookups")
             );
+        }
+        let denied = self.denied_by_a_person();
+        if !denied.is_empty() {
+            text.push_str("# Refused by a person during the run (ask mode), so not suggested:\n");
+            for (host, described) in denied {
+                let _ = writeln!(text, "#   {host}: {described}");
+            }
         }
         let never = self.never_allowed();
         if !never.is_empty() {
@@ -252,11 +289,15 @@ fn allowlist(usage: &Usage) -> String {
     text
 }
 
-/// Hosts a log (not in audit mode) shows refused by the rules alone (`not-allowed`, `rule`), as commented entries
-/// below the list: a run that failed for want of them is what a person reviewing the suggestion most needs to see,
-/// and dropping them silently hid it. Uncommenting one allows it; reasons no entry can lift are left out.
+/// Hosts a log (not in audit mode) shows refused by the rules alone (`not-allowed`, `rule`, or in ask mode
+/// `ask-timeout`: held, and nobody answered), as commented entries below the list: a run that failed for want of them
+/// is what a person reviewing the suggestion most needs to see, and dropping them silently hid it. Uncommenting one
+/// allows it; reasons no entry can lift are left out, and so are hosts a person refused (`denied`).
 fn refused_candidates(refused_only: &BTreeMap<&str, &HostUse>) -> String {
-    let liftable = |u: &HostUse| u.refused.keys().any(|r| r == "not-allowed" || r == "rule");
+    let liftable = |u: &HostUse| {
+        !u.refused.contains_key(Reason::Denied.as_str())
+            && u.refused.keys().any(|r| r == "not-allowed" || r == "rule" || r == Reason::AskTimeout.as_str())
+    };
     let candidates: Vec<(&str, String)> =
         refused_only.iter().filter(|(_, u)| liftable(u)).map(|(host, u)| (*host, u.describe())).collect();
     if candidates.is_empty() {
@@ -424,6 +465,64 @@ fn counted(n: usize, one: &str, many: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::audit_read::from_lines;
+
+    /// A CONNECT decision line of ask mode: `decision`, `reason` and `answer` as the proxy writes them.
+    fn asked(id: u64, host: &str, decision: &str, reason: &str, answer: &str) -> String {
+        format!(
+            r#"{{"id":{id},"method":"CONNECT","host":"{host}","port":443,"path":null,"decision":"{decision}","rule":null,"reason":"{reason}","decided_by":"terminal","answer":"{answer}","waited_ms":900.0}}"#
+        )
+    }
+
+    fn ask_run_log() -> LogFile {
+        let lines = [
+            r#"{"id":1,"method":"CONNECT","host":"pypi.org","port":443,"path":null,"decision":"allow","rule":"pypi.org","reason":"rule"}"#.to_owned(),
+            asked(2, "api.example.com", "allow", "approved", "run"),
+            asked(3, "api.example.com", "allow", "approved", "run"),
+            asked(4, "docs.example.org", "allow", "approved", "always"),
+            asked(5, "once.example.net", "allow", "approved", "once"),
+            asked(6, "evil.example.net", "block", "denied", "deny"),
+            asked(7, "slow.example.io", "block", "ask-timeout", "timeout"),
+        ];
+        from_lines(&lines.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    fn entry_line<'t>(text: &'t str, host: &str) -> Option<&'t str> {
+        text.lines().find(|l| l.trim_start().starts_with(&format!("- {host} ")))
+    }
+
+    #[test]
+    fn hosts_a_person_approved_are_suggested_and_say_so() {
+        let text = allowlist(&Usage::of(&[ask_run_log()]));
+        let line = entry_line(&text, "api.example.com").unwrap_or_else(|| panic!("{text}"));
+        assert!(line.ends_with("# 2 requests, approved by a person during the run (run 2)"), "{line}");
+        let line = entry_line(&text, "once.example.net").unwrap();
+        assert!(line.contains("approved by a person during the run (once 1)"), "{line}");
+        // An `always` answer wrote the host into the policy file already: the comment says so.
+        let line = entry_line(&text, "docs.example.org").unwrap();
+        assert!(line.ends_with("approved by a person during the run (always 1), already in the policy file"), "{line}");
+        let loaded = load(&text, Format::Yaml, None).unwrap();
+        let allows = |host: &str| {
+            let host = parse_host(host).unwrap();
+            let question = leash_policy::Question::Connect { target: &host, port: 443 };
+            loaded.policy.decide(&question, leash_policy::TlsInspection::Available).verdict == Verdict::Allow
+        };
+        assert!(allows("api.example.com") && allows("docs.example.org") && allows("pypi.org"));
+        assert!(!allows("evil.example.net") && !allows("slow.example.io"));
+    }
+
+    #[test]
+    fn a_host_a_person_denied_is_listed_as_such_and_one_nobody_answered_is_offered_commented_out() {
+        let text = allowlist(&Usage::of(&[ask_run_log()]));
+        assert!(
+            text.contains("# Refused by a person during the run (ask mode), so not suggested:\n#   evil.example.net: 1 request, 1 refused (denied)\n"),
+            "{text}"
+        );
+        assert!(!text.lines().any(|l| l.contains("- evil.example.net")), "{text}");
+        assert!(text.contains("    # - slow.example.io  # 1 request, 1 refused (ask-timeout)\n"), "{text}");
+        // The one approved name under example.net is not widened to the domain the denied host is in.
+        assert!(!text.contains("- .example.net"), "{text}");
+    }
 
     #[test]
     fn registrable_domains_come_from_the_public_suffix_list() {

@@ -148,6 +148,21 @@ impl Joiner {
     }
 }
 
+/// The records of `lines`, as [`read_log`] reads them from a file: for tests of the commands that read logs.
+#[cfg(test)]
+pub fn from_lines(lines: &[&str]) -> LogFile {
+    let mut joiner = Joiner::default();
+    for line in lines {
+        joiner.add_line(line);
+    }
+    LogFile {
+        path: PathBuf::from("test.jsonl"),
+        records: joiner.records,
+        skipped: joiner.skipped,
+        unmatched_outcomes: joiner.unmatched_outcomes,
+    }
+}
+
 /// A decision line as a record: its strings made printable, a service's host named after the service.
 fn decision_record(mut line: DecisionEntry<'static>) -> Record {
     for text in [&mut line.method, &mut line.host] {
@@ -222,6 +237,18 @@ mod tests {
             (Verdict::WouldBlock, "not-allowed")
         );
         assert_eq!(j.skipped, 1);
+    }
+
+    #[test]
+    fn ask_modes_fields_are_read() {
+        let approved = r#"{"id":4,"method":"CONNECT","host":"a.test","port":443,"decision":"allow","rule":null,"reason":"approved","decided_by":"socket","answer":"always","waited_ms":812.5}"#;
+        let file = from_lines(&[approved]);
+        let line = &file.records[0].line;
+        assert_eq!((line.decision, line.reason.as_str()), (Verdict::Allow, "approved"));
+        assert_eq!(
+            (line.decided_by.as_deref(), line.answer.as_deref(), line.waited_ms),
+            (Some("socket"), Some("always"), Some(812.5))
+        );
     }
 
     #[test]

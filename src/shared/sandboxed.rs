@@ -157,7 +157,8 @@ pub fn secret_files(policy: &Policy) -> Vec<std::path::PathBuf> {
 }
 
 /// What tells the command it runs behind leash, and in which mode (never the rules), so an agent can say "the network
-/// policy refused this" instead of retrying: `allowlist`, `blocklist` or `audit`.
+/// policy refused this" instead of retrying: `allowlist`, `blocklist`, `audit` or `ask` (a request may be held while
+/// a person is asked).
 pub const MODE_VAR: &str = "LEASH_NETWORK_MODE";
 
 /// `policy`, in audit mode when `--audit` asks for it; either way an audit-mode policy is announced, because it
@@ -235,4 +236,21 @@ pub fn with_stop_signals<F: std::future::Future<Output = Exit>>(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use leash_policy::{load, Format};
+
+    use super::*;
+
+    #[test]
+    fn the_mode_variable_names_each_mode() {
+        for (mode, announced) in
+            [("allowlist", "allowlist"), ("blocklist", "blocklist"), ("audit", "audit"), ("ask", "ask")]
+        {
+            let policy = load(&format!("network:\n  mode: {mode}\n"), Format::Yaml, None).unwrap().policy;
+            assert_eq!(mode_env(&policy), (MODE_VAR.to_owned(), announced.to_owned()));
+        }
+    }
 }

@@ -33,7 +33,10 @@ pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
 pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Request, Scheme, Verdict, Via};
 pub use dest::{is_internal, Cidr, CidrError};
 pub use engine::Policy;
-pub use file::{load, load_attachment, Attachment, Format, Loaded, Namespace, PolicyError, PolicyErrorKind, Warning};
+pub use file::{
+    allow_host, load, load_attachment, Attachment, EditError, Format, Loaded, Namespace, PolicyError, PolicyErrorKind,
+    Warning,
+};
 pub use hints::{Hint, PortList, Refused, RequestKind};
 pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostError, Name};
 pub use path::{canonicalize, CanonicalPath, PathError};

@@ -9,11 +9,13 @@
 use std::fmt;
 
 pub use attachment::{load_attachment, Attachment, Namespace};
+pub use edit::{allow_host, EditError};
 
 use crate::engine::Policy;
 
 mod attachment;
 mod credentials;
+mod edit;
 mod entries;
 mod inline;
 mod raw;

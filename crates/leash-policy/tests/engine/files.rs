@@ -82,7 +82,7 @@ fn every_profile_is_checked_even_when_one_is_chosen() {
         assert_eq!(errs[0], "7:57 profiles.verifier.network.allowed_hosts[1]: `bad host` has ` `; hostnames are letters, digits, hyphens and dots");
         assert_eq!(
             errs[1],
-            "10:13 profiles.agent.network.mode: `greylist` is not a mode; it is `allowlist`, `blocklist` or `audit`"
+            "10:13 profiles.agent.network.mode: `greylist` is not a mode; it is `allowlist`, `blocklist`, `audit` or `ask`"
         );
         assert!(errs.iter().any(|e| e.starts_with("12:5 profiles.broken.netwrk: unknown key `netwrk`")), "{errs:?}");
         assert!(errs.iter().any(|e| e.contains("profiles.broken.network: missing `network`")), "{errs:?}");
@@ -171,7 +171,7 @@ fn structural_errors() {
     assert_eq!(e("network: []\n"), ["1:10 network: expected a mapping, found a list"]);
     assert_eq!(
         e("network:\n  allowed_hosts: []\n"),
-        ["2:3 network.mode: missing `mode`; it is `allowlist`, `blocklist` or `audit`"]
+        ["2:3 network.mode: missing `mode`; it is `allowlist`, `blocklist`, `audit` or `ask`"]
     );
     assert_eq!(
         e("network:\n  mode: allowlist\n  mode: blocklist\n"),
@@ -323,4 +323,27 @@ fn yaml_anchors_are_expanded() {
                 mode: allowlist\n      allowed_hosts: *hosts\n";
     let policy = load(text, Format::Yaml, Some("p")).unwrap().policy;
     assert_eq!(decide_on(&policy, leash_policy::Via::ForwardProxy, "http://a.com/"), "allow rule a.com");
+}
+
+#[test]
+fn ask_mode_is_an_allowlist_that_asks_with_an_allowlists_errors() {
+    for (text, format) in [
+        ("network:\n  mode: ask\n  allowed_hosts: [pypi.org]\n", Format::Yaml),
+        ("[network]\nmode = \"ask\"\nallowed_hosts = [\"pypi.org\"]\n", Format::Toml),
+    ] {
+        let policy = load(text, format, None).map_err(|e| format!("{e:?}")).unwrap().policy;
+        assert!(policy.asks() && !policy.audits() && policy.mode() == leash_policy::Mode::Allowlist, "{text}");
+    }
+    let plain = load("network:\n  mode: allowlist\n", Format::Yaml, None).ok().unwrap().policy;
+    assert!(!plain.asks());
+    // The same lists, the same refusals, word for word.
+    let with_blocked =
+        |mode: &str| format!("network:\n  mode: {mode}\n  allowed_hosts: [a.org]\n  blocked_urls: [x.org]\n");
+    assert_eq!(errors(&with_blocked("ask"), Format::Yaml), errors(&with_blocked("allowlist"), Format::Yaml));
+    assert_eq!(
+        errors(&with_blocked("ask"), Format::Yaml),
+        ["4:3 network.blocked_urls: `blocked_urls` is for blocklist mode; this network is an allowlist"]
+    );
+    let profile = "network:\n  mode: allowlist\nprofiles:\n  agent:\n    network: {mode: ask, blocked_urls: [x.org]}\n";
+    assert_eq!(errors(profile, Format::Yaml).len(), 1, "a profile in ask mode is checked too");
 }
