@@ -35,7 +35,10 @@ pub fn run(args: AttachArgs) -> Exit {
     };
     let target = Target { netns, isolation: isolation(&args), listen: args.listen, transparent: args.transparent };
     let until_empty = args.until_empty;
-    with_stop_signals(move |mut stop| async move { serve(target, until_empty, parts, inspection, &mut stop).await })
+    let proxy_args = args.proxy;
+    with_stop_signals(move |mut stop| async move {
+        serve(target, until_empty, (parts, &proxy_args), inspection, &mut stop).await
+    })
 }
 
 fn isolation(args: &AttachArgs) -> Isolation {
@@ -46,7 +49,7 @@ fn isolation(args: &AttachArgs) -> Isolation {
 async fn serve(
     target: Target,
     until_empty: bool,
-    parts: ProxyParts,
+    (parts, proxy_args): (ProxyParts, &crate::cli::SandboxProxyArgs),
     inspection: Arc<Inspection>,
     stop: &mut StopSignals,
 ) -> Exit {
@@ -55,7 +58,12 @@ async fn serve(
         Ok(a) => a,
         Err(code) => return code,
     };
-    let config = config((policy, pins, secrets), Arc::new(audit), Some(inspection));
+    let mut config = config((policy, pins, secrets), Arc::new(audit), Some(inspection));
+    // leash's terminal is its own here (no command shares it): questions are asked there too.
+    let ask = match crate::shared::ask::start_for(proxy_args, &mut config, leash_sandbox::Prompter::direct()) {
+        Ok(ask) => ask,
+        Err(code) => return code,
+    };
     println!("listening inside the network namespace {} on {}", target.netns, target.listen);
     let (gone_tx, gone_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
@@ -69,6 +77,9 @@ async fn serve(
         tracing::info!("{why}; stopped serving it");
     }
     drop(attached.socket_files);
+    if let Some(summary) = ask.as_ref().and_then(|front| front.summary()) {
+        eprint!("{summary}");
+    }
     Exit::Ok
 }
 

@@ -320,6 +320,11 @@ pub fn refuse_policy_options(args: &AttachArgs) -> Result<(), Exit> {
     if args.netns.is_some() || args.pid.is_some() || args.ca_cert_out.is_some() || args.ca_bundle_out.is_some() {
         return Err(usage("with --dir, each attachment file names its namespace and CA files"));
     }
+    if p.ask.ask || p.ask.ask_socket.is_some() {
+        // Many namespaces would share one terminal and one socket's questions: not offered. An attachment whose
+        // policy says `mode: ask` is served as an allowlist (nobody is asked; `not-allowed` is refused).
+        return Err(usage("--ask is for one namespace (--netns or --pid), not --dir"));
+    }
     Ok(())
 }
 

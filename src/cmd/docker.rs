@@ -61,16 +61,16 @@ pub fn run(args: DockerRunArgs) -> Exit {
     };
     // Signals are taken over before anything is created, so a Ctrl-C at any moment still removes the container.
     let (gated, quiet) = (!args.no_start_gate, args.quiet);
-    with_stop_signals(move |stop| run_container(opts, gated, parts, inspection, stop, quiet))
+    let proxy_args = args.proxy;
+    with_stop_signals(move |stop| run_container(opts, (gated, quiet), (parts, proxy_args), inspection, stop))
 }
 
 async fn run_container(
     opts: RunOptions,
-    gated: bool,
-    ProxyParts { policy, pins, audit, secrets }: ProxyParts,
+    (gated, quiet): (bool, bool),
+    (ProxyParts { policy, pins, audit, secrets }, proxy_args): (ProxyParts, crate::cli::SandboxProxyArgs),
     inspection: Arc<Inspection>,
     mut stop: StopSignals,
-    quiet: bool,
 ) -> Exit {
     let engine = Engine::new().with_env(crate::shared::secrets::masked_env(&secrets.secrets));
     if let Err(e) = engine.check() {
@@ -107,7 +107,12 @@ async fn run_container(
     let transparent_ports = leash_proxy::transparent_ports(&policy, room);
     services::announce(&policy);
     let audit = Arc::new(audit.with_container(container.id()));
-    let config = config((policy, pins, secrets), audit.clone(), Some(inspection));
+    let mut config = config((policy, pins, secrets), audit.clone(), Some(inspection));
+    // The container shares leash's terminal through the docker client: questions go to the control socket only.
+    let ask = match crate::shared::ask::start_for(&proxy_args, &mut config, None) {
+        Ok(ask) => ask,
+        Err(code) => return code,
+    };
     let launch = Launch { interactive: opts.interactive, gated, transparent_ports, service_ports };
     let policy = config.policy.clone();
     let exit = match container::supervise(&container, &gate, launch, (config, unix_services), &mut stop).await {
@@ -116,6 +121,9 @@ async fn run_container(
     };
     keep_deferred_log(&audit, quiet);
     crate::shared::summary::print(&audit, &policy, quiet);
+    if let Some(summary) = ask.as_ref().and_then(|front| front.summary()).filter(|_| !quiet) {
+        eprint!("{summary}");
+    }
     exit
 }
 

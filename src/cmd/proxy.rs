@@ -13,6 +13,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::cli::ProxyArgs;
 use crate::exit::Exit;
 use crate::policy_file::{load_file, located};
+use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::client_env::write_env_file;
 use crate::shared::sandboxed::{audit_mode, parse_pins};
 use crate::shared::secrets;
@@ -35,8 +36,12 @@ async fn serve(args: ProxyArgs) -> Exit {
         Some(path) => load_file(path, args.profile.as_deref()).map(|l| l.policy),
         None => crate::policy_file::inline(&args.allow, &args.block),
     };
-    let policy = match policy {
-        Ok(policy) => audit_mode(policy, args.audit),
+    let policy = match policy.and_then(|policy| ask::ask_mode(audit_mode(policy, args.audit), &args.ask)) {
+        Ok(policy) => policy,
+        Err(code) => return code,
+    };
+    let ask_socket = match policy.asks().then(|| ask::bind_socket(&args.ask)).transpose() {
+        Ok(socket) => socket,
         Err(code) => return code,
     };
     let secrets = match secrets::read_or_exit(&policy) {
@@ -86,7 +91,7 @@ async fn serve(args: ProxyArgs) -> Exit {
         }
     }
     let policy = PolicyHandle::new(policy);
-    let config = ProxyConfig {
+    let mut config = ProxyConfig {
         policy: policy.clone(),
         audit,
         resolver: Arc::new(SystemResolver::new(pins)),
@@ -100,6 +105,13 @@ async fn serve(args: ProxyArgs) -> Exit {
         release_free_memory: Some(leash_sandbox::release_free_memory),
         ask: None,
     };
+    let ask = ask_socket.map(|socket| Arc::new(ask_front(&args, socket, &config)));
+    config.ask = ask.as_ref().map(|front| front.asking.clone());
+    if let Some(front) = &ask {
+        if let Err(code) = start_asking(front) {
+            return code;
+        }
+    }
     let Signals { term, int, hup } = Signals::install();
     if let Ok(addr) = listener.local_addr() {
         // Clients are given the placeholders; the real values stay in this process.
@@ -111,10 +123,14 @@ async fn serve(args: ProxyArgs) -> Exit {
         serve_metrics(l, &config.metrics, &policy);
     }
     let reloads = Reloads { policy, audit: config.audit.clone(), metrics: config.metrics.clone() };
-    tokio::spawn(reload_on_hangup(reloads, hup, (args.policy.clone(), args.profile.clone(), args.audit)));
+    let modes = Modes { audit: args.audit, ask: args.ask.ask };
+    tokio::spawn(reload_on_hangup(reloads, hup, (args.policy.clone(), args.profile.clone(), modes)));
     let listeners = leash_proxy::Listeners { proxy: listener, transparent: Vec::new(), services: service_sockets };
     let served = leash_proxy::serve_listeners(listeners, config, shutdown_signal(term, int)).await;
     drop(socket_files);
+    if let Some(summary) = ask.as_ref().and_then(|front| front.summary()) {
+        eprint!("{summary}");
+    }
     match served {
         Ok(()) => Exit::Ok,
         Err(e) => {
@@ -122,6 +138,35 @@ async fn serve(args: ProxyArgs) -> Exit {
             Exit::Refused
         }
     }
+}
+
+/// Ask mode's front ends for the proxy: the bound control socket, and the policy file an `always` answer changes.
+fn ask_front(args: &ProxyArgs, socket: ask::socket::Bound, config: &ProxyConfig) -> AskFront {
+    let source =
+        PolicySource { file: args.policy.clone().map(|path| (path, args.profile.clone())), ask_flag: args.ask.ask };
+    AskFront::new(&args.ask, socket, config.policy.clone(), source, config.metrics.clone())
+}
+
+/// Serve the control socket, and ask at leash's own terminal when it has one (no command shares it here).
+fn start_asking(front: &Arc<AskFront>) -> Result<(), Exit> {
+    let fail = |e: std::io::Error| {
+        eprintln!("leash: ask mode: cannot serve the control socket: {e}");
+        Exit::Refused
+    };
+    ask::socket::Bound::serve(front).map_err(fail)?;
+    let prompter = leash_sandbox::Prompter::direct();
+    front.announce(prompter.is_some());
+    if let Some(prompter) = prompter {
+        ask::terminal::spawn(front.clone(), prompter).map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// The modes the command line turns on, kept for every policy a SIGHUP loads.
+#[derive(Clone, Copy)]
+struct Modes {
+    audit: bool,
+    ask: bool,
 }
 
 /// The audit log: the file given (mode 0600, appended), else standard output. Failing to open it stops leash.
@@ -181,11 +226,12 @@ struct Reloads {
 }
 
 /// On SIGHUP, reopen the audit log file and load the policy file again (if there is one: an inline policy stays);
-/// a valid file replaces the policy atomically, an invalid one keeps the old. `audit_mode` (`--audit`) holds for every policy loaded.
+/// a valid file replaces the policy atomically, an invalid one keeps the old. `--audit` and `--ask` hold for every
+/// policy loaded.
 async fn reload_on_hangup(
     reloads: Reloads,
     hup: std::io::Result<tokio::signal::unix::Signal>,
-    (path, profile, audit_mode): (Option<PathBuf>, Option<String>, bool),
+    (path, profile, modes): (Option<PathBuf>, Option<String>, Modes),
 ) {
     let Reloads { policy, audit, metrics } = reloads;
     let Ok(mut hup) = hup else {
@@ -201,7 +247,7 @@ async fn reload_on_hangup(
             tracing::info!("the policy came from --allow/--block: nothing to reload");
             continue;
         };
-        let reloaded = reload(path, profile.as_deref()).map(|p| if audit_mode { p.into_audit() } else { p });
+        let reloaded = reload(path, profile.as_deref()).and_then(|p| with_modes(p, modes));
         let reloaded = reloaded.and_then(|p| same_credentials(&policy.current(), p));
         match reloaded.and_then(|p| same_listeners(&policy.current(), p)) {
             Ok(p) => {
@@ -214,6 +260,15 @@ async fn reload_on_hangup(
                 tracing::error!("keeping the old policy: {why}");
             }
         }
+    }
+}
+
+/// `policy` with the modes the command line turned on.
+fn with_modes(policy: leash_policy::Policy, modes: Modes) -> Result<leash_policy::Policy, String> {
+    let policy = if modes.audit { policy.into_audit() } else { policy };
+    match modes.ask {
+        true => policy.into_ask().ok_or_else(|| "--ask needs an allowlist, and the file is not one".to_owned()),
+        false => Ok(policy),
     }
 }
 

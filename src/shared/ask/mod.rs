@@ -59,8 +59,11 @@ impl AskFront {
     /// Say where questions are answered (stderr), before the command starts.
     pub fn announce(&self, on_terminal: bool) {
         let terminal = if on_terminal { "on this terminal and " } else { "" };
-        eprintln!(
-            "leash: ask mode: a host the policy does not allow is asked about {terminal}over {} (`leash ask`); unanswered after {}s it is refused",
+        // The terminal is raw while the command runs (its pseudo-terminal is relayed): a line ends in CR LF there.
+        let end = if on_terminal { "\r\n" } else { "\n" };
+        eprint!(
+            "leash: ask mode: a host the policy does not allow is asked about {terminal}over {} (`leash ask`); \
+             unanswered after {}s it is refused{end}",
             self.socket.path().display(),
             self.asking.timeout().as_secs()
         );
@@ -119,6 +122,34 @@ pub fn ask_mode(policy: leash_policy::Policy, args: &AskArgs) -> Result<leash_po
         eprintln!("leash: --ask needs an allowlist: a blocklist refuses nothing as not-allowed, and audit mode refuses nothing to ask about");
         Exit::Usage
     })
+}
+
+/// Ask mode for a sandbox's proxy served from leash's runtime (`docker run`, `attach`), when its policy asks: the
+/// control socket bound and served, `config` holding the questions, and `prompter` (if any) asking at the terminal.
+/// Call it on the runtime, before the proxy serves.
+pub fn start_for(
+    args: &crate::cli::SandboxProxyArgs,
+    config: &mut leash_proxy::ProxyConfig,
+    prompter: Option<leash_sandbox::Prompter>,
+) -> Result<Option<Arc<AskFront>>, Exit> {
+    if !config.policy.current().asks() {
+        return Ok(None);
+    }
+    let socket = bind_socket(&args.ask)?;
+    let source =
+        PolicySource { file: args.policy.clone().map(|path| (path, args.profile.clone())), ask_flag: args.ask.ask };
+    let front = Arc::new(AskFront::new(&args.ask, socket, config.policy.clone(), source, config.metrics.clone()));
+    config.ask = Some(front.asking.clone());
+    let fail = |e: std::io::Error| {
+        eprintln!("leash: ask mode: cannot serve the control socket: {e}");
+        Exit::SandboxFailed
+    };
+    socket::Bound::serve(&front).map_err(fail)?;
+    front.announce(prompter.is_some());
+    if let Some(prompter) = prompter {
+        terminal::spawn(front.clone(), prompter).map_err(fail)?;
+    }
+    Ok(Some(front))
 }
 
 /// Answer question `id` on `asking`: for `always`, first add the host (or `scope`) to the policy file and reload
