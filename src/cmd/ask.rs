@@ -12,7 +12,7 @@ use crate::cli::{AskClientArgs, AskCommand};
 use crate::exit::Exit;
 use crate::shared::ask::protocol::{line, Notice, Reply, Request};
 use crate::shared::ask::socket::default_dir;
-use crate::shared::ask::terminal::{describe, parse};
+use crate::shared::ask::terminal::{describe, parse, printable};
 
 pub fn run(args: AskClientArgs) -> Exit {
     let socket = match args.socket.map_or_else(only_socket, Ok) {
@@ -88,7 +88,7 @@ fn row(q: &Question) -> String {
         Some(path) => format!("{} {}:{}{path}", q.method, q.host, q.port),
         None => format!("{} {}:{}", q.method, q.host, q.port),
     };
-    format!("{:<4} {what}  ({} waiting, since {})", q.id, q.waiting, q.asked_at)
+    format!("{:<4} {}  ({} waiting, since {})", q.id, printable(&what), q.waiting, printable(&q.asked_at))
 }
 
 fn answer_one(socket: &Path, id: u64, answer: String, scope: Option<String>) -> io::Result<Exit> {

@@ -214,8 +214,12 @@ pub struct Asking {
 struct State {
     /// Open questions, by host.
     open: HashMap<String, Open>,
-    /// Run-wide answers, newest last: the newest whose scope covers a host decides it.
-    run_wide: Vec<(String, Settlement)>,
+    /// Run-wide answers by scope (`host` or `.domain`), each with its place in the order answered: the newest whose
+    /// scope covers a host decides it. Found by the host's own name and its parents' (a handful of lookups, however
+    /// many hosts a sandbox made leash refuse).
+    run_wide: HashMap<String, (u64, Settlement)>,
+    /// Run-wide answers given so far (their order).
+    answered: u64,
 }
 
 struct Open {
@@ -259,8 +263,9 @@ impl Asking {
     /// The hosts allowed for the run by a person (`run` or `always`), with the answer, in the order answered.
     pub fn approved(&self) -> Vec<(String, Answer)> {
         let state = self.lock();
-        let approved = state.run_wide.iter().filter(|(_, s)| s.allows());
-        approved.filter_map(|(scope, s)| Some((scope.clone(), s.answer?))).collect()
+        let mut approved: Vec<_> = state.run_wide.iter().filter(|(_, (_, s))| s.allows()).collect();
+        approved.sort_by_key(|(_, (order, _))| *order);
+        approved.into_iter().filter_map(|(scope, (_, s))| Some((scope.clone(), s.answer?))).collect()
     }
 
     /// Answer question `id`. `scope` (for `run`, `always` and `deny`) is the host itself (when `None`) or a
@@ -277,7 +282,7 @@ impl Asking {
         let settled: Vec<String> = match answer {
             Answer::Once => vec![host],
             Answer::Run | Answer::Always | Answer::Deny => {
-                state.run_wide.push((scope.clone(), settlement));
+                state.remember(&scope, settlement);
                 state.open.keys().filter(|h| covers(&scope, h)).cloned().collect()
             }
         };
@@ -361,7 +366,7 @@ impl Asking {
             // reads. Nobody answered in time.
             return Settlement::TIMED_OUT;
         };
-        state.run_wide.push((host.to_owned(), Settlement::TIMED_OUT));
+        state.remember(host, Settlement::TIMED_OUT);
         self.close(open, Settlement::TIMED_OUT);
         Settlement::TIMED_OUT
     }
@@ -385,8 +390,21 @@ impl State {
     }
 
     fn run_wide_for(&self, host: &str) -> Option<Settlement> {
-        self.run_wide.iter().rev().find(|(scope, _)| covers(scope, host)).map(|(_, s)| *s)
+        let exact = self.run_wide.get(host);
+        let domains = parents(host).filter_map(|domain| self.run_wide.get(&format!(".{domain}")));
+        exact.into_iter().chain(domains).max_by_key(|(order, _)| *order).map(|(_, s)| *s)
     }
+
+    fn remember(&mut self, scope: &str, settlement: Settlement) {
+        let order = self.answered;
+        self.answered += 1;
+        self.run_wide.insert(scope.to_owned(), (order, settlement));
+    }
+}
+
+/// `host` and every name it is under: `a.b.example`, `b.example`, `example`.
+fn parents(host: &str) -> impl Iterator<Item = &str> {
+    std::iter::successors(Some(host), |name| name.split_once('.').map(|(_, rest)| rest))
 }
 
 /// Whether answer scope `scope` covers `host`: the host itself, or a `.domain` it is the domain of or under (as an

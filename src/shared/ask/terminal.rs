@@ -70,12 +70,15 @@ fn put(front: &AskFront, prompt: &impl Prompt, question: &Question) -> io::Resul
     Ok(())
 }
 
-/// The question as the person reads it: what the request would reveal, and the answers.
+/// The question as the person reads it: what the request would reveal, and the answers. The method, host and
+/// path are the sandbox's words: anything but printable ASCII in them is shown escaped, so no byte of theirs can
+/// move the cursor, clear a line or answer the terminal.
 pub fn describe(q: &Question, timeout_secs: u64) -> String {
     let what = match (q.kind, &q.path) {
         (HeldKind::Request, Some(path)) => format!("{} {}:{}{path}", q.method, q.host, q.port),
         _ => format!("a tunnel to {}:{}", q.host, q.port),
     };
+    let what = printable(&what);
     let also = match q.waiting {
         0 | 1 => String::new(),
         n => format!(" ({n} requests wait)"),
@@ -84,6 +87,18 @@ pub fn describe(q: &Question, timeout_secs: u64) -> String {
         "allow {what}{also}? [o]nce, [r]un, [a]lways (into the policy file), [d]eny; add .domain after r/a/d for a \
          whole domain; refused in {timeout_secs}s > "
     )
+}
+
+/// `text` with every character that is not printable ASCII written as `\u{..}`.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            ' '..='~' => out.push(c),
+            other => out.push_str(&format!("\\u{{{:x}}}", u32::from(other))),
+        }
+    }
+    out
 }
 
 /// `o`, `run`, `a .example.com`, ...: the answer and the scope typed.
@@ -115,5 +130,22 @@ mod tests {
         assert!(parse("yes").is_err());
         assert!(parse("o .example.com").is_err());
         assert!(parse("r a b").is_err());
+    }
+
+    #[test]
+    fn a_question_shows_the_sandboxs_words_without_any_control_character() {
+        let q = Question {
+            id: 1,
+            kind: HeldKind::Request,
+            method: "GET".into(),
+            host: "evil.test".into(),
+            port: 80,
+            path: Some("/x\u{1b}[2J\u{9b}31m\u{202e}".into()),
+            asked_at: String::new(),
+            waiting: 1,
+        };
+        let shown = describe(&q, 30);
+        assert!(shown.chars().all(|c| (' '..='~').contains(&c)), "{shown:?}");
+        assert!(shown.contains("GET evil.test:80/x\\u{1b}[2J\\u{9b}31m\\u{202e}"), "{shown}");
     }
 }

@@ -112,3 +112,23 @@ fn a_scope_covers_its_host_and_a_dot_domain_its_name_and_names_under_it() {
     assert!(!covers(".a.example", "xa.example"));
     assert!(!covers(".example", "example.test"));
 }
+
+#[tokio::test]
+async fn the_newest_run_wide_answer_covering_a_host_decides_it() {
+    let asking = asking(Duration::from_secs(20));
+    let first = hold(&asking, "a.x.test");
+    let id = asked(&asking, "a.x.test", 1).await;
+    asking.answer(id, Answer::Deny, Some(".x.test"), AnsweredBy::Socket).unwrap();
+    assert!(!first.await.unwrap().settlement.allows());
+    // A later, narrower `run` for one name under the denied domain wins for that name only.
+    let mut events = asking.watch();
+    let again = hold(&asking, "b.x.test");
+    assert!(!again.await.unwrap().settlement.allows(), "asked again about a denied domain");
+    assert!(events.try_recv().is_err());
+    let c = hold(&asking, "c.y.test");
+    let id = asked(&asking, "c.y.test", 1).await;
+    asking.answer(id, Answer::Run, Some(".y.test"), AnsweredBy::Socket).unwrap();
+    assert!(c.await.unwrap().settlement.allows());
+    let d = hold(&asking, "d.y.test");
+    assert!(d.await.unwrap().settlement.allows());
+}
