@@ -50,12 +50,10 @@ pub(crate) async fn handle(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, hea
     let decision = ctx.decide(&Question::Connect { target: &target, port });
     // Ask mode: a tunnel leash will open to ask about each request in it is decided on its ClientHello; any other is
     // held here, on its name, before its 200.
-    let ruling = match opens_to_ask(&ctx, &decision, &target) {
-        true => None,
-        false => ctx.hold(&asked, &decision).await,
-    };
+    let opens = opens_to_ask(&ctx, &decision, &target);
+    let ruling = if opens { None } else { ctx.hold(&asked, &decision).await };
     let decision = ruling.map_or(decision, ruled);
-    if decision.verdict == Verdict::Block && !opens_to_ask(&ctx, &decision, &target) {
+    if decision.verdict == Verdict::Block && !opens {
         reply(&mut client.io, &ctx.refuse_ruled(&asked, &decision, ruling), false).await;
         return;
     }
