@@ -11,3 +11,9 @@ mod scene;
 
 #[path = "ask/socket.rs"]
 mod socket;
+
+#[path = "ask/terminal.rs"]
+mod terminal;
+
+#[path = "ask/inside.rs"]
+mod inside;
