@@ -17,3 +17,6 @@ mod terminal;
 
 #[path = "ask/inside.rs"]
 mod inside;
+
+#[path = "ask/inspect.rs"]
+mod inspect;

@@ -69,8 +69,8 @@ wait"#,
     assert_eq!(ended.got(&held).reason, "denied");
 }
 
-/// The script's lookup of `new.test` while a request to it is held: `LOOKUP <address or failed> <seconds>`. It
-/// touches `marker` just before.
+/// The script's lookup of `new.test` while a request to it is held, into the file `lookup`: `<address> <seconds>`, or
+/// `failed <seconds> <errno>`. It touches `marker` just before.
 fn lookup_while_held(scene: &Scene, marker: &std::path::Path) -> String {
     format!(
         r#"get {} &
@@ -79,9 +79,10 @@ touch {}
 python3 -c 'import socket, time
 t = time.time()
 try:
-    print("LOOKUP", socket.gethostbyname("new.test"), round(time.time() - t, 2))
+    found = [socket.gethostbyname("new.test"), round(time.time() - t, 2)]
 except OSError as e:
-    print("LOOKUP failed", round(time.time() - t, 2), e.errno)'
+    found = ["failed", round(time.time() - t, 2), e.errno]
+open("lookup", "w").write(" ".join(map(str, found)))'
 wait"#,
         scene.url("new.test", "/x"),
         path(marker)
@@ -92,7 +93,7 @@ wait"#,
 /// that is silent, so a lookup that did not wait on the question fails.
 const PERSON_TAKES: std::time::Duration = std::time::Duration::from_millis(1500);
 
-/// A lookup of `new.test` while the person takes [`PERSON_TAKES`] to answer `word`: the script's LOOKUP line and the
+/// A lookup of `new.test` while the person takes [`PERSON_TAKES`] to answer `word`: what the script found and the
 /// stub's audit line.
 fn lookup_answered(word: &str) -> (Vec<String>, serde_json::Value) {
     let scene = Scene::new("");
@@ -103,8 +104,9 @@ fn lookup_answered(word: &str) -> (Vec<String>, serde_json::Value) {
     std::thread::sleep(PERSON_TAKES);
     scene.answer(&question, word, None);
     let ended = run.finish();
-    let line = ended.stdout.lines().find(|l| l.starts_with("LOOKUP")).unwrap_or_else(|| panic!("{}", ended.stdout));
-    let words = line.split_whitespace().map(str::to_owned).collect();
+    let found =
+        std::fs::read_to_string(scene.dir.path().join("lookup")).unwrap_or_else(|e| panic!("{e}: {}", ended.stderr));
+    let words = found.split_whitespace().map(str::to_owned).collect();
     let lines = crate::common::log_lines(&scene.log);
     let dns = lines.into_iter().find(|l| l["method"] == "DNS" && l["host"] == "new.test");
     (words, dns.unwrap_or_else(|| panic!("no lookup on record: {}", ended.stderr)))
@@ -116,8 +118,8 @@ fn a_lookup_of_a_held_name_waits_for_the_answer_and_resolves_after_run() {
         return;
     }
     let (words, dns) = lookup_answered("run");
-    assert_eq!(words[1], "127.0.0.2", "resolved to leash's transparent address: {words:?}");
-    let secs: f64 = words[2].parse().unwrap();
+    assert_eq!(words[0], "127.0.0.2", "resolved to leash's transparent address: {words:?}");
+    let secs: f64 = words[1].parse().unwrap();
     assert!(secs >= 1.0, "it waited for the answer: {words:?}");
     let ruled = (dns["reason"].as_str(), dns["decided_by"].as_str(), dns["answer"].as_str());
     assert_eq!(ruled, (Some("approved"), Some("socket"), Some("run")), "{dns}");
@@ -132,8 +134,8 @@ fn a_lookup_of_a_held_name_fails_after_deny() {
     let (words, dns) = lookup_answered("deny");
     // EAI_NONAME (-2): the name does not exist, as the stub answers a refused one; not EAI_AGAIN (-3), a resolver that
     // gave up waiting.
-    assert_eq!((words[1].as_str(), words[3].as_str()), ("failed", "-2"), "{words:?}");
-    assert!(words[2].parse::<f64>().unwrap() >= 1.0, "it waited for the answer: {words:?}");
+    assert_eq!((words[0].as_str(), words[2].as_str()), ("failed", "-2"), "{words:?}");
+    assert!(words[1].parse::<f64>().unwrap() >= 1.0, "it waited for the answer: {words:?}");
     let ruled = (dns["reason"].as_str(), dns["decided_by"].as_str(), dns["answer"].as_str());
     assert_eq!(ruled, (Some("denied"), Some("socket"), Some("deny")), "{dns}");
 }

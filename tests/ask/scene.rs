@@ -57,12 +57,15 @@ impl Scene {
         format!("http://{host}:{}{path}", self.port)
     }
 
-    /// `leash run` of `script` (with `get URL` defined), its output into files; `args` go before the `--`.
+    /// `leash run` of `script` (with `get URL` defined) in the scene's directory, its output into files; `args` go before
+    /// the `--`.
     pub fn run(&self, args: &[&str], script: &str) -> Running {
         let mut cmd = Command::new(LEASH);
         cmd.args(self.leash_args(args)).args(["sh", "-c", &format!("{GET}\n{script}")]);
         let (out, err) = (self.dir.path().join("stdout"), self.dir.path().join("stderr"));
-        cmd.stdin(Stdio::null())
+        // In the scene's directory: what a script writes there is the test's to read, and gone with it.
+        cmd.current_dir(self.dir.path())
+            .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(std::fs::File::create(&err).unwrap());
         Running { child: Some(cmd.spawn().unwrap()), out, err }
