@@ -186,7 +186,11 @@ fn always_adds_the_host_to_the_policy_file_keeping_its_comments_and_later_reques
     if !sandbox_available() {
         return;
     }
-    let scene = Scene::new("  # The hosts a person allowed for good are added above.\n");
+    let scene = Scene::with_origin(crate::common::origin(), |port| {
+        format!(
+            "# The agent's policy.\nnetwork:\n  mode: ask  # ask about the rest\n  # Hosts it may reach:\n  allowed_hosts:\n    - ok.test  # its own API\n  ports: [80, {port}]\n  allow_destinations: [127.0.0.1/32]  # the origin\n"
+        )
+    });
     let before = std::fs::read_to_string(&scene.policy).unwrap();
     let (one, two) = (scene.url("new.test", "/one"), scene.url("new.test", "/two"));
     let run = scene.run(&[], &format!("get {one}; get {two}"));
@@ -201,9 +205,9 @@ fn always_adds_the_host_to_the_policy_file_keeping_its_comments_and_later_reques
     assert_eq!(ended.got(&one).status, 200);
     assert_eq!(ended.got(&two).status, 200);
     let after = std::fs::read_to_string(&scene.policy).unwrap();
-    let comments = |text: &str| text.lines().filter(|l| l.trim_start().starts_with('#')).map(str::to_owned).collect();
-    let kept: Vec<String> = comments(&before);
-    assert_eq!(comments(&after), kept, "every comment kept:\n{after}");
+    for comment in before.lines().filter_map(|l| l.find('#').map(|at| &l[at..])) {
+        assert!(after.contains(comment), "`{comment}` kept:\n{after}");
+    }
     let check = Command::new(LEASH).args(["check", path(&scene.policy)]).output().unwrap();
     assert!(check.status.success(), "leash check: {}", stderr(&check));
     let explained = explain(&scene.policy);
