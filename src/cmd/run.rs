@@ -55,7 +55,8 @@ pub fn run(args: RunArgs) -> Exit {
             return Exit::SandboxFailed;
         }
     };
-    let mut spec = spec(&args, ca_files.is_some(), mode_env(&policy));
+    let asks = policy.asks().then_some(args.proxy.ask.ask_timeout);
+    let mut spec = spec(&args, ca_files.is_some(), mode_env(&policy), asks);
     spec.hide_paths.extend(secret_files(&policy));
     // INVARIANT: the control socket's directory is not visible inside: the command cannot even see the questions.
     spec.hide_paths.extend(ask_socket.iter().filter_map(|s| std::fs::canonicalize(s.dir()).ok()));
@@ -199,19 +200,32 @@ fn not_run(e: leash_sandbox::SandboxError) -> Exit {
 }
 
 /// The sandbox: CMD, its environment, the proxy's listener inside, the DNS stub's socket and a resolv.conf that points
-/// at it, on the sandbox's own loopback (refused names fail at once; no lookup ever reaches a real resolver).
-fn spec(args: &RunArgs, with_ca: bool, mode: (String, String)) -> SandboxSpec {
+/// at it, on the sandbox's own loopback (refused names fail at once; no lookup ever reaches a real resolver). `asks`:
+/// ask mode's question timeout, in seconds, when the policy asks.
+fn spec(args: &RunArgs, with_ca: bool, mode: (String, String), asks: Option<u64>) -> SandboxSpec {
     let mut command = args.command.iter();
     let mut spec = SandboxSpec::new(command.next().cloned().unwrap_or_default());
     spec.args = command.cloned().collect();
     spec.env = child_env(inherited_env(args), with_ca, mode);
     spec.tcp_listeners = vec![PROXY_INSIDE];
     spec.udp_sockets = vec![DNS_INSIDE];
-    spec.resolv_conf = Some("nameserver 127.0.0.1\noptions attempts:1 timeout:1\n".to_owned());
+    spec.resolv_conf = Some(resolv_conf(asks));
     spec.allow_unix_sockets = args.allow_unix_socket.clone();
     // INVARIANT: the audit log file is not reachable from inside; leash keeps the only handle that writes it.
     spec.hide_paths = hidden_files(&args.proxy);
     spec
+}
+
+/// The longest a resolver waits for the stub's answer, in seconds: glibc reads no longer `timeout` than 30.
+const LOOKUP_WAIT_MAX: u64 = 30;
+
+/// The sandbox's resolv.conf: the stub on its loopback, asked once. The stub answers at once, refused names too, so
+/// one second only bounds a stub that is gone; but in ask mode (`asks`: the question timeout) a lookup of a name a
+/// question is open about is answered when the person answers, and a resolver that gave up after a second would
+/// fail a name the person then allows: it waits as long as the question may (and a second more, as the stub does).
+fn resolv_conf(asks: Option<u64>) -> String {
+    let wait = asks.map_or(1, |timeout| timeout.saturating_add(1).clamp(1, LOOKUP_WAIT_MAX));
+    format!("nameserver 127.0.0.1\noptions attempts:1 timeout:{wait}\n")
 }
 
 /// What `--clean-env` keeps of leash's environment: what programs need to run and to show text, and nothing that

@@ -135,3 +135,51 @@ async fn the_endpoint_serves_only_get_metrics() {
     assert_eq!(r.status, 400);
     assert!(scrape(metrics).await.contains("# TYPE leash_decisions_total counter\n"));
 }
+
+/// Ask mode: wait (bounded) until the question about `host` is open; its id.
+async fn question_about(leash: &Leash, host: &str) -> u64 {
+    let asking = leash.ask.as_ref().expect("the proxy asks");
+    within(&format!("a question about {host}"), async {
+        loop {
+            if let Some(q) = asking.pending().into_iter().find(|q| q.host == host) {
+                return q.id;
+            }
+            tokio::time::sleep(SCRAPE_POLL).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn ask_mode_counts_open_questions_and_each_answer_once_closed() {
+    use leash_proxy::ask::{Answer, AnsweredBy};
+    let up = Upstream::start().await;
+    let yaml = allowlist(&["allowed.test"], &[up.port()], &[443]).replace("mode: allowlist", "mode: ask");
+    let leash = Leash::builder(&yaml).asking(Duration::from_secs(1)).start().await;
+    let metrics = endpoint(&leash).await;
+    let asking = leash.ask.clone().unwrap();
+    let send = |host: &str| {
+        let (addr, url) = (leash.addr, format!("http://{host}:{}/", up.port()));
+        tokio::spawn(async move { exchange(addr, support::get(&url)).await })
+    };
+    assert_eq!(value(&scrape(metrics).await, "leash_ask_pending"), 0.0);
+    for (host, answer, status) in [("once.test", Answer::Once, 200), ("deny.test", Answer::Deny, 403)] {
+        let held = send(host);
+        let id = question_about(&leash, host).await;
+        let text = scrape(metrics).await;
+        assert_eq!(value(&text, "leash_ask_pending"), 1.0, "one question open: {text}");
+        asking.answer(id, answer, None, AnsweredBy::Socket).unwrap();
+        assert_eq!(within("the held request's answer", held).await.unwrap().status, status, "{host}");
+    }
+    // Nobody answers this one: refused after the 1 s timeout.
+    let held = send("late.test");
+    question_about(&leash, "late.test").await;
+    assert_refused(&within("the timeout", held).await.unwrap(), 403, "ask-timeout");
+    let text = scrape(metrics).await;
+    assert_eq!(value(&text, "leash_ask_pending"), 0.0, "{text}");
+    for (answer, n) in [("once", 1.0), ("deny", 1.0), ("timeout", 1.0), ("run", 0.0), ("always", 0.0)] {
+        assert_eq!(value(&text, &format!("leash_ask_answers_total{{answer=\"{answer}\"}}")), n, "{answer}: {text}");
+    }
+    assert_eq!(value(&text, "leash_ask_answer_seconds_count"), 3.0, "{text}");
+    assert!(value(&text, "leash_ask_answer_seconds_sum") >= 1.0, "the timeout alone was open 1 s: {text}");
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leash_policy::{Format, Policy};
+use leash_proxy::ask::Asking;
 use leash_proxy::{AuditLog, Inspection, Limits, Metrics, PolicyHandle, ProxyConfig, UpstreamTrust};
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -97,6 +98,8 @@ pub struct Builder {
     services: Vec<leash_proxy::ServiceSocket>,
     /// A connection bound shared with other proxies of the test.
     bound: Option<leash_proxy::ConnectionBound>,
+    /// Ask mode's question timeout; `Some` gives the proxy someone to ask (the test answers through [`Leash::ask`]).
+    ask_timeout: Option<Duration>,
 }
 
 impl Builder {
@@ -141,6 +144,13 @@ impl Builder {
         self
     }
 
+    /// Ask mode on: requests the (`mode: ask`) policy refuses as `not-allowed` are held until the test answers them
+    /// through [`Leash::ask`], or `timeout` passes.
+    pub fn asking(mut self, timeout: Duration) -> Self {
+        self.ask_timeout = Some(timeout);
+        self
+    }
+
     pub fn audit_at(mut self, path: &Path) -> Self {
         self.audit = Audit::At(path.to_owned());
         self
@@ -162,6 +172,7 @@ impl Builder {
             let trust = UpstreamTrust { system_roots: false, extra_ca_files: vec![upstream_ca] };
             Arc::new(Inspection::new(&trust).expect("inspection"))
         });
+        let ask = self.ask_timeout.map(|timeout| Arc::new(Asking::new(timeout, metrics.clone())));
         let ca_path = inspection.as_ref().map(|i| {
             let path = dir.path().join("leash-ca.pem");
             std::fs::write(&path, i.ca_pem()).expect("write leash CA");
@@ -179,7 +190,7 @@ impl Builder {
             upstream_auth: self.upstream_auth.clone(),
             bound: self.bound,
             release_free_memory: None,
-            ask: None,
+            ask: ask.clone(),
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
@@ -201,6 +212,7 @@ impl Builder {
             log_path,
             inspection,
             ca_path,
+            ask,
             _dir: dir,
             stop: Some(stop),
             task: Some(task),
@@ -222,6 +234,8 @@ pub struct Leash {
     pub inspection: Option<Arc<Inspection>>,
     /// leash's CA certificate (PEM file), when inspecting: what clients trust.
     pub ca_path: Option<PathBuf>,
+    /// Ask mode's questions, when the builder turned it on: the test lists and answers them.
+    pub ask: Option<Arc<Asking>>,
     _dir: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
@@ -244,6 +258,7 @@ impl Leash {
             upstream_auth: None,
             services: Vec::new(),
             bound: None,
+            ask_timeout: None,
         }
     }
 
