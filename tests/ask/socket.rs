@@ -181,7 +181,6 @@ fn list_shows_each_open_question_as_json_and_as_a_table() {
 }
 
 #[test]
-#[ignore = "needs allow_always (askpolicy branch)"]
 fn always_adds_the_host_to_the_policy_file_keeping_its_comments_and_later_requests_match_the_rule() {
     if !sandbox_available() {
         return;
