@@ -93,15 +93,15 @@ pub struct AskArgs {
 
 /// `leash ask`: a client of a running leash's control socket.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:
-  leash ask                      # answer questions as they come, on this terminal
-      leash ask list --json
-  leash ask answer 3 run
-  leash ask answer 4 always --scope .example.com
-      leash ask watch /run/user/1000/leash/ask-4242.sock
-
-    Without SOCKET, the one control socket in $XDG_RUNTIME_DIR/leash (or /tmp/leash-UID) is used; with several,     name one. The protocol (JSON lines) is in docs/ask.md.")]
+#[command(after_help = "Examples:\n  leash ask\n  leash ask list --json\n  leash ask answer 3 run\n  \
+    leash ask answer 4 always --scope .example.com\n  leash ask /run/user/1000/leash/ask-4242.sock watch\n\n\
+    Alone, `leash ask` watches and asks about each new question on this terminal. Without SOCKET, the one control \
+    socket in $XDG_RUNTIME_DIR/leash (or /tmp/leash-UID) is used; with several, name one. The protocol (JSON lines) \
+    is in docs/ask.md.")]
 pub struct AskClientArgs {
+    /// The control socket (default: the only one running); also `--socket`
+    #[arg(value_name = "SOCKET", conflicts_with = "socket")]
+    pub socket_path: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<AskCommand>,
     /// The control socket (default: the only one running)

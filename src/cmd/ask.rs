@@ -15,7 +15,7 @@ use crate::shared::ask::socket::default_dir;
 use crate::shared::ask::terminal::{describe, parse, printable};
 
 pub fn run(args: AskClientArgs) -> Exit {
-    let socket = match args.socket.map_or_else(only_socket, Ok) {
+    let socket = match args.socket.or(args.socket_path).map_or_else(only_socket, Ok) {
         Ok(path) => path,
         Err(why) => {
             eprintln!("leash ask: {why}");
