@@ -73,9 +73,15 @@ pub fn located(path: &Path, e: &PolicyError) -> String {
 /// Only the list changes: comments, blank lines and key order are kept (`leash_policy::allow_host`). The new text
 /// is validated as `leash check` validates it; then it is written to a new file beside the original (a symlink's
 /// target, the symlink kept) with the original's permissions, synced, and renamed over it. An entry already listed
-/// writes nothing. On any error, invalid result or I/O failure, the file is left as it was and the message says
-/// what went wrong.
-pub fn allow_always(path: &Path, profile: Option<&str>, entry: &str) -> Result<Loaded, String> {
+/// writes nothing. `accept` sees the new policy before anything is written and may refuse it (a running proxy that
+/// could not take it). On any error, refusal, invalid result or I/O failure, the file is left as it was and the
+/// message says what went wrong.
+pub fn allow_always(
+    path: &Path,
+    profile: Option<&str>,
+    entry: &str,
+    accept: impl FnOnce(&leash_policy::Policy) -> Result<(), String>,
+) -> Result<Loaded, String> {
     let shown = path.display();
     let format = Format::from_path(path)
         .ok_or_else(|| format!("cannot tell the format of `{shown}`: policy files end in .yaml, .yml or .toml"))?;
@@ -85,6 +91,7 @@ pub fn allow_always(path: &Path, profile: Option<&str>, entry: &str) -> Result<L
         allow_host(&text, format, profile, entry).map_err(|e| format!("cannot add `{entry}` to `{shown}`: {e}"))?;
     let loaded = validate(path, &new, format, profile)
         .map_err(|why| format!("adding `{entry}` would make `{shown}` invalid, so it is left as it was: {why}"))?;
+    accept(&loaded.policy).map_err(|why| format!("`{shown}` is left as it was: {why}"))?;
     if new != text {
         replace(&target, &new).map_err(|e| format!("cannot write policy `{shown}` (left as it was): {e}"))?;
     }
@@ -136,6 +143,22 @@ fn create_beside(target: &Path) -> std::io::Result<(PathBuf, fs::File)> {
     }
 }
 
+/// `new`, if it can replace `running` in a proxy that is serving: its credentials are those the running policy has
+/// (their secrets were read once, at start) and its services listen where the running policy's do (bound once, at
+/// start; a service's target and paths may change). A SIGHUP reload and an `always` answer both check this.
+pub fn check_same_resources(running: &leash_policy::Policy, new: &leash_policy::Policy) -> Result<(), String> {
+    let services = |p: &leash_policy::Policy| -> Vec<_> {
+        p.services().iter().map(|s| (s.name.clone(), s.listen.clone())).collect()
+    };
+    if running.credentials() != new.credentials() {
+        return Err("its credentials differ from those read at start; restart leash to change credentials".into());
+    }
+    if services(running) != services(new) {
+        return Err("its services listen elsewhere than those bound at start; restart leash to change them".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
@@ -163,7 +186,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("policy.yaml");
         write(&path, ASK, 0o640);
-        let loaded = allow_always(&path, None, "api.example.com").unwrap();
+        let loaded = allow_always(&path, None, "api.example.com", |_| Ok(())).unwrap();
         assert!(allows(&loaded, "api.example.com") && allows(&loaded, "pypi.org"));
         assert!(!allows(&loaded, "other.example.com"));
         let want = ASK.replace("# the index\n", "# the index\n    - api.example.com\n");
@@ -173,7 +196,7 @@ mod tests {
         assert_eq!(names, ["policy.yaml"], "no temporary file is left behind");
         // Already listed: the file is not rewritten.
         let before = fs::metadata(&path).unwrap().modified().unwrap();
-        assert!(allows(&allow_always(&path, None, "api.example.com").unwrap(), "api.example.com"));
+        assert!(allows(&allow_always(&path, None, "api.example.com", |_| Ok(())).unwrap(), "api.example.com"));
         assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), before);
     }
 
@@ -184,7 +207,7 @@ mod tests {
         let link = dir.path().join("policy.toml");
         write(&real, "[network]\nmode = \"ask\" # hold\n", 0o600);
         std::os::unix::fs::symlink("real.toml", &link).unwrap();
-        let loaded = allow_always(&link, None, ".example.com").unwrap();
+        let loaded = allow_always(&link, None, ".example.com", |_| Ok(())).unwrap();
         assert!(allows(&loaded, "a.example.com"));
         assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
         let want = "[network]\nmode = \"ask\" # hold\nallowed_hosts = [\".example.com\"]\n";
@@ -200,15 +223,31 @@ mod tests {
         let text = "network:\n  mode: ask\n  allowed_hosts: [pypi.org]  # keep\n  services:\n    \
                     - {name: gw, listen: 4000, target: 'gw.corp.test:4000'}\n";
         write(&path, text, 0o644);
-        let why = allow_always(&path, None, "gw.corp.test").err().unwrap();
+        let why = allow_always(&path, None, "gw.corp.test", |_| Ok(())).err().unwrap();
         assert!(why.contains("invalid") && why.contains("services[0].target"), "{why}");
         assert_eq!(fs::read_to_string(&path).unwrap(), text);
-        let why = allow_always(&path, Some("nope"), "a.org").err().unwrap();
+        let why = allow_always(&path, Some("nope"), "a.org", |_| Ok(())).err().unwrap();
         assert!(why.contains("nope"), "{why}");
-        let why = allow_always(&path, None, "https://a.org/").err().unwrap();
+        let why = allow_always(&path, None, "https://a.org/", |_| Ok(())).err().unwrap();
         assert!(why.contains("not an allowed_hosts entry"), "{why}");
         assert_eq!(fs::read_to_string(&path).unwrap(), text);
-        let missing = allow_always(&dir.path().join("gone.yaml"), None, "a.org").err().unwrap();
+        let missing = allow_always(&dir.path().join("gone.yaml"), None, "a.org", |_| Ok(())).err().unwrap();
         assert!(missing.contains("cannot find policy"), "{missing}");
+    }
+
+    #[test]
+    fn a_change_the_running_proxy_could_not_take_leaves_the_file_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.yaml");
+        let text = "network:\n  mode: ask\n  allowed_hosts: [pypi.org]\n";
+        write(&path, text, 0o644);
+        // The file as it is now has a credential the running policy (loaded at start, without it) has no secret for.
+        let running = leash_policy::load(text, Format::Yaml, None).unwrap().policy;
+        let edited = format!("{text}  credentials:\n    - preset: github\n");
+        write(&path, &edited, 0o644);
+        let accept = |new: &leash_policy::Policy| check_same_resources(&running, new);
+        let why = allow_always(&path, None, "a.org", accept).err().unwrap();
+        assert!(why.contains("credentials differ"), "{why}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), edited);
     }
 }

@@ -12,7 +12,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::ProxyArgs;
 use crate::exit::Exit;
-use crate::policy_file::{load_file, located};
+use crate::policy_file::{check_same_resources, load_file, located};
 use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::client_env::write_env_file;
 use crate::shared::sandboxed::{audit_mode, parse_pins};
@@ -248,8 +248,8 @@ async fn reload_on_hangup(
             continue;
         };
         let reloaded = reload(path, profile.as_deref()).and_then(|p| with_modes(p, modes));
-        let reloaded = reloaded.and_then(|p| same_credentials(&policy.current(), p));
-        match reloaded.and_then(|p| same_listeners(&policy.current(), p)) {
+        let running = policy.current();
+        match reloaded.and_then(|p| check_same_resources(&running, &p).map(|()| p)) {
             Ok(p) => {
                 policy.store(p);
                 metrics.count_reload(true);
@@ -269,27 +269,6 @@ fn with_modes(policy: leash_policy::Policy, modes: Modes) -> Result<leash_policy
     match modes.ask {
         true => policy.into_ask().ok_or_else(|| "--ask needs an allowlist, and the file is not one".to_owned()),
         false => Ok(policy),
-    }
-}
-
-/// `new`, if its credentials are those the running policy has: secrets are read once, at start, so a reload that
-/// adds, removes or changes a credential is refused (restart leash to change credentials).
-fn same_credentials(running: &leash_policy::Policy, new: leash_policy::Policy) -> Result<leash_policy::Policy, String> {
-    match running.credentials() == new.credentials() {
-        true => Ok(new),
-        false => Err("its credentials differ from those read at start; restart leash to change credentials".into()),
-    }
-}
-
-/// `new`, if its services listen where the running policy's do: listeners are bound once, at start, so a reload
-/// that adds, removes or moves a service is refused (a service's target and paths may change).
-fn same_listeners(running: &leash_policy::Policy, new: leash_policy::Policy) -> Result<leash_policy::Policy, String> {
-    let listeners = |p: &leash_policy::Policy| -> Vec<_> {
-        p.services().iter().map(|s| (s.name.clone(), s.listen.clone())).collect()
-    };
-    match listeners(running) == listeners(&new) {
-        true => Ok(new),
-        false => Err("its services listen elsewhere than those bound at start; restart leash to change them".into()),
     }
 }
 

@@ -230,9 +230,10 @@ impl Policy {
     pub(crate) fn decide_client_hello(&self, target: &Host, port: u16, hello: ClientHelloFacts<'_>) -> Decision {
         let on_target = self.decide_connect(target, port);
         match on_target.verdict {
-            // A target refused by the host rules alone is what audit mode lets through (`would-block`): the
-            // ClientHello checks must still hold there, or a tunnel to an unlisted host could carry any protocol.
-            Verdict::Block if self.audit && on_target.reason.is_rule() => {
+            // A target refused by the host rules alone is what audit mode lets through (`would-block`) and ask mode
+            // lets a person allow (`not-allowed`): the ClientHello checks must still hold there, or a tunnel to an
+            // unlisted host could carry any protocol, or another host's name past the person's yes.
+            Verdict::Block if self.lifts_on_target(&on_target) => {
                 let hello_alone = Decision { verdict: Verdict::Allow, ..on_target.clone() };
                 match check_client_hello(target, hello, hello_alone) {
                     refused if refused.verdict == Verdict::Block => refused,
@@ -242,6 +243,11 @@ impl Policy {
             Verdict::Block => on_target,
             _ => check_client_hello(target, hello, on_target),
         }
+    }
+
+    /// Whether a tunnel's target refusal is one audit mode lets through or ask mode asks about.
+    fn lifts_on_target(&self, on_target: &Decision) -> bool {
+        (self.audit && on_target.reason.is_rule()) || (self.ask && on_target.reason == Reason::NotAllowed)
     }
 
     /// The destination check after resolution: `Err(Reason::InternalDestination)` if any address is internal (or

@@ -177,7 +177,10 @@ fn write_always(policy: &PolicyHandle, source: &PolicySource, entry: &str) -> Re
     let Some((path, profile)) = &source.file else {
         return Err("no policy file to write `always` into (the policy is inline): answer `run`".to_owned());
     };
-    let loaded = crate::policy_file::allow_always(path, profile.as_deref(), entry)?;
+    // A file edited since the start in a way a reload refuses (its credentials, its services) is left alone.
+    let running = policy.current();
+    let accept = |new: &leash_policy::Policy| crate::policy_file::check_same_resources(&running, new);
+    let loaded = crate::policy_file::allow_always(path, profile.as_deref(), entry, accept)?;
     let mut reloaded = loaded.policy;
     if source.ask_flag {
         reloaded = reloaded.into_ask().ok_or("the changed policy cannot be in ask mode")?;

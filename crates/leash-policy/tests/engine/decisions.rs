@@ -322,3 +322,27 @@ fn audit_mode_holds_a_tunnel_to_an_unlisted_host_to_the_client_hello_checks() {
     // Enforcing, the target's own refusal stands whatever the ClientHello says.
     assert_eq!(hello(ALLOW, at, Hello::NoServerName), "block not-allowed");
 }
+
+#[test]
+fn ask_mode_holds_a_tunnel_to_an_unlisted_host_to_the_client_hello_checks() {
+    // A person's yes is about the name on the tunnel; the ClientHello must still name it, in TLS, without ECH.
+    let ask = ALLOW.replace("mode: allowlist", "mode: ask");
+    let at = "unlisted.example:443";
+    let p = policy(&ask);
+    let askable = |rendered: &str| rendered == "block not-allowed";
+    assert!(askable(&hello(&ask, at, Hello::ServerName("unlisted.example"))));
+    assert_eq!(hello(&ask, at, Hello::NoServerName), "block no-sni");
+    assert_eq!(hello(&ask, at, Hello::NotTls), "block not-tls");
+    assert_eq!(hello(&ask, at, Hello::Ech), "block ech");
+    assert_eq!(hello(&ask, at, Hello::ServerName("other.example")), "block host-mismatch");
+    // Only `not-allowed` is held for a person; what no answer may open is refused as before.
+    let d = |url: &str| {
+        let target = leash_policy::parse_absolute_target(url).unwrap();
+        p.decide(&Question::of_url(&target), TlsInspection::Available)
+    };
+    assert!(p.asks() && p.may_ask(&d("https://unlisted.example/")));
+    for refused in ["http://10.0.0.1/", "https://unlisted.example:444/", "ftp://unlisted.example/"] {
+        assert!(!p.may_ask(&d(refused)), "{refused} would be asked about");
+    }
+    assert!(!p.may_ask(&d("https://api.example.com/")), "an allowed host is not asked about");
+}
