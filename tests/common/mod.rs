@@ -79,10 +79,12 @@ openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out lea
 }
 
 /// An HTTPS origin on the host's loopback (Python's http.server with the leaf from [`https_material`]) answering
-/// `origin-tls PATH`; killed on drop.
+/// `origin-tls PATH`, counting the connections it accepts (before any TLS: what was dialled, whatever came of it);
+/// killed on drop.
 pub struct HttpsOrigin {
     _server: Served,
     pub port: u16,
+    dir: std::path::PathBuf,
 }
 
 impl HttpsOrigin {
@@ -99,15 +101,25 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *a):
         pass
-srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+class Counting(http.server.ThreadingHTTPServer):
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        with open("accepts", "a") as f:
+            f.write("accepted\n")
+        return ctx.wrap_socket(sock, server_side=True), addr
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain("leaf.pem", "leaf.key")
-srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv = Counting(("127.0.0.1", 0), H)
 print(srv.server_address[1], flush=True)
 srv.serve_forever()
 "#;
         let (_server, port) = Served::start(Command::new("python3").args(["-c", script]).current_dir(dir));
-        HttpsOrigin { _server, port }
+        HttpsOrigin { _server, port, dir: dir.to_path_buf() }
+    }
+
+    /// The connections accepted so far.
+    pub fn accepts(&self) -> usize {
+        std::fs::read_to_string(self.dir.join("accepts")).unwrap_or_default().lines().count()
     }
 }
 

@@ -194,17 +194,7 @@ impl Tunnel<'_> {
             }
             (Verdict::Inspect, Some(tls), Some(host)) => {
                 let alpn = hello.as_ref().map(|h| h.alpn.clone()).unwrap_or_default();
-                let inspected = Inspected {
-                    sh: self.sh.clone(),
-                    snap: ctx.snap.clone(),
-                    tls: tls.clone(),
-                    host,
-                    port: self.port,
-                    id: ctx.id,
-                    peer: ctx.peer,
-                    started: ctx.started,
-                };
-                inspect::run(inspected, client, &alpn, &decision).await
+                inspect::run(self.inspected(tls, host), client, &alpn, &decision).await
             }
             (Verdict::Inspect, ..) => {
                 // The policy refuses what this proxy cannot inspect; should that ever disagree, refuse anyway.
@@ -257,7 +247,13 @@ impl Tunnel<'_> {
         if ctx.pass(asked, &opened).is_err() {
             return drain_and_close(client).await;
         }
-        let inspected = Inspected {
+        inspect::ask_inside(self.inspected(tls, host), client).await
+    }
+
+    /// The tunnel, to be inspected as `host` with `tls`: its line's id, policy and start.
+    fn inspected(&self, tls: &Arc<crate::tls::Inspection>, host: Host) -> Inspected {
+        let ctx = &self.ctx;
+        Inspected {
             sh: self.sh.clone(),
             snap: ctx.snap.clone(),
             tls: tls.clone(),
@@ -266,8 +262,7 @@ impl Tunnel<'_> {
             id: ctx.id,
             peer: ctx.peer,
             started: ctx.started,
-        };
-        inspect::ask_inside(inspected, client).await
+        }
     }
 
     /// Resolve the decided name once, check it, pass the gate, dial exactly the checked addresses, replay, relay.
