@@ -77,9 +77,9 @@ fn the_person_at_the_terminal_answers_once_and_the_command_output_is_all_there()
     let question = at(&shown, LABEL);
     let asked = &shown[question..];
     assert!(asked.contains(&format!("GET new.test:{}/x", scene.port)), "the question names the request: {asked:?}");
-    // What the command wrote before its request may still be on its way when the question shows: it waits, then
-    // comes. What it wrote after the answer comes after the question.
-    at(&shown, "before-the-request");
+    // What the command wrote before its request comes before the question (leash relays it first), what it wrote
+    // after the answer comes after.
+    assert!(at(&shown, "before-the-request") < question, "{shown:?}");
     assert!(question < at(&shown, "origin") && at(&shown, "origin") < at(&shown, "after-the-request"), "{shown:?}");
     assert_eq!(ended.got(&url).status, 200);
     let line = scene.decision("/x");

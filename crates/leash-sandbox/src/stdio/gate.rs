@@ -28,7 +28,16 @@ struct OutputState {
     writing: bool,
     /// The last two bytes the terminal was sent, to know whether its cursor is at the start of a line.
     tail: [u8; 2],
+    /// The relay's source (a copy of its descriptor), to see whether output waits there to be relayed.
+    source: Option<OwnedFd>,
 }
+
+/// How long a prompt waits for the output the command wrote before it to be relayed first, so the question follows
+/// it on the terminal; a command that keeps writing is held after this.
+const DRAIN: Duration = Duration::from_millis(100);
+/// How long a prompt waits for output on its way through the pseudo-terminal (written, not yet readable on its
+/// master side: the kernel moves it in a work item of its own) before it takes no pending output for none.
+const SETTLE: Duration = Duration::from_millis(5);
 
 impl OutputGate {
     pub(super) fn new(to: File) -> OutputGate {
@@ -38,6 +47,7 @@ impl OutputGate {
     /// Copies `from` (the pseudo-terminal's master) to the caller's terminal until end of file or an error on either
     /// side (`EIO` once no process holds the other side), one whole chunk at a time.
     pub(super) fn relay(&self, mut from: File) {
+        lock(&self.state).source = from.try_clone().ok().map(OwnedFd::from);
         let mut buf = vec![0u8; CHUNK];
         loop {
             match from.read(&mut buf) {
@@ -68,8 +78,21 @@ impl OutputGate {
 
     /// Holds the command's output once the chunk being written (if any) is out, until the hold is dropped: what the
     /// command writes meanwhile waits in its pseudo-terminal (and the command, once that is full).
+    ///
+    /// What the command wrote before the hold and the relay has not read yet is relayed first (for up to [`DRAIN`]),
+    /// so the question comes after it on the terminal rather than in the middle of it.
     pub(super) fn hold(&self) -> OutputHold<'_> {
+        let started = std::time::Instant::now();
         let mut state = wait_while(&self.changed, lock(&self.state), |s| s.held || s.writing);
+        loop {
+            let (pending, waited) = (state.source.as_ref().is_some_and(readable), started.elapsed());
+            if waited >= DRAIN || (!pending && waited >= SETTLE) {
+                break;
+            }
+            let tick = Duration::from_millis(1);
+            let (next, _) = self.changed.wait_timeout(state, tick).unwrap_or_else(PoisonError::into_inner);
+            state = wait_while(&self.changed, next, |s| s.held || s.writing);
+        }
         state.held = true;
         OutputHold { gate: self }
     }
@@ -297,6 +320,13 @@ fn remember_tail(tail: &mut [u8; 2], bytes: &[u8]) {
         [only] => *tail = [tail[1], *only],
         [.., a, b] => *tail = [*a, *b],
     }
+}
+
+/// Whether `fd` has bytes to read now.
+fn readable(fd: &OwnedFd) -> bool {
+    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, not waited on (timeout 0).
+    unsafe { libc::poll(&mut poll, 1, 0) > 0 && poll.revents & libc::POLLIN != 0 }
 }
 
 /// A lock that a panic elsewhere does not make unusable: the states here stay consistent at every step.

@@ -312,3 +312,21 @@ fn a_direct_prompt_makes_the_terminal_raw_only_while_asking_and_ignores_type_ahe
     let flags = |t: libc::termios| (t.c_iflag, t.c_oflag, t.c_lflag, t.c_cflag);
     assert_eq!(flags(after), flags(before), "the terminal's settings put back");
 }
+
+#[test]
+fn what_the_command_wrote_just_before_a_question_shows_before_it() {
+    // Many rounds, each racing the relay: the output is written, and the question asked, at once.
+    for round in 0..50 {
+        let mut rig = rig();
+        // The relays run (as they do from `attach` on, long before any question).
+        rig.command.write_all(b"ready\r\n").unwrap();
+        rig.screen.wait_for(b"ready\r\n");
+        let before = format!("before-{round}\r\n");
+        rig.command.write_all(before.as_bytes()).unwrap();
+        let shown = rig.ask_and_type(b"o\r");
+        assert_eq!(shown.as_deref(), Some("o"));
+        let screen = rig.screen.wait_for(before.as_bytes());
+        let (written, asked) = (find(&screen, before.as_bytes()), find(&screen, &question_shown(QUESTION)));
+        assert!(written < asked, "round {round}: the question came before the output: {}", show(&screen));
+    }
+}
