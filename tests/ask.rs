@@ -20,3 +20,6 @@ mod inside;
 
 #[path = "ask/inspect.rs"]
 mod inspect;
+
+#[path = "ask/proxy.rs"]
+mod proxy;
