@@ -887,3 +887,38 @@ fn docker_run_reaches_the_operators_services_and_nothing_else_on_the_host() {
     let outcome = lines.iter().find(|l| l["id"] == *tools_id && l.get("bytes_down").is_some()).unwrap();
     assert!(outcome["bytes_down"].as_u64().unwrap() > 60, "the relayed answer is counted: {outcome}");
 }
+
+#[test]
+fn docker_run_asks_over_the_control_socket_and_the_answer_lets_the_request_through() {
+    if !docker_ready() {
+        return;
+    }
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let socket = private.path().join("s.sock");
+    let answering = socket.clone();
+    // The person: answers `run` to the first question about new.test, as `leash ask` does.
+    let person = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + BOUND;
+        while std::time::Instant::now() < deadline {
+            let o = Command::new(LEASH).args(["ask", "list", "--json", "--socket"]).arg(&answering).output().unwrap();
+            let pending: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap_or_default();
+            if let Some(q) = pending.iter().find(|q| q["host"] == "new.test") {
+                let id = q["id"].to_string();
+                let o = Command::new(LEASH).args(["ask", "answer", &id, "run", "--socket"]).arg(&answering).output();
+                return o.unwrap().status.success();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    });
+    let extra = ["--ask", "--ask-socket", socket.to_str().unwrap(), "--resolve", "new.test:127.0.0.1"];
+    let (o, lines) = docker_run_with("ask", &extra, |port| {
+        format!("curl -s -o /dev/null -w '%{{http_code}}\\n' http://new.test:{port}/asked; echo \"mode: $LEASH_NETWORK_MODE\"")
+    });
+    assert!(person.join().unwrap(), "no question about new.test was answered; stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), "200\nmode: ask\n", "stderr: {}", stderr(&o));
+    let line = lines.iter().find(|l| l["path"] == "/asked").unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!((line["reason"].as_str(), line["decided_by"].as_str()), (Some("approved"), Some("socket")), "{line}");
+    assert!(!socket.exists(), "the control socket is removed when leash ends");
+}
