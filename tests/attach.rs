@@ -611,3 +611,40 @@ fn the_ready_line_for_a_pid_names_the_network_namespace_of_the_process() {
     assert_eq!(leash.exited().code(), Some(0));
     assert_eq!(line, format!("listening inside the network namespace of process {pid} on 127.0.0.1:3128"));
 }
+
+#[test]
+fn attach_asks_over_the_control_socket_and_refuses_ask_with_a_directory() {
+    if !can_attach("attach_asks_over_the_control_socket_and_refuses_ask_with_a_directory") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let socket = dir.path().join("s.sock");
+    let port = origin();
+    let ns = Ns::add("ask");
+    let extra = ["--netns", &ns.path(), "--ask", "--ask-socket", socket.to_str().unwrap()];
+    let _leash = attach(&[&extra[..], &["--resolve", "new.test:127.0.0.1"]].concat(), dir.path(), port);
+    let url = format!("http://new.test:{port}/asked");
+    let (name, held) = (ns.name.clone(), url.clone());
+    let fetching = std::thread::spawn(move || fetch(&name, Some(PROXY), &held));
+    let ask = |args: &[&str]| {
+        Command::new(LEASH).arg("ask").args(args).args(["--socket", socket.to_str().unwrap()]).output().unwrap()
+    };
+    let deadline = Instant::now() + WAIT;
+    let id = loop {
+        let pending: Vec<serde_json::Value> =
+            serde_json::from_slice(&ask(&["list", "--json"]).stdout).unwrap_or_default();
+        if let Some(q) = pending.iter().find(|q| q["host"] == "new.test") {
+            break q["id"].to_string();
+        }
+        assert!(Instant::now() < deadline, "no question about new.test");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(ask(&["answer", &id, "once"]).status.success());
+    let got = fetching.join().unwrap();
+    assert_eq!((got.status.as_str(), got.body.as_str()), ("200", "origin"), "{got:?}");
+    // Many namespaces would share one terminal and one socket: --ask is for one.
+    let o = Command::new(LEASH).args(["attach", "--dir", dir.path().to_str().unwrap(), "--ask"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--ask is for one namespace"), "{}", stderr(&o));
+}
