@@ -214,6 +214,11 @@ impl<'s> RequestCtx<'s> {
         write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, outcome, self.started);
     }
 
+    /// What [`RequestCtx::outcome`] needs, owned, for a task that outlives this context (a tunnel's relay).
+    pub fn pending_outcome(&self, sh: &Arc<Shared>) -> PendingOutcome {
+        PendingOutcome { sh: sh.clone(), id: self.id, started: self.started }
+    }
+
     /// Record that an allowed request's upstream (`authority`) could not be reached, and answer it: the failure
     /// outcome, and the 502/504 saying why.
     pub fn dial_failed(&self, authority: &str, e: &crate::dial::DialError) -> Response {
@@ -230,6 +235,21 @@ impl<'s> RequestCtx<'s> {
         // The upstream proxy's own answer goes on record, so a refusal by it is told from leash's.
         let answer = (cause == Some(UpstreamFailure::UpstreamProxy)).then(|| why.to_owned());
         let outcome = (status, (0, 0), cause, answer);
+        write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, outcome, self.started);
+    }
+}
+
+/// The outcome line a request still owes, held by a task of its own: no policy snapshot, no borrow.
+pub(crate) struct PendingOutcome {
+    sh: Arc<Shared>,
+    id: u64,
+    started: Instant,
+}
+
+impl PendingOutcome {
+    /// Record how the request ended (see [`RequestCtx::outcome`]).
+    pub fn write(&self, status: u16, up: u64, down: u64) {
+        let outcome = (status, (up, down), None, None);
         write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, outcome, self.started);
     }
 }

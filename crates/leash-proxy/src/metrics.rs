@@ -167,9 +167,11 @@ impl Metrics {
         add(&self.idle_connections_reclaimed, 1);
     }
 
-    pub(crate) fn connection_opened(&self) -> OpenConnection<'_> {
+    /// Count a client connection open until the guard is dropped. The guard owns its share of the metrics, so a
+    /// tunnel's relay task can take it along (see [`crate::server::Held`]).
+    pub(crate) fn connection_opened(self: &Arc<Self>) -> OpenConnection {
         add(&self.connections_open, 1);
-        OpenConnection(self)
+        OpenConnection(self.clone())
     }
 
     /// Every metric in the Prometheus text exposition format, version 0.0.4; `policy_generation` is the generation
@@ -258,9 +260,9 @@ impl Metrics {
 }
 
 /// A client connection counted in `leash_connections_open`; dropping it counts the connection closed.
-pub(crate) struct OpenConnection<'m>(&'m Metrics);
+pub(crate) struct OpenConnection(Arc<Metrics>);
 
-impl Drop for OpenConnection<'_> {
+impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
     }
@@ -535,7 +537,7 @@ mod tests {
 
     #[test]
     fn the_connection_gauge_follows_its_guards() {
-        let metrics = Metrics::default();
+        let metrics = Arc::new(Metrics::default());
         let first = metrics.connection_opened();
         let second = metrics.connection_opened();
         assert!(metrics.render(0).contains("\nleash_connections_open 2\n"));

@@ -233,6 +233,13 @@ fn drain_backlog(
     }
 }
 
+/// What an open client connection holds until it ends, whichever task serves it: its place in the connection bounds
+/// and its count in `leash_connections_open`. A tunnel hands it to the small task that relays its bytes.
+pub(crate) struct Held {
+    pub admitted: Admitted,
+    _open: crate::metrics::OpenConnection,
+}
+
 /// One client connection: requests until it closes, goes idle, breaks a rule that ends it, or shutdown. While it
 /// waits for a request head it holds no read buffer and may be closed to make room ([`wait_idle`]).
 async fn connection(
@@ -243,12 +250,12 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
     admitted: Admitted,
 ) {
-    let _open = sh.cfg.metrics.connection_opened();
+    let held = Held { admitted, _open: sh.cfg.metrics.connection_opened() };
     let _ = stream.set_nodelay(true);
     let mut client = BufConn::new(stream);
     let limits = &sh.cfg.limits;
     if let Entry::Transparent(port) = entry {
-        if wait_idle(&mut client, &admitted, limits.idle_timeout, &mut stop).await == Idle::Close {
+        if wait_idle(&mut client, &held.admitted, limits.idle_timeout, &mut stop).await == Idle::Close {
             return;
         }
         match tokio::time::timeout(limits.idle_timeout, client.source().fill(TLS_PROBE)).await {
@@ -256,11 +263,11 @@ async fn connection(
             _ => return,
         }
         if client.buf[0] == TLS_HANDSHAKE {
-            return tunnel::transparent(sh, client, port, peer).await;
+            return tunnel::transparent(sh, client, port, peer, held).await;
         }
     }
     loop {
-        if wait_idle(&mut client, &admitted, limits.idle_timeout, &mut stop).await == Idle::Close {
+        if wait_idle(&mut client, &held.admitted, limits.idle_timeout, &mut stop).await == Idle::Close {
             return;
         }
         let head = {
@@ -291,7 +298,7 @@ async fn connection(
             head.target = absolute_for_transparent(&head, port);
         }
         if head.method == "CONNECT" {
-            return tunnel::handle(sh, client, &head, peer).await;
+            return tunnel::handle(sh, client, &head, peer, held).await;
         }
         if forward::handle(sh, &mut client, &head, peer).await == Next::Close {
             return close_after(&mut client, &head).await;

@@ -19,6 +19,7 @@ use crate::gate::{ruled, Asked, Extras, RequestCtx};
 use crate::inspect::{self, answer_in_tls, Inspected};
 use crate::refusal::{reply, Response};
 use crate::relay;
+use crate::server::Held;
 use crate::shared::Shared;
 use crate::wire::client_hello::{parse_client_hello, ClientHello, ServerName};
 use crate::wire::http_head::RequestHead;
@@ -28,7 +29,13 @@ use crate::wire::Parsed;
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
 /// Handle a CONNECT request; the connection is the tunnel's from here on.
-pub(crate) async fn handle(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, head: &RequestHead, peer: SocketAddr) {
+pub(crate) async fn handle(
+    sh: &Arc<Shared>,
+    mut client: BufConn<TcpStream>,
+    head: &RequestHead,
+    peer: SocketAddr,
+    held: Held,
+) {
     let ctx = RequestCtx::new(sh, peer);
     let (target, port) = match connect_target(head) {
         Ok(t) => t,
@@ -60,7 +67,7 @@ pub(crate) async fn handle(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, hea
     if client.io.write_all(ESTABLISHED).await.is_err() {
         return;
     }
-    let tunnel = Tunnel { sh, ctx, target: &target, port, ruling };
+    let tunnel = Tunnel { sh, ctx, target: &target, port, ruling, held };
     tunnel.on_client_hello(client).await;
 }
 
@@ -102,11 +109,19 @@ struct Tunnel<'a> {
     port: u16,
     /// Ask mode: the answer its CONNECT was held for, if it was.
     ruling: Option<Ruling>,
+    /// The client connection's place in the bounds, handed to the relay task.
+    held: Held,
 }
 
 /// A TLS connection to a transparent listener (a client that ignored the proxy variables and reached the sandbox
 /// address the DNS stub gave it): decided exactly like a CONNECT to `<SNI host>:<port>`, on the ClientHello.
-pub(crate) async fn transparent(sh: &Arc<Shared>, mut client: BufConn<TcpStream>, port: u16, peer: SocketAddr) {
+pub(crate) async fn transparent(
+    sh: &Arc<Shared>,
+    mut client: BufConn<TcpStream>,
+    port: u16,
+    peer: SocketAddr,
+    held: Held,
+) {
     let ctx = RequestCtx::new(sh, peer);
     let Some(hello) = read_client_hello(sh, &mut client).await else { return };
     let named = match hello.as_ref().map(|h| &h.server_name) {
@@ -124,7 +139,7 @@ pub(crate) async fn transparent(sh: &Arc<Shared>, mut client: BufConn<TcpStream>
         ctx.refuse(&Asked { method: TUNNEL_METHOD, host: "", port, path: None }, &decision);
         return drain_and_close(client).await;
     };
-    let tunnel = Tunnel { sh, ctx, target: &target, port, ruling: None };
+    let tunnel = Tunnel { sh, ctx, target: &target, port, ruling: None, held };
     tunnel.on_hello(client, hello).await;
 }
 
@@ -149,13 +164,13 @@ async fn read_client_hello(sh: &Shared, client: &mut BufConn<TcpStream>) -> Opti
 }
 
 impl Tunnel<'_> {
-    async fn on_client_hello(&self, mut client: BufConn<TcpStream>) {
+    async fn on_client_hello(self, mut client: BufConn<TcpStream>) {
         let Some(hello) = read_client_hello(self.sh, &mut client).await else { return };
         self.on_hello(client, hello).await;
     }
 
     /// Decide on the ClientHello (`None`: not one) and refuse, inspect or splice.
-    async fn on_hello(&self, client: BufConn<TcpStream>, hello: Option<ClientHello>) {
+    async fn on_hello(self, client: BufConn<TcpStream>, hello: Option<ClientHello>) {
         let facts = facts_of(hello.as_ref());
         let ctx = &self.ctx;
         let decision = ctx.decide(&Question::ClientHello { target: self.target, port: self.port, hello: facts });
@@ -267,7 +282,7 @@ impl Tunnel<'_> {
 
     /// Resolve the decided name once, check it, pass the gate, dial exactly the checked addresses, replay, relay.
     async fn splice(
-        &self,
+        self,
         client: BufConn<TcpStream>,
         host: &Host,
         asked: &Asked<'_>,
@@ -302,18 +317,24 @@ impl Tunnel<'_> {
         if let Err(e) = upstream.write_all(&client.buf).await.and(upstream.flush().await) {
             return self.failed(asked.host, 502, Some(UpstreamFailure::of_io(&e)), &e.to_string());
         }
-        self.relay(client, upstream, replayed).await;
+        self.relay(client, upstream, replayed);
     }
 
-    /// Relay until both sides end: socket to socket over TCP; in user space through a TLS session with the
-    /// upstream proxy.
-    async fn relay(&self, mut client: BufConn<TcpStream>, upstream: UpstreamIo, replayed: u64) {
-        client.buf = Vec::new();
-        let (up, down) = match upstream {
-            UpstreamIo::Tcp(mut tcp) => relay::tunnel(&mut client.io, &mut tcp).await,
-            UpstreamIo::Tls(mut session) => relay::tunnel_stream(&mut client.io, &mut *session).await,
-        };
-        self.ctx.outcome(200, replayed + up, down);
+    /// Relay until both sides end, in a task of its own: socket to socket over TCP; in user space through a TLS
+    /// session with the upstream proxy. The task owns only the two sockets, what the outcome line needs and the
+    /// connection's place in the bounds, so an idle tunnel does not keep the connection task's state (the request
+    /// head, the ClientHello, the inspecting paths' futures) for as long as it is open.
+    fn relay(self, client: BufConn<TcpStream>, upstream: UpstreamIo, replayed: u64) {
+        let outcome = self.ctx.pending_outcome(self.sh);
+        let (mut client, held) = (client.io, self.held);
+        tokio::spawn(async move {
+            let (up, down) = match upstream {
+                UpstreamIo::Tcp(mut tcp) => relay::tunnel(&mut client, &mut tcp).await,
+                UpstreamIo::Tls(mut session) => relay::tunnel_stream(&mut client, &mut *session).await,
+            };
+            outcome.write(200, replayed + up, down);
+            drop(held);
+        });
     }
 
     /// The tunnel's upstream failed after its `200`: the client only sees the tunnel close, so the outcome and a
