@@ -69,7 +69,7 @@ impl AskFront {
         );
     }
 
-    /// Answer question `id` (see [`answer`]).
+    /// Answer question `id` (see [`answer_question`]).
     pub fn answer(&self, id: u64, answer: Answer, scope: Option<&str>, by: AnsweredBy) -> Result<(), String> {
         answer_question(&self.asking, (&self.policy, &self.source), (id, answer, scope), by)
     }
