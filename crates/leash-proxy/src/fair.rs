@@ -115,6 +115,20 @@ pub(crate) struct Admitted {
     _permit: OwnedSemaphorePermit,
 }
 
+/// What an open client connection holds until it ends, whichever task serves it: its place in the connection bounds
+/// and its count in `leash_connections_open`. A tunnel hands it to the small task that relays its bytes (so it lives
+/// here, below both the accept loop and the tunnel).
+pub(crate) struct Held {
+    pub admitted: Admitted,
+    _open: crate::metrics::OpenConnection,
+}
+
+impl Held {
+    pub(crate) fn new(admitted: Admitted, open: crate::metrics::OpenConnection) -> Self {
+        Held { admitted, _open: open }
+    }
+}
+
 /// A connection registered as idle until dropped; [`IdleGuard::closing`] completes when leash wants its place.
 pub(crate) struct IdleGuard<'a> {
     admitted: &'a Admitted,

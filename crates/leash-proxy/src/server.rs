@@ -13,7 +13,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use crate::config::ProxyConfig;
 use crate::conn::{BufConn, Next};
-use crate::fair::{Admitted, ConnectionBound};
+use crate::fair::{Admitted, ConnectionBound, Held};
 use crate::forward;
 use crate::request::{close_after, refuse_unreadable};
 use crate::service::Listening;
@@ -233,13 +233,6 @@ fn drain_backlog(
     }
 }
 
-/// What an open client connection holds until it ends, whichever task serves it: its place in the connection bounds
-/// and its count in `leash_connections_open`. A tunnel hands it to the small task that relays its bytes.
-pub(crate) struct Held {
-    pub admitted: Admitted,
-    _open: crate::metrics::OpenConnection,
-}
-
 /// One client connection: requests until it closes, goes idle, breaks a rule that ends it, or shutdown. While it
 /// waits for a request head it holds no read buffer and may be closed to make room ([`wait_idle`]).
 async fn connection(
@@ -250,7 +243,7 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
     admitted: Admitted,
 ) {
-    let held = Held { admitted, _open: sh.cfg.metrics.connection_opened() };
+    let held = Held::new(admitted, sh.cfg.metrics.connection_opened());
     let _ = stream.set_nodelay(true);
     let mut client = BufConn::new(stream);
     let limits = &sh.cfg.limits;
