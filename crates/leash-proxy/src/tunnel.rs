@@ -2,7 +2,6 @@
 //! and the tunnel decided on its server name, then spliced to that name — resolved once and checked — with the
 //! peeked bytes replayed first. A tunnel refused on its ClientHello is closed without a byte reaching any upstream.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -22,7 +21,6 @@ use crate::inspect::{self, answer_in_tls, Inspected};
 use crate::refusal::{reply, Response};
 use crate::relay;
 use crate::shared::Shared;
-use crate::tls::Inspection;
 use crate::wire::client_hello::{parse_client_hello, ClientHello, ServerName};
 use crate::wire::http_head::RequestHead;
 use crate::wire::target::loose_authority;
@@ -210,9 +208,8 @@ impl Tunnel<'_> {
                 drain_and_close(client).await
             }
             (Verdict::Inspect, Some(tls), Some(host)) => {
-                let alpn = hello.map(|h| h.alpn).unwrap_or_default();
-                let inspected = self.inspected(tls, host);
-                own_task(self.held, async move { inspect::run(inspected, client, &alpn, &decision).await });
+                let alpn = hello.as_ref().map(|h| h.alpn.clone()).unwrap_or_default();
+                inspect::run(self.inspected(tls, host), client, &alpn, &decision).await
             }
             (Verdict::Inspect, ..) => {
                 // The policy refuses what this proxy cannot inspect; should that ever disagree, refuse anyway.
@@ -259,18 +256,17 @@ impl Tunnel<'_> {
 
     /// Ask mode: open the tunnel to `host` without an upstream and ask about each request in it (see
     /// [`inspect::ask_inside`]); its line says so (`inspect`, `ask`).
-    async fn open_to_ask(self, client: BufConn<TcpStream>, host: Host, asked: &Asked<'_>) {
+    async fn open_to_ask(&self, client: BufConn<TcpStream>, host: Host, asked: &Asked<'_>) {
         let (ctx, Some(tls)) = (&self.ctx, &self.sh.cfg.inspection) else { return drain_and_close(client).await };
         let opened = Decision { verdict: Verdict::Inspect, reason: Reason::Ask, rule: None };
         if ctx.pass(asked, &opened).is_err() {
             return drain_and_close(client).await;
         }
-        let inspected = self.inspected(tls, host);
-        own_task(self.held, inspect::ask_inside(inspected, client));
+        inspect::ask_inside(self.inspected(tls, host), client).await
     }
 
-    /// The tunnel as inspected to `host`, on this tunnel's id, policy and start.
-    fn inspected(&self, tls: &Arc<Inspection>, host: Host) -> Inspected {
+    /// The tunnel, to be inspected as `host` with `tls`: its line's id, policy and start.
+    fn inspected(&self, tls: &Arc<crate::tls::Inspection>, host: Host) -> Inspected {
         let ctx = &self.ctx;
         Inspected {
             sh: self.sh.clone(),
@@ -330,13 +326,14 @@ impl Tunnel<'_> {
     /// head, the ClientHello, the inspecting paths' futures) for as long as it is open.
     fn relay(self, client: BufConn<TcpStream>, upstream: UpstreamIo, replayed: u64) {
         let outcome = self.ctx.pending_outcome(self.sh);
-        let mut client = client.io;
-        own_task(self.held, async move {
+        let (mut client, held) = (client.io, self.held);
+        tokio::spawn(async move {
             let (up, down) = match upstream {
                 UpstreamIo::Tcp(mut tcp) => relay::tunnel(&mut client, &mut tcp).await,
                 UpstreamIo::Tls(mut session) => relay::tunnel_stream(&mut client, &mut *session).await,
             };
             outcome.write(200, replayed + up, down);
+            drop(held);
         });
     }
 
@@ -345,16 +342,6 @@ impl Tunnel<'_> {
     fn failed(&self, host: &str, status: u16, cause: Option<UpstreamFailure>, why: &str) {
         self.ctx.failed(status, &format!("{host}:{}", self.port), cause, why);
     }
-}
-
-/// Serve the rest of a tunnel (its relay, or its inspection) in a task of its own that holds the connection's place
-/// in the bounds until it ends. The connection task then ends: its future is sized for every path a connection may
-/// take (about 18 kB in a debug build), and an idle tunnel would otherwise keep all of it for as long as it is open.
-fn own_task(held: Held, rest: impl Future<Output = ()> + Send + 'static) {
-    tokio::spawn(async move {
-        rest.await;
-        drop(held);
-    });
 }
 
 /// What the policy needs to know of a ClientHello (`None`: the bytes were not one).
