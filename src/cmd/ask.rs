@@ -134,7 +134,7 @@ fn interactive(socket: &Path) -> io::Result<Exit> {
 /// Ask the person about `q` on stdin until leash takes an answer or they skip it (an empty line).
 fn put(socket: &Path, q: &Question) -> io::Result<()> {
     loop {
-        eprint!("leash: [{}] {}", q.id, describe(q, 0).replace("; refused in 0s > ", " (empty: skip) > "));
+        eprint!("leash: [{}] {}", q.id, describe(q, "an empty line skips it"));
         let mut typed = String::new();
         if io::stdin().read_line(&mut typed)? == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "standard input ended"));

@@ -55,9 +55,9 @@ fn ask_each(front: &AskFront, prompt: &impl Prompt, mut events: tokio::sync::bro
 /// Ask until the person gives an answer leash takes, dismisses the prompt, or the question closes elsewhere.
 fn put(front: &AskFront, prompt: &impl Prompt, question: &Question) -> io::Result<()> {
     let still_open = || front.asking.is_open(question.id);
-    let mut problem = String::new();
+    let (mut problem, last) = (String::new(), format!("refused in {}s", front.asking.timeout().as_secs()));
     while still_open() {
-        let text = format!("{problem}{}", describe(question, front.asking.timeout().as_secs()));
+        let text = format!("{problem}{}", describe(question, &last));
         let Some(typed) = prompt.ask(&text, &still_open)? else { return Ok(()) };
         match parse(&typed) {
             Ok((answer, scope)) => match front.answer(question.id, answer, scope, AnsweredBy::Terminal) {
@@ -72,8 +72,9 @@ fn put(front: &AskFront, prompt: &impl Prompt, question: &Question) -> io::Resul
 
 /// The question as the person reads it: what the request would reveal, and the answers. The method, host and
 /// path are the sandbox's words: anything but printable ASCII in them is shown escaped, so no byte of theirs can
-/// move the cursor, clear a line or answer the terminal.
-pub fn describe(q: &Question, timeout_secs: u64) -> String {
+/// move the cursor, clear a line or answer the terminal. `last` ends the line before the prompt (what happens if
+/// nobody answers, here).
+pub fn describe(q: &Question, last: &str) -> String {
     let what = match (q.kind, &q.path) {
         (HeldKind::Request, Some(path)) => format!("{} {}:{}{path}", q.method, q.host, q.port),
         _ => format!("a tunnel to {}:{}", q.host, q.port),
@@ -85,7 +86,7 @@ pub fn describe(q: &Question, timeout_secs: u64) -> String {
     };
     format!(
         "allow {what}{also}? [o]nce, [r]un, [a]lways (into the policy file), [d]eny; add .domain after r/a/d for a \
-         whole domain; refused in {timeout_secs}s > "
+         whole domain; {last} > "
     )
 }
 
@@ -144,7 +145,7 @@ mod tests {
             asked_at: String::new(),
             waiting: 1,
         };
-        let shown = describe(&q, 30);
+        let shown = describe(&q, "refused in 30s");
         assert!(shown.chars().all(|c| (' '..='~').contains(&c)), "{shown:?}");
         assert!(shown.contains("GET evil.test:80/x\\u{1b}[2J\\u{9b}31m\\u{202e}"), "{shown}");
     }
