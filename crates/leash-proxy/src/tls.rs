@@ -242,12 +242,11 @@ fn client_configs(
 ) -> Result<[Arc<ClientConfig>; 4], TlsSetupError> {
     let roots = Arc::new(roots);
     // With no root at all nothing verifies (webpki's builder refuses to make such a verifier): nothing to cache.
-    let verifier = match roots.is_empty() {
-        true => Verifier::Roots(roots),
-        false => {
-            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone()).build()?;
-            Verifier::Caching(Arc::new(CachingVerifier::new(webpki)))
-        }
+    let verifier = if roots.is_empty() {
+        Verifier::Roots(roots)
+    } else {
+        let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone()).build()?;
+        Verifier::Caching(Arc::new(CachingVerifier::new(webpki)))
     };
     let client = |alpn: &[&[u8]]| client_config(provider, &verifier, alpn);
     Ok([client(&[ALPN_H2, ALPN_HTTP1])?, client(&[ALPN_H2])?, client(&[ALPN_HTTP1])?, client(&[])?])
@@ -375,5 +374,17 @@ impl std::fmt::Debug for CertAuthority {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key.
         f.debug_struct("CertAuthority").field("leaves", &self.cached_leaves()).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_system_roots_alone_start_though_the_upstream_ca_set_is_empty() {
+        // webpki's verifier builder refuses an empty root set; the `--upstream-ca` configurations are built over one.
+        let trust = UpstreamTrust { system_roots: true, extra_ca_files: Vec::new() };
+        assert!(Inspection::new(&trust).is_ok());
     }
 }
