@@ -6,6 +6,10 @@
 //! client is then given exactly the protocol the upstream chose, so each inspected tunnel speaks one protocol on
 //! both sides and nothing is translated.
 //!
+//! Each set of roots has one [`verified::CachingVerifier`], shared by its four ALPN configurations: a chain verified
+//! once for a name is accepted again without webpki's signature checks while every certificate in it is within its
+//! validity (the module says why that accepts nothing a full verification would refuse).
+//!
 //! The system trust store is loaded on the first inspected upstream connection, not at start: parsing it (and, with
 //! `SSL_CERT_DIR` set, opening every file of the directory) cost `leash run` milliseconds before its command could
 //! start, and its memory stays unpaid by a run that inspects nothing. `--upstream-ca` files are read at start, so a
@@ -14,12 +18,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::CertificateDer;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::ca::{CaError, CertAuthority};
+
+mod verified;
+
+use verified::CachingVerifier;
 
 /// How much TLS output a session may hold before a write waits for the socket (rustls' default is 64 KiB). A bulk body
 /// copy hands over up to [`COPY_BULK_BUF`](crate::relay::COPY_BULK_BUF) of plaintext at once; a limit above that
@@ -56,6 +65,9 @@ pub enum TlsSetupError {
     /// rustls refused the configuration built.
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
+    /// rustls refused to build the upstream certificate verifier.
+    #[error("upstream certificate verifier: {0}")]
+    Verifier(#[from] rustls::client::VerifierBuilderError),
 }
 
 /// Which roots upstream certificates are verified against.
@@ -222,26 +234,45 @@ impl Inspection {
     }
 }
 
-/// The four upstream configurations (ALPN: both, `h2`, `http/1.1`, none) trusting `roots`.
+/// The four upstream configurations (ALPN: both, `h2`, `http/1.1`, none) trusting `roots`, sharing one cache of
+/// verified chains.
 fn client_configs(
     provider: &Arc<rustls::crypto::CryptoProvider>,
     roots: RootCertStore,
 ) -> Result<[Arc<ClientConfig>; 4], TlsSetupError> {
     let roots = Arc::new(roots);
-    let client = |alpn: &[&[u8]]| client_config(provider, &roots, alpn);
+    // With no root at all nothing verifies (webpki's builder refuses to make such a verifier): nothing to cache.
+    let verifier = if roots.is_empty() {
+        Verifier::Roots(roots)
+    } else {
+        let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone()).build()?;
+        Verifier::Caching(Arc::new(CachingVerifier::new(webpki)))
+    };
+    let client = |alpn: &[&[u8]]| client_config(provider, &verifier, alpn);
     Ok([client(&[ALPN_H2, ALPN_HTTP1])?, client(&[ALPN_H2])?, client(&[ALPN_HTTP1])?, client(&[])?])
 }
 
-/// A verifying client configuration trusting `roots`, offering `alpn`.
+/// How a client configuration verifies the server's certificate: always against roots, by webpki.
+enum Verifier {
+    /// rustls' webpki verifier, made for each configuration.
+    Roots(Arc<RootCertStore>),
+    /// rustls' webpki verifier behind a cache of the chains it verified (tls/verified.rs).
+    Caching(Arc<CachingVerifier>),
+}
+
+/// A verifying client configuration, offering `alpn`.
 fn client_config(
     provider: &Arc<rustls::crypto::CryptoProvider>,
-    roots: &Arc<RootCertStore>,
+    verifier: &Verifier,
     alpn: &[&[u8]],
 ) -> Result<Arc<ClientConfig>, TlsSetupError> {
-    let mut cfg = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots.clone())
-        .with_no_client_auth();
+    let builder = ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let builder = match verifier {
+        Verifier::Roots(roots) => builder.with_root_certificates(roots.clone()),
+        // "dangerous" is rustls' name for any verifier not its own; this one is webpki with a memory.
+        Verifier::Caching(caching) => builder.dangerous().with_custom_certificate_verifier(caching.clone()),
+    };
+    let mut cfg = builder.with_no_client_auth();
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(cfg))
 }
@@ -292,7 +323,8 @@ fn proxy_client_config(ca_file: Option<&str>) -> Result<Arc<ClientConfig>, TlsSe
     if roots.is_empty() {
         return Err(TlsSetupError::NoProxyRoots);
     }
-    client_config(&provider, &Arc::new(roots), &[])
+    // rustls' own verifier: the cache is for inspected upstreams' set-ups.
+    client_config(&provider, &Verifier::Roots(Arc::new(roots)), &[])
 }
 
 /// Every `--upstream-ca` file's certificates as trust anchors, each one checked now, so a bad file stops leash.
@@ -342,5 +374,17 @@ impl std::fmt::Debug for CertAuthority {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key.
         f.debug_struct("CertAuthority").field("leaves", &self.cached_leaves()).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_system_roots_alone_start_though_the_upstream_ca_set_is_empty() {
+        // webpki's verifier builder refuses an empty root set; the `--upstream-ca` configurations are built over one.
+        let trust = UpstreamTrust { system_roots: true, extra_ca_files: Vec::new() };
+        assert!(Inspection::new(&trust).is_ok());
     }
 }

@@ -322,6 +322,35 @@ async fn upstream_with_an_untrusted_certificate_gets_502_upstream_tls() {
     assert_eq!((d[1]["id"].clone(), d[1]["host"].as_str()), (d[0]["id"].clone(), Some("allowed.test")));
 }
 
+#[tokio::test]
+async fn a_chain_verified_for_one_name_is_refused_for_another_on_every_connection() {
+    // leash remembers the upstream chains it verified (tls/verified.rs); the memory is keyed by the name too. The
+    // origin resumes no session, so each tunnel's upstream handshake sends and verifies its chain.
+    let ca = TestCa::new();
+    let tls = TlsUpstream::for_names_without_resumption(&ca, &["good.test"]).await;
+    let policy = |p: u16| {
+        format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [good.test, other.test]\n  tunnel_ports: [{p}]\n  inspect: all\n  allow_destinations: [127.0.0.0/8]\n"
+        )
+    };
+    let t = Inspecting::with(ca, tls, policy).await;
+    for path in ["/one", "/two"] {
+        let r = t.get("good.test", path).await;
+        assert_eq!((r.status, r.text()), (200, "hello over tls to good.test".to_owned()));
+    }
+    assert_eq!(t.tls.handshakes(), [Some("good.test".to_owned()), Some("good.test".to_owned())], "two full handshakes");
+    // The same chain, from the same origin, for a name it does not cover.
+    for path in ["/three", "/four"] {
+        let r = t.get("other.test", path).await;
+        assert_refused(&r, 502, "upstream-tls");
+    }
+    assert_eq!(t.origin_targets(), ["/one", "/two"], "nothing was sent over the sessions that failed verification");
+    let lines = t.leash.log();
+    let refused: Vec<_> = decisions(&lines).into_iter().filter(|v| v["reason"] == "upstream-tls").collect();
+    assert_eq!(refused.len(), 2, "each refusal was logged before its 502: {lines:#?}");
+    assert!(refused.iter().all(|v| v["host"] == "other.test"), "{refused:#?}");
+}
+
 /// An inspected tunnel to an origin that answers its first request with `Connection: close`, so the next request
 /// on the tunnel dials the upstream again; returns the tunnel after that first request.
 async fn tunnel_after_a_closing_response(t: &Inspecting) -> Wire<TlsStream<tokio::net::TcpStream>> {

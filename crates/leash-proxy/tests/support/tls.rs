@@ -146,6 +146,16 @@ impl TlsUpstream {
         TlsUpstream::serving(ca.server_config(TLS_NAMES), handler).await
     }
 
+    /// An HTTPS origin whose certificate covers `names` only and that resumes no session: every handshake with it is
+    /// a full one, its chain sent and verified each time (as with the benchmark's nginx).
+    pub async fn for_names_without_resumption(ca: &TestCa, names: &[&str]) -> TlsUpstream {
+        let mut config = ca.server_config(names);
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        config.send_tls13_tickets = 0;
+        let handler = |r: &Recorded| Reply::ok(format!("hello over tls to {}", r.sni.as_deref().unwrap_or("-")));
+        TlsUpstream::serving(config, handler).await
+    }
+
     async fn serving(
         config: ServerConfig,
         handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
