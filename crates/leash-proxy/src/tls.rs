@@ -35,6 +35,23 @@ use verified::CachingVerifier;
 /// (records add ≈ 0.2 %) lets rustls seal it all and send it in one `writev` instead of one per 64 KiB.
 pub(crate) const SEND_BUFFER_LIMIT: usize = crate::relay::COPY_BULK_BUF + 64 * 1024;
 
+/// The client-facing side's cryptography: ring's with the AES-128-GCM suites first, chosen over the client's order
+/// (clients put TLS13_AES_256_GCM_SHA384 first). A TLS 1.3 key schedule and transcript hash are then SHA-256, which
+/// CPUs accelerate (SHA-NI, ARMv8's SHA-2 instructions) where SHA-384 runs in software: leash's side of the handshake
+/// costs ~20 % less and a whole inspected set-up 4-6 % less CPU. AES-128-GCM is as safe a choice; every other suite
+/// (AES-256-GCM, CHACHA20-POLY1305, TLS 1.2's) stays, in ring's order.
+fn server_provider() -> rustls::crypto::CryptoProvider {
+    use rustls::CipherSuite::{
+        TLS13_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    };
+    let mut provider = rustls::crypto::ring::default_provider();
+    let aes_128 =
+        [TLS13_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256];
+    // A stable sort: those move to the front, each version's others keep their order.
+    provider.cipher_suites.sort_by_key(|s| !aes_128.contains(&s.suite()));
+    provider
+}
+
 /// ALPN's name for HTTP/2: an inspected tunnel speaks it when both the client and the upstream offer it.
 pub const ALPN_H2: &[u8] = b"h2";
 /// ALPN's name for HTTP/1.1.
@@ -115,12 +132,14 @@ impl Inspection {
             return Err(TlsSetupError::NoRoots);
         }
         let resolver = Arc::new(LeafResolver(ca.clone()));
+        let server_provider = Arc::new(server_provider());
         let server = |alpn: &[&[u8]]| -> Result<Arc<ServerConfig>, TlsSetupError> {
-            let mut cfg = ServerConfig::builder_with_provider(provider.clone())
+            let mut cfg = ServerConfig::builder_with_provider(server_provider.clone())
                 .with_safe_default_protocol_versions()?
                 .with_no_client_auth()
                 .with_cert_resolver(resolver.clone());
             cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+            cfg.ignore_client_order = true;
             Ok(Arc::new(cfg))
         };
         Ok(Self {
@@ -380,6 +399,69 @@ impl std::fmt::Debug for CertAuthority {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::{CipherSuite, ClientConnection, ServerConnection};
+
+    /// The suite a client offering `suites` (in its order) and `versions` gets from the client-facing side.
+    fn negotiated(suites: &[CipherSuite], versions: &[&'static rustls::SupportedProtocolVersion]) -> CipherSuite {
+        let inspection = Inspection::new(&UpstreamTrust { system_roots: true, extra_ca_files: vec![] }).unwrap();
+        let mut provider = rustls::crypto::ring::default_provider();
+        provider.cipher_suites =
+            suites.iter().map(|&s| *provider.cipher_suites.iter().find(|c| c.suite() == s).unwrap()).collect();
+        let mut roots = RootCertStore::empty();
+        roots.add(inspection.ca().cert_der().clone()).unwrap();
+        let client = ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("suites.example").unwrap();
+        let mut client = ClientConnection::new(Arc::new(client), name).unwrap();
+        let mut server = ServerConnection::new(inspection.server_config(Some(ALPN_HTTP1))).unwrap();
+        while client.is_handshaking() || server.is_handshaking() {
+            let mut bytes = Vec::new();
+            while client.wants_write() {
+                client.write_tls(&mut bytes).unwrap();
+            }
+            server.read_tls(&mut &bytes[..]).unwrap();
+            server.process_new_packets().unwrap();
+            bytes.clear();
+            while server.wants_write() {
+                server.write_tls(&mut bytes).unwrap();
+            }
+            client.read_tls(&mut &bytes[..]).unwrap();
+            client.process_new_packets().unwrap();
+        }
+        client.negotiated_cipher_suite().unwrap().suite()
+    }
+
+    #[test]
+    fn clients_get_aes_128_gcm_before_their_first_choice() {
+        let theirs = [CipherSuite::TLS13_AES_256_GCM_SHA384, CipherSuite::TLS13_AES_128_GCM_SHA256];
+        assert_eq!(negotiated(&theirs, &[&rustls::version::TLS13]), CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let theirs = [
+            CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+            CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        ];
+        let tls12 = CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256;
+        assert_eq!(negotiated(&theirs, &[&rustls::version::TLS12]), tls12);
+    }
+
+    #[test]
+    fn every_other_suite_is_still_served() {
+        for suite in [
+            CipherSuite::TLS13_AES_256_GCM_SHA384,
+            CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+            CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+            CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+            CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+        ] {
+            let version = match suite.as_str() {
+                Some(name) if name.starts_with("TLS13_") => &rustls::version::TLS13,
+                _ => &rustls::version::TLS12,
+            };
+            assert_eq!(negotiated(&[suite], &[version]), suite);
+        }
+    }
 
     #[test]
     fn the_system_roots_alone_start_though_the_upstream_ca_set_is_empty() {
