@@ -15,7 +15,7 @@ mod h2;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use leash_policy::{Decision, Host, Reason, Verdict};
 use rustls::pki_types::ServerName;
@@ -212,14 +212,23 @@ async fn answer_at_path(t: &Inspected, client: BufConn<TcpStream>, answer: Respo
 /// Complete the client's handshake with the leaf for its SNI; `None` when it fails (the client does not trust the
 /// run's CA, or went away).
 async fn accept(t: &Inspected, client: BufConn<TcpStream>, config: Arc<rustls::ServerConfig>) -> Option<ClientTls> {
-    accept_with(&t.sh, client, config).await
+    accept_with(t.sh.cfg.limits.client_hello_timeout, client, config).await
 }
 
-async fn accept_with(sh: &Shared, client: BufConn<TcpStream>, config: Arc<rustls::ServerConfig>) -> Option<ClientTls> {
+/// [`accept`] within `timeout`.
+async fn accept_with(
+    timeout: Duration,
+    client: BufConn<TcpStream>,
+    config: Arc<rustls::ServerConfig>,
+) -> Option<ClientTls> {
     let handshake = TlsAcceptor::from(config).accept(TlsIo::new(client));
-    match tokio::time::timeout(sh.cfg.limits.client_hello_timeout, handshake).await {
+    match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(mut tls)) => {
-            tls.get_mut().1.set_buffer_limit(Some(SEND_BUFFER_LIMIT));
+            let (io, session) = tls.get_mut();
+            session.set_buffer_limit(Some(SEND_BUFFER_LIMIT));
+            // The buffer the ClientHello was peeked into (8 KiB) was replayed to the session: a tunnel does not keep
+            // it for as long as it is open.
+            io.get_mut().release_if_empty();
             Some(tls)
         }
         Ok(Err(e)) => {
@@ -239,9 +248,9 @@ pub(crate) async fn answer_in_tls(
     client: BufConn<TcpStream>,
     respond: impl FnOnce(&str) -> Response,
 ) {
-    let Some(tls) = accept_with(sh, client, tls.server_for_answers()).await else { return };
-    let mut conn = BufConn::new(tls);
     let limits = &sh.cfg.limits;
+    let Some(tls) = accept_with(limits.client_hello_timeout, client, tls.server_for_answers()).await else { return };
+    let mut conn = BufConn::new(tls);
     let max = limits.max_head_bytes;
     let read = conn.read_head(limits.head_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
         parse_request_head(b, max)
@@ -259,4 +268,50 @@ pub(crate) async fn answer_in_tls(
 /// A TLS failure (as opposed to the connection failing under it).
 fn is_tls_error(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) || e.kind() == io::ErrorKind::InvalidData
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use rustls::pki_types::ServerName;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_rustls::TlsConnector;
+
+    use super::accept_with;
+    use crate::conn::BufConn;
+    use crate::tls::{Inspection, UpstreamTrust};
+
+    /// The ClientHello is peeked into the client connection's read buffer and replayed to the TLS session; once the
+    /// handshake is done nothing is left in it, and an inspected tunnel does not keep it (8 KiB) while it is open.
+    #[tokio::test]
+    async fn the_buffer_the_client_hello_was_peeked_into_is_released_after_the_handshake() {
+        let tls = Inspection::new(&UpstreamTrust { system_roots: true, ..UpstreamTrust::default() }).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(tls.ca().cert_der().clone()).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = ServerName::try_from("peeked.test").unwrap();
+            let mut session = TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap();
+            // Open until the proxy's side closes.
+            let _ = session.read(&mut [0; 1]).await;
+        });
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut peeked = BufConn::new(tcp);
+        peeked.source().fill(8 * 1024).await.unwrap();
+        assert!(!peeked.buf.is_empty() && peeked.buf.capacity() >= 8 * 1024);
+        let mut session = accept_with(Duration::from_secs(5), peeked, tls.server_for_answers()).await.unwrap();
+        assert_eq!(session.get_mut().0.get_mut().buf.capacity(), 0);
+        drop(session);
+        client.await.unwrap();
+    }
 }
