@@ -2,6 +2,7 @@
 //! origin-form target read as `https://<SNI host><target>`, every Host required to name the SNI host, and one
 //! upstream TLS session for the tunnel (dialed again, checked again, if the upstream closes it between requests).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use leash_policy::{Question, Request, Scheme, Via};
@@ -31,33 +32,42 @@ struct Logged<'a> {
 }
 
 /// Serve requests until the client closes or a request ends the connection; returns bytes up and down.
-pub(super) async fn serve(t: &Inspected, client: ClientTls, upstream: UpstreamTls) -> (u64, u64) {
-    serve_on(t, client, Some(Upstream { conn: BufConn::new(upstream), reused: false })).await
+pub(super) fn serve(t: &Inspected, client: ClientTls, upstream: UpstreamTls) -> impl Future<Output = (u64, u64)> + '_ {
+    serve_on(t, BufConn::new(client), Some(Upstream { conn: BufConn::new(upstream), reused: false }))
 }
 
 /// [`serve`] with no upstream session yet: the first request that goes up dials one (resolved and checked then).
 /// Ask mode's tunnels to a host no rule admits start so, so nothing is resolved or dialled before a person allows a
 /// request in them.
-pub(super) async fn serve_undialled(t: &Inspected, client: ClientTls) -> (u64, u64) {
-    serve_on(t, client, None).await
+pub(super) fn serve_undialled(t: &Inspected, client: ClientTls) -> impl Future<Output = (u64, u64)> + '_ {
+    serve_on(t, BufConn::new(client), None)
 }
 
-async fn serve_on(t: &Inspected, client: ClientTls, mut upstream: Option<Upstream>) -> (u64, u64) {
-    let mut client = BufConn::new(client);
-    let mut totals = (0u64, 0u64);
-    let limits = &t.sh.cfg.limits;
-    loop {
-        let head = match crate::request::read_request_head(&mut client, limits).await {
-            Ok(head) => head,
-            Err(e) => {
-                refuse_unreadable(&t.sh, &mut client, e, t.peer).await;
-                close_gracefully(&mut client.io).await;
+/// The request loop, for as long as the tunnel is open. An async block that owns both sessions, not an async fn: an
+/// async fn's future keeps its arguments beside the locals they are moved into, and so did `serve`'s, a copy of both
+/// TLS sessions each (about 2.4 kB apiece) in every open tunnel.
+#[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments beside the locals they move into")]
+fn serve_on(
+    t: &Inspected,
+    mut client: BufConn<ClientTls>,
+    mut upstream: Option<Upstream>,
+) -> impl Future<Output = (u64, u64)> + '_ {
+    async move {
+        let mut totals = (0u64, 0u64);
+        let limits = &t.sh.cfg.limits;
+        loop {
+            let head = match crate::request::read_request_head(&mut client, limits).await {
+                Ok(head) => head,
+                Err(e) => {
+                    refuse_unreadable(&t.sh, &mut client, e, t.peer).await;
+                    close_gracefully(&mut client.io).await;
+                    return totals;
+                }
+            };
+            if request(t, &mut client, &head, &mut upstream, &mut totals).await == Next::Close {
+                close_after(&mut client, &head).await;
                 return totals;
             }
-        };
-        if request(t, &mut client, &head, &mut upstream, &mut totals).await == Next::Close {
-            close_after(&mut client, &head).await;
-            return totals;
         }
     }
 }
