@@ -125,43 +125,8 @@ impl Inspected {
 pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8>], decision: &Decision) {
     // Shared with the tunnel's HTTP/2 streams, which outlive this call's borrows.
     let t = Arc::new(t);
-    let host = t.host_str();
     let ctx = t.ctx();
-    let asked = Asked { method: TUNNEL_METHOD, host: &host, port: t.port, path: None };
-    let route = match t.route().await {
-        Ok(route) => route,
-        Err(DialError::Refused(reason)) => {
-            let answer = ctx.refuse_destination(&asked, reason);
-            return answer_at_path(&t, client, answer).await;
-        }
-        Err(e) => {
-            let answer = match ctx.pass(&asked, decision) {
-                Ok(()) => dial_failed(&t, &ctx, &e),
-                Err(answer) => answer,
-            };
-            return answer_at_path(&t, client, answer).await;
-        }
-    };
-    // INVARIANT: the tunnel is logged before an upstream connection is opened, so before any byte of the client's
-    // reaches one.
-    if let Err(answer) = ctx.pass(&asked, decision) {
-        return answer_at_path(&t, client, answer).await;
-    }
-    let upstream = match t.dial_route(&route, t.tls.upstream_config(alpn)).await {
-        Ok(upstream) => upstream,
-        Err(UpstreamError::Tls(why)) => {
-            let answer = upstream_tls_refused(&t, &ctx, &asked, decision.rule.clone(), &why);
-            return answer_at_path(&t, client, answer).await;
-        }
-        Err(UpstreamError::Dial(e)) => {
-            let answer = dial_failed(&t, &ctx, &e);
-            return answer_at_path(&t, client, answer).await;
-        }
-    };
-    let chosen = upstream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
-    let Some(client) = accept(&t, client, t.tls.server_config(chosen.as_deref())).await else {
-        return ctx.outcome(0, 0, 0);
-    };
+    let Some((client, upstream, chosen)) = establish(&t, &ctx, client, alpn, decision).await else { return };
     let (status, up, down) = match chosen.as_deref() {
         Some(ALPN_H2) => h2::serve(t.clone(), client, upstream).await,
         _ => {
@@ -170,6 +135,57 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
         }
     };
     ctx.outcome(status, up, down);
+}
+
+/// Resolve, check, log, dial, and complete both handshakes: both sessions and the protocol the upstream chose, or
+/// `None` when the tunnel was answered (refused, failed) or its client's handshake failed. Its own function: what
+/// its states keep (the dial's result, the answers) was part of every state of `run`'s future, the request loop's
+/// too, for as long as the tunnel was open.
+async fn establish(
+    t: &Inspected,
+    ctx: &RequestCtx<'_>,
+    client: BufConn<TcpStream>,
+    alpn: &[Vec<u8>],
+    decision: &Decision,
+) -> Option<(ClientTls, UpstreamTls, Option<Vec<u8>>)> {
+    let host = t.host_str();
+    let asked = Asked { method: TUNNEL_METHOD, host: &host, port: t.port, path: None };
+    let route = match t.route().await {
+        Ok(route) => route,
+        Err(DialError::Refused(reason)) => {
+            let answer = ctx.refuse_destination(&asked, reason);
+            return answer_at_path(t, client, answer).await;
+        }
+        Err(e) => {
+            let answer = match ctx.pass(&asked, decision) {
+                Ok(()) => dial_failed(t, ctx, &e),
+                Err(answer) => answer,
+            };
+            return answer_at_path(t, client, answer).await;
+        }
+    };
+    // INVARIANT: the tunnel is logged before an upstream connection is opened, so before any byte of the client's
+    // reaches one.
+    if let Err(answer) = ctx.pass(&asked, decision) {
+        return answer_at_path(t, client, answer).await;
+    }
+    let upstream = match t.dial_route(&route, t.tls.upstream_config(alpn)).await {
+        Ok(upstream) => upstream,
+        Err(UpstreamError::Tls(why)) => {
+            let answer = upstream_tls_refused(t, ctx, &asked, decision.rule.clone(), &why);
+            return answer_at_path(t, client, answer).await;
+        }
+        Err(UpstreamError::Dial(e)) => {
+            let answer = dial_failed(t, ctx, &e);
+            return answer_at_path(t, client, answer).await;
+        }
+    };
+    let chosen = upstream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    let Some(client) = accept(t, client, t.tls.server_config(chosen.as_deref())).await else {
+        ctx.outcome(0, 0, 0);
+        return None;
+    };
+    Some((client, upstream, chosen))
 }
 
 /// Ask mode: a tunnel to a host no rule admits, whose requests leash can read, opened to ask about each of them with
@@ -203,10 +219,12 @@ pub(super) fn upstream_tls_refused(
     ctx.refuse_with(asked, &refused, Response::upstream_tls(&t.authority(), why))
 }
 
-/// Answer a tunnel inside TLS with `answer`, a 403 naming the path the client asked for.
-async fn answer_at_path(t: &Inspected, client: BufConn<TcpStream>, answer: Response) {
+/// Answer a tunnel inside TLS with `answer`, a 403 naming the path the client asked for; `None`, as nothing more is
+/// served.
+async fn answer_at_path<T>(t: &Inspected, client: BufConn<TcpStream>, answer: Response) -> Option<T> {
     let host = t.host_str();
     answer_in_tls(&t.sh, &t.tls, client, |path| answer.naming_path(&host, path)).await;
+    None
 }
 
 /// Complete the client's handshake with the leaf for its SNI; `None` when it fails (the client does not trust the
