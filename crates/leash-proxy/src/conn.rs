@@ -319,6 +319,11 @@ impl<S> TlsIo<S> {
     }
 
     /// The transport.
+    pub fn get_ref(&self) -> &S {
+        &self.io
+    }
+
+    /// The transport.
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.io
     }

@@ -289,23 +289,21 @@ fn is_tls_error(e: &io::Error) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
     use rustls::pki_types::ServerName;
-    use tokio::io::AsyncReadExt;
     use tokio::net::{TcpListener, TcpStream};
-    use tokio_rustls::TlsConnector;
+    use tokio_rustls::{client, TlsConnector};
 
-    use super::accept_with;
+    use super::{accept_with, ClientTls};
     use crate::conn::BufConn;
     use crate::tls::{Inspection, UpstreamTrust};
 
-    /// The ClientHello is peeked into the client connection's read buffer and replayed to the TLS session; once the
-    /// handshake is done nothing is left in it, and an inspected tunnel does not keep it (8 KiB) while it is open.
-    #[tokio::test]
-    async fn the_buffer_the_client_hello_was_peeked_into_is_released_after_the_handshake() {
+    /// A client's TLS session and leash's side of it, its ClientHello peeked into the connection's buffer first as a
+    /// tunnel's is; and that buffer's capacity before the handshake.
+    pub(crate) async fn session_pair() -> (ClientTls, client::TlsStream<TcpStream>, usize) {
         let tls = Inspection::new(&UpstreamTrust { system_roots: true, ..UpstreamTrust::default() }).unwrap();
         let mut roots = rustls::RootCertStore::empty();
         roots.add(tls.ca().cert_der().clone()).unwrap();
@@ -316,20 +314,29 @@ mod tests {
             .with_no_client_auth();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let client = tokio::spawn(async move {
+        let connect = async {
             let tcp = TcpStream::connect(addr).await.unwrap();
             let name = ServerName::try_from("peeked.test").unwrap();
-            let mut session = TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap();
-            // Open until the proxy's side closes.
-            let _ = session.read(&mut [0; 1]).await;
-        });
-        let (tcp, _) = listener.accept().await.unwrap();
-        let mut peeked = BufConn::new(tcp);
-        peeked.source().fill(8 * 1024).await.unwrap();
-        assert!(!peeked.buf.is_empty() && peeked.buf.capacity() >= 8 * 1024);
-        let mut session = accept_with(Duration::from_secs(5), peeked, tls.server_for_answers()).await.unwrap();
-        assert_eq!(session.get_mut().0.get_mut().buf.capacity(), 0);
-        drop(session);
-        client.await.unwrap();
+            TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap()
+        };
+        let accept = async {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut peeked = BufConn::new(tcp);
+            peeked.source().fill(8 * 1024).await.unwrap();
+            assert!(!peeked.buf.is_empty());
+            let capacity = peeked.buf.capacity();
+            (accept_with(Duration::from_secs(5), peeked, tls.server_for_answers()).await.unwrap(), capacity)
+        };
+        let (client, (session, peeked)) = tokio::join!(connect, accept);
+        (session, client, peeked)
+    }
+
+    /// The ClientHello is peeked into the client connection's read buffer and replayed to the TLS session; once the
+    /// handshake is done nothing is left in it, and an inspected tunnel does not keep it (8 KiB) while it is open.
+    #[tokio::test]
+    async fn the_buffer_the_client_hello_was_peeked_into_is_released_after_the_handshake() {
+        let (session, _client, peeked) = session_pair().await;
+        assert!(peeked >= 8 * 1024);
+        assert_eq!(session.get_ref().0.get_ref().buf.capacity(), 0);
     }
 }
