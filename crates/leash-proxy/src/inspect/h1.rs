@@ -167,7 +167,7 @@ async fn forward(
         }
         let Some(up) = upstream.as_mut() else { continue };
         let reused = up.reused;
-        let result = exchange(&t.sh, client, &mut up.conn, (bytes, head, plan), watches.clone()).await;
+        let result = exchange(&t.sh, client, &mut up.conn, (bytes, head, plan), watches).await;
         match result {
             Err(ExchangeError::Stale) if reused && plan.framing == BodyFraming::None && attempts == 1 => {
                 *upstream = None;
