@@ -12,6 +12,7 @@ mod client_body;
 mod h1;
 mod h2;
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -191,13 +192,17 @@ async fn establish(
 /// Ask mode: a tunnel to a host no rule admits, whose requests leash can read, opened to ask about each of them with
 /// its path (its line, `inspect` for `ask`, is written by the caller). The client is answered over HTTP/1.1 and no
 /// upstream is dialled: the first request a person allows dials it, resolved and checked then.
-pub(crate) async fn ask_inside(t: Inspected, client: BufConn<TcpStream>) {
-    let ctx = t.ctx();
-    let Some(client) = accept(&t, client, t.tls.server_for_answers()).await else {
-        return ctx.outcome(0, 0, 0);
-    };
-    let (up, down) = h1::serve_undialled(&t, client).await;
-    ctx.outcome(200, up, down);
+/// An async block, not an async fn, which would keep a second copy of `t` for as long as the tunnel is open.
+#[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments beside the locals they move into")]
+pub(crate) fn ask_inside(t: Inspected, client: BufConn<TcpStream>) -> impl Future<Output = ()> {
+    async move {
+        let ctx = t.ctx();
+        let Some(client) = accept(&t, client, t.tls.server_for_answers()).await else {
+            return ctx.outcome(0, 0, 0);
+        };
+        let (up, down) = h1::serve_undialled(&t, client).await;
+        ctx.outcome(200, up, down);
+    }
 }
 
 /// A resolution or connection failure of an allowed tunnel whose decision line was written: its failure outcome,
