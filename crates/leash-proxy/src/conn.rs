@@ -159,6 +159,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> BufConn<S> {
             self.buf = Vec::new();
         }
     }
+
+    /// Let go of the read buffer if nothing is left in it, so a connection that waits holds none.
+    pub fn release_if_empty(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = Vec::new();
+        }
+    }
 }
 
 /// A read buffer and (one half of) its stream: reads serve the buffer first. Body copies take one, so a request body
@@ -309,6 +316,16 @@ pub struct TlsIo<S> {
 impl<S> TlsIo<S> {
     pub fn new(io: S) -> Self {
         Self { io, ahead: None, start: 0, end: 0, bulk: false }
+    }
+
+    /// The transport.
+    pub fn get_ref(&self) -> &S {
+        &self.io
+    }
+
+    /// The transport.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.io
     }
 }
 

@@ -149,15 +149,16 @@ where
 }
 
 /// Send `request` (and the client's body) up, relay the response down. The upstream is a plain TCP connection
-/// (forward proxy) or the TLS session of an inspected tunnel. `redact`: the credential put on the request, turned
-/// back into its placeholder wherever the response body echoes it; `watch`: credentials the request body must not
-/// carry to this host.
+/// (forward proxy) or the TLS session of an inspected tunnel. `watches`: the credential put on the request, turned
+/// back into its placeholder wherever the response body echoes it; credentials the request body must not carry to
+/// this host; the upstream proxy. Lent, each watch cloned where it starts: taken by value, they were kept beside
+/// their clones in the exchange's future, which is part of every connection's.
 pub(crate) async fn exchange<S, U>(
     sh: &Shared,
     client: &mut BufConn<S>,
     upstream: &mut BufConn<U>,
     (request, head, plan): (&[u8], &RequestHead, &Plan<'_>),
-    Watches { redact, leaks, via_proxy }: Watches,
+    watches: &Watches,
 ) -> Result<Exchanged, ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -166,14 +167,13 @@ where
     if let Err(e) = upstream.io.write_all(request).await.and(upstream.io.flush().await) {
         return Err(stale_or(e));
     }
-    // What watches the exchange watches the bytes after a 101 too.
-    let after_upgrade = (redact.clone(), leaks.clone());
     let keep = plan.client_keep_alive;
     let (relayed, body_sent) = if plan.framing == BodyFraming::None {
         let mut down = upstream.source();
-        (relay_response(sh, &mut down, &mut client.io, (head, keep), (redact, via_proxy)).await?, Some(0))
+        let watch = (watches.redact.clone(), watches.via_proxy.as_deref());
+        (relay_response(sh, &mut down, &mut client.io, (head, keep), watch).await?, Some(0))
     } else {
-        with_body(sh, client, upstream, head, plan, Watches { redact, leaks, via_proxy }).await?
+        with_body(sh, client, upstream, head, plan, watches).await?
     };
     let up = request.len() as u64 + body_sent.unwrap_or(0);
     if relayed.client_gone {
@@ -181,6 +181,8 @@ where
     }
     // relay_final let only the WebSocket the request asked for switch.
     if relayed.upgraded && upgrade::forwarded(head).is_some() {
+        // What watches the exchange watches the bytes after a 101 too.
+        let after_upgrade = (watches.redact.clone(), watches.leaks.clone());
         let (a, b) = relay_upgraded(client, upstream, after_upgrade).await?;
         return Ok(done(relayed.status, up + a, relayed.down + b, false, false));
     }
@@ -200,7 +202,7 @@ async fn with_body<S, U>(
     upstream: &mut BufConn<U>,
     head: &RequestHead,
     plan: &Plan<'_>,
-    Watches { redact, leaks, via_proxy }: Watches,
+    watches: &Watches,
 ) -> Result<(Relayed, Option<u64>), ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -212,7 +214,7 @@ where
     let mut body_src = Source { buf: client_buf, io: &mut client_rd };
     let mut down = Source { buf: &mut upstream.buf, io: &mut up_rd };
     let send = async {
-        match leaks {
+        match watches.leaks.clone() {
             Some(watch) => {
                 let chunked = plan.framing == BodyFraming::Chunked;
                 let mut watched = Watched::new(&mut up_wr, watch, chunked);
@@ -223,7 +225,8 @@ where
             None => send_body(&mut body_src, &mut up_wr, plan.framing).await,
         }
     };
-    let recv = relay_response(sh, &mut down, &mut client_wr, (head, plan.client_keep_alive), (redact, via_proxy));
+    let watch = (watches.redact.clone(), watches.via_proxy.as_deref());
+    let recv = relay_response(sh, &mut down, &mut client_wr, (head, plan.client_keep_alive), watch);
     tokio::pin!(send, recv);
     let mut sent = None;
     loop {
@@ -257,7 +260,7 @@ async fn relay_response<R, W>(
     down: &mut Source<'_, R>,
     client: &mut W,
     (request, client_keep_alive): (&RequestHead, bool),
-    (redact, via_proxy): (Option<Redactor>, Option<String>),
+    (redact, via_proxy): (Option<Redactor>, Option<&str>),
 ) -> Result<Relayed, ExchangeError>
 where
     R: AsyncRead + Unpin,
@@ -281,11 +284,11 @@ where
             continue;
         }
         // The upstream proxy's own refusal: a 502 naming it, never passed on as the origin's answer.
-        if let Some(refused) = via_proxy.as_ref().and_then(|proxy| proxy_refusal(&head).map(|why| (proxy, why))) {
+        if let Some(refused) = via_proxy.and_then(|proxy| proxy_refusal(&head).map(|why| (proxy, why))) {
             // The marker is the upstream's text, quoted in the 502, the log and a warning: a credential's value in
             // it (a proxy echoing what it got) becomes the placeholder there too.
             let why = sh.cfg.credentials.masked(&refused.1).unwrap_or(refused.1);
-            return Err(ExchangeError::Dial(DialError::UpstreamProxy(refused.0.clone(), why)));
+            return Err(ExchangeError::Dial(DialError::UpstreamProxy(refused.0.to_owned(), why)));
         }
         return relay_final(down, client, &head, (request, client_keep_alive), redact).await;
     }

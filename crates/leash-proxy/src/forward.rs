@@ -109,13 +109,13 @@ where
 {
     let sh = ctx.sh;
     let mut conn = BufConn::new(upstream.stream);
-    let mut result = exchange(sh, client, &mut conn, (request, head, plan), watches.clone()).await;
+    let mut result = exchange(sh, client, &mut conn, (request, head, plan), &watches).await;
     if matches!(result, Err(ExchangeError::Stale)) && upstream.pooled && plan.framing == BodyFraming::None {
         match redial(ctx, plan, asked).await {
             Ok(stream) => {
                 upstream = Upstream { stream, pooled: false };
                 conn = BufConn::new(upstream.stream);
-                result = exchange(sh, client, &mut conn, (request, head, plan), watches).await;
+                result = exchange(sh, client, &mut conn, (request, head, plan), &watches).await;
             }
             Err(e) => result = Err(e),
         }

@@ -12,10 +12,11 @@ mod client_body;
 mod h1;
 mod h2;
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use leash_policy::{Decision, Host, Reason, Verdict};
 use rustls::pki_types::ServerName;
@@ -125,43 +126,8 @@ impl Inspected {
 pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8>], decision: &Decision) {
     // Shared with the tunnel's HTTP/2 streams, which outlive this call's borrows.
     let t = Arc::new(t);
-    let host = t.host_str();
     let ctx = t.ctx();
-    let asked = Asked { method: TUNNEL_METHOD, host: &host, port: t.port, path: None };
-    let route = match t.route().await {
-        Ok(route) => route,
-        Err(DialError::Refused(reason)) => {
-            let answer = ctx.refuse_destination(&asked, reason);
-            return answer_at_path(&t, client, answer).await;
-        }
-        Err(e) => {
-            let answer = match ctx.pass(&asked, decision) {
-                Ok(()) => dial_failed(&t, &ctx, &e),
-                Err(answer) => answer,
-            };
-            return answer_at_path(&t, client, answer).await;
-        }
-    };
-    // INVARIANT: the tunnel is logged before an upstream connection is opened, so before any byte of the client's
-    // reaches one.
-    if let Err(answer) = ctx.pass(&asked, decision) {
-        return answer_at_path(&t, client, answer).await;
-    }
-    let upstream = match t.dial_route(&route, t.tls.upstream_config(alpn)).await {
-        Ok(upstream) => upstream,
-        Err(UpstreamError::Tls(why)) => {
-            let answer = upstream_tls_refused(&t, &ctx, &asked, decision.rule.clone(), &why);
-            return answer_at_path(&t, client, answer).await;
-        }
-        Err(UpstreamError::Dial(e)) => {
-            let answer = dial_failed(&t, &ctx, &e);
-            return answer_at_path(&t, client, answer).await;
-        }
-    };
-    let chosen = upstream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
-    let Some(client) = accept(&t, client, t.tls.server_config(chosen.as_deref())).await else {
-        return ctx.outcome(0, 0, 0);
-    };
+    let Some((client, upstream, chosen)) = establish(&t, &ctx, client, alpn, decision).await else { return };
     let (status, up, down) = match chosen.as_deref() {
         Some(ALPN_H2) => h2::serve(t.clone(), client, upstream).await,
         _ => {
@@ -172,16 +138,71 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
     ctx.outcome(status, up, down);
 }
 
+/// Resolve, check, log, dial, and complete both handshakes: both sessions and the protocol the upstream chose, or
+/// `None` when the tunnel was answered (refused, failed) or its client's handshake failed. Its own function: what
+/// its states keep (the dial's result, the answers) was part of every state of `run`'s future, the request loop's
+/// too, for as long as the tunnel was open.
+async fn establish(
+    t: &Inspected,
+    ctx: &RequestCtx<'_>,
+    client: BufConn<TcpStream>,
+    alpn: &[Vec<u8>],
+    decision: &Decision,
+) -> Option<(ClientTls, UpstreamTls, Option<Vec<u8>>)> {
+    let host = t.host_str();
+    let asked = Asked { method: TUNNEL_METHOD, host: &host, port: t.port, path: None };
+    let route = match t.route().await {
+        Ok(route) => route,
+        Err(DialError::Refused(reason)) => {
+            let answer = ctx.refuse_destination(&asked, reason);
+            return answer_at_path(t, client, answer).await;
+        }
+        Err(e) => {
+            let answer = match ctx.pass(&asked, decision) {
+                Ok(()) => dial_failed(t, ctx, &e),
+                Err(answer) => answer,
+            };
+            return answer_at_path(t, client, answer).await;
+        }
+    };
+    // INVARIANT: the tunnel is logged before an upstream connection is opened, so before any byte of the client's
+    // reaches one.
+    if let Err(answer) = ctx.pass(&asked, decision) {
+        return answer_at_path(t, client, answer).await;
+    }
+    let upstream = match t.dial_route(&route, t.tls.upstream_config(alpn)).await {
+        Ok(upstream) => upstream,
+        Err(UpstreamError::Tls(why)) => {
+            let answer = upstream_tls_refused(t, ctx, &asked, decision.rule.clone(), &why);
+            return answer_at_path(t, client, answer).await;
+        }
+        Err(UpstreamError::Dial(e)) => {
+            let answer = dial_failed(t, ctx, &e);
+            return answer_at_path(t, client, answer).await;
+        }
+    };
+    let chosen = upstream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    let Some(client) = accept(t, client, t.tls.server_config(chosen.as_deref())).await else {
+        ctx.outcome(0, 0, 0);
+        return None;
+    };
+    Some((client, upstream, chosen))
+}
+
 /// Ask mode: a tunnel to a host no rule admits, whose requests leash can read, opened to ask about each of them with
 /// its path (its line, `inspect` for `ask`, is written by the caller). The client is answered over HTTP/1.1 and no
 /// upstream is dialled: the first request a person allows dials it, resolved and checked then.
-pub(crate) async fn ask_inside(t: Inspected, client: BufConn<TcpStream>) {
-    let ctx = t.ctx();
-    let Some(client) = accept(&t, client, t.tls.server_for_answers()).await else {
-        return ctx.outcome(0, 0, 0);
-    };
-    let (up, down) = h1::serve_undialled(&t, client).await;
-    ctx.outcome(200, up, down);
+/// An async block, not an async fn, which would keep a second copy of `t` for as long as the tunnel is open.
+#[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments beside the locals they move into")]
+pub(crate) fn ask_inside(t: Inspected, client: BufConn<TcpStream>) -> impl Future<Output = ()> {
+    async move {
+        let ctx = t.ctx();
+        let Some(client) = accept(&t, client, t.tls.server_for_answers()).await else {
+            return ctx.outcome(0, 0, 0);
+        };
+        let (up, down) = h1::serve_undialled(&t, client).await;
+        ctx.outcome(200, up, down);
+    }
 }
 
 /// A resolution or connection failure of an allowed tunnel whose decision line was written: its failure outcome,
@@ -203,23 +224,34 @@ pub(super) fn upstream_tls_refused(
     ctx.refuse_with(asked, &refused, Response::upstream_tls(&t.authority(), why))
 }
 
-/// Answer a tunnel inside TLS with `answer`, a 403 naming the path the client asked for.
-async fn answer_at_path(t: &Inspected, client: BufConn<TcpStream>, answer: Response) {
+/// Answer a tunnel inside TLS with `answer`, a 403 naming the path the client asked for; `None`, as nothing more is
+/// served.
+async fn answer_at_path<T>(t: &Inspected, client: BufConn<TcpStream>, answer: Response) -> Option<T> {
     let host = t.host_str();
     answer_in_tls(&t.sh, &t.tls, client, |path| answer.naming_path(&host, path)).await;
+    None
 }
 
 /// Complete the client's handshake with the leaf for its SNI; `None` when it fails (the client does not trust the
 /// run's CA, or went away).
 async fn accept(t: &Inspected, client: BufConn<TcpStream>, config: Arc<rustls::ServerConfig>) -> Option<ClientTls> {
-    accept_with(&t.sh, client, config).await
+    accept_with(t.sh.cfg.limits.client_hello_timeout, client, config).await
 }
 
-async fn accept_with(sh: &Shared, client: BufConn<TcpStream>, config: Arc<rustls::ServerConfig>) -> Option<ClientTls> {
+/// [`accept`] within `timeout`.
+async fn accept_with(
+    timeout: Duration,
+    client: BufConn<TcpStream>,
+    config: Arc<rustls::ServerConfig>,
+) -> Option<ClientTls> {
     let handshake = TlsAcceptor::from(config).accept(TlsIo::new(client));
-    match tokio::time::timeout(sh.cfg.limits.client_hello_timeout, handshake).await {
+    match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(mut tls)) => {
-            tls.get_mut().1.set_buffer_limit(Some(SEND_BUFFER_LIMIT));
+            let (io, session) = tls.get_mut();
+            session.set_buffer_limit(Some(SEND_BUFFER_LIMIT));
+            // The buffer the ClientHello was peeked into (8 KiB) was replayed to the session: a tunnel does not keep
+            // it for as long as it is open.
+            io.get_mut().release_if_empty();
             Some(tls)
         }
         Ok(Err(e)) => {
@@ -239,9 +271,9 @@ pub(crate) async fn answer_in_tls(
     client: BufConn<TcpStream>,
     respond: impl FnOnce(&str) -> Response,
 ) {
-    let Some(tls) = accept_with(sh, client, tls.server_for_answers()).await else { return };
-    let mut conn = BufConn::new(tls);
     let limits = &sh.cfg.limits;
+    let Some(tls) = accept_with(limits.client_hello_timeout, client, tls.server_for_answers()).await else { return };
+    let mut conn = BufConn::new(tls);
     let max = limits.max_head_bytes;
     let read = conn.read_head(limits.head_timeout, limits.head_timeout, Reparse::OnLineEnd { max }, |b| {
         parse_request_head(b, max)
@@ -259,4 +291,57 @@ pub(crate) async fn answer_in_tls(
 /// A TLS failure (as opposed to the connection failing under it).
 fn is_tls_error(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) || e.kind() == io::ErrorKind::InvalidData
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use rustls::pki_types::ServerName;
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_rustls::{client, TlsConnector};
+
+    use super::{accept_with, ClientTls};
+    use crate::conn::BufConn;
+    use crate::tls::{Inspection, UpstreamTrust};
+
+    /// A client's TLS session and leash's side of it, its ClientHello peeked into the connection's buffer first as a
+    /// tunnel's is; and that buffer's capacity before the handshake.
+    pub(crate) async fn session_pair() -> (ClientTls, client::TlsStream<TcpStream>, usize) {
+        let tls = Inspection::new(&UpstreamTrust { system_roots: true, ..UpstreamTrust::default() }).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(tls.ca().cert_der().clone()).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connect = async {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = ServerName::try_from("peeked.test").unwrap();
+            TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap()
+        };
+        let accept = async {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut peeked = BufConn::new(tcp);
+            peeked.source().fill(8 * 1024).await.unwrap();
+            assert!(!peeked.buf.is_empty());
+            let capacity = peeked.buf.capacity();
+            (accept_with(Duration::from_secs(5), peeked, tls.server_for_answers()).await.unwrap(), capacity)
+        };
+        let (client, (session, peeked)) = tokio::join!(connect, accept);
+        (session, client, peeked)
+    }
+
+    /// The ClientHello is peeked into the client connection's read buffer and replayed to the TLS session; once the
+    /// handshake is done nothing is left in it, and an inspected tunnel does not keep it (8 KiB) while it is open.
+    #[tokio::test]
+    async fn the_buffer_the_client_hello_was_peeked_into_is_released_after_the_handshake() {
+        let (session, _client, peeked) = session_pair().await;
+        assert!(peeked >= 8 * 1024);
+        assert_eq!(session.get_ref().0.get_ref().buf.capacity(), 0);
+    }
 }

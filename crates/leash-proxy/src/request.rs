@@ -2,6 +2,8 @@
 //! policy (target, framing, one Host naming the target), the answers to requests refused by them, and the head sent
 //! upstream for an allowed one.
 
+use std::time::Duration;
+
 use leash_policy::{parse_absolute_target, parse_authority, AbsoluteTarget, Reason, Scheme, TargetError};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -97,9 +99,18 @@ pub(crate) async fn read_request_head<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut BufConn<S>,
     limits: &Limits,
 ) -> Result<RequestHead, ReadHeadError<HeadError>> {
+    read_request_head_within(client, limits, limits.idle_timeout).await
+}
+
+/// [`read_request_head`] waiting up to `idle` for its first byte.
+pub(crate) async fn read_request_head_within<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut BufConn<S>,
+    limits: &Limits,
+    idle: Duration,
+) -> Result<RequestHead, ReadHeadError<HeadError>> {
     let max = limits.max_head_bytes;
     let reparse = Reparse::OnLineEnd { max };
-    client.read_head(limits.idle_timeout, limits.head_timeout, reparse, |b| parse_request_head(b, max)).await
+    client.read_head(idle, limits.head_timeout, reparse, |b| parse_request_head(b, max)).await
 }
 
 /// Close the client's connection after `head`, the request that ended it. When that request has a body, leash may

@@ -12,14 +12,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use crate::config::ProxyConfig;
-use crate::conn::{BufConn, Next};
+use crate::conn::{BufConn, Next, ReadHeadError};
 use crate::fair::{Admitted, ConnectionBound, Held};
 use crate::forward;
+use crate::limits::Limits;
 use crate::request::{close_after, refuse_unreadable};
 use crate::service::Listening;
 use crate::shared::Shared;
 use crate::tunnel;
-use crate::wire::http_head::RequestHead;
+use crate::wire::http_head::{HeadError, RequestHead};
 
 /// The first byte of a TLS record carrying a handshake: what a transparent listener's TLS clients send first.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -263,26 +264,7 @@ async fn connection(
         if wait_idle(&mut client, &held.admitted, limits.idle_timeout, &mut stop).await == Idle::Close {
             return;
         }
-        let head = {
-            let read = crate::request::read_request_head(&mut client, limits);
-            tokio::pin!(read);
-            if *stop.borrow() {
-                // Shutdown began before this connection was first served (accepted just before, or drained after).
-                match tokio::time::timeout(SHUTDOWN_HEAD_GRACE, &mut read).await {
-                    Ok(r) => r,
-                    Err(_) => return,
-                }
-            } else {
-                tokio::select! {
-                    r = &mut read => r,
-                    // A head already arriving was sent before shutdown: read it (briefly); an idle connection closes.
-                    _ = stop.changed() => match tokio::time::timeout(SHUTDOWN_HEAD_GRACE, &mut read).await {
-                        Ok(r) => r,
-                        Err(_) => return,
-                    },
-                }
-            }
-        };
+        let Some(head) = read_head_or_stop(&mut client, limits, &mut stop).await else { return };
         let mut head = match head {
             Ok(head) => head,
             Err(e) => return refuse_unreadable(sh, &mut client, e, peer).await,
@@ -299,6 +281,26 @@ async fn connection(
         if *stop.borrow() {
             return;
         }
+    }
+}
+
+/// The next request head, or `None` when shutdown closes the connection first: a head already arriving when
+/// shutdown begins was sent before it and is read, briefly, as is one on a connection first served after it began
+/// (accepted just before, or drained after). Its own function: the pinned read, held across several waits, kept its
+/// place in `connection`'s future in every state, a tunnel's included, for as long as the connection was open.
+async fn read_head_or_stop(
+    client: &mut BufConn<TcpStream>,
+    limits: &Limits,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Result<RequestHead, ReadHeadError<HeadError>>> {
+    let read = crate::request::read_request_head(client, limits);
+    tokio::pin!(read);
+    if *stop.borrow() {
+        return tokio::time::timeout(SHUTDOWN_HEAD_GRACE, &mut read).await.ok();
+    }
+    tokio::select! {
+        r = &mut read => Some(r),
+        _ = stop.changed() => tokio::time::timeout(SHUTDOWN_HEAD_GRACE, &mut read).await.ok(),
     }
 }
 

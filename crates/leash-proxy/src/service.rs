@@ -276,7 +276,7 @@ async fn request(
             Err(e) => return reply(client, &ctx.dial_failed(&service.target.shown(), &e), false).await,
         },
     };
-    let mut result = exchange(ctx.sh, client, &mut conn, (&bytes, head, &plan), Watches::default()).await;
+    let mut result = exchange(ctx.sh, client, &mut conn, (&bytes, head, &plan), &Watches::default()).await;
     // A kept connection the service closed meanwhile: once more on a fresh one, when nothing of a body was read.
     if reused
         && matches!(result, Err(ExchangeError::Stale))
@@ -285,7 +285,7 @@ async fn request(
         match dial(ctx.sh, &service.target).await {
             Ok(stream) => {
                 conn = BufConn::new(stream);
-                result = exchange(ctx.sh, client, &mut conn, (&bytes, head, &plan), Watches::default()).await;
+                result = exchange(ctx.sh, client, &mut conn, (&bytes, head, &plan), &Watches::default()).await;
             }
             Err(e) => result = Err(ExchangeError::Dial(e)),
         }

@@ -2,6 +2,7 @@
 //! and the tunnel decided on its server name, then spliced to that name — resolved once and checked — with the
 //! peeked bytes replayed first. A tunnel refused on its ClientHello is closed without a byte reaching any upstream.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -163,68 +164,77 @@ async fn read_client_hello(sh: &Shared, client: &mut BufConn<TcpStream>) -> Opti
     }
 }
 
-impl Tunnel<'_> {
-    async fn on_client_hello(self, mut client: BufConn<TcpStream>) {
-        let Some(hello) = read_client_hello(self.sh, &mut client).await else { return };
-        self.on_hello(client, hello).await;
+impl<'a> Tunnel<'a> {
+    /// Read the ClientHello, then go on as [`Tunnel::on_hello`]. This and `on_hello` are async blocks, not async fns,
+    /// which keep their arguments beside the locals they are moved into: a second copy of the tunnel's state in every
+    /// connection's future.
+    #[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments beside the locals they move into")]
+    fn on_client_hello(self, mut client: BufConn<TcpStream>) -> impl Future<Output = ()> + 'a {
+        async move {
+            let Some(hello) = read_client_hello(self.sh, &mut client).await else { return };
+            self.on_hello(client, hello).await;
+        }
     }
 
     /// Decide on the ClientHello (`None`: not one) and refuse, inspect or splice.
-    async fn on_hello(self, client: BufConn<TcpStream>, hello: Option<ClientHello>) {
-        let facts = facts_of(hello.as_ref());
-        let ctx = &self.ctx;
-        let decision = ctx.decide(&Question::ClientHello { target: self.target, port: self.port, hello: facts });
-        let sni = match facts {
-            ClientHelloFacts::ServerName(name) => Some(parse_host(name)),
-            _ => None,
-        };
-        // The canonical host (lowercase, one trailing dot dropped), as plain-HTTP lines name theirs.
-        let shown = match (&sni, facts) {
-            (Some(Ok(host)), _) => host.as_str().into_owned(),
-            (Some(Err(_)), ClientHelloFacts::ServerName(name)) => name.to_ascii_lowercase(),
-            _ => self.target.as_str().into_owned(),
-        };
-        let asked = Asked { method: TUNNEL_METHOD, host: &shown, port: self.port, path: None };
-        if let Some(name) = self.sh.cfg.credentials.found_in_name(&shown) {
-            ctx.refuse_leak(&asked, name);
-            return drain_and_close(client).await;
-        }
-        let named = match sni {
-            Some(Ok(host @ Host::Name(_))) => Some(host),
-            _ => None,
-        };
-        let (decision, ruling) = match self.ask_step(&asked, decision, named.as_ref()).await {
-            AskStep::Decided(decision, ruling) => (decision, ruling),
-            AskStep::Open(host) => return self.open_to_ask(client, host, &asked).await,
-        };
-        match (decision.verdict, &self.sh.cfg.inspection, named) {
-            (Verdict::Block, Some(tls), Some(_)) => {
-                // Refused on a readable server name: say why inside TLS (a client trusting the run's CA reads it).
-                let answer = ctx.refuse_ruled(&asked, &decision, ruling);
-                answer_in_tls(self.sh, tls, client, |path| answer.naming_path(&shown, path)).await
+    #[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments beside the locals they move into")]
+    fn on_hello(self, client: BufConn<TcpStream>, hello: Option<ClientHello>) -> impl Future<Output = ()> + 'a {
+        async move {
+            let facts = facts_of(hello.as_ref());
+            let ctx = &self.ctx;
+            let decision = ctx.decide(&Question::ClientHello { target: self.target, port: self.port, hello: facts });
+            let sni = match facts {
+                ClientHelloFacts::ServerName(name) => Some(parse_host(name)),
+                _ => None,
+            };
+            // The canonical host (lowercase, one trailing dot dropped), as plain-HTTP lines name theirs.
+            let shown = match (&sni, facts) {
+                (Some(Ok(host)), _) => host.as_str().into_owned(),
+                (Some(Err(_)), ClientHelloFacts::ServerName(name)) => name.to_ascii_lowercase(),
+                _ => self.target.as_str().into_owned(),
+            };
+            let asked = Asked { method: TUNNEL_METHOD, host: &shown, port: self.port, path: None };
+            if let Some(name) = self.sh.cfg.credentials.found_in_name(&shown) {
+                ctx.refuse_leak(&asked, name);
+                return drain_and_close(client).await;
             }
-            (Verdict::Block, ..) => {
-                ctx.refuse_ruled(&asked, &decision, ruling);
-                drain_and_close(client).await
-            }
-            (Verdict::Inspect, Some(tls), Some(host)) => {
-                let alpn = hello.as_ref().map(|h| h.alpn.clone()).unwrap_or_default();
-                inspect::run(self.inspected(tls, host), client, &alpn, &decision).await
-            }
-            (Verdict::Inspect, ..) => {
-                // The policy refuses what this proxy cannot inspect; should that ever disagree, refuse anyway.
-                let refused =
-                    Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: decision.rule };
-                ctx.refuse(&asked, &refused);
-                drain_and_close(client).await
-            }
-            // Audit mode: what the rules would refuse is spliced like an allowed tunnel, its line saying so.
-            (Verdict::Allow | Verdict::WouldBlock, ..) => {
-                let upstream_host = match facts {
-                    ClientHelloFacts::ServerName(name) => parse_host(name).unwrap_or_else(|_| self.target.clone()),
-                    _ => self.target.clone(),
-                };
-                self.splice(client, &upstream_host, &asked, (&decision, ruling)).await
+            let named = match sni {
+                Some(Ok(host @ Host::Name(_))) => Some(host),
+                _ => None,
+            };
+            let (decision, ruling) = match self.ask_step(&asked, decision, named.as_ref()).await {
+                AskStep::Decided(decision, ruling) => (decision, ruling),
+                AskStep::Open(host) => return self.open_to_ask(client, host, &asked).await,
+            };
+            match (decision.verdict, &self.sh.cfg.inspection, named) {
+                (Verdict::Block, Some(tls), Some(_)) => {
+                    // Refused on a readable server name: say why inside TLS (a client trusting the run's CA reads it).
+                    let answer = ctx.refuse_ruled(&asked, &decision, ruling);
+                    answer_in_tls(self.sh, tls, client, |path| answer.naming_path(&shown, path)).await
+                }
+                (Verdict::Block, ..) => {
+                    ctx.refuse_ruled(&asked, &decision, ruling);
+                    drain_and_close(client).await
+                }
+                (Verdict::Inspect, Some(tls), Some(host)) => {
+                    let alpn = hello.as_ref().map(|h| h.alpn.clone()).unwrap_or_default();
+                    inspect::run(self.inspected(tls, host), client, &alpn, &decision).await
+                }
+                (Verdict::Inspect, ..) => {
+                    // The policy refuses what this proxy cannot inspect; should that ever disagree, refuse anyway.
+                    let refused =
+                        Decision { verdict: Verdict::Block, reason: Reason::NeedsInspection, rule: decision.rule };
+                    ctx.refuse(&asked, &refused);
+                    drain_and_close(client).await
+                }
+                // Audit mode: what the rules would refuse is spliced like an allowed tunnel, its line saying so.
+                (Verdict::Allow | Verdict::WouldBlock, ..) => {
+                    let upstream_host = match facts {
+                        ClientHelloFacts::ServerName(name) => parse_host(name).unwrap_or_else(|_| self.target.clone()),
+                        _ => self.target.clone(),
+                    };
+                    self.splice(client, &upstream_host, &asked, (&decision, ruling)).await
+                }
             }
         }
     }

@@ -2,19 +2,22 @@
 //! origin-form target read as `https://<SNI host><target>`, every Host required to name the SNI host, and one
 //! upstream TLS session for the tunnel (dialed again, checked again, if the upstream closes it between requests).
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use leash_policy::{Question, Request, Scheme, Via};
 
 use super::{upstream_tls_refused, ClientTls, Inspected, UpstreamError, UpstreamTls};
 use crate::admit::{Entry, Tunnelled};
-use crate::conn::{close_gracefully, BufConn, Next};
+use crate::conn::{close_gracefully, BufConn, Next, ReadHeadError};
 use crate::dial::DialError;
 use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, RequestCtx};
 use crate::h1_admit::admit_h1;
-use crate::request::{bad_request, close_after, plan, refuse_early, refuse_unreadable, Plan};
-use crate::wire::http_head::{BodyFraming, RequestHead};
+use crate::limits::Limits;
+use crate::request::{bad_request, close_after, plan, read_request_head_within, refuse_early, refuse_unreadable, Plan};
+use crate::wire::http_head::{BodyFraming, HeadError, RequestHead};
 use crate::wire::target::split_query;
 
 /// The tunnel's upstream session, and whether it has served a request already (only a reused one can be stale).
@@ -31,34 +34,80 @@ struct Logged<'a> {
 }
 
 /// Serve requests until the client closes or a request ends the connection; returns bytes up and down.
-pub(super) async fn serve(t: &Inspected, client: ClientTls, upstream: UpstreamTls) -> (u64, u64) {
-    serve_on(t, client, Some(Upstream { conn: BufConn::new(upstream), reused: false })).await
+pub(super) fn serve(t: &Inspected, client: ClientTls, upstream: UpstreamTls) -> impl Future<Output = (u64, u64)> + '_ {
+    serve_on(t, BufConn::new(client), Some(Upstream { conn: BufConn::new(upstream), reused: false }))
 }
 
 /// [`serve`] with no upstream session yet: the first request that goes up dials one (resolved and checked then).
 /// Ask mode's tunnels to a host no rule admits start so, so nothing is resolved or dialled before a person allows a
 /// request in them.
-pub(super) async fn serve_undialled(t: &Inspected, client: ClientTls) -> (u64, u64) {
-    serve_on(t, client, None).await
+pub(super) fn serve_undialled(t: &Inspected, client: ClientTls) -> impl Future<Output = (u64, u64)> + '_ {
+    serve_on(t, BufConn::new(client), None)
 }
 
-async fn serve_on(t: &Inspected, client: ClientTls, mut upstream: Option<Upstream>) -> (u64, u64) {
-    let mut client = BufConn::new(client);
-    let mut totals = (0u64, 0u64);
-    let limits = &t.sh.cfg.limits;
-    loop {
-        let head = match crate::request::read_request_head(&mut client, limits).await {
-            Ok(head) => head,
-            Err(e) => {
-                refuse_unreadable(&t.sh, &mut client, e, t.peer).await;
-                close_gracefully(&mut client.io).await;
+/// The request loop, for as long as the tunnel is open. An async block that owns both sessions, not an async fn: an
+/// async fn's future keeps its arguments beside the locals they are moved into, and so did `serve`'s, a copy of both
+/// TLS sessions each (about 2.4 kB apiece) in every open tunnel.
+#[allow(clippy::manual_async_fn, reason = "an async fn keeps its arguments beside the locals they move into")]
+fn serve_on(
+    t: &Inspected,
+    mut client: BufConn<ClientTls>,
+    mut upstream: Option<Upstream>,
+) -> impl Future<Output = (u64, u64)> + '_ {
+    async move {
+        let mut totals = (0u64, 0u64);
+        let limits = &t.sh.cfg.limits;
+        loop {
+            let head = match next_head(&mut client, &mut upstream, limits).await {
+                Ok(head) => head,
+                Err(e) => {
+                    refuse_unreadable(&t.sh, &mut client, e, t.peer).await;
+                    close_gracefully(&mut client.io).await;
+                    return totals;
+                }
+            };
+            if request(t, &mut client, &head, &mut upstream, &mut totals).await == Next::Close {
+                close_after(&mut client, &head).await;
                 return totals;
             }
-        };
-        if request(t, &mut client, &head, &mut upstream, &mut totals).await == Next::Close {
-            close_after(&mut client, &head).await;
-            return totals;
         }
+    }
+}
+
+/// How long a tunnel waits for its client's next request holding its read buffers. A client's requests in a row
+/// come sooner and are read with the buffers as they are; a tunnel quiet this long lets go of them (8 KiB each way)
+/// and waits for the client's socket holding none, as an idle plain-HTTP connection does (`server::wait_idle`).
+const QUIET: Duration = Duration::from_millis(50);
+
+/// The next request head, within the idle timeout for its first byte; after [`QUIET`] without one, the client's
+/// and the upstream session's read buffers are let go of until the client sends again.
+async fn next_head(
+    client: &mut BufConn<ClientTls>,
+    upstream: &mut Option<Upstream>,
+    limits: &Limits,
+) -> Result<RequestHead, ReadHeadError<HeadError>> {
+    let quiet = QUIET.min(limits.idle_timeout);
+    match read_request_head_within(client, limits, quiet).await {
+        Err(ReadHeadError::Idle) => {}
+        read => return read,
+    }
+    // Nothing arrived: nothing is buffered above the client's socket either (the session's read came back pending,
+    // so the socket is where the next bytes come from).
+    client.release_if_empty();
+    if let Some(up) = upstream {
+        up.conn.release_if_empty();
+    }
+    // The rest of the idle timeout, for the first byte of the head as before (bytes of a TLS record not yet whole
+    // wake the wait without bringing one).
+    let deadline = tokio::time::Instant::now() + (limits.idle_timeout - quiet);
+    let socket = &client.io.get_ref().0.get_ref().io;
+    match tokio::time::timeout_at(deadline, socket.readable()).await {
+        Ok(Ok(())) => {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            read_request_head_within(client, limits, left).await
+        }
+        Ok(Err(e)) => Err(ReadHeadError::Io(e)),
+        Err(_) => Err(ReadHeadError::Idle),
     }
 }
 
@@ -91,10 +140,12 @@ async fn request(
         Err(next) => return next,
     };
     plan.framing = sending.framing;
-    let (head, admitted) = (&*sending.head, sending.admitted);
-    let logged =
-        Logged { ctx: &ctx, asked: Asked { path: Some(split_query(&head.target).0), ..asked }, rule: admitted.rule };
-    let result = forward(t, client, (head, &plan, &sending.bytes, admitted.watches), upstream, &logged).await;
+    // Fields of `sending` used where they are: a local moved out of it, or an argument taken by value, would be one
+    // more copy of them (the watches: 232 bytes) in every tunnel's future.
+    let head = &*sending.head;
+    let rule = sending.admitted.rule;
+    let logged = Logged { ctx: &ctx, asked: Asked { path: Some(split_query(&head.target).0), ..asked }, rule };
+    let result = forward(t, client, (head, &plan, &sending.bytes, &sending.admitted.watches), upstream, &logged).await;
     finish(t, (&ctx, &logged.asked), client, result, upstream, totals).await
 }
 
@@ -104,7 +155,7 @@ async fn request(
 async fn forward(
     t: &Inspected,
     client: &mut BufConn<ClientTls>,
-    (head, plan, bytes, watches): (&RequestHead, &Plan<'_>, &[u8], Watches),
+    (head, plan, bytes, watches): (&RequestHead, &Plan<'_>, &[u8], &Watches),
     upstream: &mut Option<Upstream>,
     logged: &Logged<'_>,
 ) -> Result<Exchanged, ExchangeError> {
@@ -116,7 +167,7 @@ async fn forward(
         }
         let Some(up) = upstream.as_mut() else { continue };
         let reused = up.reused;
-        let result = exchange(&t.sh, client, &mut up.conn, (bytes, head, plan), watches.clone()).await;
+        let result = exchange(&t.sh, client, &mut up.conn, (bytes, head, plan), watches).await;
         match result {
             Err(ExchangeError::Stale) if reused && plan.framing == BodyFraming::None && attempts == 1 => {
                 *upstream = None;
@@ -160,4 +211,60 @@ async fn finish(
         _ => *upstream = None,
     }
     next
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use tokio::io::AsyncWriteExt;
+
+    use super::{next_head, QUIET};
+    use crate::conn::{BufConn, ReadHeadError};
+    use crate::inspect::tests::session_pair;
+    use crate::limits::Limits;
+
+    /// A tunnel quiet for longer than [`QUIET`] waits for its client's socket holding no read buffer; requests sent
+    /// then (two in one write: the second is read from what the first read brought) are read as before, and one
+    /// idle for the idle timeout ends with `Idle`, still holding none.
+    #[tokio::test]
+    async fn a_quiet_tunnel_holds_no_read_buffer_and_reads_what_comes_after() {
+        let (session, mut client, _) = session_pair().await;
+        let limits = Limits { idle_timeout: Duration::from_secs(1), ..Limits::default() };
+        let mut conn = BufConn::new(session);
+        let mut upstream = None;
+        let send = async {
+            tokio::time::sleep(QUIET * 4).await;
+            let two = b"GET /a HTTP/1.1\r\nHost: peeked.test\r\n\r\nGET /b HTTP/1.1\r\nHost: peeked.test\r\n\r\n";
+            client.write_all(two).await.unwrap();
+            client.flush().await.unwrap();
+        };
+        let (first, ()) = tokio::join!(next_head(&mut conn, &mut upstream, &limits), send);
+        assert_eq!(first.unwrap().target, "/a");
+        assert_eq!(next_head(&mut conn, &mut upstream, &limits).await.unwrap().target, "/b");
+        let idle = next_head(&mut conn, &mut upstream, &limits).await;
+        assert!(matches!(idle, Err(ReadHeadError::Idle)), "{idle:?}");
+        assert_eq!(conn.buf.capacity(), 0);
+    }
+
+    /// Bytes that make no whole TLS record wake a quiet tunnel's wait without bringing a head's first byte: the head
+    /// is still waited for no longer than the idle timeout in all.
+    #[tokio::test]
+    async fn a_quiet_tunnel_waits_for_a_head_no_longer_than_the_idle_timeout() {
+        let (session, mut client, _) = session_pair().await;
+        let limits = Limits { idle_timeout: Duration::from_secs(1), ..Limits::default() };
+        let mut conn = BufConn::new(session);
+        let start = Instant::now();
+        let trickle = async {
+            tokio::time::sleep(limits.idle_timeout / 2).await;
+            // The start of a record's header, and no more.
+            client.get_mut().0.write_all(&[0x17, 0x03]).await.unwrap();
+        };
+        let mut upstream = None;
+        let (read, ()) = tokio::join!(next_head(&mut conn, &mut upstream, &limits), trickle);
+        assert!(matches!(read, Err(ReadHeadError::Idle)), "{read:?}");
+        let waited = start.elapsed();
+        // Waiting the idle timeout again once the bytes came would be half as long again.
+        assert!(waited >= limits.idle_timeout && waited < limits.idle_timeout * 13 / 10, "{waited:?}");
+    }
 }
