@@ -6,7 +6,7 @@
 //! client is then given exactly the protocol the upstream chose, so each inspected tunnel speaks one protocol on
 //! both sides and nothing is translated.
 //!
-//! Each set of roots has one [`verified::CachingVerifier`], shared by its four ALPN configurations: a chain verified
+//! Each set of roots has one `verified::CachingVerifier`, shared by its four ALPN configurations: a chain verified
 //! once for a name is accepted again without webpki's signature checks while every certificate in it is within its
 //! validity (the module says why that accepts nothing a full verification would refuse).
 //!
