@@ -86,6 +86,9 @@ fn only_root_with_setuid_and_setgid_gets_the_wide_map_and_setgroups() {
     // Root without the capabilities to map more ids: one id, as before.
     let bounded = leash_run(&["setpriv", "--bounding-set=-setuid,-setgid", "--", LEASH], &[], show);
     assert_eq!(maps(&bounded), ["0", "0", "1", "0", "0", "1", "deny"]);
+    // Root of a user namespace of its own, not the host's (whose ids it cannot map): one id.
+    let nested = leash_run(&["unshare", "--user", "--map-root-user", "--", LEASH], &[], show);
+    assert_eq!(maps(&nested), ["0", "0", "1", "0", "0", "1", "deny"]);
     // An unprivileged caller: inside, its own id is the only one, and groups cannot be set. It runs a copy of leash
     // that it may execute wherever the build directory is.
     let dir = tempfile::tempdir().unwrap();

@@ -105,6 +105,8 @@ pub enum Step {
     HandOverSockets,
     /// Blocking signals and creating the init's signalfd.
     InitSignals,
+    /// Mapping the stack the command is cloned onto.
+    MapCommandStack,
     /// Forking the command off the sandbox's init.
     ForkCommand,
     /// The command's own user namespace (which leaves it no capability over the sandbox's mounts and network).
@@ -175,6 +177,7 @@ impl fmt::Display for Step {
             Step::BindUdp(a) => write!(f, "bind UDP `{a}` inside the sandbox"),
             Step::HandOverSockets => f.write_str("hand the sandbox's sockets to leash"),
             Step::InitSignals => f.write_str("set up signal handling in the sandbox's init"),
+            Step::MapCommandStack => f.write_str("map the stack the command is cloned onto"),
             Step::ForkCommand => f.write_str("fork the command inside the sandbox"),
             Step::CreateCommandNamespace => f.write_str("create the command's user namespace"),
             Step::MapCommandIds(file) => write!(f, "write the command's /proc/self/{file}"),

@@ -6,13 +6,14 @@ use std::ffi::{CString, OsStr, OsString};
 use std::net::SocketAddrV4;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use libc::{c_char, c_int};
 
 use super::connects::AllowedSocket;
 use super::cpus::Spread;
+use super::sys;
 use crate::{SandboxError, SandboxSpec};
 
 /// The `PATH` searched when the command's environment has none (the usual login default).
@@ -39,7 +40,8 @@ impl CStrings {
 
 /// Where the command runs between init's `clone` and its `execve`, in init's memory (see `init::start_command`).
 pub(super) struct Stack {
-    _memory: Vec<u8>,
+    /// Where the mapping starts.
+    base: *mut libc::c_void,
     /// The 16-byte aligned end: stacks grow down.
     top: *mut libc::c_void,
 }
@@ -48,15 +50,38 @@ impl Stack {
     /// Far more than the command's set-up uses; pages never touched cost nothing.
     const LEN: usize = 256 * 1024;
 
-    fn new() -> Stack {
-        let mut memory = vec![0u8; Stack::LEN];
-        let end = memory.as_mut_ptr().wrapping_add(Stack::LEN);
+    /// A mapping of its own, not the heap: a heap block this large may be reused memory that would have to be
+    /// zeroed (64 page faults before the clone), and freed later it would write to pages the init still shares.
+    fn new() -> Result<Stack, SandboxError> {
+        // SAFETY: a fresh private anonymous mapping, at an address the kernel picks; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Stack::LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            let source = std::io::Error::last_os_error();
+            return Err(SandboxError::Setup { step: crate::Step::MapCommandStack, source });
+        }
+        let end = base.cast::<u8>().wrapping_add(Stack::LEN);
         let top = end.wrapping_sub(end as usize % 16).cast();
-        Stack { _memory: memory, top }
+        Ok(Stack { base, top })
     }
 
     pub(super) fn top(&self) -> *mut libc::c_void {
         self.top
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: `base` is the mapping `new` made, of `LEN` bytes, unmapped once.
+        unsafe { libc::munmap(self.base, Stack::LEN) };
     }
 }
 
@@ -162,7 +187,7 @@ impl Plan {
             stdio,
             terminal: spec.terminal,
             channel,
-            command_stack: Stack::new(),
+            command_stack: Stack::new()?,
             dumpable_for_maps: current_uid() != 0,
             spread: Spread::of_caller(),
             filter: super::seccomp::program(),
@@ -217,23 +242,19 @@ impl IdRange {
     }
 }
 
-/// Whether this process's user namespace is the initial one, which maps every id onto itself.
+/// Whether this process's user namespace is the initial one, which maps every id onto itself: the namespace's inode
+/// is the initial one's fixed number (`PROC_USER_INIT_INO`, the same since Linux 3.8; systemd's `namespace_is_init`
+/// relies on it too). One `stat`, where reading both id maps cost two procfs reads before the clone. A kernel that
+/// numbered it otherwise would make leash map one id, never more.
 fn in_initial_user_namespace() -> bool {
-    let whole =
-        |path: &str| std::fs::read_to_string(path).is_ok_and(|map| map.split_whitespace().eq(["0", "0", "4294967295"]));
-    whole("/proc/self/uid_map") && whole("/proc/self/gid_map")
+    const PROC_USER_INIT_INO: u64 = 0xEFFF_FFFD;
+    std::fs::metadata("/proc/self/ns/user").is_ok_and(|m| m.ino() == PROC_USER_INIT_INO)
 }
 
-/// Whether the calling thread (which clones the init) holds `CAP_SETUID` and `CAP_SETGID`.
+/// Whether the calling thread (which clones the init) holds `CAP_SETUID` and `CAP_SETGID` (`capget`, no procfs).
 fn may_map_ids() -> bool {
-    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
-    let effective = status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
-    let needed = (1u64 << CAP_SETUID) | (1u64 << CAP_SETGID);
-    effective & needed == needed
+    let needed = (1u32 << CAP_SETUID) | (1u32 << CAP_SETGID);
+    sys::effective_caps().is_ok_and(|effective| effective & needed == needed)
 }
 
 /// Finds `program` the way `execvp` would, on the command's own `PATH`.

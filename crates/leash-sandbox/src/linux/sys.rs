@@ -34,6 +34,29 @@ fn check_long(ret: libc::c_long) -> SysResult<libc::c_long> {
     }
 }
 
+/// The calling thread's effective capabilities, the first 32 (`capget`, version 3: `CAP_SETUID` and `CAP_SETGID`
+/// are among them).
+pub(super) fn effective_caps() -> SysResult<u32> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: version 3 takes two `Data` records, both valid for writing; pid 0 is the calling thread.
+    check_long(unsafe { libc::syscall(libc::SYS_capget, &mut header as *mut Header, data.as_mut_ptr()) })?;
+    Ok(data[0].effective)
+}
+
 /// `struct clone_args` of clone3(2), first version.
 #[repr(C)]
 #[derive(Default)]
