@@ -59,6 +59,21 @@ pub(crate) struct Pending {
     facts: SpecFacts,
     /// Removed once init has mounted it.
     resolv: Option<TempFile>,
+    /// What the init was cloned from, freed once the command runs: freeing it at once would write to heap pages the
+    /// init still shares, and copying each one is about 60 µs of the init's wait for its ids and go-ahead.
+    kept: Option<Kept>,
+}
+
+/// The plan and spec a [`Pending`] keeps (see its `kept`).
+struct Kept {
+    _plan: Plan,
+    _spec: SandboxSpec,
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Kept")
+    }
 }
 
 /// Clones the init, which builds the namespaces; see `Sandbox::prepare`.
@@ -83,14 +98,15 @@ pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
     // From here an early return drops `child`, which kills and reaps the init.
     let child = Child { pid, channel: ours, state: Mutex::new(Ended::default()) };
     if plan.ids == IdRange::Full {
-        map_init_ids(&child, &plan.outer_ids)?;
+        // Init makes its network namespace before it waits for these maps: if that failed, init has said why and
+        // ended, and what it said is the error (writing maps to an ended init fails for no reason of its own).
+        map_init_ids(&child, &plan.outer_ids).map_err(|e| child.failure_said(&facts).unwrap_or(e))?;
     }
-    drop(plan);
     // What init binds over the hidden paths: a missing one would read as "nothing to hide".
     if !fs::metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device()) {
         return Err(setup(Step::HidePath(PathBuf::from("/dev/null")), io::ErrorKind::NotFound.into()));
     }
-    Ok(Pending { child, facts, resolv })
+    Ok(Pending { child, facts, resolv, kept: Some(Kept { _plan: plan, _spec: spec }) })
 }
 
 /// Writes init's id maps from leash's user namespace, the parent of init's (`IdRange::Full`), then tells init.
@@ -123,6 +139,7 @@ impl Pending {
         }
         let value = meanwhile();
         let handed = self.child.handshake(&self.facts, &mut self.resolv)?;
+        drop(self.kept.take());
         Ok((self.child, handed, value))
     }
 }
@@ -178,6 +195,16 @@ impl Child {
                 None => return Err(SandboxError::InitDied(self.reap_now())),
                 Some(other) => return Err(SandboxError::InitDied(format!("unexpected record {other:?}"))),
             }
+        }
+    }
+
+    /// The failure init reported, if a record of one is waiting (never waits for one).
+    fn failure_said(&self, facts: &SpecFacts) -> Option<SandboxError> {
+        match recv_record(self.channel.as_raw_fd(), true) {
+            Ok((Some(Msg::Failed { step, index, errno }), _)) => {
+                Some(setup(step.describe(index, facts), io::Error::from_raw_os_error(errno)))
+            }
+            _ => None,
         }
     }
 
