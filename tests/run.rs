@@ -61,6 +61,50 @@ fn a_command_that_cannot_be_started_is_exit_125_and_says_so() {
     assert!(err.contains("the command was not run") && err.contains("/nonexistent/agent"), "{err}");
 }
 
+/// Installs a seccomp filter that refuses `unshare(CLONE_NEWNET)` (EPERM) to itself and everything it starts, then
+/// runs its arguments: a host where the sandbox's network namespace cannot be made.
+const NO_NETNS: &str = r#"
+import ctypes, os, struct, sys
+def op(code, k, jt=0, jf=0):
+    return struct.pack("HBBI", code, jt, jf, k)
+LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06
+prog = b"".join([
+    op(LD, 4), op(JEQ, 0xC000003E, 1, 0), op(RET, 0x7FFF0000),   # not x86-64: allow
+    op(LD, 0), op(JEQ, 272, 0, 2),                              # unshare(2)?
+    op(LD, 16), op(JSET, 0x40000000, 1, 0),                     # CLONE_NEWNET in its flags?
+    op(RET, 0x7FFF0000), op(RET, 0x00050000 | 1),               # allow / EPERM
+])
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0                          # PR_SET_NO_NEW_PRIVS
+fprog = Fprog(len(prog) // 8, prog)
+assert libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0, ctypes.get_errno()  # PR_SET_SECCOMP, filter
+os.execv(sys.argv[1], sys.argv[1:])
+"#;
+
+/// A sandbox whose network namespace cannot be made is not run, and the step that failed is what leash says: init
+/// makes that namespace first, while leash (as root) may still be writing init's id maps, and leash's own write to an
+/// init that has already ended must not be reported instead.
+#[test]
+fn a_network_namespace_that_cannot_be_made_is_exit_125_and_named() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (script, marker) = marking(dir.path());
+    for _ in 0..5 {
+        let o = Command::new("python3")
+            .args(["-c", NO_NETNS, LEASH, "run", "--allow", "docs.test", "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(125), "{err}");
+        assert!(err.contains("cannot create a network namespace") && err.contains("Operation not permitted"), "{err}");
+        assert!(!marker.exists(), "the command ran");
+    }
+}
+
 /// The command's environment, as `env -0` prints it inside the sandbox under the rules `policy` (run's options),
 /// with `inherited` set in leash's own.
 fn sandbox_env(policy: &[&str], inherited: &[(&str, &str)]) -> HashMap<String, String> {

@@ -3,8 +3,8 @@
 //! dial upstreams. No bridge process copies bytes. This is the only crate where `unsafe` may appear.
 //!
 //! # What the Linux backend sets up
-//! leash `clone`s the sandbox's **init** with `CLONE_NEWUSER | CLONE_NEWPID` (always, also as root), which then:
-//! maps its ids (`0 <uid> 1`, `setgroups` denied; when leash is root, leash writes `0 0 65536` for it instead and
+//! leash `clone`s the sandbox's **init** with `CLONE_NEWUSER | CLONE_NEWPID` (always, also as root), which then
+//! makes its network namespace (described below; first, because it takes longest and needs no ids), maps its ids (`0 <uid> 1`, `setgroups` denied; when leash is root, leash writes `0 0 65536` for it instead and
 //! `setgroups` stays allowed, so programs inside can drop privileges: `linux/plan.rs`, `IdRange`, says why that is
 //! safe), makes itself non-dumpable, creates a private **mount namespace**, a **network namespace** holding only
 //! `lo` (set up, no route, no address but 127.0.0.0/8; IPv6 disabled through

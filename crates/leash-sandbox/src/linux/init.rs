@@ -74,13 +74,15 @@ fn setup(plan: &Plan) -> Result<c_int, Fail> {
     }
     sys::close_all_except(plan.init_keeps()).map_err(at(ChildStep::CloseFds, 0))?;
     sys::set_signal_mask(&sys::sigset(true)).map_err(at(ChildStep::InitSignals, 0))?;
+    // The network namespace first: it takes no ids (it belongs to init's user namespace whatever its maps say), and
+    // making it is the longest step here, so it overlaps leash writing init's maps (as root) instead of following.
+    sys::unshare(libc::CLONE_NEWNET).map_err(at(ChildStep::NetNs, 0))?;
     map_init_ids(plan)?;
     // INVARIANT: init is non-dumpable before anything else runs in the sandbox, so the command can neither
     // ptrace it nor read its memory (a copy of leash's).
     sys::set_non_dumpable().map_err(at(ChildStep::Harden, 0))?;
     sys::unshare(libc::CLONE_NEWNS).map_err(at(ChildStep::MountNs, 0))?;
     sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE).map_err(at(ChildStep::MountNs, 0))?;
-    sys::unshare(libc::CLONE_NEWNET).map_err(at(ChildStep::NetNs, 0))?;
     own_ipc_namespace()?;
     let proc_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     sys::mount(Some(c"proc"), c"/proc", Some(c"proc"), proc_flags).map_err(at(ChildStep::MountProc, 0))?;
