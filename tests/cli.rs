@@ -542,6 +542,23 @@ fn proxy_refuses_an_invalid_policy_at_start() {
     assert!(stderr(&o).contains("blocked_urls"), "{}", stderr(&o));
 }
 
+/// The binary's relative relocations are packed (build.rs) wherever the toolchain can: on a glibc of 2.36 or later
+/// with binutils' `ld` (this repository's machines), the binary has a `RELR` table, which starts it ~0.3 ms sooner.
+#[test]
+fn the_binary_packs_its_relative_relocations_where_glibc_can() {
+    let glibc = Command::new("getconf").arg("GNU_LIBC_VERSION").output().map(|o| stdout(&o)).unwrap_or_default();
+    let version = glibc
+        .trim()
+        .strip_prefix("glibc ")
+        .and_then(|v| v.split_once('.'))
+        .map(|(major, minor)| (major.parse::<u32>().unwrap_or(0), minor.parse::<u32>().unwrap_or(0)));
+    if !cfg!(all(target_os = "linux", target_env = "gnu")) || version.is_none_or(|v| v < (2, 36)) {
+        return;
+    }
+    let Ok(dynamic) = Command::new("readelf").args(["--dynamic", LEASH]).output() else { return };
+    assert!(stdout(&dynamic).contains("(RELR)"), "no packed relocations:\n{}", stdout(&dynamic));
+}
+
 #[test]
 fn every_subcommand_help_teaches_with_an_example() {
     for sub in
