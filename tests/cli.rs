@@ -530,6 +530,30 @@ fn proxy_does_not_start_without_its_audit_log() {
     assert!(!stdout(&o).contains("listening"));
 }
 
+/// The names of a process's threads that serve connections (tokio's workers).
+fn worker_threads(pid: u32) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let comm = |t: std::fs::DirEntry| std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+    tasks.filter_map(Result::ok).map(comm).filter(|name| name.trim() == "tokio-rt-worker").count()
+}
+
+#[test]
+fn proxy_serves_on_as_many_threads_as_it_is_told() {
+    let port = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write(dir.path(), "p.yaml", &loopback_allowlist("docs.test", port));
+    for threads in [1, 3] {
+        let log = dir.path().join(format!("audit-{threads}.jsonl"));
+        let n = threads.to_string();
+        let proxy = Proxy::start(&policy, &log, &["--resolve", "docs.test:127.0.0.1", "--threads", &n]);
+        assert_eq!(proxy.curl(&format!("http://docs.test:{port}/x")), "200");
+        assert_eq!(worker_threads(proxy.child.id()), threads);
+    }
+    let o = leash(&["proxy", "--allow", "docs.test", "--threads", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--threads"), "{}", stderr(&o));
+}
+
 #[test]
 fn proxy_refuses_an_invalid_policy_at_start() {
     let dir = tempfile::tempdir().unwrap();

@@ -21,7 +21,11 @@ use crate::shared::services;
 use crate::shared::tls::inspection;
 
 pub fn run(args: ProxyArgs) -> Exit {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.threads {
+        builder.worker_threads(usize::from(threads));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("leash: cannot start the async runtime: {e}");
