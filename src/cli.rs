@@ -388,8 +388,8 @@ pub struct ProxyArgs {
     /// shell to source (`. FILE`) before starting clients; the CA files go beside it unless --ca-*-out name them
     #[arg(long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
-    /// Threads serving connections (default: one per CPU leash may use). On a machine leash shares with the clients
-    /// it serves, fewer threads cost less CPU per request (docs/commands.md); more serve more at once
+    /// Threads serving connections (default: one per CPU leash may use). On a small machine leash shares with the
+    /// clients it serves, fewer threads can cost less CPU per request (docs/commands.md); more serve more at once
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub threads: Option<u16>,
     #[command(flatten)]
