@@ -325,7 +325,7 @@ async fn wait_idle(
     if !client.buf.is_empty() || *stop.borrow() {
         return Idle::Read;
     }
-    client.buf = Vec::new();
+    client.release_if_empty();
     let idle = admitted.idle();
     let waited = tokio::time::timeout(idle_timeout, async {
         tokio::select! {
