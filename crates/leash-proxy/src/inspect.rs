@@ -7,6 +7,11 @@
 //! client's ALPN protocols; a failure adds a `block upstream-tls` line under the tunnel's id); complete TLS with the
 //! client, agreeing to the protocol the upstream chose; then serve HTTP/1.1 ([`h1`]) or HTTP/2 ([`h2`]). Nothing the
 //! client sends inside TLS reaches the upstream before its request was decided and logged.
+//!
+//! An HTTP/1.1 session a tunnel leaves clean (its last response read to the end, nothing more from the upstream) is
+//! kept, as plain HTTP keeps its upstream connections: the next tunnel to the same host and port under the same
+//! policy generation whose client does not offer HTTP/2 is logged and then served on it, with no lookup, dial or
+//! upstream handshake (the addresses were checked, the certificate verified, when it was dialled).
 
 mod client_body;
 mod h1;
@@ -29,9 +34,11 @@ use crate::config::Snapshot;
 use crate::conn::{close_gracefully, BufConn, Reparse, TlsIo};
 use crate::dial::{connect_tunnel, route_checked, DialError, Route, UpstreamIo};
 use crate::gate::{Asked, RequestCtx};
+use crate::pool::{PoolKey, Quiet};
 use crate::refusal::Response;
 use crate::shared::Shared;
-use crate::tls::{Inspection, ALPN_H2, SEND_BUFFER_LIMIT};
+use crate::tls::{Inspection, ALPN_H2, ALPN_HTTP1, SEND_BUFFER_LIMIT};
+use crate::upstream_io::reads_nothing_now;
 use crate::wire::http_head::parse_request_head;
 use crate::wire::target::split_query;
 
@@ -40,6 +47,18 @@ use crate::wire::target::split_query;
 pub(crate) type ClientTls = server::TlsStream<TlsIo<BufConn<TcpStream>>>;
 /// The upstream side (inside the TLS session with an `https://` upstream proxy, if there is one).
 pub(crate) type UpstreamTls = client::TlsStream<TlsIo<UpstreamIo>>;
+
+impl Quiet for UpstreamTls {
+    fn is_quiet(&mut self) -> bool {
+        reads_nothing_now(self)
+    }
+}
+
+/// A tunnel's upstream session, and whether an earlier tunnel left it (only a kept one can have gone stale).
+pub(crate) struct Session {
+    pub tls: UpstreamTls,
+    pub kept: bool,
+}
 
 /// One inspected tunnel: whose it is and what it was decided on.
 pub(crate) struct Inspected {
@@ -100,6 +119,28 @@ impl Inspected {
         self.dial_route(&route, config).await
     }
 
+    /// A session an earlier tunnel to this host left clean, for a client that does not offer HTTP/2 (one that does
+    /// gets a session of its own, so that it speaks HTTP/2 where the upstream does).
+    fn kept_session(&self, alpn: &[Vec<u8>]) -> Option<UpstreamTls> {
+        if alpn.iter().any(|p| p == ALPN_H2) {
+            return None;
+        }
+        self.sh.inspected.take(&self.pool_key())
+    }
+
+    /// Keep a session this tunnel leaves clean (read to the end of its last response) for the next tunnel to this
+    /// host: an HTTP/1.1 one only.
+    fn keep(&self, upstream: BufConn<UpstreamTls>) {
+        if upstream.buf.is_empty() && upstream.io.get_ref().1.alpn_protocol() != Some(ALPN_H2) {
+            self.sh.inspected.put(self.pool_key(), upstream.io);
+        }
+    }
+
+    /// Sessions are kept per host, port and the policy generation the tunnel was decided (and dialled) under.
+    fn pool_key(&self) -> PoolKey {
+        PoolKey { host: self.host_str().into(), port: self.port, generation: self.snap.generation }
+    }
+
     async fn route(&self) -> Result<Route, DialError> {
         route_checked(&self.sh, &self.snap, &self.host, self.port).await
     }
@@ -129,7 +170,7 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
     let ctx = t.ctx();
     let Some((client, upstream, chosen)) = establish(&t, &ctx, client, alpn, decision).await else { return };
     let (status, up, down) = match chosen.as_deref() {
-        Some(ALPN_H2) => h2::serve(t.clone(), client, upstream).await,
+        Some(ALPN_H2) => h2::serve(t.clone(), client, upstream.tls).await,
         _ => {
             let (up, down) = h1::serve(&t, client, upstream).await;
             (200, up, down)
@@ -138,55 +179,70 @@ pub(crate) async fn run(t: Inspected, client: BufConn<TcpStream>, alpn: &[Vec<u8
     ctx.outcome(status, up, down);
 }
 
-/// Resolve, check, log, dial, and complete both handshakes: both sessions and the protocol the upstream chose, or
-/// `None` when the tunnel was answered (refused, failed) or its client's handshake failed. Its own function: what
-/// its states keep (the dial's result, the answers) was part of every state of `run`'s future, the request loop's
-/// too, for as long as the tunnel was open.
+/// Log the tunnel and get its upstream session (kept, or resolved, checked and dialled), then complete the client's
+/// handshake: both sessions and the protocol the upstream chose, or `None` when the tunnel was answered (refused,
+/// failed) or its client's handshake failed. Its own function: what its states keep (the dial's result, the answers)
+/// was part of every state of `run`'s future, the request loop's too, for as long as the tunnel was open. One await
+/// of each step: each await point is a state of its own in the future, and the largest sets its size.
 async fn establish(
     t: &Inspected,
     ctx: &RequestCtx<'_>,
     client: BufConn<TcpStream>,
     alpn: &[Vec<u8>],
     decision: &Decision,
-) -> Option<(ClientTls, UpstreamTls, Option<Vec<u8>>)> {
-    let host = t.host_str();
-    let asked = Asked { method: TUNNEL_METHOD, host: &host, port: t.port, path: None };
-    let route = match t.route().await {
-        Ok(route) => route,
-        Err(DialError::Refused(reason)) => {
-            let answer = ctx.refuse_destination(&asked, reason);
-            return answer_at_path(t, client, answer).await;
-        }
-        Err(e) => {
-            let answer = match ctx.pass(&asked, decision) {
-                Ok(()) => dial_failed(t, ctx, &e),
-                Err(answer) => answer,
-            };
-            return answer_at_path(t, client, answer).await;
-        }
+) -> Option<(ClientTls, Session, Option<Vec<u8>>)> {
+    let (upstream, chosen) = match upstream_session(t, ctx, alpn, decision).await {
+        Ok(session) => session,
+        Err(answer) => return answer_at_path(t, client, answer).await,
     };
-    // INVARIANT: the tunnel is logged before an upstream connection is opened, so before any byte of the client's
-    // reaches one.
-    if let Err(answer) = ctx.pass(&asked, decision) {
-        return answer_at_path(t, client, answer).await;
-    }
-    let upstream = match t.dial_route(&route, t.tls.upstream_config(alpn)).await {
-        Ok(upstream) => upstream,
-        Err(UpstreamError::Tls(why)) => {
-            let answer = upstream_tls_refused(t, ctx, &asked, decision.rule.clone(), &why);
-            return answer_at_path(t, client, answer).await;
-        }
-        Err(UpstreamError::Dial(e)) => {
-            let answer = dial_failed(t, ctx, &e);
-            return answer_at_path(t, client, answer).await;
-        }
-    };
-    let chosen = upstream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
     let Some(client) = accept(t, client, t.tls.server_config(chosen.as_deref())).await else {
+        // The session, unused, is as clean as it came.
+        t.keep(BufConn::new(upstream.tls));
         ctx.outcome(0, 0, 0);
         return None;
     };
     Some((client, upstream, chosen))
+}
+
+/// The tunnel's line and upstream session, and the protocol it speaks; or the answer to give the client inside TLS
+/// (the tunnel refused on its addresses, the line unwritable, the dial or the upstream's certificate failed).
+async fn upstream_session(
+    t: &Inspected,
+    ctx: &RequestCtx<'_>,
+    alpn: &[Vec<u8>],
+    decision: &Decision,
+) -> Result<(Session, Option<Vec<u8>>), Response> {
+    let host = t.host_str();
+    let asked = Asked { method: TUNNEL_METHOD, host: &host, port: t.port, path: None };
+    if let Some(kept) = t.kept_session(alpn) {
+        // INVARIANT: as before a dial, the tunnel is logged before the session carries a byte of its client's.
+        if let Err(answer) = ctx.pass(&asked, decision) {
+            t.keep(BufConn::new(kept));
+            return Err(answer);
+        }
+        // HTTP/1.1, as the tunnel that left the session spoke it.
+        let chosen = alpn.iter().any(|p| p == ALPN_HTTP1).then(|| ALPN_HTTP1.to_vec());
+        return Ok((Session { tls: kept, kept: true }, chosen));
+    }
+    let route = match t.route().await {
+        Ok(route) => route,
+        Err(DialError::Refused(reason)) => return Err(ctx.refuse_destination(&asked, reason)),
+        Err(e) => {
+            ctx.pass(&asked, decision)?;
+            return Err(dial_failed(t, ctx, &e));
+        }
+    };
+    // INVARIANT: the tunnel is logged before an upstream connection is opened, so before any byte of the client's
+    // reaches one.
+    ctx.pass(&asked, decision)?;
+    match t.dial_route(&route, t.tls.upstream_config(alpn)).await {
+        Ok(upstream) => {
+            let chosen = upstream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+            Ok((Session { tls: upstream, kept: false }, chosen))
+        }
+        Err(UpstreamError::Tls(why)) => Err(upstream_tls_refused(t, ctx, &asked, decision.rule.clone(), &why)),
+        Err(UpstreamError::Dial(e)) => Err(dial_failed(t, ctx, &e)),
+    }
 }
 
 /// Ask mode: a tunnel to a host no rule admits, whose requests leash can read, opened to ask about each of them with

@@ -1,5 +1,5 @@
-//! State shared by every connection of one proxy: its configuration, the upstream connection pool, and the addresses
-//! no upstream may be. Requests reach the audit log through [`crate::gate`].
+//! State shared by every connection of one proxy: its configuration, the pools of idle upstream connections, and the
+//! addresses no upstream may be. Requests reach the audit log through [`crate::gate`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -7,13 +7,18 @@ use std::sync::Arc;
 use leash_policy::Cidr;
 
 use crate::config::{OwnAddrs, ProxyConfig};
+use crate::inspect::UpstreamTls;
 use crate::netinfo::HostAddrs;
 use crate::pool::Pool;
 use crate::tls::ProxyTls;
+use crate::upstream_io::UpstreamIo;
 
 pub(crate) struct Shared {
     pub cfg: ProxyConfig,
-    pub pool: Pool,
+    /// Plain-HTTP forwarding's idle upstream connections.
+    pub pool: Pool<UpstreamIo>,
+    /// The upstream TLS sessions inspected tunnels left clean, for the next tunnel to the same host.
+    pub inspected: Pool<UpstreamTls>,
     /// The client configuration for an `https://` upstream proxy, built on first use.
     pub proxy_tls: ProxyTls,
     /// `cfg.own_addrs` plus the addresses this proxy listens on (specified ones): never dialed.
@@ -33,13 +38,14 @@ impl Shared {
     pub fn new(cfg: ProxyConfig, listening: &[SocketAddr]) -> Self {
         let listening: Vec<Cidr> =
             listening.iter().map(|a| a.ip()).filter(|ip| !ip.is_unspecified()).map(Cidr::from).collect();
-        let pool = Pool::new(cfg.limits.pool_per_host, cfg.limits.pool_idle);
+        let (per_host, max_idle) = (cfg.limits.pool_per_host, cfg.limits.pool_idle);
+        let (pool, inspected) = (Pool::new(per_host, max_idle), Pool::new(per_host, max_idle));
         let own = match &cfg.own_addrs {
             OwnAddrs::Given(addrs) => Own::Fixed(addrs.iter().copied().map(Cidr::from).chain(listening).collect()),
             // Nothing is read (or subscribed to) here: a run that never dials does not pay for it.
             OwnAddrs::Host => Own::Host(HostAddrs::new(listening)),
         };
-        Self { cfg, pool, proxy_tls: ProxyTls::default(), own }
+        Self { cfg, pool, inspected, proxy_tls: ProxyTls::default(), own }
     }
 
     /// The addresses no upstream may be now: the host's own (whole local prefixes) and the proxy's listening ones.

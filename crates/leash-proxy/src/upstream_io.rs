@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client;
 
 use crate::conn::TlsIo;
+use crate::pool::Quiet;
 
 /// The TLS session with an `https://` upstream proxy.
 pub(crate) type ProxySession = client::TlsStream<TlsIo<TcpStream>>;
@@ -23,24 +24,26 @@ pub(crate) enum UpstreamIo {
     Tls(Box<ProxySession>),
 }
 
-impl UpstreamIo {
-    /// Whether an idle connection has nothing to read: data would be a protocol error, the end a closed
-    /// connection. A TLS session is polled once without waiting (records that carry no data, a session ticket,
-    /// are taken in on the way).
-    pub(crate) fn is_quiet(&mut self) -> bool {
+impl Quiet for UpstreamIo {
+    /// A TLS session is polled once without waiting (see [`reads_nothing_now`]).
+    fn is_quiet(&mut self) -> bool {
         match self {
             UpstreamIo::Tcp(tcp) => {
                 let mut probe = [0u8; 1];
                 matches!(tcp.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
             }
-            UpstreamIo::Tls(session) => {
-                let mut probe = [0u8; 1];
-                let mut buf = ReadBuf::new(&mut probe);
-                let mut cx = Context::from_waker(std::task::Waker::noop());
-                Pin::new(&mut **session).poll_read(&mut cx, &mut buf).is_pending()
-            }
+            UpstreamIo::Tls(session) => reads_nothing_now(&mut **session),
         }
     }
+}
+
+/// Whether `io` has nothing to read now: polled once without waiting. A TLS session takes in the records that carry
+/// no data (a session ticket) on the way, and reads a close or an error as something.
+pub(crate) fn reads_nothing_now<R: AsyncRead + Unpin>(io: &mut R) -> bool {
+    let mut probe = [0u8; 1];
+    let mut buf = ReadBuf::new(&mut probe);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    Pin::new(io).poll_read(&mut cx, &mut buf).is_pending()
 }
 
 impl AsyncRead for UpstreamIo {

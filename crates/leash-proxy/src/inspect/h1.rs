@@ -1,6 +1,7 @@
 //! HTTP/1.1 inside an inspected tunnel: the same strict head parser, checks and forwarding as plain HTTP, with the
 //! origin-form target read as `https://<SNI host><target>`, every Host required to name the SNI host, and one
-//! upstream TLS session for the tunnel (dialed again, checked again, if the upstream closes it between requests).
+//! upstream TLS session for the tunnel (dialed again, checked again, if the upstream closes it between requests),
+//! kept for the next tunnel to the host when this one leaves it clean.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use leash_policy::{Question, Request, Scheme, Via};
 
-use super::{upstream_tls_refused, ClientTls, Inspected, UpstreamError, UpstreamTls};
+use super::{upstream_tls_refused, ClientTls, Inspected, Session, UpstreamError, UpstreamTls};
 use crate::admit::{Entry, Tunnelled};
 use crate::conn::{close_gracefully, BufConn, Next, ReadHeadError};
 use crate::dial::DialError;
@@ -20,7 +21,8 @@ use crate::request::{bad_request, close_after, plan, read_request_head_within, r
 use crate::wire::http_head::{BodyFraming, HeadError, RequestHead};
 use crate::wire::target::split_query;
 
-/// The tunnel's upstream session, and whether it has served a request already (only a reused one can be stale).
+/// The tunnel's upstream session, and whether it has served a request already, in this tunnel or an earlier one (only
+/// a reused one can be stale).
 struct Upstream {
     conn: BufConn<UpstreamTls>,
     reused: bool,
@@ -34,8 +36,8 @@ struct Logged<'a> {
 }
 
 /// Serve requests until the client closes or a request ends the connection; returns bytes up and down.
-pub(super) fn serve(t: &Inspected, client: ClientTls, upstream: UpstreamTls) -> impl Future<Output = (u64, u64)> + '_ {
-    serve_on(t, BufConn::new(client), Some(Upstream { conn: BufConn::new(upstream), reused: false }))
+pub(super) fn serve(t: &Inspected, client: ClientTls, upstream: Session) -> impl Future<Output = (u64, u64)> + '_ {
+    serve_on(t, BufConn::new(client), Some(Upstream { conn: BufConn::new(upstream.tls), reused: upstream.kept }))
 }
 
 /// [`serve`] with no upstream session yet: the first request that goes up dials one (resolved and checked then).
@@ -61,16 +63,29 @@ fn serve_on(
             let head = match next_head(&mut client, &mut upstream, limits).await {
                 Ok(head) => head,
                 Err(e) => {
+                    // A session as idle as its client for the idle timeout is likely closed upstream soon.
+                    if !matches!(e, ReadHeadError::Idle) {
+                        keep(t, upstream.take());
+                    }
                     refuse_unreadable(&t.sh, &mut client, e, t.peer).await;
                     close_gracefully(&mut client.io).await;
                     return totals;
                 }
             };
             if request(t, &mut client, &head, &mut upstream, &mut totals).await == Next::Close {
+                keep(t, upstream.take());
                 close_after(&mut client, &head).await;
                 return totals;
             }
         }
+    }
+}
+
+/// Keep the session the tunnel ends with, before its client is closed: [`finish`] let it stay only clean (the last
+/// response read to its end, nothing read beyond it).
+fn keep(t: &Inspected, upstream: Option<Upstream>) {
+    if let Some(up) = upstream {
+        t.keep(up.conn);
     }
 }
 

@@ -6,6 +6,7 @@ mod credential_attacks;
 mod credentials;
 mod early_answers;
 mod h2;
+mod kept_sessions;
 mod non_interference;
 mod provider_tools;
 

@@ -146,13 +146,17 @@ impl TlsUpstream {
         TlsUpstream::serving(ca.server_config(TLS_NAMES), handler).await
     }
 
-    /// An HTTPS origin whose certificate covers `names` only and that resumes no session: every handshake with it is
-    /// a full one, its chain sent and verified each time (as with the benchmark's nginx).
+    /// An HTTPS origin whose certificate covers `names` only, that resumes no session and answers each request with
+    /// `Connection: close`: every tunnel to it makes a session of its own (none is left clean for the next tunnel to
+    /// take), each in a full handshake, its chain sent and verified each time (as with the benchmark's nginx).
     pub async fn for_names_without_resumption(ca: &TestCa, names: &[&str]) -> TlsUpstream {
         let mut config = ca.server_config(names);
         config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         config.send_tls13_tickets = 0;
-        let handler = |r: &Recorded| Reply::ok(format!("hello over tls to {}", r.sni.as_deref().unwrap_or("-")));
+        let handler = |r: &Recorded| {
+            let hello = format!("hello over tls to {}", r.sni.as_deref().unwrap_or("-"));
+            Reply::with_headers(&[("Connection", "close")], hello)
+        };
         TlsUpstream::serving(config, handler).await
     }
 
