@@ -129,3 +129,19 @@ async fn a_kept_session_the_origin_closed_is_not_used() {
     assert_eq!(t.tls.connections().await, 2);
     assert_eq!(t.tls.origin.requests().iter().map(|r| r.conn).collect::<Vec<_>>(), [0, 1]);
 }
+
+#[tokio::test]
+async fn a_tunnel_whose_line_cannot_be_written_sends_nothing_on_a_kept_session() {
+    // The session a tunnel left clean is there to take; the next tunnel's line cannot be written (the log was
+    // deleted), so it must be refused before the session carries a byte of its client's.
+    let t = scene().await;
+    assert_eq!(get_and_end(&t, "allowed.test", "/logged", 1).await, 200);
+    std::fs::remove_file(&t.leash.log_path).unwrap();
+    let r = t.get("allowed.test", "/unlogged").await;
+    assert_refused(&r, 503, "audit-failed");
+    assert_eq!(t.origin_targets(), ["/logged"], "nothing went up unlogged");
+    // The session was not spent on the refusal: once the log is back, the next tunnel is served on it.
+    t.leash.audit.reopen().unwrap();
+    assert_eq!(t.get("allowed.test", "/after").await.status, 200);
+    assert_eq!(t.tls.connections().await, 1);
+}
