@@ -27,32 +27,24 @@ use leash_policy::{Decision, Host, Reason, Verdict};
 use rustls::pki_types::ServerName;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
+use tokio_rustls::{server, TlsAcceptor, TlsConnector};
 
 use crate::audit::TUNNEL_METHOD;
 use crate::config::Snapshot;
 use crate::conn::{close_gracefully, BufConn, Reparse, TlsIo};
-use crate::dial::{connect_tunnel, route_checked, DialError, Route, UpstreamIo};
+use crate::dial::{connect_tunnel, route_checked, DialError, Route};
 use crate::gate::{Asked, RequestCtx};
-use crate::pool::{PoolKey, Quiet};
+use crate::pool::PoolKey;
 use crate::refusal::Response;
 use crate::shared::Shared;
 use crate::tls::{Inspection, ALPN_H2, ALPN_HTTP1, SEND_BUFFER_LIMIT};
-use crate::upstream_io::reads_nothing_now;
+use crate::upstream_io::UpstreamTls;
 use crate::wire::http_head::parse_request_head;
 use crate::wire::target::split_query;
 
 /// The client side of an inspected tunnel: TLS over the client connection (whose buffer replays the ClientHello).
 /// [`TlsIo`] under each session reads many records per syscall and writes them vectored.
 pub(crate) type ClientTls = server::TlsStream<TlsIo<BufConn<TcpStream>>>;
-/// The upstream side (inside the TLS session with an `https://` upstream proxy, if there is one).
-pub(crate) type UpstreamTls = client::TlsStream<TlsIo<UpstreamIo>>;
-
-impl Quiet for UpstreamTls {
-    fn is_quiet(&mut self) -> bool {
-        reads_nothing_now(self)
-    }
-}
 
 /// A tunnel's upstream session, and whether an earlier tunnel left it (only a kept one can have gone stale).
 pub(crate) struct Session {

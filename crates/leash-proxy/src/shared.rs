@@ -7,11 +7,10 @@ use std::sync::Arc;
 use leash_policy::Cidr;
 
 use crate::config::{OwnAddrs, ProxyConfig};
-use crate::inspect::UpstreamTls;
 use crate::netinfo::HostAddrs;
 use crate::pool::Pool;
 use crate::tls::ProxyTls;
-use crate::upstream_io::UpstreamIo;
+use crate::upstream_io::{UpstreamIo, UpstreamTls};
 
 pub(crate) struct Shared {
     pub cfg: ProxyConfig,

@@ -1,5 +1,6 @@
 //! A connection to an upstream, whichever way it was reached: plain TCP, or the TLS session with an `https://`
-//! upstream proxy. Dialing makes one (`dial.rs`), the pool keeps idle ones (`pool.rs`); both only need this type.
+//! upstream proxy; and an inspected tunnel's TLS session over one. Dialing makes one (`dial.rs`), the pools keep idle
+//! ones (`pool.rs`); both only need these types.
 
 use std::io;
 use std::io::IoSlice;
@@ -15,6 +16,16 @@ use crate::pool::Quiet;
 
 /// The TLS session with an `https://` upstream proxy.
 pub(crate) type ProxySession = client::TlsStream<TlsIo<TcpStream>>;
+
+/// An inspected tunnel's TLS session with its upstream (inside the session with an `https://` upstream proxy, if
+/// there is one). Here, not in `inspect`, because the pool of the sessions tunnels leave clean (`Shared`) holds it.
+pub(crate) type UpstreamTls = client::TlsStream<TlsIo<UpstreamIo>>;
+
+impl Quiet for UpstreamTls {
+    fn is_quiet(&mut self) -> bool {
+        reads_nothing_now(self)
+    }
+}
 
 /// A connection to an upstream: plain TCP (the destination, or an `http://` upstream proxy), or the TLS session
 /// with an `https://` upstream proxy. Only the second needs user-space copies where TCP could be relayed by the

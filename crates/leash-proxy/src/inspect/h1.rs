@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leash_policy::{Question, Request, Scheme, Via};
 
-use super::{upstream_tls_refused, ClientTls, Inspected, Session, UpstreamError, UpstreamTls};
+use super::{upstream_tls_refused, ClientTls, Inspected, Session, UpstreamError};
 use crate::admit::{Entry, Tunnelled};
 use crate::conn::{close_gracefully, BufConn, Next, ReadHeadError};
 use crate::dial::DialError;
@@ -18,6 +18,7 @@ use crate::gate::{Asked, RequestCtx};
 use crate::h1_admit::admit_h1;
 use crate::limits::Limits;
 use crate::request::{bad_request, close_after, plan, read_request_head_within, refuse_early, refuse_unreadable, Plan};
+use crate::upstream_io::UpstreamTls;
 use crate::wire::http_head::{BodyFraming, HeadError, RequestHead};
 use crate::wire::target::split_query;
 

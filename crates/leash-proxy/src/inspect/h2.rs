@@ -26,7 +26,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use leash_policy::{canonicalize, parse_authority, CanonicalPath, Decision, Question, Reason, Scheme, Via};
 
 use super::client_body::ClientBody;
-use super::{ClientTls, Inspected, UpstreamTls};
+use super::{ClientTls, Inspected};
 use crate::admit::{admit, sent_target, Admitted, Entry, Tunnelled};
 use crate::audit::{refusal, UpstreamFailure};
 use crate::config::Snapshot;
@@ -36,6 +36,7 @@ use crate::headers::Redact;
 use crate::message::Outgoing;
 use crate::model::H2Body;
 use crate::refusal::Response;
+use crate::upstream_io::UpstreamTls;
 use crate::wire::target::split_query;
 use bodies::{Redacted, WatchedBody};
 
