@@ -3,12 +3,20 @@
 //! never shared by two open tunnels, never given to a client offering HTTP/2, another host, or a tunnel decided under
 //! a newer policy, and one the origin closed is not used.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::{decisions, Inspecting, BLOCKED};
 use crate::support::client::read_response;
 use crate::support::http::Wire;
+use crate::support::tls::connect;
 use crate::support::*;
 
 /// `allowed.test` and `other.allowed.test` are both inspected (each has a path rule).
@@ -33,7 +41,7 @@ async fn tunnels_ended(t: &Inspecting, n: usize) -> Vec<Value> {
             if ended(&lines) {
                 return lines;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
     .await
@@ -144,4 +152,74 @@ async fn a_tunnel_whose_line_cannot_be_written_sends_nothing_on_a_kept_session()
     t.leash.audit.reopen().unwrap();
     assert_eq!(t.get("allowed.test", "/after").await.status, 200);
     assert_eq!(t.tls.connections().await, 1);
+}
+
+/// An HTTPS origin for `allowed.test` that answers `/first` and then, 100 ms later, sends a second response nobody
+/// asked for on the same connection; any other path is answered `the answer to <path>`. Returns its port and how
+/// many connections it accepted.
+async fn origin_sending_a_late_extra_response(ca: &TestCa) -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let acceptor = TlsAcceptor::from(Arc::new(ca.server_config(&["allowed.test"])));
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let mut wire = Wire::new(tls);
+                while let Ok(Some(head)) = wire.head().await {
+                    let target = head.start.split(' ').nth(1).unwrap_or("").to_owned();
+                    let answer =
+                        |body: &str| format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                    let own =
+                        if target == "/first" { answer("ok") } else { answer(&format!("the answer to {target}")) };
+                    if wire.io.write_all(own.as_bytes()).await.and(wire.io.flush().await).is_err() {
+                        return;
+                    }
+                    if target == "/first" {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let extra = answer("smuggled");
+                        let _ = wire.io.write_all(extra.as_bytes()).await.and(wire.io.flush().await);
+                    }
+                }
+            });
+        }
+    });
+    (port, accepted)
+}
+
+/// `GET path` in a tunnel of its own to `allowed.test:port`, offering HTTP/1.1.
+async fn get_at(t: &Inspecting, port: u16, path: &str) -> Resp {
+    let (c, status) = connect(t.leash.addr, &format!("allowed.test:{port}")).await;
+    assert_eq!(status, 200);
+    let name = ServerName::try_from("allowed.test").unwrap();
+    let connector = TlsConnector::from(Arc::new(t.client_config(&[b"http/1.1"])));
+    let mut tls = within("TLS through leash", connector.connect(name, c.wire.io)).await.unwrap();
+    let get = format!("GET {path} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n");
+    tls.write_all(get.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    within("the response", read_response(&mut Wire::new(tls), "GET")).await.unwrap()
+}
+
+#[tokio::test]
+async fn bytes_an_origin_sends_after_its_response_never_answer_the_next_tunnel() {
+    // A response followed, later, by a second one nobody asked for (an origin desynchronised, or steered into it by
+    // the tunnel before): the session is kept clean, but when the next tunnel comes it has something to read, so it
+    // is dropped, and that tunnel's request is answered by its own response.
+    let ca = TestCa::new();
+    let (port, accepted) = origin_sending_a_late_extra_response(&ca).await;
+    let t =
+        Inspecting::with(ca, TlsUpstream::start(&TestCa::new()).await, |p| blocklist(&[BLOCKED], &[80], &[p, port]))
+            .await;
+    let first = get_at(&t, port, "/first").await;
+    assert_eq!((first.status, first.text()), (200, "ok".to_owned()));
+    tunnels_ended(&t, 1).await;
+    // The extra response reaches leash's kept session.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = get_at(&t, port, "/second").await;
+    assert_eq!((second.status, second.text()), (200, "the answer to /second".to_owned()));
+    assert_eq!(accepted.load(Ordering::SeqCst), 2, "the session with bytes waiting was not used");
 }
