@@ -120,11 +120,11 @@ impl Inspected {
         self.sh.inspected.take(&self.pool_key())
     }
 
-    /// Keep a session this tunnel leaves clean (read to the end of its last response) for the next tunnel to this
-    /// host: an HTTP/1.1 one only.
-    fn keep(&self, upstream: BufConn<UpstreamTls>) {
-        if upstream.buf.is_empty() && upstream.io.get_ref().1.alpn_protocol() != Some(ALPN_H2) {
-            self.sh.inspected.put(self.pool_key(), upstream.io);
+    /// Keep a session this tunnel leaves clean (read to the end of its last response, nothing read beyond it) for the
+    /// next tunnel to this host: an HTTP/1.1 one only.
+    fn keep(&self, upstream: UpstreamTls) {
+        if upstream.get_ref().1.alpn_protocol() != Some(ALPN_H2) {
+            self.sh.inspected.put(self.pool_key(), upstream);
         }
     }
 
@@ -189,7 +189,7 @@ async fn establish(
     };
     let Some(client) = accept(t, client, t.tls.server_config(chosen.as_deref())).await else {
         // The session, unused, is as clean as it came.
-        t.keep(BufConn::new(upstream.tls));
+        t.keep(upstream.tls);
         ctx.outcome(0, 0, 0);
         return None;
     };
@@ -209,7 +209,7 @@ async fn upstream_session(
     if let Some(kept) = t.kept_session(alpn) {
         // INVARIANT: as before a dial, the tunnel is logged before the session carries a byte of its client's.
         if let Err(answer) = ctx.pass(&asked, decision) {
-            t.keep(BufConn::new(kept));
+            t.keep(kept);
             return Err(answer);
         }
         // HTTP/1.1, as the tunnel that left the session spoke it.

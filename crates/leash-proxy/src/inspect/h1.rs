@@ -83,10 +83,10 @@ fn serve_on(
 }
 
 /// Keep the session the tunnel ends with, before its client is closed: [`finish`] let it stay only clean (the last
-/// response read to its end, nothing read beyond it).
+/// response read to its end), and only with nothing read beyond it.
 fn keep(t: &Inspected, upstream: Option<Upstream>) {
-    if let Some(up) = upstream {
-        t.keep(up.conn);
+    if let Some(up) = upstream.filter(|up| up.conn.buf.is_empty()) {
+        t.keep(up.conn.io);
     }
 }
 
