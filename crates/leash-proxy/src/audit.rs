@@ -1,6 +1,9 @@
 //! The audit log: one JSON object per line, one line per decision, written before a byte is forwarded, and a
 //! second line with the same `id` when an allowed request ends. Each line is one `write` on an `O_APPEND` file, so
-//! a crash leaves only whole lines; a failed write is reported to the caller, who refuses the request. The file is
+//! a crash leaves only whole lines; a failed write is reported to the caller, who refuses the request. Lines to a
+//! file are written without a lock of leash's own: the kernel writes each append whole before the next (a regular
+//! file's writes hold its inode lock), while a lock held across the `write` made the other worker sleep and be woken
+//! for nearly every line under load (bench/RESULTS.md, "The audit log's lock"). The file is
 //! opened once and every line goes through that descriptor for the whole run: a log moved away (logrotate, a renamed
 //! directory) keeps every line, and nothing put at its path later (a file, a symlink or a FIFO of someone who can
 //! write the directory) ever receives one. Only the operator's [`AuditLog::reopen`] (`leash proxy`'s SIGHUP) opens
@@ -15,8 +18,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use leash_policy::{Decision, Reason, RequestKind, Verdict};
@@ -37,7 +40,7 @@ enum Sink {
         path: PathBuf,
         /// Lines were written since the last `sync_data`. A sync with nothing to write still flushes the disk's
         /// cache (a quarter of a millisecond here, at the end of every `leash run --log` that made no request).
-        unsynced: bool,
+        unsynced: AtomicBool,
     },
     Stdout,
     /// Standard error (`leash proxy`'s and `leash docker attach`'s, which no sandboxed process shares).
@@ -50,9 +53,11 @@ enum Sink {
     Discard,
 }
 
-/// The run's audit log. Cheap to share; writes are serialised so lines never interleave.
+/// The run's audit log. Cheap to share; lines never interleave (see the module's note).
 pub struct AuditLog {
-    sink: Mutex<Sink>,
+    /// Read-locked to write a line to a file (appends run side by side), write-locked for everything else: another
+    /// sink's line, a reopen, a replay.
+    sink: RwLock<Sink>,
     next_id: AtomicU64,
     /// The container the run serves (`leash docker`), added to every line as `container`.
     container: Option<Box<str>>,
@@ -153,7 +158,7 @@ impl AuditLog {
     /// Create (mode 0600) or append to the log file. Failing here means leash does not start.
     pub fn open(path: &Path) -> io::Result<Self> {
         let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
-        Ok(Self::with_sink(Sink::File { file, path: path.to_owned(), unsynced: false }))
+        Ok(Self::with_sink(Sink::File { file, path: path.to_owned(), unsynced: AtomicBool::new(false) }))
     }
 
     /// Open the log file's path again and write there from now on (after logrotate moved the file): the operator's
@@ -161,13 +166,13 @@ impl AuditLog {
     /// closed only once the new one is open: if opening fails, lines keep going to the old file and the error says
     /// why. Logs that are not files have nothing to reopen.
     pub fn reopen(&self) -> Result<(), AuditError> {
-        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sink = self.sink.write().unwrap_or_else(|p| p.into_inner());
         if let Sink::File { file, path, unsynced } = &mut *sink {
             let fresh = reopen_file(path).map_err(|e| err(path, e))?;
-            if *unsynced {
+            if *unsynced.get_mut() {
                 let _ = file.sync_data();
             }
-            (*file, *unsynced) = (fresh, false);
+            (*file, *unsynced.get_mut()) = (fresh, false);
         }
         Ok(())
     }
@@ -197,7 +202,7 @@ impl AuditLog {
     /// lines are kept too, for another replay.
     pub fn replay_deferred(&self, out: &mut dyn Write) -> io::Result<()> {
         use std::io::{Read, Seek, SeekFrom};
-        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sink = self.sink.write().unwrap_or_else(|p| p.into_inner());
         let Sink::Deferred(file) = &mut *sink else { return Ok(()) };
         let end = file.stream_position()?;
         file.seek(SeekFrom::Start(0))?;
@@ -210,14 +215,14 @@ impl AuditLog {
     /// request has no log file to keep.
     pub fn deferred_is_empty(&self) -> bool {
         use std::io::Seek;
-        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sink = self.sink.write().unwrap_or_else(|p| p.into_inner());
         let Sink::Deferred(file) = &mut *sink else { return true };
         file.stream_position().is_ok_and(|end| end == 0)
     }
 
     fn with_sink(sink: Sink) -> Self {
         Self {
-            sink: Mutex::new(sink),
+            sink: RwLock::new(sink),
             next_id: AtomicU64::new(1),
             container: None,
             labels: None,
@@ -264,14 +269,16 @@ impl AuditLog {
     /// Flush buffered output (standard output is line-buffered by us; files are unbuffered, and their lines are
     /// synced to the disk here, if any was written since the last sync).
     pub fn flush(&self) -> Result<(), AuditError> {
-        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
-        match &mut *sink {
-            Sink::File { unsynced: false, .. } => Ok(()),
-            Sink::File { file, path, unsynced, .. } => {
-                file.sync_data().map_err(|e| err(path, e))?;
-                *unsynced = false;
-                Ok(())
-            }
+        let sink = self.sink.read().unwrap_or_else(|p| p.into_inner());
+        match &*sink {
+            // Cleared before the sync: a line written meanwhile sets it again, for the next flush.
+            Sink::File { file, path, unsynced } => match unsynced.swap(false, Ordering::AcqRel) {
+                false => Ok(()),
+                true => file.sync_data().map_err(|e| {
+                    unsynced.store(true, Ordering::Release);
+                    err(path, e)
+                }),
+            },
             Sink::Stdout => io::stdout().flush().map_err(|e| err(Path::new("<stdout>"), e)),
             Sink::Stderr | Sink::Deferred(_) | Sink::Discard => Ok(()),
         }
@@ -287,17 +294,14 @@ impl AuditLog {
         let mut line = json.map_err(|e| err(Path::new("<json>"), e.into()))?;
         line.push(b'\n');
         // A poisoned lock only means another writer panicked mid-call; the file itself is still fine to append to.
-        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        let sink = self.sink.read().unwrap_or_else(|p| p.into_inner());
+        if let Sink::File { file, path, unsynced } = &*sink {
+            return append_line(file, path, unsynced, &line);
+        }
+        drop(sink);
+        let mut sink = self.sink.write().unwrap_or_else(|p| p.into_inner());
         match &mut *sink {
-            // One write_all of a whole line: with O_APPEND a crash can cut only the line being written.
-            Sink::File { file, path, unsynced } => {
-                // INVARIANT: a line goes only to the file opened at start or by the operator's reopen, never to
-                // whatever is at the log's path now.
-                still_named(file).map_err(|e| err(path, e))?;
-                file.write_all(&line).map_err(|e| err(path, e))?;
-                *unsynced = true;
-                Ok(())
-            }
+            Sink::File { file, path, unsynced } => append_line(file, path, unsynced, &line),
             Sink::Stdout => {
                 let mut out = io::stdout().lock();
                 out.write_all(&line).and_then(|()| out.flush()).map_err(|e| err(Path::new("<stdout>"), e))
@@ -399,6 +403,18 @@ fn reopen_file(path: &Path) -> io::Result<File> {
         return Err(io::Error::other("it is not a regular file (a FIFO, socket or device)"));
     }
     Ok(file)
+}
+
+/// Append one line to the log file.
+fn append_line(file: &File, path: &Path, unsynced: &AtomicBool, line: &[u8]) -> Result<(), AuditError> {
+    // INVARIANT: a line goes only to the file opened at start or by the operator's reopen, never to whatever is at
+    // the log's path now.
+    still_named(file).map_err(|e| err(path, e))?;
+    // One write of a whole line, on O_APPEND: a crash can cut only the line being written, and another thread's line
+    // goes before or after it, never into it.
+    (&*file).write_all(line).map_err(|e| err(path, e))?;
+    unsynced.store(true, Ordering::Release);
+    Ok(())
 }
 
 /// Fails if the open log file has no name left (deleted): every line written to it would be lost with the last
@@ -621,5 +637,50 @@ mod tests {
         let mut got = Vec::new();
         let _ = std::io::Read::read_to_end(&mut reader, &mut got);
         assert!(got.is_empty(), "nothing was written into the FIFO: {got:?}");
+    }
+
+    /// Lines to a file are written without a lock of leash's own (see the module's note). Many threads writing long
+    /// lines (each crossing page boundaries) while another flushes and the operator rotates the log: every line is
+    /// whole, in one of the two files, and each id is there exactly once.
+    #[test]
+    fn lines_written_side_by_side_stay_whole_across_flushes_and_a_rotation() {
+        const THREADS: u64 = 6;
+        const LINES: u64 = 400;
+        let (log, path, dir) = log_in_tempdir();
+        let log = std::sync::Arc::new(log);
+        let long = format!("/{}", "x".repeat(5_000));
+        let rotated = dir.path().join("rotated.jsonl");
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let (log, long) = (&log, &long);
+                scope.spawn(move || {
+                    for i in 0..LINES {
+                        let mut entry = line("GET", "example.test", 80, Some(long), Verdict::Allow, Reason::Rule);
+                        entry.id = t * LINES + i;
+                        log.decision(&entry).unwrap();
+                    }
+                });
+            }
+            scope.spawn(|| {
+                for _ in 0..20 {
+                    log.flush().unwrap();
+                }
+                std::fs::rename(&path, &rotated).unwrap();
+                log.reopen().unwrap();
+                log.flush().unwrap();
+            });
+        });
+        let mut ids = Vec::new();
+        for file in [&rotated, &path] {
+            let text = std::fs::read_to_string(file).unwrap();
+            assert!(text.is_empty() || text.ends_with('\n'), "{} ends inside a line", file.display());
+            for l in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("a cut line ({e})"));
+                assert_eq!(v["path"].as_str(), Some(long.as_str()));
+                ids.push(v["id"].as_u64().unwrap());
+            }
+        }
+        ids.sort_unstable();
+        assert_eq!(ids, (0..THREADS * LINES).collect::<Vec<_>>(), "each line once");
     }
 }
