@@ -4,6 +4,7 @@
 use std::io;
 use std::io::IoSlice;
 use std::pin::Pin;
+use std::sync::Mutex;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -93,6 +94,33 @@ const DRAIN_READ: usize = 16 * 1024;
 /// A buffer larger than this is released once empty, so idle keep-alive connections stay small.
 const KEEP_CAPACITY: usize = 16 * 1024;
 
+/// Empty read buffers kept for the next head. A connection gives its buffer back when it waits (an idle keep-alive
+/// connection holds none) or goes back to the pool, and the next head read takes one here: asked of the allocator,
+/// each 8 KiB buffer made glibc consolidate its small free chunks first, once for nearly every plain request
+/// (bench/RESULTS.md, "Head buffers"). One list for the process, not one per thread: a connection's task moves
+/// between workers, and per-thread lists filled on one and ran dry on the other. Bounded: at most 512 KiB kept.
+const SPARE_BUFFERS: usize = 32;
+
+static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// An empty buffer, with room for a head if one is spare.
+fn spare_buffer() -> Vec<u8> {
+    SPARE.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default()
+}
+
+/// Keep an emptied buffer of a head's size for the next head; others are freed. What it held stays out of reach:
+/// the next owner sees only what it reads into it.
+fn give_back(mut buf: Vec<u8>) {
+    if !(HEAD_READ..=KEEP_CAPACITY).contains(&buf.capacity()) {
+        return;
+    }
+    buf.clear();
+    let mut spare = SPARE.lock().unwrap_or_else(|p| p.into_inner());
+    if spare.len() < SPARE_BUFFERS {
+        spare.push(buf);
+    }
+}
+
 pub struct BufConn<S> {
     pub io: S,
     pub buf: Vec<u8>,
@@ -163,8 +191,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> BufConn<S> {
     /// Let go of the read buffer if nothing is left in it, so a connection that waits holds none.
     pub fn release_if_empty(&mut self) {
         if self.buf.is_empty() {
-            self.buf = Vec::new();
+            give_back(std::mem::take(&mut self.buf));
         }
+    }
+
+    /// The stream alone; its read buffer is given back for the next head, and what was left in it is dropped.
+    pub fn into_io(self) -> S {
+        give_back(self.buf);
+        self.io
     }
 }
 
@@ -178,6 +212,9 @@ pub struct Source<'a, R> {
 impl<R: AsyncRead + Unpin> Source<'_, R> {
     /// Read one more chunk from the stream into the buffer; 0 means end of stream.
     pub async fn fill(&mut self, at_least: usize) -> io::Result<usize> {
+        if self.buf.capacity() == 0 {
+            *self.buf = spare_buffer();
+        }
         self.buf.reserve(at_least);
         self.io.read_buf(self.buf).await
     }
@@ -407,6 +444,42 @@ mod tests {
     }
 
     const MS: Duration = Duration::from_millis(1);
+
+    /// A buffer a connection gave back may serve the next connection's head, which then sees only its own bytes in
+    /// it: not what the first connection left unread, nor what it read before.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_given_back_buffer_shows_the_next_connection_only_its_own_bytes() {
+        use tokio::io::AsyncWriteExt;
+
+        use super::{BufConn, Reparse};
+        use crate::wire::Parsed;
+
+        async fn read_line(conn: &mut BufConn<tokio::io::DuplexStream>) -> Vec<u8> {
+            let line = |b: &[u8]| match b.iter().position(|&c| c == b'\n') {
+                Some(end) => Parsed::Done(b[..=end].to_vec(), end + 1),
+                None => Parsed::NeedMore,
+            };
+            let (idle, head) = (Duration::from_secs(5), Duration::from_secs(5));
+            let read = conn.read_head::<_, ()>(idle, head, Reparse::EveryRead, line).await;
+            read.unwrap_or_else(|_| panic!("no line"))
+        }
+
+        let (mut peer, io) = tokio::io::duplex(64 * 1024);
+        let mut first = BufConn::new(io);
+        peer.write_all(&[b's'; 4000]).await.unwrap();
+        peer.write_all(b"\nLEFT UNREAD\n").await.unwrap();
+        assert_eq!(read_line(&mut first).await.len(), 4001);
+        assert_eq!(first.buf, b"LEFT UNREAD\n");
+        first.into_io();
+
+        let (mut peer, io) = tokio::io::duplex(64 * 1024);
+        let mut second = BufConn::new(io);
+        peer.write_all(b"GET / HTTP/1.1\n").await.unwrap();
+        assert_eq!(read_line(&mut second).await, b"GET / HTTP/1.1\n");
+        assert!(second.buf.is_empty(), "{:?}", String::from_utf8_lossy(&second.buf));
+        second.release_if_empty();
+        assert_eq!(second.buf.capacity(), 0, "a waiting connection holds no buffer");
+    }
 
     async fn discard(linger: Linger, mut source: Paced) -> (u32, Duration) {
         let start = Instant::now();

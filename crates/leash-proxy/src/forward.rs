@@ -148,7 +148,7 @@ where
     let authority = || format!("{}:{}", key.host, key.port);
     let (next, done) = settle(ctx, client, result, (asked, authority)).await;
     if done.is_some_and(|d| d.upstream_reusable) && conn.buf.is_empty() {
-        ctx.sh.pool.put(key, conn.io);
+        ctx.sh.pool.put(key, conn.into_io());
     }
     next
 }
