@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use crate::credentials::Redactor;
-use crate::wire::http_head::{connection_tokens, Header};
+use crate::wire::http_head::{connection_tokens, FieldName, FieldValue, Header};
 
 /// Fields that describe one connection, never forwarded. `Transfer-Encoding` is kept: bodies are relayed in their
 /// original framing. `Proxy-Authorization` is for leash, not the upstream.
@@ -30,7 +30,7 @@ const FRAMING: [&str; 2] = ["content-length", "transfer-encoding"];
 pub fn write_end_to_end(out: &mut Vec<u8>, headers: &[Header], skip: &[&str]) {
     let named: Vec<&[u8]> = connection_tokens(headers).collect();
     for h in headers {
-        let name = h.name.as_bytes();
+        let name = h.name.as_slice();
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
         let framing = FRAMING.iter().any(|n| is(n.as_bytes()));
         let dropped =
@@ -69,9 +69,8 @@ pub(crate) trait Redact {
 impl Redact for Vec<Header> {
     fn redact(&mut self, redactor: &Redactor) {
         for h in self.iter_mut() {
-            let (name, value) = redact_field(redactor, h.name.as_bytes(), &h.value);
-            let (name, value) = (String::from_utf8_lossy(&name).into_owned(), value.into_owned());
-            (h.name, h.value) = (name, value);
+            let (name, value) = redact_field(redactor, &h.name, &h.value);
+            (h.name, h.value) = (FieldName::from_slice(&name), FieldValue::from_slice(&value));
         }
     }
 }
@@ -103,7 +102,7 @@ mod tests {
     use super::*;
 
     fn h(name: &str, value: &str) -> Header {
-        Header { name: name.into(), value: value.as_bytes().to_vec() }
+        Header::new(name, value)
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub(crate) trait RequestBody {
 
 impl Fields for Vec<Header> {
     fn each(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.iter().map(|h| (h.name.as_bytes(), h.value.as_slice()))
+        self.iter().map(|h| (h.name.as_slice(), h.value.as_slice()))
     }
 
     fn values_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> {
@@ -64,7 +64,7 @@ impl Fields for Vec<Header> {
         let mut used = false;
         for h in self.iter_mut().filter(|h| h.is(name)) {
             if let Some(value) = rewrite(&h.value) {
-                h.value = value;
+                h.value = value.into();
                 used = true;
             }
         }
@@ -72,13 +72,13 @@ impl Fields for Vec<Header> {
     }
 
     fn add(&mut self, name: &str, value: Vec<u8>) -> bool {
-        self.push(Header { name: name.to_owned(), value });
+        self.push(Header::new(name, value));
         true
     }
 
     fn set(&mut self, name: &str, value: &'static str) {
         self.retain(|h| !h.is(name));
-        self.push(Header { name: name.to_owned(), value: value.as_bytes().to_vec() });
+        self.push(Header::new(name, value));
     }
 
     fn remove(&mut self, name: &str) {

@@ -218,7 +218,7 @@ pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>, form: Targ
 /// `Content-Length` framing, then the body.
 pub(crate) fn buffered_request(head: &RequestHead, (plan, form): (&Plan<'_>, TargetForm<'_>), body: &[u8]) -> Vec<u8> {
     let mut reframed = head.clone();
-    reframed.headers.push(Header { name: "Content-Length".to_owned(), value: body.len().to_string().into_bytes() });
+    reframed.headers.push(Header::new("Content-Length", body.len().to_string()));
     let mut out = request_head_bytes(&reframed, plan, form);
     out.extend_from_slice(body);
     out

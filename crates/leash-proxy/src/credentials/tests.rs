@@ -25,7 +25,7 @@ fn credential(header: &str, form: HeaderForm, add: bool) -> Credential {
 }
 
 fn header(name: &str, value: &str) -> Header {
-    Header { name: name.into(), value: value.as_bytes().to_vec() }
+    Header::new(name, value)
 }
 
 fn value_of<'h>(headers: &'h [Header], name: &str) -> &'h str {

@@ -112,7 +112,22 @@ fn repeated_headers_are_kept_in_order() {
     let head = resp_with(200, "Set-Cookie: a=1\r\nX-Other: y\r\nset-cookie: b=2\r\nSET-COOKIE: c=3\r\n");
     let cookies: Vec<&[u8]> = head.values("Set-Cookie").collect();
     assert_eq!(cookies, [&b"a=1"[..], b"b=2", b"c=3"]);
-    assert_eq!(head.headers[2].name, "set-cookie");
+    assert_eq!(&head.headers[2].name[..], b"set-cookie");
+}
+
+/// Names and values are kept inline up to a size and on the heap past it: either side of each bound, and far past
+/// it, a field reads back exactly as sent.
+#[test]
+fn fields_either_side_of_the_inline_sizes_read_back_exactly() {
+    let sizes = [0, 1, 23, 24, 25, 31, 32, 33, 3_000];
+    for (name_len, value_len) in sizes.iter().filter(|&&n| n > 0).flat_map(|&n| sizes.iter().map(move |&v| (n, v))) {
+        let name = "n".repeat(name_len - 1) + "N";
+        let value: String = (0..value_len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let head = req_with(&format!("{name}: {value}\r\n"));
+        let field = head.headers.last().unwrap();
+        assert_eq!((&field.name[..], &field.value[..]), (name.as_bytes(), value.as_bytes()), "{name_len}/{value_len}");
+        assert!(field.is(&name.to_ascii_lowercase()));
+    }
 }
 
 #[test]
