@@ -72,7 +72,8 @@ impl Fields for Vec<Header> {
     }
 
     fn add(&mut self, name: &str, value: Vec<u8>) -> bool {
-        self.push(Header::new(name, value));
+        // The value moved, not copied: a credential's value is longer than a value kept inline.
+        self.push(Header { name: name.as_bytes().into(), value: value.into() });
         true
     }
 
