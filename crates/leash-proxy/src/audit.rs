@@ -13,6 +13,7 @@
 //! It also keeps a tally of the refusals it wrote (by destination and reason, see [`AuditLog::refusals`]), from which
 //! `leash run` and `leash docker run` print their end-of-run summary.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -286,33 +287,62 @@ impl AuditLog {
     }
 
     fn write_line<T: Serialize>(&self, entry: &T) -> Result<(), AuditError> {
+        // Serialized into this thread's line buffer, kept for its next line: a fresh `Vec` grown to a line's size
+        // was three calls into the allocator per line, two lines a request. A thread that is exiting, or a line
+        // written while another is being serialized on the same thread, gets a buffer of its own.
+        let own = |entry: &T| self.serialize_and_append(entry, &mut Vec::new());
+        LINE.try_with(|cell| match cell.try_borrow_mut() {
+            Ok(mut line) => {
+                line.clear();
+                let written = self.serialize_and_append(entry, &mut line);
+                if line.capacity() > KEPT_LINE_CAPACITY {
+                    *line = Vec::new();
+                }
+                written
+            }
+            Err(_) => own(entry),
+        })
+        .unwrap_or_else(|_| own(entry))
+    }
+
+    fn serialize_and_append<T: Serialize>(&self, entry: &T, line: &mut Vec<u8>) -> Result<(), AuditError> {
         let json = match (&self.container, &self.labels) {
-            (None, None) => serde_json::to_vec(entry),
+            (None, None) => serde_json::to_writer(&mut *line, entry),
             (container, labels) => {
-                serde_json::to_vec(&Tagged { entry, container: container.as_deref(), labels: labels.as_ref() })
+                let tagged = Tagged { entry, container: container.as_deref(), labels: labels.as_ref() };
+                serde_json::to_writer(&mut *line, &tagged)
             }
         };
-        let mut line = json.map_err(|e| err(Path::new("<json>"), e.into()))?;
+        json.map_err(|e| err(Path::new("<json>"), e.into()))?;
         line.push(b'\n');
+        let line = &line[..];
         // A poisoned lock only means another writer panicked mid-call; the file itself is still fine to append to.
         let sink = self.sink.read().unwrap_or_else(|p| p.into_inner());
         if let Sink::File { file, path, unsynced } = &*sink {
-            return append_line(file, path, unsynced, &line);
+            return append_line(file, path, unsynced, line);
         }
         drop(sink);
         let mut sink = self.sink.write().unwrap_or_else(|p| p.into_inner());
         match &mut *sink {
-            Sink::File { file, path, unsynced } => append_line(file, path, unsynced, &line),
+            Sink::File { file, path, unsynced } => append_line(file, path, unsynced, line),
             Sink::Stdout => {
                 let mut out = io::stdout().lock();
-                out.write_all(&line).and_then(|()| out.flush()).map_err(|e| err(Path::new("<stdout>"), e))
+                out.write_all(line).and_then(|()| out.flush()).map_err(|e| err(Path::new("<stdout>"), e))
             }
-            Sink::Stderr => io::stderr().lock().write_all(&line).map_err(|e| err(Path::new("<stderr>"), e)),
-            Sink::Deferred(file) => file.write_all(&line).map_err(|e| err(Path::new("<deferred>"), e)),
+            Sink::Stderr => io::stderr().lock().write_all(line).map_err(|e| err(Path::new("<stderr>"), e)),
+            Sink::Deferred(file) => file.write_all(line).map_err(|e| err(Path::new("<deferred>"), e)),
             Sink::Discard => Ok(()),
         }
     }
 }
+
+thread_local! {
+    /// The buffer [`AuditLog::write_line`] serializes this thread's lines into.
+    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A line buffer grown past this (a line quoting a long URL) is dropped after its line rather than kept.
+const KEPT_LINE_CAPACITY: usize = 16 * 1024;
 
 /// The refusals written so far, keyed by destination and reason.
 #[derive(Default)]
@@ -726,5 +756,36 @@ mod tests {
         }
         ids.sort_unstable();
         assert_eq!(ids, (0..THREADS * LINES).collect::<Vec<_>>(), "each line once");
+    }
+
+    /// Lines from one thread share its line buffer: each must be written as it is, whatever the line before it was
+    /// (longer, past the size the buffer keeps, or with other fields), with nothing of an earlier line left in it.
+    #[test]
+    fn a_thread_s_lines_carry_nothing_of_the_line_before() {
+        let (log, path, _dir) = log_in_tempdir();
+        let paths =
+            ["/".to_owned(), format!("/{}", "y".repeat(40_000)), "/a".to_owned(), format!("/{}", "z".repeat(900))];
+        let mut expected = Vec::new();
+        for (i, p) in paths.iter().chain(paths.iter().rev()).enumerate() {
+            let mut entry = line("GET", "example.test", 80, Some(p), Verdict::Allow, Reason::Rule);
+            entry.id = i as u64;
+            log.decision(&entry).unwrap();
+            expected.push(serde_json::to_string(&entry).unwrap());
+            let outcome = OutcomeEntry {
+                id: i as u64,
+                time: "t".into(),
+                status: 200,
+                bytes_up: 1,
+                bytes_down: 2,
+                duration_ms: 0.5,
+                error: None,
+                upstream_proxy_answer: None,
+            };
+            log.outcome(&outcome).unwrap();
+            expected.push(serde_json::to_string(&outcome).unwrap());
+        }
+        log.flush().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().collect::<Vec<_>>(), expected);
     }
 }
