@@ -318,17 +318,18 @@ fn write_outcome(
     (status, (up, down), cause, answer): Ending,
     started: Instant,
 ) {
+    let took = started.elapsed();
     let entry = OutcomeEntry {
         id,
         time: now_rfc3339().into(),
         status,
         bytes_up: up,
         bytes_down: down,
-        duration_ms: (started.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+        duration_ms: (took.as_secs_f64() * 1e6).round() / 1e3,
         error: cause,
         upstream_proxy_answer: answer.map(Into::into),
     };
-    metrics.count_outcome((up, down), started.elapsed(), cause);
+    metrics.count_outcome((up, down), took, cause);
     if let Err(e) = audit.outcome(&entry) {
         metrics.count_audit_failure();
         tracing::error!("{e}");
