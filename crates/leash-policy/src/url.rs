@@ -65,10 +65,13 @@ fn parse_scheme(raw: &str) -> Option<Scheme> {
     if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) {
         return None;
     }
-    Some(match raw.to_ascii_lowercase().as_str() {
-        "http" => Scheme::Http,
-        "https" => Scheme::Https,
-        _ => Scheme::Other,
+    let is = |name: &str| raw.eq_ignore_ascii_case(name);
+    Some(if is("http") {
+        Scheme::Http
+    } else if is("https") {
+        Scheme::Https
+    } else {
+        Scheme::Other
     })
 }
 

@@ -5,7 +5,7 @@
 //! A client that goes away while its final response is being relayed ends the exchange, not as a failure: its
 //! outcome keeps the upstream's status and the bytes relayed each way until then (as a reset HTTP/2 stream's does).
 
-use std::io;
+use std::io::{self, Write as _};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -502,7 +502,8 @@ fn client_head_bytes(head: &ResponseHead, close: bool, redact: Option<&Redactor>
 /// The response head passed to the client: end-to-end headers in order (repeated `Set-Cookie` kept).
 fn response_head_bytes(head: &ResponseHead, close: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(format!("HTTP/1.1 {} ", head.status).as_bytes());
+    // Written into the head's own buffer: `format!` made a string of its own for each response.
+    let _ = write!(out, "HTTP/1.1 {} ", head.status);
     out.extend_from_slice(&head.reason);
     out.extend_from_slice(b"\r\n");
     headers::write_end_to_end(&mut out, &head.headers, &[]);

@@ -4,6 +4,8 @@
 
 use std::borrow::Cow;
 
+use smallvec::SmallVec;
+
 use crate::credentials::Redactor;
 use crate::wire::http_head::{connection_tokens, FieldName, FieldValue, Header};
 
@@ -28,7 +30,8 @@ const FRAMING: [&str; 2] = ["content-length", "transfer-encoding"];
 /// Append every end-to-end header to `out` as `Name: value\r\n`, skipping hop-by-hop ones, those the Connection
 /// header names, and those in `skip` (lowercase). Compares without allocating: this runs for every forwarded head.
 pub fn write_end_to_end(out: &mut Vec<u8>, headers: &[Header], skip: &[&str]) {
-    let named: Vec<&[u8]> = connection_tokens(headers).collect();
+    // On the stack: nearly every response names one token (`keep-alive`), and a `Vec` was an allocation each.
+    let named: SmallVec<[&[u8]; 4]> = connection_tokens(headers).collect();
     for h in headers {
         let name = h.name.as_slice();
         let is = |n: &[u8]| name.eq_ignore_ascii_case(n);

@@ -2,6 +2,7 @@
 //! policy (target, framing, one Host naming the target), the answers to requests refused by them, and the head sent
 //! upstream for an allowed one.
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use leash_policy::{parse_absolute_target, parse_authority, AbsoluteTarget, Reason, Scheme, TargetError};
@@ -185,7 +186,7 @@ pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>, form: Targ
     out.extend_from_slice(head.method.as_bytes());
     out.push(b' ');
     if let TargetForm::Proxy { .. } = form {
-        out.extend_from_slice(format!("http://{}:{}", plan.target.authority.host.as_str(), plan.port).as_bytes());
+        let _ = write!(out, "http://{}:{}", plan.target.authority.host.as_str(), plan.port);
     }
     // RFC 9112 §3.2.1: an empty path is sent as `/` (`http://host?q` → `/?q`).
     if plan.target.path_and_query.starts_with('?') {
@@ -195,7 +196,7 @@ pub(crate) fn request_head_bytes(head: &RequestHead, plan: &Plan<'_>, form: Targ
     out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
     out.extend_from_slice(plan.target.authority.host.as_str().as_bytes());
     if plan.port != default_port(plan.target.scheme) {
-        out.extend_from_slice(format!(":{}", plan.port).as_bytes());
+        let _ = write!(out, ":{}", plan.port);
     }
     out.extend_from_slice(b"\r\n");
     headers::write_end_to_end(&mut out, &head.headers, &["host"]);
