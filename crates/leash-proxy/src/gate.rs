@@ -7,6 +7,8 @@
 //! a refusal (503 `audit-failed`). A refusal is also a warning on stderr, so an operator watching the terminal
 //! sees it.
 
+use std::borrow::Cow;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,7 +17,7 @@ use leash_policy::{Admission, Decision, Question, TlsInspection, Verdict};
 
 use crate::ask::{Held, HeldKind, Ruling, Settlement};
 use crate::audit::{
-    now_rfc3339, refusal, AuditError, AuditLog, DecisionEntry, OutcomeEntry, UpstreamFailure, LOOKUP_METHOD,
+    refusal, AuditError, AuditLog, DecisionEntry, OutcomeEntry, Timestamp, UpstreamFailure, LOOKUP_METHOD,
 };
 use crate::config::Snapshot;
 use crate::metrics::Metrics;
@@ -282,9 +284,10 @@ pub(crate) fn write_decision(
         }
         _ => {}
     }
+    let (stamp, mut client_text) = (Timestamp::now(), [0u8; 64]);
     let entry = DecisionEntry {
         id,
-        time: now_rfc3339().into(),
+        time: stamp.as_str().into(),
         method: asked.method.into(),
         host: asked.host.into(),
         port: asked.port,
@@ -292,7 +295,7 @@ pub(crate) fn write_decision(
         decision: d.verdict,
         rule: d.rule.as_deref().map(Into::into),
         reason: d.reason,
-        client: client.map(|c| c.to_string().into()),
+        client: client.map(|c| addr_text(c, &mut client_text)),
         stripped: extras.stripped.map(Into::into),
         credential: extras.credential.map(Into::into),
         service: extras.service.map(Into::into),
@@ -308,6 +311,19 @@ pub(crate) fn write_decision(
     written
 }
 
+/// `addr` as text, written into `buf` (a `String` for every line's client was an allocation); the longest there is,
+/// a scoped IPv6 address with a port, takes 58 bytes.
+fn addr_text(addr: SocketAddr, buf: &mut [u8; 64]) -> Cow<'_, str> {
+    let free = {
+        let mut rest = &mut buf[..];
+        write!(rest, "{addr}").ok().map(|()| rest.len())
+    };
+    match free.map(|free| std::str::from_utf8(&buf[..buf.len() - free])) {
+        Some(Ok(text)) => Cow::Borrowed(text),
+        _ => Cow::Owned(addr.to_string()),
+    }
+}
+
 /// How a request ended: its status, the bytes each way, and for a failure its cause and the upstream proxy's answer.
 type Ending = (u16, (u64, u64), Option<UpstreamFailure>, Option<String>);
 
@@ -318,10 +334,10 @@ fn write_outcome(
     (status, (up, down), cause, answer): Ending,
     started: Instant,
 ) {
-    let took = started.elapsed();
+    let (took, stamp) = (started.elapsed(), Timestamp::now());
     let entry = OutcomeEntry {
         id,
-        time: now_rfc3339().into(),
+        time: stamp.as_str().into(),
         status,
         bytes_up: up,
         bytes_down: down,
@@ -333,5 +349,31 @@ fn write_outcome(
     if let Err(e) = audit.outcome(&entry) {
         metrics.count_audit_failure();
         tracing::error!("{e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv6Addr, SocketAddrV6};
+
+    use super::*;
+
+    /// A line's client reads as the address's own text, the longest spellings included.
+    #[test]
+    fn a_client_address_is_written_as_its_own_text() {
+        let longest = SocketAddrV6::new(Ipv6Addr::from([0xffff; 8]), 65535, 0, u32::MAX);
+        let addrs: [SocketAddr; 4] = [
+            "127.0.0.1:5000".parse().unwrap(),
+            "255.255.255.255:65535".parse().unwrap(),
+            "[::ffff:192.0.2.1]:1".parse().unwrap(),
+            longest.into(),
+        ];
+        for addr in addrs {
+            let mut buf = [0u8; 64];
+            let text = addr_text(addr, &mut buf);
+            assert!(matches!(text, Cow::Borrowed(_)), "{addr} fits the buffer");
+            assert_eq!(text, addr.to_string());
+        }
+        assert_eq!(longest.to_string().len(), 58);
     }
 }
