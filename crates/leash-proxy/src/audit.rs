@@ -674,17 +674,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("leash-audit-container-{}.jsonl", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let log = AuditLog::open(&path).map(|l| l.with_container("c0ffee")).unwrap();
-        let outcome = OutcomeEntry {
-            id: 1,
-            time: now_rfc3339().into(),
-            status: 200,
-            bytes_up: 1,
-            bytes_down: 2,
-            duration_ms: 0.5,
-            error: None,
-            upstream_proxy_answer: None,
-        };
-        log.outcome(&outcome).unwrap();
+        log.outcome(&outcome(1)).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(text.starts_with("{\"id\":1,") && text.ends_with(",\"container\":\"c0ffee\"}\n"), "{text}");
@@ -806,16 +796,7 @@ mod tests {
             entry.id = i as u64;
             log.decision(&entry).unwrap();
             expected.push(serde_json::to_string(&entry).unwrap());
-            let outcome = OutcomeEntry {
-                id: i as u64,
-                time: "t".into(),
-                status: 200,
-                bytes_up: 1,
-                bytes_down: 2,
-                duration_ms: 0.5,
-                error: None,
-                upstream_proxy_answer: None,
-            };
+            let outcome = outcome(i as u64);
             log.outcome(&outcome).unwrap();
             expected.push(serde_json::to_string(&outcome).unwrap());
         }
