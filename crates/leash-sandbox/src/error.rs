@@ -92,8 +92,15 @@ pub enum Step {
     MountResolvConf,
     /// Receiving from leash the paths to hide and the word to start the command.
     AwaitLeash,
-    /// Bind-mounting /dev/null over a path the command must not reach (the audit log, `/dev/kmsg`).
+    /// Covering a path the command must not reach (the audit log, `/dev/kmsg`) with an empty read-only file of the
+    /// sandbox's own.
     HidePath(PathBuf),
+    /// Making a host file leash reads during the run (the hosts file, trust roots) read-only in the sandbox.
+    ReadOnlyPath(PathBuf),
+    /// Pinning a directory above a path leash reads or writes during the run, so the command cannot rename it.
+    PinDirectory(PathBuf),
+    /// Mounting the sandbox's own /dev/shm (POSIX shared memory).
+    MountShm,
     /// Giving the init back leash's CPU affinity (it ran on leash's other CPUs while both built the sandbox), so the
     /// command inherits it.
     RestoreCpuAffinity,
@@ -172,6 +179,9 @@ impl fmt::Display for Step {
             Step::MountResolvConf => f.write_str("bind-mount the sandbox's /etc/resolv.conf"),
             Step::AwaitLeash => f.write_str("receive the paths to hide and the go-ahead from leash"),
             Step::HidePath(p) => write!(f, "hide `{}` in the sandbox", p.display()),
+            Step::ReadOnlyPath(p) => write!(f, "make `{}` read-only in the sandbox", p.display()),
+            Step::PinDirectory(p) => write!(f, "pin the directory `{}` in the sandbox", p.display()),
+            Step::MountShm => f.write_str("mount the sandbox's own /dev/shm"),
             Step::RestoreCpuAffinity => f.write_str("give the sandbox's init back leash's CPU affinity"),
             Step::BindTcp(a) => write!(f, "bind TCP `{a}` inside the sandbox"),
             Step::BindUdp(a) => write!(f, "bind UDP `{a}` inside the sandbox"),

@@ -15,10 +15,15 @@
 //! `stdio.rs`), makes the kernel's writable settings read-only (`/proc/sys`,
 //! `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus`, `/proc/fs` and `/sys` with every mount below it: the command's uid
 //! owns the sandbox's network namespace, and under root is the host's root for file permissions, so it could
-//! otherwise turn IPv6 back on, or the host's sysctls and interrupt routing) and hides `/dev/kmsg` (the host's kernel
-//! log) and `/proc/keys` (the caller's keys by name) under /dev/null, bind-mounts the given contents over `/etc/resolv.conf`, binds the requested TCP listeners
-//! and UDP sockets and sends them to leash with `SCM_RIGHTS`, hides the paths leash names (the audit log) under
-//! /dev/null until leash's go-ahead, and then starts the command, which first enters a **second user namespace**
+//! otherwise turn IPv6 back on, or the host's sysctls and interrupt routing), mounts a **/dev/shm** of its own (the
+//! host's POSIX shared memory out of sight), bind-mounts the given contents over `/etc/resolv.conf`, binds the
+//! requested TCP listeners and UDP sockets and sends them to leash with `SCM_RIGHTS`, and until leash's go-ahead
+//! hides `/dev/kmsg` (the host's kernel log), `/proc/keys` (the caller's keys by name) and the paths leash names (the
+//! audit log) under an empty read-only file of the sandbox's own (never a host file such as /dev/null, which a
+//! root command's `chown -R` would change), makes the host files leash reads during the run read-only (the hosts
+//! file, trust roots), and **pins** every directory above those paths: each is bound onto itself, and `rename(2)`
+//! refuses a mount point, so the command cannot move a directory away and put a file of its own where leash will
+//! look; then it starts the command, which first enters a **second user namespace**
 //! (mapping back to the caller's uid and gid, or the same full range), a **session** of its own (no controlling
 //! terminal, its own process group) with a new **session keyring**, keeps only Docker's default **capabilities** but
 //! `CAP_NET_RAW` in its bounding set with `no_new_privs` (`linux/caps.rs`), installs its **seccomp filter**, and
@@ -134,8 +139,19 @@ pub struct SandboxSpec {
     /// Filesystem Unix sockets of the host's the command may connect to; it reaches no other but its own (see the
     /// crate docs).
     pub allow_unix_sockets: Vec<PathBuf>,
-    /// Files the command must neither read nor write (the audit log): each is covered by /dev/null inside.
+    /// Files the command must neither read nor write (the audit log): each is covered inside by an empty read-only
+    /// file of the sandbox's own (a directory by an empty read-only tmpfs). Every directory above it is pinned (see
+    /// the crate docs): the command can neither rename nor remove any of them, so the path leash uses keeps naming
+    /// leash's file.
     pub hide_paths: Vec<PathBuf>,
+    /// Host files leash reads while the command runs and that decide where it connects or whom it trusts (the hosts
+    /// file, the resolver's configuration, trust roots): each is bound read-only onto itself inside (a directory with
+    /// everything below it), and every directory above it pinned, so a command running as root cannot change them.
+    pub read_only_paths: Vec<PathBuf>,
+    /// Directories directly below the host's /dev/shm the command must still see once the sandbox has a /dev/shm of
+    /// its own (the run's CA files, which leash writes there while the sandbox is set up): each is shown read-only at
+    /// the same path inside. At most four.
+    pub keep_in_shm: Vec<PathBuf>,
     /// The command's stdin; `None` inherits leash's. Never a socket (see [`relay_stdio`]).
     pub stdin: Option<OwnedFd>,
     /// The command's stdout; `None` inherits leash's.

@@ -30,6 +30,19 @@ const DISABLE_IPV6: &CStr = c"/proc/sys/net/ipv6/conf/all/disable_ipv6";
 /// namespace against every ancestor's limit): one, the command's own.
 const MAX_USER_NAMESPACES: &CStr = c"/proc/sys/user/max_user_namespaces";
 
+/// Where init mounts the sandbox's own POSIX shared memory (the host's would be shared with the host).
+const SHM: &CStr = c"/dev/shm";
+/// The empty file every hidden file is covered with: made on the sandbox's own /dev/shm, bound over each hidden
+/// path read-only, and unlinked before the command starts, so only those read-only mounts reach it. A host file
+/// (/dev/null) in its place would be the host's: a root command's `chown -R` of a directory with a hidden file in it
+/// would change the host's /dev/null.
+const HIDDEN_FILE: &CStr = c"/dev/shm/.leash-hidden";
+/// What hides a file where the sandbox has no /dev/shm of its own: /dev/null, bound read-only (`chown` and `chmod`
+/// through a read-only mount fail), the host's device but unchangeable through the mount.
+const HIDDEN_FALLBACK: &CStr = c"/dev/null";
+/// Most directories of the host's /dev/shm kept visible in the sandbox's own (`Plan::kept_in_shm`, checked there).
+pub(super) const MAX_KEPT_IN_SHM: usize = 4;
+
 /// A failed step, small enough to live on the stack and travel as a record.
 #[derive(Clone, Copy)]
 struct Fail {
@@ -95,13 +108,18 @@ fn setup(plan: &Plan) -> Result<c_int, Fail> {
     if let Some(source) = &plan.resolv_source {
         sys::mount(Some(source), c"/etc/resolv.conf", None, libc::MS_BIND).map_err(at(ChildStep::ResolvConf, 0))?;
     }
+    // After the resolv.conf mount: its source may be in the host's /dev/shm.
+    let hidden_source = own_shm(plan)?;
     let (master, slave) = match &plan.terminal {
         Some(t) => sys::open_pty(DEVPTS_PTMX, &t.settings, &t.size).map_err(at(ChildStep::Devpts, 1))?,
         None => (-1, -1),
     };
     hand_over_sockets(plan, master)?;
     // Leash writes the command's CA files meanwhile.
-    hide_paths_until_go(plan, sys_below_read_only)?;
+    hide_paths_until_go(plan, hidden_source, sys_below_read_only)?;
+    if hidden_source == HIDDEN_FILE {
+        sys::unlink(HIDDEN_FILE).map_err(at(ChildStep::OwnShm, 1))?;
+    }
     // Leash moved init before it said go: the command now inherits leash's CPUs, not fewer.
     plan.spread.as_ref().map_or(Ok(()), |spread| spread.restore()).map_err(at(ChildStep::RestoreAffinity, 0))?;
     Ok(slave)
@@ -218,6 +236,33 @@ fn own_ipc_namespace() -> Result<(), Fail> {
     }
 }
 
+/// A tmpfs of the sandbox's own on /dev/shm (POSIX shared memory, `shm_open`): the host's is shared by every process
+/// of the host, so the command could read and write other programs' segments there. The directories of the host's
+/// /dev/shm the command must still see (`SandboxSpec::keep_in_shm`: the run's CA files) are moved into it, read-only,
+/// at the same paths. It also holds the empty file hidden paths are covered with ([`HIDDEN_FILE`]), which is
+/// returned; without a /dev/shm, [`HIDDEN_FALLBACK`].
+fn own_shm(plan: &Plan) -> Result<&'static CStr, Fail> {
+    let mut trees = [-1; MAX_KEPT_IN_SHM];
+    for (i, path) in plan.kept_in_shm.iter().enumerate().take(MAX_KEPT_IN_SHM) {
+        trees[i] = sys::open_tree_clone(path).map_err(at(ChildStep::OwnShm, 2))?;
+    }
+    let flags = libc::MS_NOSUID | libc::MS_NODEV;
+    match sys::mount_with(c"tmpfs", SHM, c"tmpfs", flags, c"mode=1777") {
+        Ok(()) => {}
+        Err(libc::ENOENT) => return Ok(HIDDEN_FALLBACK),
+        Err(errno) => return Err(at(ChildStep::OwnShm, 0)(errno)),
+    }
+    sys::create_empty(HIDDEN_FILE, 0o444).map_err(at(ChildStep::OwnShm, 1))?;
+    for (path, tree) in plan.kept_in_shm.iter().zip(trees) {
+        sys::mkdir(path, 0o755)
+            .and_then(|()| sys::move_mount_onto(tree, path))
+            .and_then(|()| sys::make_read_only(path).map(drop))
+            .map_err(at(ChildStep::OwnShm, 3))?;
+        sys::close(tree);
+    }
+    Ok(HIDDEN_FILE)
+}
+
 /// No process inside creates a user namespace but the command's own: in a new one a process starts over with every
 /// capability (the bounding set included), and with them could make a cgroup namespace and mount its cgroup
 /// filesystem, which is the host's hierarchy, or any other filesystem a user namespace may mount. The limit is
@@ -233,32 +278,47 @@ fn disable_ipv6() -> Result<(), Fail> {
     }
 }
 
-/// Bind-mounts /dev/null over each path leash names to hide (the audit log, `/dev/kmsg`) and covers each mount it
-/// names (`kernel_fs`), until leash says `Go`. A path gone since, or one this user cannot even look up (so cannot
-/// open either), is skipped.
-fn hide_paths_until_go(plan: &Plan, sys_below_read_only: bool) -> Result<(), Fail> {
+/// Carries out leash's orders until it says `Go`: hides each path it names (the audit log, `/dev/kmsg`) under
+/// `hidden_source`, makes the host files it names read-only, covers each mount it names (`kernel_fs`) and pins the
+/// directories it names. A path gone since, or one this user cannot even look up (so cannot open either), is skipped.
+fn hide_paths_until_go(plan: &Plan, hidden_source: &CStr, sys_below_read_only: bool) -> Result<(), Fail> {
     let mut record = [0u8; ORDER_LEN];
-    let (mut index, mut covered) = (0, 0);
+    let (mut hidden, mut read_only, mut covered, mut pinned) = (0, 0, 0, 0);
+    let skip_gone = |result: Result<(), Errno>| match result {
+        Err(libc::ENOENT | libc::EACCES) => Ok(()),
+        other => other,
+    };
     loop {
         let len = sys::recv_record(plan.channel, &mut record).map_err(at(ChildStep::AwaitGo, 0))?;
         match record.get(..len).and_then(Order::decode) {
             Some(Order::Go) => return Ok(()),
             Some(Order::Hide(paths)) => {
                 for path in proto::hidden_paths(paths) {
-                    match hide(path) {
-                        Ok(()) | Err(libc::ENOENT | libc::EACCES) => {}
-                        Err(errno) => return Err(at(ChildStep::HidePath, index)(errno)),
-                    }
-                    index += 1;
+                    skip_gone(hide(path, hidden_source)).map_err(at(ChildStep::HidePath, hidden))?;
+                    hidden += 1;
+                }
+            }
+            Some(Order::ReadOnly(paths)) => {
+                for path in proto::hidden_paths(paths) {
+                    skip_gone(bind_read_only(path)).map_err(at(ChildStep::ReadOnlyPath, read_only))?;
+                    read_only += 1;
                 }
             }
             Some(Order::Cover(mounts)) => {
                 for (cover, path) in proto::covered_mounts(mounts) {
-                    match cover_mount(cover, path, sys_below_read_only) {
-                        Ok(()) | Err(libc::ENOENT | libc::EACCES) => {}
-                        Err(errno) => return Err(at(ChildStep::CoverMount, covered)(errno)),
-                    }
+                    skip_gone(cover_mount(cover, path, sys_below_read_only))
+                        .map_err(at(ChildStep::CoverMount, covered))?;
                     covered += 1;
+                }
+            }
+            Some(Order::Pin(dirs)) => {
+                for dir in proto::hidden_paths(dirs) {
+                    // INVARIANT: every directory above a path leash uses after the command starts is a mount point
+                    // here, which `rename(2)` and `rmdir(2)` refuse (`EBUSY`): the path keeps naming leash's file.
+                    // The bind is recursive, so it copies every mount below, the ones just made included.
+                    let result = sys::mount(Some(dir), dir, None, libc::MS_BIND | libc::MS_REC);
+                    skip_gone(result).map_err(at(ChildStep::PinDir, pinned))?;
+                    pinned += 1;
                 }
             }
             // Leash gone (end of file) or a record it never sends now.
@@ -267,18 +327,27 @@ fn hide_paths_until_go(plan: &Plan, sys_below_read_only: bool) -> Result<(), Fai
     }
 }
 
-/// /dev/null over a file; an empty read-only tmpfs over a directory (the audit logs of earlier runs). The kind is
-/// looked up first: a bind of /dev/null onto a directory fails only after the kernel has copied the mount, and
-/// discarding that copy waits for an expedited RCU grace period (a tenth of a millisecond on `leash run`'s clock).
-fn hide(path: &CStr) -> Result<(), Errno> {
+/// `source` (an empty file) over a file, read-only; an empty read-only tmpfs over a directory (the audit logs of
+/// earlier runs). The kind is looked up first: a bind onto a directory fails only after the kernel has copied the
+/// mount, and discarding that copy waits for an expedited RCU grace period (a tenth of a millisecond on `leash
+/// run`'s clock).
+fn hide(path: &CStr, source: &CStr) -> Result<(), Errno> {
     if sys::stat(path)?.st_mode & libc::S_IFMT == libc::S_IFDIR {
         return cover_mount(Some(Cover::Empty), path, false);
     }
-    match sys::mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
+    match sys::mount(Some(source), path, None, libc::MS_BIND) {
         // Made a directory since (by the host: the command has not started).
         Err(libc::ENOTDIR) => cover_mount(Some(Cover::Empty), path, false),
-        other => other,
+        Err(errno) => Err(errno),
+        // Read-only, so neither a write nor `chown` or `chmod` through it changes the file it shows.
+        Ok(()) => sys::make_read_only(path).map(drop),
     }
+}
+
+/// Binds `path` onto itself (with every mount below it) and makes that read-only.
+fn bind_read_only(path: &CStr) -> Result<(), Errno> {
+    sys::mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC)?;
+    sys::make_read_only(path).map(drop)
 }
 
 /// Covers one mount that shows host kernel objects, as `cover` says; a mount no longer there has nothing to show.

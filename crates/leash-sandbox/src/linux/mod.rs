@@ -127,7 +127,7 @@ impl Pending {
     ) -> Result<(Child, crate::Handed, T), SandboxError> {
         let covered = kernel_fs::scan().map_err(|e| setup(Step::ReadMountTable, e))?;
         self.facts.covered = covered.iter().map(|(_, path)| path.clone()).collect();
-        for record in proto::orders(&self.facts.hidden, &covered) {
+        for record in proto::orders(&self.facts, &covered) {
             match sys::send_with_fds(self.child.channel.as_raw_fd(), &record, &[]) {
                 Ok(()) => {}
                 // Init is gone: the handshake below reads why.
@@ -440,7 +440,7 @@ mod tests {
     #[test]
     fn a_failure_record_is_read_although_init_left_orders_unread() {
         let (ours, theirs) = seqpacket_pair().unwrap();
-        sys::send_with_fds(ours.as_raw_fd(), &proto::orders(&[], &[])[0], &[]).unwrap();
+        sys::send_with_fds(ours.as_raw_fd(), &proto::orders(&proto::SpecFacts::default(), &[])[0], &[]).unwrap();
         let failed = Msg::Failed { step: ChildStep::BindTcp, index: 1, errno: libc::EADDRINUSE };
         sys::send_with_fds(theirs.as_raw_fd(), &failed.encode(), &[]).unwrap();
         // Closing with our order unread sets ECONNRESET on our end, which the kernel reports before the record.

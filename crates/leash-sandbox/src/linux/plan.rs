@@ -85,6 +85,25 @@ impl Drop for Stack {
     }
 }
 
+/// The directories of `SandboxSpec::keep_in_shm`: each directly below /dev/shm (init makes it again in the sandbox's
+/// own), at most `init::MAX_KEPT_IN_SHM`.
+fn kept_in_shm(paths: &[PathBuf]) -> Result<Vec<CString>, SandboxError> {
+    if paths.len() > super::init::MAX_KEPT_IN_SHM {
+        return Err(SandboxError::InvalidSpec(format!(
+            "at most {} directories kept in /dev/shm",
+            super::init::MAX_KEPT_IN_SHM
+        )));
+    }
+    let one_below = |p: &PathBuf| p.parent() == Some(Path::new("/dev/shm")) && p.file_name().is_some();
+    if let Some(bad) = paths.iter().find(|p| !one_below(p)) {
+        return Err(SandboxError::InvalidSpec(format!(
+            "`{}` is not a directory directly below /dev/shm",
+            bad.display()
+        )));
+    }
+    paths.iter().map(|p| cstring(p.as_os_str().as_bytes(), "a path kept in /dev/shm")).collect()
+}
+
 /// The `uid_map` and `gid_map` lines for one user namespace.
 pub(super) struct IdMaps {
     pub(super) uid_map: CString,
@@ -119,6 +138,8 @@ pub(super) struct Plan {
     /// The command's namespace: the caller's uid and gid again, mapped onto the sandbox's 0 (or the full range).
     pub(super) inner_ids: IdMaps,
     pub(super) resolv_source: Option<CString>,
+    /// Directories of the host's /dev/shm moved into the sandbox's own (`SandboxSpec::keep_in_shm`).
+    pub(super) kept_in_shm: Vec<CString>,
     pub(super) tcp: Vec<libc::sockaddr_in>,
     pub(super) udp: Vec<libc::sockaddr_in>,
     /// The command's stdin, stdout, stderr: duplicates numbered >= 3, or `None` to inherit.
@@ -182,6 +203,7 @@ impl Plan {
             resolv_source: resolv_source
                 .map(|p| cstring(p.as_os_str().as_bytes(), "the resolv.conf path"))
                 .transpose()?,
+            kept_in_shm: kept_in_shm(&spec.keep_in_shm)?,
             tcp: spec.tcp_listeners.iter().map(sockaddr).collect(),
             udp: spec.udp_sockets.iter().map(sockaddr).collect(),
             stdio,

@@ -1,9 +1,9 @@
 //! The messages over the SOCK_SEQPACKET pair between leash and the sandbox's init. From init: fixed 16-byte records
 //! (tag, step, index, value), so the child builds them on its stack; the sockets travel as SCM_RIGHTS on the
 //! `Sockets` record. From leash: first `Mapped` when leash writes init's id maps (`plan::IdRange::Full`), then, once,
-//! the paths to hide and the mounts to cover (`kernel_fs`), in records of at most `ORDER_LEN` bytes (a tag, then
-//! NUL-terminated paths, each mount's after the byte that says how to cover it), and then `Go`, which lets init start
-//! the command.
+//! the paths to hide, the host files to make read-only, the mounts to cover (`kernel_fs`) and the directories to pin,
+//! in that order, in records of at most `ORDER_LEN` bytes (a tag, then NUL-terminated paths, each mount's after the
+//! byte that says how to cover it), and then `Go`, which lets init start the command.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -48,12 +48,19 @@ pub(super) enum Order<'a> {
     Mapped,
     /// Cover these mounts: each a `kernel_fs::Cover` byte and a NUL-terminated path, back to back.
     Cover(&'a [u8]),
+    /// Make these host files read-only inside: NUL-terminated, back to back.
+    ReadOnly(&'a [u8]),
+    /// Pin these directories (bind each onto itself, so it cannot be renamed inside): NUL-terminated, shallowest
+    /// first.
+    Pin(&'a [u8]),
 }
 
 const ORDER_HIDE: u32 = 1;
 const ORDER_GO: u32 = 2;
 const ORDER_MAPPED: u32 = 3;
 const ORDER_COVER: u32 = 4;
+const ORDER_READ_ONLY: u32 = 5;
+const ORDER_PIN: u32 = 6;
 
 /// The record that tells init its id maps are written.
 pub(super) const MAPPED: [u8; 4] = ORDER_MAPPED.to_ne_bytes();
@@ -68,21 +75,31 @@ impl<'a> Order<'a> {
             ORDER_GO if rest.is_empty() => Some(Order::Go),
             ORDER_MAPPED if rest.is_empty() => Some(Order::Mapped),
             ORDER_COVER if rest.last() == Some(&0) => Some(Order::Cover(rest)),
+            ORDER_READ_ONLY if rest.last() == Some(&0) => Some(Order::ReadOnly(rest)),
+            ORDER_PIN if rest.last() == Some(&0) => Some(Order::Pin(rest)),
             _ => None,
         }
     }
 }
 
-/// The records that hand init the paths to hide, the mounts to cover, then `Go`. Every path fits a record (the
-/// kernel's `PATH_MAX` is far below `ORDER_LEN`); one holding a NUL byte cannot name a file (leash takes paths from
-/// its arguments, the kernel's mount table escapes none).
-pub(super) fn orders(hidden: &[PathBuf], covered: &[(Cover, PathBuf)]) -> Vec<Vec<u8>> {
+/// The records that hand init the paths to hide, the files to make read-only, the mounts to cover, the directories
+/// to pin, then `Go`. The pins come last: each copies the mounts below it (`MS_REC`), so what was hidden, made
+/// read-only or covered before is so in the copy too, and a process whose working directory is in the original tree
+/// finds it there as well. Every path fits a record (the kernel's `PATH_MAX` is far below `ORDER_LEN`); one holding
+/// a NUL byte cannot name a file (leash takes paths from its arguments, the kernel's mount table escapes none).
+pub(super) fn orders(facts: &SpecFacts, covered: &[(Cover, PathBuf)]) -> Vec<Vec<u8>> {
     let mut records = Vec::new();
-    let hides = hidden.iter().map(|p| (None, p.as_os_str().as_bytes()));
-    pack(&mut records, ORDER_HIDE, hides);
+    pack(&mut records, ORDER_HIDE, plain(&facts.hidden));
+    pack(&mut records, ORDER_READ_ONLY, plain(&facts.read_only));
     pack(&mut records, ORDER_COVER, covered.iter().map(|(c, p)| (Some(*c as u8), p.as_os_str().as_bytes())));
+    pack(&mut records, ORDER_PIN, plain(&facts.pinned));
     records.push(ORDER_GO.to_ne_bytes().to_vec());
     records
+}
+
+/// Paths as entries without a leading byte.
+fn plain(paths: &[PathBuf]) -> impl Iterator<Item = (Option<u8>, &[u8])> {
+    paths.iter().map(|p| (None, p.as_os_str().as_bytes()))
 }
 
 /// Appends records tagged `tag` holding every entry: its leading byte if any, the path, a NUL.
@@ -189,10 +206,13 @@ pub(super) enum ChildStep {
     UserNsLimit,
     CoverMount,
     Devpts,
+    ReadOnlyPath,
+    PinDir,
+    OwnShm,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 34] = [
+    const ALL: [ChildStep; 37] = [
         ChildStep::CloseFds,
         ChildStep::Harden,
         ChildStep::Setgroups,
@@ -227,6 +247,9 @@ impl ChildStep {
         ChildStep::UserNsLimit,
         ChildStep::CoverMount,
         ChildStep::Devpts,
+        ChildStep::ReadOnlyPath,
+        ChildStep::PinDir,
+        ChildStep::OwnShm,
     ];
 
     fn from_u32(code: u32) -> Option<ChildStep> {
@@ -278,6 +301,9 @@ impl ChildStep {
             ChildStep::Capabilities => Step::DropCapabilities,
             ChildStep::UserNsLimit => Step::LimitUserNamespaces,
             ChildStep::CoverMount => Step::CoverKernelMount(spec.covered.get(index).cloned().unwrap_or_default()),
+            ChildStep::ReadOnlyPath => Step::ReadOnlyPath(spec.read_only.get(index).cloned().unwrap_or_default()),
+            ChildStep::PinDir => Step::PinDirectory(spec.pinned.get(index).cloned().unwrap_or_default()),
+            ChildStep::OwnShm => Step::MountShm,
             ChildStep::Devpts if index == 0 => Step::MountDevpts,
             ChildStep::Devpts => Step::OpenTerminal,
         }
@@ -289,7 +315,7 @@ impl ChildStep {
 pub(super) const READ_ONLY_PATHS: [&std::ffi::CStr; 6] =
     [c"/proc/sys", c"/proc/sysrq-trigger", c"/proc/irq", c"/proc/bus", c"/proc/fs", c"/sys"];
 
-/// Kernel files init hides under /dev/null with the paths leash asks for: `/dev/kmsg` writes lines into the host's
+/// Kernel files init hides with the paths leash asks for: `/dev/kmsg` writes lines into the host's
 /// kernel log; `/proc/keys` lists every key and keyring the uid may view, the caller's among them (their
 /// descriptions, and the ids a keyring call would take; those calls are refused anyway).
 const HIDDEN_KERNEL_FILES: [&str; 2] = ["/dev/kmsg", "/proc/keys"];
@@ -303,6 +329,10 @@ pub(super) struct SpecFacts {
     pub(super) hidden: Vec<PathBuf>,
     pub(super) tcp: Vec<std::net::SocketAddrV4>,
     pub(super) udp: Vec<std::net::SocketAddrV4>,
+    /// The host files made read-only on leash's orders (what decides where leash connects and whom it trusts).
+    pub(super) read_only: Vec<PathBuf>,
+    /// The directories pinned: every one above a hidden or read-only path (see [`pinned_dirs`]).
+    pub(super) pinned: Vec<PathBuf>,
     /// The mounts init covers (`kernel_fs`), filled in once leash has read its mount table.
     pub(super) covered: Vec<PathBuf>,
     /// Whether init hands over a terminal's master side after the sockets.
@@ -315,12 +345,34 @@ impl SpecFacts {
             program: program.to_path_buf(),
             cwd: spec.cwd.clone(),
             hidden: spec.hide_paths.iter().cloned().chain(HIDDEN_KERNEL_FILES.map(PathBuf::from)).collect(),
+            read_only: spec.read_only_paths.clone(),
+            pinned: pinned_dirs(spec.hide_paths.iter().chain(&spec.read_only_paths)),
             tcp: spec.tcp_listeners.clone(),
             udp: spec.udp_sockets.clone(),
             covered: Vec::new(),
             terminal: spec.terminal.is_some(),
         }
     }
+}
+
+/// Where the kernel's own filesystems are mounted: nothing below is a file leash reads later, and nothing there is
+/// pinned.
+const KERNEL_TREES: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// Every directory above `paths` (absolute, as leash found them), but `/` and the kernel's trees, each once and
+/// shallowest first. Pinned inside, none of them can be renamed or removed by the command (`rename(2)` refuses a
+/// mount point with `EBUSY` in the namespace that has the mount), so none of the paths can come to name a file the
+/// command put there: what leash reads or writes by path after the command starts, it reaches through these.
+pub(super) fn pinned_dirs<'a>(paths: impl Iterator<Item = &'a PathBuf>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = paths
+        .filter(|p| p.is_absolute())
+        .filter(|p| !KERNEL_TREES.iter().any(|tree| p.starts_with(tree)))
+        .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf).collect::<Vec<_>>())
+        .filter(|dir| dir.parent().is_some())
+        .collect();
+    dirs.sort_by(|a, b| a.components().count().cmp(&b.components().count()).then_with(|| a.cmp(b)));
+    dirs.dedup();
+    dirs
 }
 
 #[cfg(test)]
@@ -342,34 +394,75 @@ mod tests {
     fn hide_orders_carry_every_path_once_in_order_then_go() {
         let hidden: Vec<PathBuf> =
             (0..2000).map(|i| PathBuf::from(format!("/home/u/logs/audit-{i:05}.jsonl"))).collect();
+        let read_only: Vec<PathBuf> = (0..300).map(|i| PathBuf::from(format!("/etc/ssl/certs/{i:05}.pem"))).collect();
+        let pinned = pinned_dirs(hidden.iter().chain(&read_only));
         let covered: Vec<(Cover, PathBuf)> =
             (0..1500).map(|i| (Cover::ReadOnly, PathBuf::from(format!("/srv/cgroups/tenant-{i:05}")))).collect();
-        let records = orders(&hidden, &covered);
+        let facts = SpecFacts { hidden: hidden.clone(), read_only: read_only.clone(), pinned, ..SpecFacts::default() };
+        let records = orders(&facts, &covered);
         assert!(records.len() > 2, "2000 paths need several records");
         assert!(records.iter().all(|r| r.len() <= ORDER_LEN));
         assert_eq!(records.last().map(|r| Order::decode(r)), Some(Some(Order::Go)));
-        let (mut got, mut got_covered) = (Vec::new(), Vec::new());
+        let (mut got, mut got_covered, mut got_read_only, mut got_pinned) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut kinds = Vec::new();
         let path = |p: &std::ffi::CStr| PathBuf::from(std::ffi::OsStr::from_bytes(p.to_bytes()));
         for record in &records[..records.len() - 1] {
             match Order::decode(record) {
-                Some(Order::Hide(payload)) => got.extend(hidden_paths(payload).map(path)),
+                Some(Order::Hide(payload)) => {
+                    kinds.push("hide");
+                    got.extend(hidden_paths(payload).map(path));
+                }
+                Some(Order::ReadOnly(payload)) => {
+                    kinds.push("read-only");
+                    got_read_only.extend(hidden_paths(payload).map(path));
+                }
                 Some(Order::Cover(payload)) => {
+                    kinds.push("cover");
                     got_covered.extend(covered_mounts(payload).map(|(c, p)| (c.unwrap(), path(p))));
                 }
-                other => panic!("not a hide or cover record: {other:?}"),
+                Some(Order::Pin(payload)) => {
+                    kinds.push("pin");
+                    got_pinned.extend(hidden_paths(payload).map(path));
+                }
+                other => panic!("not a hide, read-only, cover or pin record: {other:?}"),
             }
         }
         assert_eq!(got, hidden);
+        assert_eq!(got_read_only, read_only);
         assert_eq!(got_covered, covered);
-        assert_eq!(orders(&[], &[]), vec![ORDER_GO.to_ne_bytes().to_vec()], "nothing to hide: only Go");
+        let pinned: Vec<PathBuf> =
+            ["/etc", "/home", "/etc/ssl", "/home/u", "/etc/ssl/certs", "/home/u/logs"].map(PathBuf::from).to_vec();
+        assert_eq!(got_pinned, pinned, "every directory above, once, shallowest first");
+        kinds.dedup();
+        assert_eq!(kinds, ["hide", "read-only", "cover", "pin"], "pins last: they copy what was mounted before");
+        let nothing = orders(&SpecFacts::default(), &[]);
+        assert_eq!(nothing, vec![ORDER_GO.to_ne_bytes().to_vec()], "nothing to hide: only Go");
         assert_eq!(Order::decode(&MAPPED), Some(Order::Mapped));
+    }
+
+    #[test]
+    fn pinned_directories_leave_out_the_root_and_the_kernels_trees() {
+        let paths: Vec<PathBuf> =
+            ["/var/log/a.jsonl", "/var/log/b.jsonl", "/dev/kmsg", "/proc/keys", "/sys/x/y", "/top", "relative/x"]
+                .into_iter()
+                .map(PathBuf::from)
+                .collect();
+        assert_eq!(pinned_dirs(paths.iter()), [PathBuf::from("/var"), PathBuf::from("/var/log")]);
     }
 
     #[test]
     fn malformed_orders_are_refused() {
         let mut unterminated = ORDER_HIDE.to_ne_bytes().to_vec();
         unterminated.extend_from_slice(b"/run/x");
-        for bad in [&b""[..], &[9, 0, 0, 0][..], &unterminated[..], &[2, 0, 0, 0, 1][..], &[3, 0, 0, 0, 0][..]] {
+        for bad in [
+            &b""[..],
+            &[9, 0, 0, 0][..],
+            &unterminated[..],
+            &[2, 0, 0, 0, 1][..],
+            &[3, 0, 0, 0, 0][..],
+            &[6, 0, 0, 0, b'/'][..],
+        ] {
             assert_eq!(Order::decode(bad), None, "{bad:?}");
         }
     }

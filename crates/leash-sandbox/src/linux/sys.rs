@@ -215,6 +215,58 @@ pub(super) fn open(path: &CStr, flags: c_int) -> SysResult<c_int> {
     check(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) })
 }
 
+/// Creates the empty file `path` with permissions `mode`; fails if anything is there already (`O_EXCL`, which
+/// follows no symlink).
+pub(super) fn create_empty(path: &CStr, mode: libc::mode_t) -> SysResult<()> {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `path` is NUL-terminated; `mode` is passed as the variadic third argument O_CREAT reads.
+    let fd = check(unsafe { libc::open(path.as_ptr(), flags, mode as c_uint) })?;
+    close(fd);
+    Ok(())
+}
+
+/// `OPEN_TREE_CLONE` of open_tree(2): a detached copy of the mount tree at the path.
+const OPEN_TREE_CLONE: c_uint = 0x1;
+/// `MOVE_MOUNT_F_EMPTY_PATH` of move_mount(2): the source is the descriptor itself.
+const MOVE_MOUNT_F_EMPTY_PATH: c_uint = 0x4;
+
+/// open_tree(2) with `OPEN_TREE_CLONE`: a descriptor of a detached copy of what is at `path` (a bind mount not yet
+/// attached anywhere), close-on-exec.
+pub(super) fn open_tree_clone(path: &CStr) -> SysResult<c_int> {
+    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as c_uint;
+    // SAFETY: `path` is NUL-terminated; the call takes no other pointer.
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+    check_long(ret).map(|fd| fd as c_int)
+}
+
+/// move_mount(2) of the detached tree `tree` (from [`open_tree_clone`]) onto `target`.
+pub(super) fn move_mount_onto(tree: c_int, target: &CStr) -> SysResult<()> {
+    // SAFETY: both paths are NUL-terminated (the empty one names `tree` itself).
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    check_long(ret).map(drop)
+}
+
+/// mkdir(2).
+pub(super) fn mkdir(path: &CStr, mode: libc::mode_t) -> SysResult<()> {
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::mkdir(path.as_ptr(), mode) }).map(drop)
+}
+
+/// unlink(2).
+pub(super) fn unlink(path: &CStr) -> SysResult<()> {
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::unlink(path.as_ptr()) }).map(drop)
+}
+
 /// close(2); errors are of no use to the caller.
 pub(super) fn close(fd: c_int) {
     // SAFETY: closing a descriptor this side owns.
