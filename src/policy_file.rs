@@ -1,10 +1,15 @@
 //! Reading a policy file for any subcommand: the format from the extension, the text from disk, the errors printed
 //! the same way everywhere (`FILE:LINE:COLUMN: ENTRY: MESSAGE`). And writing one: ask mode's "always" answer adds a
-//! host to the file ([`allow_always`]), validated as `leash check` validates and replaced atomically.
+//! host to the file ([`allow_always`]), validated as `leash check` validates and replaced atomically, through a
+//! descriptor of its directory held from start ([`HeldPolicy`]).
 
+use std::ffi::OsString;
 use std::fs;
-use std::io::Write;
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
 
 use leash_policy::{allow_host, load, Format, Loaded, PolicyError};
 
@@ -67,33 +72,109 @@ pub fn located(path: &Path, e: &PolicyError) -> String {
     format!("{place}: {}: {}", e.entry, e.message)
 }
 
+/// A policy file reached through a descriptor of its directory, opened once, before any command runs: renaming that
+/// directory or any above it later (a sandboxed command owning them could) changes neither what an `always` answer
+/// reads nor where it writes. A symlink at the path given is resolved then, once; its target is what is held.
+#[derive(Debug)]
+pub struct HeldPolicy {
+    /// The target's directory, `O_PATH`.
+    dir: OwnedFd,
+    /// The target's name in it.
+    name: OsString,
+    /// The path as given, for messages and the format.
+    shown: PathBuf,
+}
+
+impl HeldPolicy {
+    /// Resolves `path` now and holds its directory.
+    pub fn open(path: &Path) -> io::Result<HeldPolicy> {
+        let target = fs::canonicalize(path)?;
+        let name = target.file_name().ok_or_else(|| io::Error::other("names no file"))?.to_os_string();
+        let parent = target.parent().unwrap_or(Path::new("/"));
+        let dir = rustix::fs::open(parent, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(HeldPolicy { dir, name, shown: path.to_path_buf() })
+    }
+
+    /// The path as it was given.
+    pub fn path(&self) -> &Path {
+        &self.shown
+    }
+
+    /// The file's text and permissions, read through the held directory (a symlink put there since is not followed).
+    fn read(&self) -> io::Result<(String, fs::Permissions)> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut file = fs::File::from(rustix::fs::openat(&self.dir, &self.name, flags, Mode::empty())?);
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        Ok((text, file.metadata()?.permissions()))
+    }
+
+    /// Replaces the file with `text` atomically (a reader sees the old file or the new one, never a part): a new
+    /// file beside it in the held directory, with `permissions`, synced, and renamed over it.
+    fn replace(&self, text: &str, permissions: fs::Permissions) -> io::Result<()> {
+        let (temporary, mut file) = self.create_beside()?;
+        let written = (|| {
+            file.write_all(text.as_bytes())?;
+            file.set_permissions(permissions)?;
+            file.sync_all()?;
+            rustix::fs::renameat(&self.dir, &temporary, &self.dir, &self.name).map_err(io::Error::from)
+        })();
+        if written.is_err() {
+            // Best effort: the original is untouched either way, and the stray file has a name that says what it is.
+            let _ = rustix::fs::unlinkat(&self.dir, &temporary, rustix::fs::AtFlags::empty());
+            return written;
+        }
+        // The rename is durable once the directory's entry is: sync it too (a failure here changes nothing now).
+        let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        if let Ok(dir) = rustix::fs::openat(&self.dir, ".", dir_flags, Mode::empty()) {
+            let _ = rustix::fs::fsync(&dir);
+        }
+        Ok(())
+    }
+
+    /// A new file `.NAME.leash-PID-N` in the held directory (the same filesystem, so the rename is atomic).
+    fn create_beside(&self) -> io::Result<(OsString, fs::File)> {
+        let name = self.name.to_string_lossy();
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut attempt = 0;
+        loop {
+            let candidate = OsString::from(format!(".{name}.leash-{}-{attempt}", std::process::id()));
+            match rustix::fs::openat(&self.dir, &candidate, flags, Mode::from_raw_mode(0o600)) {
+                Ok(fd) => return Ok((candidate, fs::File::from(fd))),
+                Err(rustix::io::Errno::EXIST) if attempt < 100 => attempt += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
 /// Add `entry` (`api.example.com` or `.example.com`) to the `allowed_hosts` of the network section `profile` uses
-/// in the policy file at `path`, and return the policy the new file loads to, for the caller to reload.
+/// in the held policy file, and return the policy the new file loads to, for the caller to reload.
 ///
 /// Only the list changes: comments, blank lines and key order are kept (`leash_policy::allow_host`). The new text
 /// is validated as `leash check` validates it; then it is written to a new file beside the original (a symlink's
-/// target, the symlink kept) with the original's permissions, synced, and renamed over it. An entry already listed
-/// writes nothing. `accept` sees the new policy before anything is written and may refuse it (a running proxy that
-/// could not take it). On any error, refusal, invalid result or I/O failure, the file is left as it was and the
-/// message says what went wrong.
+/// target, the symlink kept) with the original's permissions, synced, and renamed over it, all through the held
+/// directory. An entry already listed writes nothing. `accept` sees the new policy before anything is written and
+/// may refuse it (a running proxy that could not take it). On any error, refusal, invalid result or I/O failure, the
+/// file is left as it was and the message says what went wrong.
 pub fn allow_always(
-    path: &Path,
+    held: &HeldPolicy,
     profile: Option<&str>,
     entry: &str,
     accept: impl FnOnce(&leash_policy::Policy) -> Result<(), String>,
 ) -> Result<Loaded, String> {
+    let path = held.path();
     let shown = path.display();
     let format = Format::from_path(path)
         .ok_or_else(|| format!("cannot tell the format of `{shown}`: policy files end in .yaml, .yml or .toml"))?;
-    let target = fs::canonicalize(path).map_err(|e| format!("cannot find policy `{shown}`: {e}"))?;
-    let text = fs::read_to_string(&target).map_err(|e| format!("cannot read policy `{shown}`: {e}"))?;
+    let (text, permissions) = held.read().map_err(|e| format!("cannot read policy `{shown}`: {e}"))?;
     let new =
         allow_host(&text, format, profile, entry).map_err(|e| format!("cannot add `{entry}` to `{shown}`: {e}"))?;
     let loaded = validate(path, &new, format, profile)
         .map_err(|why| format!("adding `{entry}` would make `{shown}` invalid, so it is left as it was: {why}"))?;
     accept(&loaded.policy).map_err(|why| format!("`{shown}` is left as it was: {why}"))?;
     if new != text {
-        replace(&target, &new).map_err(|e| format!("cannot write policy `{shown}` (left as it was): {e}"))?;
+        held.replace(&new, permissions).map_err(|e| format!("cannot write policy `{shown}` (left as it was): {e}"))?;
     }
     Ok(loaded)
 }
@@ -105,42 +186,6 @@ fn validate(path: &Path, text: &str, format: Format, profile: Option<&str>) -> R
     leash_proxy::tls::check_upstream_proxy(&loaded.policy)
         .map_err(|e| format!("{}: network.upstream_proxy_ca: {e}", path.display()))?;
     Ok(loaded)
-}
-
-/// Replace `target` with `text` atomically: a reader sees the old file or the new one, never a part.
-fn replace(target: &Path, text: &str) -> std::io::Result<()> {
-    let dir = target.parent().unwrap_or(Path::new("."));
-    let permissions = fs::metadata(target)?.permissions();
-    let (temporary, mut file) = create_beside(target)?;
-    let written = (|| {
-        file.write_all(text.as_bytes())?;
-        file.set_permissions(permissions)?;
-        file.sync_all()?;
-        fs::rename(&temporary, target)
-    })();
-    if written.is_err() {
-        // Best effort: the original is untouched either way, and the stray file has a name that says what it is.
-        let _ = fs::remove_file(&temporary);
-        return written;
-    }
-    // The rename is durable once the directory's entry is: sync it too (a failure here changes nothing now).
-    fs::File::open(dir).and_then(|d| d.sync_all()).ok();
-    Ok(())
-}
-
-/// A new file `.NAME.leash-PID-N` in `target`'s directory (the same filesystem, so the rename is atomic).
-fn create_beside(target: &Path) -> std::io::Result<(PathBuf, fs::File)> {
-    let dir = target.parent().unwrap_or(Path::new("."));
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut attempt = 0;
-    loop {
-        let candidate = dir.join(format!(".{name}.leash-{}-{attempt}", std::process::id()));
-        match fs::OpenOptions::new().write(true).create_new(true).open(&candidate) {
-            Ok(file) => return Ok((candidate, file)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => attempt += 1,
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// `new`, if it can replace `running` in a proxy that is serving: its credentials are those the running policy has
@@ -173,6 +218,10 @@ mod tests {
         d.verdict == Verdict::Allow
     }
 
+    fn held(path: &Path) -> HeldPolicy {
+        HeldPolicy::open(path).unwrap()
+    }
+
     fn write(path: &Path, text: &str, mode: u32) {
         fs::write(path, text).unwrap();
         fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
@@ -186,7 +235,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("policy.yaml");
         write(&path, ASK, 0o640);
-        let loaded = allow_always(&path, None, "api.example.com", |_| Ok(())).unwrap();
+        let loaded = allow_always(&held(&path), None, "api.example.com", |_| Ok(())).unwrap();
         assert!(allows(&loaded, "api.example.com") && allows(&loaded, "pypi.org"));
         assert!(!allows(&loaded, "other.example.com"));
         let want = ASK.replace("# the index\n", "# the index\n    - api.example.com\n");
@@ -196,7 +245,7 @@ mod tests {
         assert_eq!(names, ["policy.yaml"], "no temporary file is left behind");
         // Already listed: the file is not rewritten.
         let before = fs::metadata(&path).unwrap().modified().unwrap();
-        assert!(allows(&allow_always(&path, None, "api.example.com", |_| Ok(())).unwrap(), "api.example.com"));
+        assert!(allows(&allow_always(&held(&path), None, "api.example.com", |_| Ok(())).unwrap(), "api.example.com"));
         assert_eq!(fs::metadata(&path).unwrap().modified().unwrap(), before);
     }
 
@@ -207,7 +256,7 @@ mod tests {
         let link = dir.path().join("policy.toml");
         write(&real, "[network]\nmode = \"ask\" # hold\n", 0o600);
         std::os::unix::fs::symlink("real.toml", &link).unwrap();
-        let loaded = allow_always(&link, None, ".example.com", |_| Ok(())).unwrap();
+        let loaded = allow_always(&held(&link), None, ".example.com", |_| Ok(())).unwrap();
         assert!(allows(&loaded, "a.example.com"));
         assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
         let want = "[network]\nmode = \"ask\" # hold\nallowed_hosts = [\".example.com\"]\n";
@@ -223,16 +272,24 @@ mod tests {
         let text = "network:\n  mode: ask\n  allowed_hosts: [pypi.org]  # keep\n  services:\n    \
                     - {name: gw, listen: 4000, target: 'gw.corp.test:4000'}\n";
         write(&path, text, 0o644);
-        let why = allow_always(&path, None, "gw.corp.test", |_| Ok(())).err().unwrap();
+        let why = allow_always(&held(&path), None, "gw.corp.test", |_| Ok(())).err().unwrap();
         assert!(why.contains("invalid") && why.contains("services[0].target"), "{why}");
         assert_eq!(fs::read_to_string(&path).unwrap(), text);
-        let why = allow_always(&path, Some("nope"), "a.org", |_| Ok(())).err().unwrap();
+        let why = allow_always(&held(&path), Some("nope"), "a.org", |_| Ok(())).err().unwrap();
         assert!(why.contains("nope"), "{why}");
-        let why = allow_always(&path, None, "https://a.org/", |_| Ok(())).err().unwrap();
+        let why = allow_always(&held(&path), None, "https://a.org/", |_| Ok(())).err().unwrap();
         assert!(why.contains("not an allowed_hosts entry"), "{why}");
         assert_eq!(fs::read_to_string(&path).unwrap(), text);
-        let missing = allow_always(&dir.path().join("gone.yaml"), None, "a.org", |_| Ok(())).err().unwrap();
-        assert!(missing.contains("cannot find policy"), "{missing}");
+        let missing = HeldPolicy::open(&dir.path().join("gone.yaml")).err().unwrap();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+        // The held file removed since: the answer says so and writes nothing.
+        let gone = dir.path().join("soon-gone.yaml");
+        write(&gone, text, 0o644);
+        let held_gone = held(&gone);
+        fs::remove_file(&gone).unwrap();
+        let why = allow_always(&held_gone, None, "a.org", |_| Ok(())).err().unwrap();
+        assert!(why.contains("cannot read policy"), "{why}");
+        assert!(!gone.exists());
     }
 
     #[test]
@@ -246,8 +303,36 @@ mod tests {
         let edited = format!("{text}  credentials:\n    - preset: github\n");
         write(&path, &edited, 0o644);
         let accept = |new: &leash_policy::Policy| check_same_resources(&running, new);
-        let why = allow_always(&path, None, "a.org", accept).err().unwrap();
+        let why = allow_always(&held(&path), None, "a.org", accept).err().unwrap();
         assert!(why.contains("credentials differ"), "{why}");
         assert_eq!(fs::read_to_string(&path).unwrap(), edited);
+    }
+
+    #[test]
+    fn an_always_answer_reads_and_writes_the_file_held_at_start_whatever_was_renamed_since() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("task");
+        fs::create_dir(&dir).unwrap();
+        let path = dir.join("policy.yaml");
+        write(&path, ASK, 0o640);
+        let held = held(&path);
+        // What a command owning the directory would do: move it away and plant a policy allowing everything.
+        let moved = root.path().join("task.moved");
+        fs::rename(&dir, &moved).unwrap();
+        fs::create_dir(&dir).unwrap();
+        let planted = "network:\n  mode: ask\n  allowed_hosts: [.com, .net, .org]\n";
+        write(&path, planted, 0o644);
+        let loaded = allow_always(&held, None, "api.example.com", |_| Ok(())).unwrap();
+        assert!(allows(&loaded, "api.example.com") && allows(&loaded, "pypi.org"));
+        assert!(!allows(&loaded, "evil.com"), "the planted policy was read");
+        assert_eq!(fs::read_to_string(&path).unwrap(), planted, "the planted file was written");
+        let want = ASK.replace("# the index\n", "# the index\n    - api.example.com\n");
+        assert_eq!(fs::read_to_string(moved.join("policy.yaml")).unwrap(), want, "leash's own file was updated");
+        // A symlink planted at the held name is not followed.
+        fs::remove_file(moved.join("policy.yaml")).unwrap();
+        std::os::unix::fs::symlink(&path, moved.join("policy.yaml")).unwrap();
+        let why = allow_always(&held, None, "b.example.com", |_| Ok(())).err().unwrap();
+        assert!(why.contains("cannot read policy"), "{why}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), planted);
     }
 }

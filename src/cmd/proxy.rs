@@ -109,7 +109,10 @@ async fn serve(args: ProxyArgs) -> Exit {
         release_free_memory: Some(leash_sandbox::release_free_memory),
         ask: None,
     };
-    let ask = ask_socket.map(|socket| Arc::new(ask_front(&args, socket, &config)));
+    let ask = match ask_socket.map(|socket| ask_front(&args, socket, &config)).transpose() {
+        Ok(front) => front.map(Arc::new),
+        Err(code) => return code,
+    };
     config.ask = ask.as_ref().map(|front| front.asking.clone());
     if let Some(front) = &ask {
         if let Err(code) = start_asking(front) {
@@ -145,10 +148,9 @@ async fn serve(args: ProxyArgs) -> Exit {
 }
 
 /// Ask mode's front ends for the proxy: the bound control socket, and the policy file an `always` answer changes.
-fn ask_front(args: &ProxyArgs, socket: ask::socket::Bound, config: &ProxyConfig) -> AskFront {
-    let source =
-        PolicySource { file: args.policy.clone().map(|path| (path, args.profile.clone())), ask_flag: args.ask.ask };
-    AskFront::new(&args.ask, socket, config.policy.clone(), source, config.metrics.clone())
+fn ask_front(args: &ProxyArgs, socket: ask::socket::Bound, config: &ProxyConfig) -> Result<AskFront, Exit> {
+    let source = PolicySource::hold(args.policy.as_deref(), args.profile.as_deref(), args.ask.ask)?;
+    Ok(AskFront::new(&args.ask, socket, config.policy.clone(), source, config.metrics.clone()))
 }
 
 /// Serve the control socket, and ask at leash's own terminal when it has one (no command shares it here).

@@ -13,7 +13,7 @@ pub mod protocol;
 pub mod socket;
 pub mod terminal;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,14 +22,32 @@ use leash_proxy::{Metrics, PolicyHandle};
 
 use crate::cli::AskArgs;
 use crate::exit::Exit;
+use crate::policy_file::HeldPolicy;
 
 /// Where the policy an `always` answer is written into comes from.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PolicySource {
-    /// The policy file and its profile; `None` for an inline policy (`--allow`).
-    pub file: Option<(PathBuf, Option<String>)>,
+    /// The policy file, held from start, and its profile; `None` for an inline policy (`--allow`).
+    pub file: Option<(HeldPolicy, Option<String>)>,
     /// Whether `--ask` turned ask mode on (the reloaded file then gets it again).
     pub ask_flag: bool,
+}
+
+impl PolicySource {
+    /// The policy file at `policy` held now, before any command runs (see [`HeldPolicy`]); a file that cannot be
+    /// held stops leash (it was just read).
+    pub fn hold(policy: Option<&Path>, profile: Option<&str>, ask_flag: bool) -> Result<PolicySource, Exit> {
+        let file = policy
+            .map(|path| {
+                let held = HeldPolicy::open(path).map_err(|e| {
+                    eprintln!("leash: ask mode: cannot hold the policy file `{}`: {e}", path.display());
+                    Exit::Usage
+                })?;
+                Ok((held, profile.map(str::to_owned)))
+            })
+            .transpose()?;
+        Ok(PolicySource { file, ask_flag })
+    }
 }
 
 /// Ask mode for one proxy: its questions, the policy an `always` changes, and where its control socket is.
@@ -135,9 +153,8 @@ pub fn start_for(
     if !config.policy.current().asks() {
         return Ok(None);
     }
+    let source = PolicySource::hold(args.policy.as_deref(), args.profile.as_deref(), args.ask.ask)?;
     let socket = bind_socket(&args.ask)?;
-    let source =
-        PolicySource { file: args.policy.clone().map(|path| (path, args.profile.clone())), ask_flag: args.ask.ask };
     let front = Arc::new(AskFront::new(&args.ask, socket, config.policy.clone(), source, config.metrics.clone()));
     config.ask = Some(front.asking.clone());
     let fail = |e: std::io::Error| {
@@ -174,18 +191,18 @@ pub fn answer_question(
 /// Add `entry` to the policy file's `allowed_hosts` (a reviewed change: validated, written atomically, comments
 /// kept) and put the new policy in force.
 fn write_always(policy: &PolicyHandle, source: &PolicySource, entry: &str) -> Result<(), String> {
-    let Some((path, profile)) = &source.file else {
+    let Some((held, profile)) = &source.file else {
         return Err("no policy file to write `always` into (the policy is inline): answer `run`".to_owned());
     };
     // A file edited since the start in a way a reload refuses (its credentials, its services) is left alone.
     let running = policy.current();
     let accept = |new: &leash_policy::Policy| crate::policy_file::check_same_resources(&running, new);
-    let loaded = crate::policy_file::allow_always(path, profile.as_deref(), entry, accept)?;
+    let loaded = crate::policy_file::allow_always(held, profile.as_deref(), entry, accept)?;
     let mut reloaded = loaded.policy;
     if source.ask_flag {
         reloaded = reloaded.into_ask().ok_or("the changed policy cannot be in ask mode")?;
     }
     policy.store(reloaded);
-    tracing::info!("ask mode: `{entry}` added to {}'s allowed_hosts and reloaded", path.display());
+    tracing::info!("ask mode: `{entry}` added to {}'s allowed_hosts and reloaded", held.path().display());
     Ok(())
 }
