@@ -14,7 +14,8 @@ use crate::exit::Exit;
 use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::client_env::{proxy_vars, PROXY_VARS};
 use crate::shared::sandboxed::{
-    config, hidden_files, keep_deferred_log, mode_env, proxy_parts, secret_files, Pins, ProxyParts, Secured,
+    config, hidden_files, host_inputs, keep_deferred_log, mode_env, proxy_parts, secret_files, Pins, ProxyParts,
+    Secured,
 };
 use crate::shared::services;
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
@@ -35,6 +36,12 @@ pub fn run(args: RunArgs) -> Exit {
         Err(code) => return code,
     };
     let audit = Arc::new(audit);
+    // INVARIANT: what an `always` answer reads and writes is held before the command runs, never reached by a path
+    // it could change.
+    let ask_source = match policy.asks().then(|| hold_policy(&args)).transpose() {
+        Ok(source) => source,
+        Err(code) => return code,
+    };
     let ask_socket = match policy.asks().then(|| ask::bind_socket(&args.proxy.ask)).transpose() {
         Ok(socket) => socket,
         Err(code) => return code,
@@ -61,6 +68,9 @@ pub fn run(args: RunArgs) -> Exit {
     // INVARIANT: the control socket's directory is not visible inside: the command cannot even see the questions.
     spec.hide_paths.extend(ask_socket.iter().filter_map(|s| std::fs::canonicalize(s.dir()).ok()));
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
+    // The sandbox has a /dev/shm of its own: the CA's directory, where it is below the host's, is kept visible there.
+    let in_shm = |dir: &&std::path::Path| dir.parent() == Some(std::path::Path::new("/dev/shm"));
+    spec.keep_in_shm.extend(ca_files.iter().map(CaFiles::dir).filter(in_shm).map(std::path::Path::to_path_buf));
     crate::shared::secrets::sandbox_env(&policy, &secrets.secrets, &mut spec.env);
     // The services' sockets exist before the sandbox does: it is let connect to exactly those files.
     let (unix_services, socket_files) = match services::bind_sockets(&policy) {
@@ -100,7 +110,7 @@ pub fn run(args: RunArgs) -> Exit {
         Ok(config) => config,
         Err(code) => return code,
     };
-    let ask = ask_socket.map(|socket| Arc::new(ask_front(&args, socket, &config)));
+    let ask = ask_socket.zip(ask_source).map(|(socket, source)| Arc::new(ask_front(&args, socket, source, &config)));
     config.ask = ask.as_ref().map(|front| front.asking.clone());
     // The runtime is built while the init starts the command. One thread: starting, waking and ending worker
     // threads was a sixth of `leash run -- true` (6.7 -> 5.7 ms), and one sandbox's traffic fits one core (tunnels are
@@ -141,12 +151,13 @@ pub fn run(args: RunArgs) -> Exit {
     exit
 }
 
+/// The policy file an `always` answer changes, held now.
+fn hold_policy(args: &RunArgs) -> Result<PolicySource, Exit> {
+    PolicySource::hold(args.proxy.policy.as_deref(), args.proxy.profile.as_deref(), args.proxy.ask.ask)
+}
+
 /// Ask mode's front ends for the run: the bound control socket, and the policy file an `always` answer changes.
-fn ask_front(args: &RunArgs, socket: ask::socket::Bound, config: &ProxyConfig) -> AskFront {
-    let source = PolicySource {
-        file: args.proxy.policy.clone().map(|path| (path, args.proxy.profile.clone())),
-        ask_flag: args.proxy.ask.ask,
-    };
+fn ask_front(args: &RunArgs, socket: ask::socket::Bound, source: PolicySource, config: &ProxyConfig) -> AskFront {
     AskFront::new(&args.proxy.ask, socket, config.policy.clone(), source, config.metrics.clone())
 }
 
@@ -178,6 +189,8 @@ fn proxy_config(
     let Some(ca_files) = ca_files else { return Ok(config(parts, audit, None)) };
     let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
     let inspection = crate::shared::tls::inspection(&tls)?;
+    // INVARIANT: the roots upstreams are verified against are read before the command starts.
+    inspection.load_system_roots();
     if let Err(e) = ca_files.write(&inspection) {
         eprintln!("leash: the command was not run: cannot write the run's CA files: {e}");
         return Err(Exit::SandboxFailed);
@@ -213,6 +226,9 @@ fn spec(args: &RunArgs, with_ca: bool, mode: (String, String), asks: Option<u64>
     spec.allow_unix_sockets = args.allow_unix_socket.clone();
     // INVARIANT: the audit log file is not reachable from inside; leash keeps the only handle that writes it.
     spec.hide_paths = hidden_files(&args.proxy);
+    // INVARIANT: what leash reads during the run to decide where it connects and whom it trusts, the command cannot
+    // change (as root it could otherwise: a line in /etc/hosts, a CA in the system bundle).
+    spec.read_only_paths = host_inputs(&args.proxy.upstream_ca);
     spec
 }
 

@@ -51,6 +51,11 @@ impl CaFiles {
         Ok(CaFiles { bundle: dir.join("bundle.pem"), ca: dir.join("ca.pem"), dir })
     }
 
+    /// The directory both files are in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Writes the CA and the bundle, mode 0644: they hold no secret, and the command may run as another user id.
     pub fn write(&self, inspection: &Inspection) -> std::io::Result<()> {
         write_trust_files(inspection, &self.ca, &self.bundle)

@@ -180,6 +180,13 @@ impl Inspection {
         })
     }
 
+    /// Reads the system's trust roots now, if they are trusted and not read yet, instead of at the first upstream
+    /// verified: `leash run` calls this before its command starts, so a root a command running as root appends to
+    /// the system bundle later is never trusted (what leash trusts, the sandbox cannot change).
+    pub fn load_system_roots(&self) {
+        let _ = self.upstream();
+    }
+
     /// The run's CA, whose certificate the clients are given.
     pub fn ca(&self) -> &CertAuthority {
         &self.ca
