@@ -12,6 +12,9 @@ mod scene;
 #[path = "attacks/doors.rs"]
 mod doors;
 
+#[path = "attacks/trusted.rs"]
+mod trusted;
+
 use std::time::{Duration, Instant};
 
 use scene::{

@@ -217,6 +217,47 @@ fn always_adds_the_host_to_the_policy_file_keeping_its_comments_and_later_reques
     assert!(later.get("answer").is_none(), "decided by the reloaded policy, not the answer: {later}");
 }
 
+/// The class of issue 41's first finding: `always` read the policy again by its path, whose directory the command
+/// owns. The command moves the policy's directory away and plants a policy allowing whole top-level domains at the
+/// path, then asks. Whatever the command managed, `always` changes only the file leash read at start: the planted one
+/// is neither loaded nor written, and nothing of it is allowed afterwards.
+#[test]
+fn always_changes_the_policy_leash_started_with_whatever_the_command_moved_or_planted() {
+    if !sandbox_available() {
+        return;
+    }
+    let scene = Scene::new("");
+    let before = std::fs::read_to_string(&scene.policy).unwrap();
+    let planted = "network:\n  mode: ask\n  allowed_hosts: [.com, .net, .org, .test]\n  ports: [80, 443]\n";
+    // The scene's directory is the policy's, and the command's working directory.
+    let script = format!(
+        "d=$(pwd); if mv \"$d\" \"$d.moved\" 2>/dev/null; then echo MOVED; mkdir \"$d\"; else echo KEPT; fi\n\
+         printf '{}' > \"$d/planted.yaml\" && mv -f \"$d/planted.yaml\" \"$d/policy.yaml\" 2>/dev/null || echo REPLACE-REFUSED\n\
+         get {}",
+        planted.replace('\n', "\\n"),
+        scene.url("new.test", "/one")
+    );
+    let run = scene.run(&[], &script);
+    let question = scene.question("new.test", 1);
+    scene.answer(&question, "always", None);
+    let ended = run.finish();
+    let said = &ended.stdout;
+    assert!(said.contains("KEPT") && said.contains("REPLACE-REFUSED"), "the directory and the file stay put: {said}");
+    let moved = scene.dir.path().with_extension("moved");
+    let leashs = if moved.exists() { moved.join("policy.yaml") } else { scene.policy.clone() };
+    let after = std::fs::read_to_string(&leashs).unwrap();
+    assert!(after.contains("new.test"), "the answer is in leash's own file:\n{after}");
+    for line in before.lines().filter(|l| !l.trim().is_empty() && !l.contains("allowed_hosts")) {
+        assert!(after.contains(line.trim()), "`{line}` kept:\n{after}");
+    }
+    assert!(!after.contains(".com"), "the planted policy was read and written back:\n{after}");
+    let explain = |url: &str| {
+        Command::new(LEASH).args(["explain", "--policy", path(&scene.policy), url]).output().unwrap().status.success()
+    };
+    assert!(explain("http://new.test/"), "the answer was written into the file leash read");
+    assert!(!explain("http://anything.com/"), "nothing the command planted is allowed");
+}
+
 #[test]
 fn always_without_a_policy_file_is_refused_and_the_question_stays_open() {
     if !sandbox_available() {
