@@ -8,7 +8,7 @@ use std::ffi::CStr;
 use libc::{c_int, pid_t};
 
 use super::kernel_fs::Cover;
-use super::plan::{IdMaps, IdRange, Plan};
+use super::plan::{IdMaps, IdRange, Plan, MAX_KEPT_IN_SHM};
 use super::proto::{self, ChildStep, Msg, Order, ORDER_LEN, RECORD_LEN};
 use super::sys::{self, Errno};
 use super::{caps, connects};
@@ -40,8 +40,6 @@ const HIDDEN_FILE: &CStr = c"/dev/shm/.leash-hidden";
 /// What hides a file where the sandbox has no /dev/shm of its own: /dev/null, bound read-only (`chown` and `chmod`
 /// through a read-only mount fail), the host's device but unchangeable through the mount.
 const HIDDEN_FALLBACK: &CStr = c"/dev/null";
-/// Most directories of the host's /dev/shm kept visible in the sandbox's own (`Plan::kept_in_shm`, checked there).
-pub(super) const MAX_KEPT_IN_SHM: usize = 4;
 
 /// A failed step, small enough to live on the stack and travel as a record.
 #[derive(Clone, Copy)]

@@ -85,14 +85,15 @@ impl Drop for Stack {
     }
 }
 
+/// Most directories of the host's /dev/shm kept visible in the sandbox's own (init clones each before it mounts the
+/// sandbox's /dev/shm, on its stack).
+pub(super) const MAX_KEPT_IN_SHM: usize = 4;
+
 /// The directories of `SandboxSpec::keep_in_shm`: each directly below /dev/shm (init makes it again in the sandbox's
-/// own), at most `init::MAX_KEPT_IN_SHM`.
+/// own), at most [`MAX_KEPT_IN_SHM`].
 fn kept_in_shm(paths: &[PathBuf]) -> Result<Vec<CString>, SandboxError> {
-    if paths.len() > super::init::MAX_KEPT_IN_SHM {
-        return Err(SandboxError::InvalidSpec(format!(
-            "at most {} directories kept in /dev/shm",
-            super::init::MAX_KEPT_IN_SHM
-        )));
+    if paths.len() > MAX_KEPT_IN_SHM {
+        return Err(SandboxError::InvalidSpec(format!("at most {} directories kept in /dev/shm", MAX_KEPT_IN_SHM)));
     }
     let one_below = |p: &PathBuf| p.parent() == Some(Path::new("/dev/shm")) && p.file_name().is_some();
     if let Some(bad) = paths.iter().find(|p| !one_below(p)) {
