@@ -25,6 +25,7 @@ use leash_docker::engine::{Engine, EngineError};
 use leash_docker::gate::Gate;
 use leash_docker::options::{self, RunOptions};
 use leash_docker::serve::{StopSignals, PROXY_INSIDE};
+use leash_proxy::inside::Plan;
 use leash_proxy::{Inspection, UpstreamTrust};
 
 use crate::cli::{DockerAttachArgs, DockerRunArgs};
@@ -102,9 +103,9 @@ async fn run_container(
         Err(e) => return refuse_engine(&e),
     };
     // Each socket is handed out of the container's namespace; a bound like `leash run`'s keeps that small.
-    let service_ports = services::ports(&policy);
-    let room = leash_sandbox::MAX_SOCKETS.saturating_sub(2 + service_ports.len());
-    let transparent_ports = leash_proxy::transparent_ports(&policy, room);
+    let plan = Plan::proxy_at(PROXY_INSIDE)
+        .with_services(&services::ports(&policy))
+        .with_dns_and_transparent(&policy, leash_sandbox::MAX_SOCKETS);
     services::announce(&policy);
     let audit = Arc::new(audit.with_container(container.id()));
     let mut config = config((policy, pins, secrets), audit.clone(), Some(inspection));
@@ -113,7 +114,7 @@ async fn run_container(
         Ok(ask) => ask,
         Err(code) => return code,
     };
-    let launch = Launch { interactive: opts.interactive, gated, transparent_ports, service_ports };
+    let launch = Launch { interactive: opts.interactive, gated, plan };
     let policy = config.policy.clone();
     let exit = match container::supervise(&container, &gate, launch, (config, unix_services), &mut stop).await {
         Ok(code) => Exit::Command(u8::try_from(code).unwrap_or(255)),

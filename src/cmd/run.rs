@@ -3,28 +3,21 @@
 //! process it left are gone and the audit log is complete.
 
 use std::ffi::OsString;
-use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 
-use leash_proxy::{PolicyHandle, ProxyConfig, ServiceListener, ServiceSocket, TRANSPARENT_ADDR};
+use leash_proxy::inside::{Bound, Plan, NODE_PROXY_VAR, PROXY_INSIDE, PROXY_VARS};
+use leash_proxy::ProxyConfig;
 use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{RunArgs, TlsArgs};
 use crate::exit::Exit;
 use crate::shared::ask::{self, AskFront, PolicySource};
-use crate::shared::client_env::{proxy_vars, PROXY_VARS};
 use crate::shared::sandboxed::{
     config, hidden_files, host_inputs, keep_deferred_log, mode_env, proxy_parts, secret_files, Pins, ProxyParts,
     Secured,
 };
 use crate::shared::services;
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
-
-/// Where the proxy listens inside the sandbox (the conventional proxy port, on the sandbox's own loopback).
-const PROXY_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 3128);
-
-/// Where the DNS stub answers inside the sandbox: the sandbox's own loopback, as its resolv.conf says.
-const DNS_INSIDE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 53);
 
 pub fn run(args: RunArgs) -> Exit {
     if let Err(e) = leash_sandbox::harden_self() {
@@ -63,7 +56,12 @@ pub fn run(args: RunArgs) -> Exit {
         }
     };
     let asks = policy.asks().then_some(args.proxy.ask.ask_timeout);
-    let mut spec = spec(&args, ca_files.is_some(), mode_env(&policy), asks);
+    // What the command is given: the proxy on the sandbox's loopback, the DNS stub, a transparent listener per port
+    // the policy allows and a listener per service port, as many as the sandbox hands back.
+    let plan = Plan::proxy_at(PROXY_INSIDE)
+        .with_services(&services::ports(&policy))
+        .with_dns_and_transparent(&policy, leash_sandbox::MAX_SOCKETS);
+    let mut spec = spec(&args, &plan, ca_files.is_some(), mode_env(&policy), asks);
     spec.hide_paths.extend(secret_files(&policy));
     // INVARIANT: the control socket's directory is not visible inside: the command cannot even see the questions.
     spec.hide_paths.extend(ask_socket.iter().filter_map(|s| std::fs::canonicalize(s.dir()).ok()));
@@ -78,13 +76,6 @@ pub fn run(args: RunArgs) -> Exit {
         Err(code) => return code,
     };
     spec.allow_unix_sockets.extend(socket_files.paths().iter().cloned());
-    let service_ports = services::ports(&policy);
-    let room = leash_sandbox::MAX_SOCKETS.saturating_sub(2 + service_ports.len());
-    let ports = leash_proxy::transparent_ports(&policy, room);
-    let listeners =
-        Listening { transparent: ports.len(), services: service_ports.iter().map(|(n, _)| n.clone()).collect() };
-    spec.tcp_listeners.extend(ports.into_iter().map(|p| SocketAddrV4::new(TRANSPARENT_ADDR, p)));
-    spec.tcp_listeners.extend(service_ports.iter().map(|(_, p)| SocketAddrV4::new(Ipv4Addr::LOCALHOST, *p)));
     services::announce(&policy);
     spec.env.extend(services::no_proxy_env(&policy));
     // A signal sent once the command runs but before forwarding is armed waits, rather than ending leash (with the
@@ -139,7 +130,7 @@ pub fn run(args: RunArgs) -> Exit {
         }
     }
     let policy = config.policy.clone();
-    let exit = supervise(sandbox, (config, listeners, unix_services), (hold, relay), runtime);
+    let exit = supervise(sandbox, (config, &plan, unix_services), (hold, relay), runtime);
     keep_deferred_log(&audit, args.quiet);
     crate::shared::summary::print(&audit, &policy, args.quiet);
     if let Some(summary) = ask.as_ref().and_then(|front| front.summary()).filter(|_| !args.quiet) {
@@ -215,13 +206,13 @@ fn not_run(e: leash_sandbox::SandboxError) -> Exit {
 /// The sandbox: CMD, its environment, the proxy's listener inside, the DNS stub's socket and a resolv.conf that points
 /// at it, on the sandbox's own loopback (refused names fail at once; no lookup ever reaches a real resolver). `asks`:
 /// ask mode's question timeout, in seconds, when the policy asks.
-fn spec(args: &RunArgs, with_ca: bool, mode: (String, String), asks: Option<u64>) -> SandboxSpec {
+fn spec(args: &RunArgs, plan: &Plan, with_ca: bool, mode: (String, String), asks: Option<u64>) -> SandboxSpec {
     let mut command = args.command.iter();
     let mut spec = SandboxSpec::new(command.next().cloned().unwrap_or_default());
     spec.args = command.cloned().collect();
-    spec.env = child_env(inherited_env(args), with_ca, mode);
-    spec.tcp_listeners = vec![PROXY_INSIDE];
-    spec.udp_sockets = vec![DNS_INSIDE];
+    spec.env = child_env(inherited_env(args), plan, with_ca, mode);
+    spec.tcp_listeners = plan.tcp();
+    spec.udp_sockets = plan.udp();
     spec.resolv_conf = Some(resolv_conf(asks));
     spec.allow_unix_sockets = args.allow_unix_socket.clone();
     // INVARIANT: the audit log file is not reachable from inside; leash keeps the only handle that writes it.
@@ -261,55 +252,41 @@ fn inherited_env(args: &RunArgs) -> Vec<(OsString, OsString)> {
 /// run's CA files (`with_ca`), the CA variables are left to name them; and the mode variable (`mode_env`) set.
 fn child_env(
     inherited: Vec<(OsString, OsString)>,
+    plan: &Plan,
     with_ca: bool,
     (mode_var, mode): (String, String),
 ) -> Vec<(OsString, OsString)> {
-    let url = format!("http://{PROXY_INSIDE}");
     // Inherited CA variables would point clients elsewhere than the run's bundle; they are replaced. Without a CA,
     // tunnels are spliced and the caller's own trust settings stay right.
     let replaced = |k: &OsString| {
         PROXY_VARS.iter().any(|v| k == v)
-            || k == "NODE_USE_ENV_PROXY"
+            || k == NODE_PROXY_VAR
             || *k == *mode_var
             || (with_ca && (BUNDLE_VARS.iter().any(|v| k == v) || k == NODE_VAR))
     };
     let mut env: Vec<(OsString, OsString)> = inherited.into_iter().filter(|(k, _)| !replaced(k)).collect();
-    env.extend(proxy_vars(&url));
+    env.extend(plan.proxy_env());
     env.push((mode_var.into(), mode.into()));
     env
 }
 
-/// How the TCP listeners the sandbox hands back are laid out after the proxy's: this many transparent ones, then one
-/// per service port, by name.
-struct Listening {
-    transparent: usize,
-    services: Vec<Arc<str>>,
-}
-
-/// Serve the proxy on the sandbox's listener (and the transparent and service ones) until the command has exited,
-/// then drain, flush and report.
+/// Serve the plan's sockets, which the sandbox handed back, until the command has exited, then drain, flush and
+/// report.
 fn supervise(
     mut sandbox: Sandbox,
-    (config, layout, unix_services): (ProxyConfig, Listening, Vec<ServiceSocket>),
+    (config, plan, unix_services): (ProxyConfig, &Plan, Vec<leash_proxy::ServiceSocket>),
     (hold, relay): (Option<leash_sandbox::SignalHold>, leash_sandbox::StdioRelay),
     runtime: tokio::runtime::Runtime,
 ) -> Exit {
-    let mut tcp = std::mem::take(&mut sandbox.tcp).into_iter();
-    let listener = tcp.next();
-    let transparent: Vec<_> = tcp.by_ref().take(layout.transparent).collect();
-    let mut services: Vec<ServiceSocket> = layout
-        .services
-        .into_iter()
-        .zip(tcp)
-        .map(|(name, l)| ServiceSocket { name, listener: ServiceListener::Tcp(l) })
-        .collect();
-    services.extend(unix_services);
-    let dns_socket = sandbox.udp.pop();
+    let (tcp, udp) = (std::mem::take(&mut sandbox.tcp), std::mem::take(&mut sandbox.udp));
+    let bound = plan.take(tcp, udp).map(|bound| bound.with_services(unix_services));
     let forwarding = sandbox.forward_signals().map_err(|e| tracing::warn!("signals are not forwarded: {e}"));
     // Armed: a signal held since the spawn is delivered now, and forwarded.
     drop(hold);
-    let served = Served { listener, transparent, services, dns_socket };
-    let status = runtime.block_on(serve_until_exit(&sandbox, served, config));
+    let status = match bound {
+        Ok(bound) => runtime.block_on(serve_until_exit(&sandbox, bound, config)),
+        Err(e) => Err(leash_sandbox::SandboxError::InitDied(e.to_string())),
+    };
     // Every connection is finished and logged: the blocking pool's threads (name lookups) need not be waited for.
     runtime.shutdown_background();
     let exit = match status {
@@ -331,70 +308,22 @@ fn supervise(
     exit
 }
 
-/// The sockets a run serves.
-struct Served {
-    listener: Option<std::net::TcpListener>,
-    transparent: Vec<std::net::TcpListener>,
-    services: Vec<ServiceSocket>,
-    dns_socket: Option<std::net::UdpSocket>,
-}
-
 /// The proxy, the transparent and service listeners and the DNS stub, served until the sandbox reports its end.
 async fn serve_until_exit(
     sandbox: &Sandbox,
-    served: Served,
+    bound: Bound,
     config: ProxyConfig,
 ) -> Result<leash_sandbox::ExitStatus, leash_sandbox::SandboxError> {
-    let listener = served
-        .listener
-        .and_then(on_runtime)
-        .ok_or_else(|| leash_sandbox::SandboxError::InitDied("no proxy listener".into()))?;
-    let transparent = served.transparent.into_iter().filter_map(on_runtime).collect();
-    let dns_stop = start_dns(served.dns_socket, config.policy.clone(), config.audit.clone(), config.ask.clone());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let listeners = leash_proxy::Listeners { proxy: listener, transparent, services: served.services };
-    let proxy = tokio::spawn(leash_proxy::serve_listeners(listeners, config, async move {
+    let serving = tokio::spawn(bound.serve(config, async move {
         let _ = stop_rx.await;
     }));
     let status = sandbox.wait_async().await;
-    drop(dns_stop);
     let _ = stop_tx.send(());
-    if let Ok(Err(e)) = proxy.await {
+    if let Err(e) = serving.await {
         tracing::error!("proxy: {e}");
     }
     status
-}
-
-/// A listener the sandbox handed over, registered with the runtime; `None` if it cannot be.
-fn on_runtime(listener: std::net::TcpListener) -> Option<tokio::net::TcpListener> {
-    listener.set_nonblocking(true).ok()?;
-    tokio::net::TcpListener::from_std(listener).ok()
-}
-
-/// Serve the DNS stub on the sandbox's UDP socket until the returned sender is dropped (when the command has exited).
-/// Without it lookups would fail, which opens nothing, so a missing socket is only warned about.
-fn start_dns(
-    socket: Option<std::net::UdpSocket>,
-    policy: PolicyHandle,
-    audit: Arc<leash_proxy::AuditLog>,
-    ask: Option<Arc<leash_proxy::ask::Asking>>,
-) -> Option<tokio::sync::oneshot::Sender<()>> {
-    let socket =
-        socket.filter(|s| s.set_nonblocking(true).is_ok()).and_then(|s| tokio::net::UdpSocket::from_std(s).ok());
-    let Some(socket) = socket else {
-        tracing::warn!("dns: no stub resolver in the sandbox; name lookups there will fail");
-        return None;
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = async move {
-        let _ = stopped.await;
-    };
-    tokio::spawn(async move {
-        if let Err(e) = leash_proxy::serve_dns(socket, policy, audit, ask, shutdown).await {
-            tracing::error!("dns: {e}");
-        }
-    });
-    Some(stop)
 }
 
 fn finish(status: Result<leash_sandbox::ExitStatus, leash_sandbox::SandboxError>) -> Exit {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use leash_docker::serve::bind_in_namespace;
 use leash_policy::Policy;
+use leash_proxy::inside::Plan;
 use leash_sandbox::{Isolation, Netns};
 
 use crate::exit::Exit;
@@ -27,7 +28,7 @@ pub struct Target {
 
 /// What is bound inside a namespace, and which namespace it was.
 pub struct Attached {
-    pub inside: leash_docker::serve::Inside,
+    pub inside: leash_proxy::inside::Bound,
     pub socket_files: services::SocketFiles,
     /// The namespace's device and inode when it was bound.
     pub id: (u64, u64),
@@ -38,11 +39,11 @@ pub struct Attached {
 /// isolated, or any bind that fails, is exit 125 with the reason.
 pub fn attach(target: &Target, policy: &Policy) -> Result<Attached, Exit> {
     let id = leash_sandbox::netns_id(&target.netns).map_err(|e| refuse(&e))?;
-    let transparent = target.transparent.then(|| leash_proxy::transparent_ports(policy, leash_sandbox::MAX_SOCKETS));
-    let service_ports = services::ports(policy);
-    let inside =
-        bind_in_namespace(&target.netns, &target.isolation, target.listen, transparent.as_deref(), &service_ports)
-            .map_err(|e| refuse(&e))?;
+    let mut plan = Plan::proxy_at(target.listen).with_services(&services::ports(policy));
+    if target.transparent {
+        plan = plan.with_dns_and_transparent(policy, leash_sandbox::MAX_SOCKETS);
+    }
+    let inside = bind_in_namespace(&target.netns, &target.isolation, &plan).map_err(|e| refuse(&e))?;
     let (unix, socket_files) = services::bind_sockets(policy)?;
     services::announce(policy);
     Ok(Attached { inside: inside.with_services(unix), socket_files, id })

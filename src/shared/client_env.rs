@@ -18,18 +18,6 @@ use crate::shared::services::no_proxy_env;
 use crate::shared::tls::{write_atomically, write_public};
 use crate::shared::trust::{BUNDLE_VARS, NODE_VAR};
 
-/// Variables that could point a client at another proxy or exempt hosts from ours.
-pub const PROXY_VARS: [&str; 8] =
-    ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"];
-
-/// Every proxy variable but `NO_PROXY` set to `url`, and Node told to read them (Node 24's `NODE_USE_ENV_PROXY`).
-pub fn proxy_vars(url: &str) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> =
-        PROXY_VARS.iter().filter(|v| !v.eq_ignore_ascii_case("no_proxy")).map(|v| ((*v).into(), url.into())).collect();
-    env.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
-    env
-}
-
 /// `env` as a POSIX shell script of `export NAME='VALUE'` lines, with a first comment saying what it is for.
 pub fn shell_script(comment: &str, env: &[(OsString, OsString)]) -> String {
     let mut out = format!("# {comment}\n");
@@ -68,7 +56,8 @@ pub fn write_env_file(
     if tls.ca_bundle_out.is_none() {
         write_atomically(&bundle, &|tmp| inspection.write_bundle(tmp)).map_err(|e| failed(&bundle, e))?;
     }
-    let mut env = proxy_vars(&format!("http://{proxy}"));
+    // The same proxy variables every sandbox's command is given (`leash_proxy::inside`).
+    let mut env = leash_proxy::inside::proxy_env(&format!("http://{proxy}"));
     let (mode_var, mode) = mode_env(policy);
     env.push((mode_var.into(), mode.into()));
     env.extend(BUNDLE_VARS.iter().map(|v| ((*v).into(), bundle.clone().into_os_string())));
@@ -91,14 +80,5 @@ mod tests {
         assert_eq!(script, "# test\nexport A='it'\\''s $HOME `x`'\n");
         let o = std::process::Command::new("sh").args(["-c", &format!("{script}printf %s \"$A\"")]).output();
         assert_eq!(o.map(|o| o.stdout).unwrap_or_default(), b"it's $HOME `x`");
-    }
-
-    #[test]
-    fn both_spellings_of_every_proxy_variable_and_no_exemption() {
-        let names: Vec<String> = proxy_vars("http://p:1").iter().map(|(k, _)| k.to_string_lossy().into()).collect();
-        for v in ["HTTP_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NODE_USE_ENV_PROXY"] {
-            assert!(names.contains(&v.to_owned()), "{v}");
-        }
-        assert!(!names.iter().any(|n| n.eq_ignore_ascii_case("no_proxy")));
     }
 }

@@ -10,7 +10,8 @@ use leash_proxy::ProxyConfig;
 use crate::engine::{self, Engine, EngineError, State, Waiter};
 use crate::gate::{self, Gate, BUNDLE_FILE, CA_FILE, GATE_MOUNT};
 use crate::options::{self, RunOptions};
-use crate::serve::{bind_inside, serve_until, Inside, StopSignals, DNS_INSIDE, PROXY_INSIDE};
+use crate::serve::{bind_inside, serve_until, StopSignals, DNS_INSIDE, PROXY_INSIDE};
+use leash_proxy::inside::{Bound, Plan};
 
 /// How long leash waits for a started container to get its init pid (`docker start` has returned by then on any
 /// sane daemon; the bound keeps a wedged one from hanging leash).
@@ -19,8 +20,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const START_POLL: Duration = Duration::from_millis(20);
 /// Label on every container leash creates (`docker ps -a --filter label=leash.run` finds leftovers).
 const LABEL: &str = "leash.run=1";
-/// The proxy variables set for the container, upper- and lowercase; `NO_PROXY` is set empty (cleared).
-const PROXY_VARS: [&str; 6] = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
 
 /// How the container's command starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +116,6 @@ pub fn create_args(
     env: &[(String, String)],
     mounts: &[(std::path::PathBuf, std::path::PathBuf)],
 ) -> Vec<String> {
-    let url = format!("http://{PROXY_INSIDE}");
     let mut args = opts.passthrough.clone();
     args.extend(
         ["--label", LABEL, "--network", "none", "--cap-drop", "NET_RAW", "--cap-drop", "NET_ADMIN"].map(String::from),
@@ -128,10 +126,11 @@ pub fn create_args(
             args.extend(["--sysctl".to_owned(), format!("net.ipv6.conf.{scope}.disable_ipv6=1")]);
         }
     }
-    for var in PROXY_VARS {
-        args.extend(["--env".to_owned(), format!("{var}={url}")]);
+    // The proxy's variables as every way in gives them (`leash_proxy::inside`), but NO_PROXY, set empty below.
+    for (var, value) in Plan::proxy_at(PROXY_INSIDE).proxy_env() {
+        args.extend(["--env".to_owned(), format!("{}={}", var.to_string_lossy(), value.to_string_lossy())]);
     }
-    args.extend(["--env", "NO_PROXY=", "--env", "no_proxy=", "--env", "NODE_USE_ENV_PROXY=1"].map(String::from));
+    args.extend(["--env", "NO_PROXY=", "--env", "no_proxy="].map(String::from));
     for var in trust.bundle {
         args.extend(["--env".to_owned(), format!("{var}={GATE_MOUNT}/{BUNDLE_FILE}")]);
     }
@@ -196,18 +195,17 @@ pub fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
 }
 
-/// How `docker start` runs: attached with stdin (`-i`), whether the command waits at the gate, and the ports that
-/// get a transparent listener inside.
+/// How `docker start` runs: attached with stdin (`-i`), whether the command waits at the gate, and what is bound
+/// inside.
 #[derive(Debug, Clone)]
 pub struct Launch {
     /// `docker start -i`: the terminal's input goes to the container.
     pub interactive: bool,
     /// The command waits at the gate until leash's sockets are bound inside.
     pub gated: bool,
-    /// The policy's ports that get a transparent listener inside (for programs that ignore the proxy variables).
-    pub transparent_ports: Vec<u16>,
-    /// The policy's services that listen on a port inside, by name.
-    pub service_ports: Vec<(std::sync::Arc<str>, u16)>,
+    /// What the container is given: the proxy, the DNS stub, the transparent listeners (for programs that ignore the
+    /// proxy variables), the services that listen on a port inside.
+    pub plan: Plan,
 }
 
 /// Start the container, bind the listener inside once it runs, open the gate, serve until it ends; its status.
@@ -243,7 +241,7 @@ fn start_behind_gate(
     container: &Container,
     gate: &Gate,
     launch: Launch,
-) -> Result<(std::process::Child, Option<Inside>), StartError> {
+) -> Result<(std::process::Child, Option<Bound>), StartError> {
     let engine = &container.engine;
     let mut start = engine.start_attached(&container.id, launch.interactive).map_err(StartError::Engine)?;
     let pid = match init_pid(engine, &container.id, &mut start)? {
@@ -251,7 +249,7 @@ fn start_behind_gate(
         None if !launch.gated => return Ok((start, None)),
         None => return Err(StartError::EndedAtGate),
     };
-    let inside = match bind_inside(pid, Some(&launch.transparent_ports), &launch.service_ports) {
+    let inside = match bind_inside(pid, &launch.plan) {
         Ok(inside) => inside,
         Err(_) if !launch.gated && ended_soon(engine, &container.id, &mut start) => return Ok((start, None)),
         Err(e) => return Err(StartError::Bind(e)),
@@ -317,7 +315,7 @@ pub enum AttachError {
 /// A running container with leash's sockets bound inside it and a `docker wait` on it; not yet served.
 pub struct Attached {
     state: State,
-    inside: Inside,
+    inside: Bound,
     waiter: Waiter,
 }
 
@@ -333,7 +331,8 @@ pub fn attach(
         Ok(_) => return Err(AttachError::NotRunning { container: container.to_owned() }),
         Err(e) => return Err(AttachError::Engine(e)),
     };
-    let inside = bind_inside(state.pid, None, service_ports)
+    let plan = Plan::proxy_at(PROXY_INSIDE).with_services(service_ports);
+    let inside = bind_inside(state.pid, &plan)
         .map_err(|source| AttachError::Bind { source, network_mode: state.network_mode.clone() })?;
     let waiter = engine.waiter(&state.id).map_err(AttachError::Engine)?;
     Ok(Attached { state, inside, waiter })

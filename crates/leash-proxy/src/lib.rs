@@ -24,6 +24,7 @@ mod forward;
 mod gate;
 mod h1_admit;
 mod headers;
+pub mod inside;
 mod inspect;
 mod limits;
 mod message;
