@@ -65,7 +65,12 @@ pub fn run(args: DockerRunArgs) -> Exit {
         Ok(socket) => socket,
         Err(code) => return code,
     };
-    let guarded = Guarded::on_host(leash_files(&args.proxy, &parts.policy, ask_socket.as_ref()));
+    // Only bind sources are checked against the host: without one, nothing of it is read.
+    let guarded = if opts.bind_sources.is_empty() {
+        Guarded::default()
+    } else {
+        Guarded::on_host(leash_files(&args.proxy, &parts.policy, ask_socket.as_ref()))
+    };
     let opts = match checked_options(opts, &guarded, args.danger_allow_unsafe_docker_options) {
         Ok(o) => o,
         Err(code) => return code,
@@ -80,13 +85,12 @@ pub fn run(args: DockerRunArgs) -> Exit {
     };
     // Signals are taken over before anything is created, so a Ctrl-C at any moment still removes the container.
     let (gated, quiet) = (!args.no_start_gate, args.quiet);
-    let proxy_args = args.proxy;
-    let ask = (proxy_args, ask_socket);
+    let ask = (args.proxy, ask_socket);
     with_stop_signals(move |stop| run_container(opts, (gated, quiet), (parts, ask), inspection, stop))
 }
 
 /// Ask mode's arguments and, when the policy asks, its control socket, bound.
-type AskParts = (crate::cli::SandboxProxyArgs, Option<Bound>);
+type AskParts = (SandboxProxyArgs, Option<Bound>);
 
 async fn run_container(
     opts: RunOptions,
