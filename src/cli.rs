@@ -103,7 +103,7 @@ pub struct AskArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub ask_timeout: u64,
     /// Ask mode: the control socket to listen on (its directory must be the user's own, mode 0700); default:
-    /// $XDG_RUNTIME_DIR/leash/ask-PID.sock, or /tmp/leash-UID/ask-PID.sock
+    /// $XDG_RUNTIME_DIR/leash/ask-PID.sock, else /run/leash/ask-PID.sock for root, else /tmp/leash-UID/ask-PID.sock
     #[arg(long, value_name = "PATH")]
     pub ask_socket: Option<PathBuf>,
 }
@@ -113,7 +113,7 @@ pub struct AskArgs {
 #[command(after_help = "Examples:\n  leash ask\n  leash ask list --json\n  leash ask answer 3 run\n  \
     leash ask answer 4 always --scope .example.com\n  leash ask /run/user/1000/leash/ask-4242.sock watch\n\n\
     Alone, `leash ask` watches and asks about each new question on this terminal. Without SOCKET, the one control \
-    socket in $XDG_RUNTIME_DIR/leash (or /tmp/leash-UID) is used; with several, name one. The protocol (JSON lines) \
+    socket in $XDG_RUNTIME_DIR/leash (else /run/leash for root, /tmp/leash-UID for others) is used; with several, name one. The protocol (JSON lines) \
     is in docs/ask.md.")]
 pub struct AskClientArgs {
     /// The control socket (default: the only one running); also `--socket`

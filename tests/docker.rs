@@ -8,6 +8,8 @@
 mod common;
 #[path = "docker/credentials.rs"]
 mod credentials;
+#[path = "docker/reach.rs"]
+mod reach;
 
 use common::{decided, https_material, log_lines, lookups_and_decisions, origin, stderr, stdout, HttpsOrigin};
 
@@ -230,7 +232,9 @@ fn docker_run_splices_a_connect_tunnel_to_an_allowed_host_end_to_end() {
     https_material(dir.path());
     let origin = HttpsOrigin::start(dir.path());
     let port = origin.port;
-    let policy = dir.path().join("splice.yaml");
+    // The policy and the log beside the CA would be refused: the CA's directory is mounted in.
+    let conf = tempfile::tempdir().unwrap();
+    let policy = conf.path().join("splice.yaml");
     let text = format!(
         "network:\n  mode: allowlist\n  allowed_hosts: [docs.test]\n  tunnel_ports: [{port}]\n  \
          allow_destinations: [127.0.0.0/8]\n"
@@ -244,7 +248,7 @@ fn docker_run_splices_a_connect_tunnel_to_an_allowed_host_end_to_end() {
     );
     let label = label("splice");
     let nets = networks();
-    let log = dir.path().join("audit.jsonl");
+    let log = conf.path().join("audit.jsonl");
     let o = bounded(
         Command::new(LEASH)
             .args(["docker", "run", "--policy"])

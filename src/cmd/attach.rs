@@ -60,7 +60,7 @@ async fn serve(
     };
     let mut config = config((policy, pins, secrets), Arc::new(audit), Some(inspection));
     // leash's terminal is its own here (no command shares it): questions are asked there too.
-    let ask = match crate::shared::ask::start_for(proxy_args, &mut config, leash_sandbox::Prompter::direct()) {
+    let ask = match crate::shared::ask::start_for(proxy_args, &mut config, leash_sandbox::Prompter::direct(), None) {
         Ok(ask) => ask,
         Err(code) => return code,
     };

@@ -15,7 +15,7 @@
 //! The work is `leash_docker`'s; this file turns arguments into its calls and its errors into messages and exit
 //! codes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use leash_docker::container::{
@@ -23,14 +23,19 @@ use leash_docker::container::{
 };
 use leash_docker::engine::{Engine, EngineError};
 use leash_docker::gate::Gate;
+use leash_docker::host::Guarded;
 use leash_docker::options::{self, RunOptions};
 use leash_docker::serve::{StopSignals, PROXY_INSIDE};
+use leash_policy::Policy;
 use leash_proxy::inside::Plan;
 use leash_proxy::{Inspection, UpstreamTrust};
 
-use crate::cli::{DockerAttachArgs, DockerRunArgs};
+use crate::cli::{DockerAttachArgs, DockerRunArgs, SandboxProxyArgs};
 use crate::exit::Exit;
-use crate::shared::sandboxed::{config, keep_deferred_log, mode_env, proxy_parts, with_stop_signals, ProxyParts};
+use crate::shared::ask::socket::Bound;
+use crate::shared::sandboxed::{
+    config, keep_deferred_log, mode_env, proxy_parts, runs_dir, secret_files, with_stop_signals, ProxyParts,
+};
 use crate::shared::secrets::placeholder_env;
 use crate::shared::services;
 use crate::shared::trust::{write_trust_files, BUNDLE_VARS, NODE_VAR};
@@ -43,13 +48,32 @@ pub fn run(args: DockerRunArgs) -> Exit {
         eprintln!("leash: {e}");
         return Exit::SandboxFailed;
     }
-    let opts = match checked_options(&args) {
+    let opts = match options::scan(&args.docker) {
         Ok(o) => o,
-        Err(code) => return code,
+        Err(e) => {
+            eprintln!("leash: {e}");
+            return Exit::Usage;
+        }
     };
     // The container's output reaches leash's standard error through the docker client.
     let parts = match proxy_parts(&args.proxy, true) {
         Ok(parts) => parts,
+        Err(code) => return code,
+    };
+    // INVARIANT: ask mode's control socket exists before the binds are checked, so the check knows its directory:
+    // a container that reached it would answer its own questions.
+    let ask_socket = match parts.policy.asks().then(|| crate::shared::ask::bind_socket(&args.proxy.ask)).transpose() {
+        Ok(socket) => socket,
+        Err(code) => return code,
+    };
+    // Only bind sources are checked against the host: without one, nothing of it is read.
+    let guarded = if opts.bind_sources.is_empty() {
+        Guarded::default()
+    } else {
+        Guarded::on_host(leash_files(&args.proxy, &parts.policy, ask_socket.as_ref()))
+    };
+    let opts = match checked_options(opts, &guarded, args.danger_allow_unsafe_docker_options) {
+        Ok(o) => o,
         Err(code) => return code,
     };
     let trust = UpstreamTrust { system_roots: true, extra_ca_files: args.proxy.upstream_ca.clone() };
@@ -62,14 +86,17 @@ pub fn run(args: DockerRunArgs) -> Exit {
     };
     // Signals are taken over before anything is created, so a Ctrl-C at any moment still removes the container.
     let (gated, quiet) = (!args.no_start_gate, args.quiet);
-    let proxy_args = args.proxy;
-    with_stop_signals(move |stop| run_container(opts, (gated, quiet), (parts, proxy_args), inspection, stop))
+    let ask = (args.proxy, ask_socket);
+    with_stop_signals(move |stop| run_container(opts, (gated, quiet), (parts, ask), inspection, stop))
 }
+
+/// Ask mode's arguments and, when the policy asks, its control socket, bound.
+type AskParts = (SandboxProxyArgs, Option<Bound>);
 
 async fn run_container(
     opts: RunOptions,
     (gated, quiet): (bool, bool),
-    (ProxyParts { policy, pins, audit, secrets }, proxy_args): (ProxyParts, crate::cli::SandboxProxyArgs),
+    (ProxyParts { policy, pins, audit, secrets }, (proxy_args, ask_socket)): (ProxyParts, AskParts),
     inspection: Arc<Inspection>,
     mut stop: StopSignals,
 ) -> Exit {
@@ -110,7 +137,7 @@ async fn run_container(
     let audit = Arc::new(audit.with_container(container.id()));
     let mut config = config((policy, pins, secrets), audit.clone(), Some(inspection));
     // The container shares leash's terminal through the docker client: questions go to the control socket only.
-    let ask = match crate::shared::ask::start_for(&proxy_args, &mut config, None) {
+    let ask = match crate::shared::ask::start_for(&proxy_args, &mut config, None, ask_socket) {
         Ok(ask) => ask,
         Err(code) => return code,
     };
@@ -185,19 +212,32 @@ async fn attach_container(
     }
 }
 
-/// Scans the docker options, adds what the host's filesystem shows about bind sources, and refuses the unsafe
-/// ones unless overridden.
-fn checked_options(args: &DockerRunArgs) -> Result<RunOptions, Exit> {
-    let mut opts = options::scan(&args.docker).map_err(|e| {
-        eprintln!("leash: {e}");
-        Exit::Usage
-    })?;
-    let host_unsafe = leash_docker::host::unsafe_options(&opts, &Engine::new());
+/// leash's own files for this run, which no bind may reach (what each is, and its path): the policy file, the audit
+/// log, the credentials' secret files, the kept run logs' directory, the upstream CAs and ask mode's control socket's
+/// directory. A container that could read them would learn the secrets and what the policy hides; one that could
+/// change them would rewrite the policy an `always` answer reloads, the log, or the CAs a later run trusts.
+fn leash_files(args: &SandboxProxyArgs, policy: &Policy, ask: Option<&Bound>) -> Vec<(String, PathBuf)> {
+    fn named(what: &'static str) -> impl Fn(&PathBuf) -> (String, PathBuf) {
+        move |path| (what.to_owned(), path.clone())
+    }
+    let mut files: Vec<_> = args.policy.iter().map(named("policy file")).collect();
+    files.extend(args.log.iter().map(named("audit log")));
+    files.extend(secret_files(policy).iter().map(named("secret file")));
+    files.extend(runs_dir().iter().map(named("kept run logs")));
+    files.extend(args.upstream_ca.iter().map(named("upstream CA")));
+    files.extend(ask.map(|socket| socket.dir().to_path_buf()).iter().map(named("control socket's directory")));
+    files
+}
+
+/// Adds what the host shows about bind sources to the options' own refusals, and refuses the unsafe ones unless
+/// overridden.
+fn checked_options(mut opts: RunOptions, guarded: &Guarded, danger: bool) -> Result<RunOptions, Exit> {
+    let host_unsafe = leash_docker::host::unsafe_options(&opts, &Engine::new(), guarded);
     opts.unsafe_options.extend(host_unsafe);
     if opts.unsafe_options.is_empty() {
         return Ok(opts);
     }
-    if args.danger_allow_unsafe_docker_options {
+    if danger {
         for u in &opts.unsafe_options {
             eprintln!("leash: warning: `{}` lets the container around the policy ({})", u.option, u.why);
         }

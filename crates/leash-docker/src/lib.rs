@@ -3,8 +3,8 @@
 //! What it owns:
 //! - [`options`]: the `docker run` options split into options, image and command as Docker's own parser does, and
 //!   checked for the ones that would defeat the policy. Pure: no Docker, no filesystem.
-//! - [`host`]: the host-side look at what those options name (bind sources that resolve to sockets, named volumes
-//!   created to bind a host path).
+//! - [`host`]: the host-side look at what those options name (bind sources that resolve to sockets, to a mount of
+//!   a kernel filesystem or to leash's own files, named volumes created to bind a host path).
 //! - [`engine`]: the Docker engine, each call a `docker` CLI child process with a time bound; the only module that
 //!   runs `docker`.
 //! - [`gate`]: the start-up gate, a directory mounted read-only in the container that holds its command until

@@ -1,8 +1,9 @@
 //! The `docker run` options given to `leash docker run`: split into options, image and command the way Docker's
 //! own parser does (long and short forms, `=` or a separate value, bundled short flags), and checked for the
 //! options that would defeat the policy (another network, privileges, network capabilities, the host's process or
-//! user namespace, the Docker socket). Pure: no Docker, no filesystem; the host-side look at bind-mount sources
-//! (symlinks, sockets) is [`crate::host`]'s.
+//! user namespace, the Docker socket, the host's kernel interfaces and the options that unmask them). Pure: no
+//! Docker, no filesystem; the host-side look at bind-mount sources (symlinks, sockets, kernel mounts, leash's own
+//! files) is [`crate::host`]'s.
 
 use std::path::{Component, Path};
 
@@ -83,7 +84,14 @@ const REFUSED_CAPS: &[(&str, &str)] = &[
     ("SYS_MODULE", "it can load kernel modules"),
     ("DAC_READ_SEARCH", "open_by_handle_at reaches host files, sockets among them"),
     ("BPF", "BPF programs can act on the host's networking"),
+    ("SYS_PTRACE", "it can read and take over any process it sees, a host one through any view of the host's /proc"),
+    ("SYS_RAWIO", "raw I/O ports and memory reach the host's hardware under the kernel"),
 ];
+
+/// Where the host's kernel interfaces live: procfs (`/proc/sys/kernel/core_pattern`, every process's root), sysfs
+/// (cgroups and their release agents, firmware) and the devices. A bind of one, of anything under one or of a
+/// directory above one (`/`) brings the host kernel's writable knobs into the container.
+const KERNEL_PATHS: &[&str] = &["/proc", "/sys", "/dev"];
 
 /// Host paths whose bind mount puts a container-runtime API (which can start an unfiltered container) inside.
 const RUNTIME_SOCKETS: &[&str] = &[
@@ -203,6 +211,16 @@ pub fn container_argv(
     }
 }
 
+/// True when bind-mounting `source` would put the host's kernel interfaces inside: `/proc`, `/sys`, `/dev`,
+/// anything under them, or a directory above them (`/`). A path with `..` counts (resolved on the host later too).
+pub fn reaches_kernel_interface(source: &str) -> bool {
+    let source = Path::new(source);
+    if source.components().any(|c| c == Component::ParentDir) {
+        return true;
+    }
+    KERNEL_PATHS.iter().any(|kernel| source.starts_with(kernel) || Path::new(kernel).starts_with(source))
+}
+
 /// True when bind-mounting `source` would put a container runtime's socket inside: the socket itself or a
 /// directory above it (`/`, `/run`, `/var/run`). A path with `..` counts (it is resolved on the host later too).
 pub fn reaches_runtime_socket(source: &str) -> bool {
@@ -263,6 +281,24 @@ const WHY_VOLUMES_FROM: &str = "it brings another container's mounts, which leas
 /// Why a volume driver other than `local` is refused.
 pub const WHY_VOLUME_DRIVER: &str = "a volume plugin can mount any host path through options leash cannot check";
 const WHY_API_SOCKET: &str = "it mounts the Docker socket, which can start an unfiltered container";
+const WHY_IPC_HOST: &str = "the host's shared memory (/dev/shm) and System V IPC come in, where host processes talk";
+const WHY_DEVICE: &str =
+    "a host device is a kernel interface (a disk holds the host's files); leash cannot tell a safe one";
+const WHY_DEVICE_RULE: &str = "the container may make and open the host devices it names (a disk holds the host's \
+     files); leash cannot tell a safe one";
+/// Why a bind reaching the host's kernel interfaces is refused (also for a source resolved on the host).
+pub const WHY_KERNEL: &str = "it mounts the host's kernel interfaces (/proc, /sys, /dev, or a directory holding \
+     them): host sysctls such as kernel.core_pattern, cgroup release agents, host processes' roots, devices";
+const WHY_SYSTEMPATHS: &str =
+    "it unmasks /proc and /sys and makes /proc/sys writable: host sysctls such as kernel.core_pattern run host code";
+const WHY_SECCOMP_UNCONFINED: &str = "without Docker's seccomp profile the container reaches the host's keyrings \
+     (not namespaced: root's keys are the host root's), makes user namespaces and calls the kernel where Docker \
+     keeps it out";
+const WHY_SECCOMP_PROFILE: &str =
+    "leash cannot check what a seccomp profile in place of Docker's lets through (the host's keyrings, kernel calls)";
+const WHY_APPARMOR_UNCONFINED: &str =
+    "it drops the AppArmor profile that denies writes to /proc/sys, /sys/firmware and /sys/kernel/security, and mounts";
+const WHY_WRITABLE_CGROUPS: &str = "a writable cgroup filesystem lets a release agent run host code";
 /// Why an option cannot be used with leash at all.
 const WHY_DETACH: &str =
     "leash stays in the foreground to serve the proxy; `leash docker attach` serves a container run by a harness";
@@ -284,6 +320,10 @@ fn apply(out: &mut RunOptions, name: &'static str, value: Option<String>) -> Res
         "pid" if v.starts_with("container:") => Some(WHY_PID_CONTAINER),
         "userns" if v == "host" => Some(WHY_USERNS_HOST),
         "volumes-from" => Some(WHY_VOLUMES_FROM),
+        "ipc" if v == "host" => Some(WHY_IPC_HOST),
+        "device" => Some(WHY_DEVICE),
+        "device-cgroup-rule" => Some(WHY_DEVICE_RULE),
+        "security-opt" => security_opt(v),
         "volume-driver" if !is_local_driver(v) => Some(WHY_VOLUME_DRIVER),
         "use-api-socket" if on => Some(WHY_API_SOCKET),
         "cap-add" => {
@@ -326,6 +366,29 @@ fn unsupported(option: String, why: &'static str) -> UsageError {
 /// Docker's (Go's) spellings of true.
 fn is_true(v: &str) -> bool {
     matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+/// One `--security-opt`, split as Docker splits it (at the first `=`, else the first `:`); keys and the words
+/// compared in any case, which refuses only spellings Docker would reject anyway. `systempaths=unconfined` (the
+/// CLI's), `seccomp=unconfined` or a profile file (read by the CLI, sent whole), `apparmor=unconfined` and
+/// `writable-cgroups` other than false are refused; `label`, `no-new-privileges`, another AppArmor profile and
+/// `seccomp=builtin` pass.
+fn security_opt(value: &str) -> Option<&'static str> {
+    let (key, word) = value.split_once('=').or_else(|| value.split_once(':')).unwrap_or((value, ""));
+    let (key, word) = (go_lowercase(key), go_lowercase(word));
+    match key.as_str() {
+        "systempaths" => Some(WHY_SYSTEMPATHS),
+        "seccomp" if word == "unconfined" => Some(WHY_SECCOMP_UNCONFINED),
+        "seccomp" if word != "builtin" => Some(WHY_SECCOMP_PROFILE),
+        "apparmor" if word == "unconfined" => Some(WHY_APPARMOR_UNCONFINED),
+        "writable-cgroups" if !is_false(&word) => Some(WHY_WRITABLE_CGROUPS),
+        _ => None,
+    }
+}
+
+/// Docker's (Go's) spellings of false, lowercased.
+fn is_false(v: &str) -> bool {
+    matches!(v, "0" | "f" | "false")
 }
 
 fn cap_add(out: &mut RunOptions, normalised: &str, value: &str) {
@@ -481,13 +544,18 @@ fn go_lowercase(s: &str) -> String {
         .collect()
 }
 
+/// A bind source: refused on its face when it reaches a runtime socket or the kernel's interfaces, else kept for
+/// the host-side check.
 fn bind_source(out: &mut RunOptions, normalised: &str, source: &str) {
-    if reaches_runtime_socket(source) {
-        let why = "it mounts the Docker socket (or a directory holding it), which can start an unfiltered container";
-        out.unsafe_options.push(Unsafe { option: normalised.to_owned(), why: why.into() });
+    let why = if reaches_runtime_socket(source) {
+        "it mounts the Docker socket (or a directory holding it), which can start an unfiltered container"
+    } else if reaches_kernel_interface(source) {
+        WHY_KERNEL
     } else {
         out.bind_sources.push((normalised.to_owned(), source.to_owned()));
-    }
+        return;
+    };
+    out.unsafe_options.push(Unsafe { option: normalised.to_owned(), why: why.into() });
 }
 
 #[cfg(test)]
@@ -592,6 +660,96 @@ mod tests {
         assert!(refused("-v /var/run i").is_empty(), "an anonymous volume at /var/run mounts nothing of the host");
     }
 
+    /// The one refusal of `line` and its reason.
+    fn refusal(line: &str) -> Unsafe {
+        let o = scan_words(line).unwrap();
+        assert_eq!(o.unsafe_options.len(), 1, "{line}: {o:?}");
+        o.unsafe_options[0].clone()
+    }
+
+    #[test]
+    fn a_bind_of_the_hosts_proc_sys_or_dev_is_refused_in_every_spelling() {
+        for line in [
+            "-v /proc:/hostproc i",
+            "-v=/proc:/hostproc:ro i",
+            "--volume /proc/:/p i",
+            "--volume=/proc/sys/kernel:/k i",
+            "-v /proc/1/root:/r i",
+            "-v /sys:/s i",
+            "-v /sys/fs/cgroup:/cg:ro i",
+            "-v /sys/kernel/debug:/d i",
+            "-v /dev:/d i",
+            "-v /dev/sda1:/disk i",
+            "-v /dev/shm:/shm i",
+            "-v //proc:/p i",
+            "-v /./sys/./fs:/f i",
+            "--mount type=bind,source=/proc,target=/hostproc i",
+            "--mount TYPE=BIND,SRC=/sys/fs/cgroup,DST=/cg,readonly i",
+            "--mount Type=bInD,Source=/dev,Target=/d i",
+            "--mount type=B\u{130}ND,src=/proc/sys,dst=/x i",
+            "--mount target=/p,type=bind,src=/proc i",
+            "--mount type=bind,source=/tmp,source=/proc,target=/p i",
+            "--mount type=npipe,source=/proc,target=/p i",
+        ] {
+            let u = refusal(line);
+            assert!(u.why.contains("kernel interfaces"), "{line}: {}", u.why);
+            assert_eq!(u.option, scan_words(line).unwrap().passthrough[0], "the option is named");
+        }
+        assert_eq!(refused("-v /tmp/../proc:/p i"), ["--volume=/tmp/../proc:/p"], "`..` is refused on its face");
+        for value in [r#""type=bind","source=/proc","target=/p""#, r#"type=bind,"src=/sys",dst=/s"#] {
+            let why = mount_refusal(value);
+            assert!(why.contains("kernel interfaces"), "{value}: {why}");
+        }
+    }
+
+    #[test]
+    fn a_bind_of_a_directory_above_the_kernels_interfaces_is_refused() {
+        for line in ["-v /:/host i", "-v //:/host i", "--mount type=bind,src=/,dst=/host i"] {
+            let u = refusal(line);
+            assert_eq!(u.option, scan_words(line).unwrap().passthrough[0], "the option is named");
+        }
+        assert!(reaches_kernel_interface("/"));
+        assert!(reaches_kernel_interface("/proc"));
+        assert!(reaches_kernel_interface("/sys/fs/cgroup/memory"));
+        for fine in ["/procfs", "/system", "/devices", "/srv/proc", "/home/u/dev", "/tmp", "relative/dev"] {
+            assert!(!reaches_kernel_interface(fine), "{fine}");
+        }
+        assert!(refused("-v /srv/proc:/p -v /home/dev:/d -v /devel:/x i").is_empty());
+    }
+
+    #[test]
+    fn options_that_unmask_the_kernels_interfaces_are_refused() {
+        for (line, word) in [
+            ("--security-opt systempaths=unconfined i", "unmasks /proc"),
+            ("--security-opt=systempaths=unconfined i", "unmasks /proc"),
+            ("--security-opt systempaths:unconfined i", "unmasks /proc"),
+            ("--security-opt seccomp=unconfined i", "keyrings"),
+            ("--security-opt seccomp:unconfined i", "keyrings"),
+            ("--security-opt Seccomp=Unconfined i", "keyrings"),
+            ("--security-opt seccomp=/etc/allow-all.json i", "cannot check"),
+            ("--security-opt apparmor=unconfined i", "AppArmor"),
+            ("--security-opt apparmor:unconfined i", "AppArmor"),
+            ("--security-opt writable-cgroups=true i", "release agent"),
+            ("--security-opt writable-cgroups=1 i", "release agent"),
+            ("--device /dev/sda i", "disk"),
+            ("--device=/dev/mem:/dev/mem:rwm i", "disk"),
+            ("--cap-add SYS_PTRACE i", "SYS_PTRACE"),
+            ("--cap-add=cap_sys_ptrace i", "SYS_PTRACE"),
+            ("--cap-add chown,SYS_RAWIO i", "SYS_RAWIO"),
+            ("--ipc host i", "/dev/shm"),
+        ] {
+            let u = refusal(line);
+            assert!(u.why.contains(word), "{line}: {}", u.why);
+        }
+        let o = scan(&["--device-cgroup-rule".into(), "b *:* rwm".into(), "i".into()]).unwrap();
+        assert_eq!(o.unsafe_options.len(), 1, "{o:?}");
+        assert!(o.unsafe_options[0].why.contains("disk"), "{o:?}");
+        let fine = "--security-opt no-new-privileges --security-opt label=level:s0:c100 --security-opt \
+                    apparmor=my-profile --security-opt seccomp=builtin --security-opt writable-cgroups=false \
+                    --tmpfs /scratch --mount type=tmpfs,dst=/t --ipc private --ipc shareable --cap-add CHOWN i";
+        assert!(refused(fine).is_empty());
+    }
+
     #[test]
     fn volume_drivers_but_local_are_refused_and_named_volumes_go_to_the_daemon_check() {
         for line in [
@@ -684,6 +842,7 @@ mod tests {
             "type=volume,dst=/x,volume-opt=o=bind",
             r#"type=volume,dst=/x,"volume-opt=o=ro,bind""#,
             "type=volume,dst=/x,VOLUME-OPT=DEVICE=/dev/sda1",
+            "type=volume,dst=/x,volume-opt=type=none,volume-opt=o=bind,volume-opt=device=/proc",
             "type=volume,dst=/x,volume-opt=device=:/export,volume-opt=type=nfs",
         ] {
             let why = mount_refusal(value);

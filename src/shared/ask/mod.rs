@@ -143,18 +143,22 @@ pub fn ask_mode(policy: leash_policy::Policy, args: &AskArgs) -> Result<leash_po
 }
 
 /// Ask mode for a sandbox's proxy served from leash's runtime (`docker run`, `attach`), when its policy asks: the
-/// control socket bound and served, `config` holding the questions, and `prompter` (if any) asking at the terminal.
-/// Call it on the runtime, before the proxy serves.
+/// control socket (`bound` already, or bound here) served, `config` holding the questions, and `prompter` (if any)
+/// asking at the terminal. Call it on the runtime, before the proxy serves.
 pub fn start_for(
     args: &crate::cli::SandboxProxyArgs,
     config: &mut leash_proxy::ProxyConfig,
     prompter: Option<leash_sandbox::Prompter>,
+    bound: Option<socket::Bound>,
 ) -> Result<Option<Arc<AskFront>>, Exit> {
     if !config.policy.current().asks() {
         return Ok(None);
     }
     let source = PolicySource::hold(args.policy.as_deref(), args.profile.as_deref(), args.ask.ask)?;
-    let socket = bind_socket(&args.ask)?;
+    let socket = match bound {
+        Some(socket) => socket,
+        None => bind_socket(&args.ask)?,
+    };
     let front = Arc::new(AskFront::new(&args.ask, socket, config.policy.clone(), source, config.metrics.clone()));
     config.ask = Some(front.asking.clone());
     let fail = |e: std::io::Error| {

@@ -86,7 +86,8 @@ fn check_private(dir: &Path) -> io::Result<()> {
 }
 
 /// Where the control socket goes without `--ask-socket`: `$XDG_RUNTIME_DIR/leash/ask-PID.sock`, else
-/// `/tmp/leash-UID/ask-PID.sock`; the directory is made (0700) if it is missing.
+/// `/run/leash/ask-PID.sock` for root, else `/tmp/leash-UID/ask-PID.sock`; the directory is made (0700) if it is
+/// missing.
 pub fn default_path() -> io::Result<PathBuf> {
     let dir = default_dir();
     if !dir.exists() {
@@ -97,11 +98,22 @@ pub fn default_path() -> io::Result<PathBuf> {
 
 /// The directory default control sockets are in (`leash ask` looks there).
 pub fn default_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+    default_dir_for(std::env::var_os("XDG_RUNTIME_DIR"), rustix::process::geteuid().as_raw())
+}
+
+/// [`default_dir`] for a runtime directory and a user. Root's is under `/run`, which `leash docker run` refuses to
+/// bind (it holds the Docker socket; the directory itself is refused as leash's own), where a shared `/tmp` is a
+/// common bind: a container that reached the socket would answer its own questions.
+fn default_dir_for(runtime: Option<std::ffi::OsString>, euid: u32) -> PathBuf {
+    match runtime.filter(|v| !v.is_empty()) {
         Some(runtime) => PathBuf::from(runtime).join("leash"),
-        None => PathBuf::from(format!("/tmp/leash-{}", rustix::process::geteuid().as_raw())),
+        None if euid == 0 => PathBuf::from(ROOT_DIR),
+        None => PathBuf::from(format!("/tmp/leash-{euid}")),
     }
 }
+
+/// Root's directory for control sockets without `XDG_RUNTIME_DIR`.
+const ROOT_DIR: &str = "/run/leash";
 
 /// Serve one client: a reply per request line; after `watch`, the events too.
 async fn serve_client(stream: UnixStream, front: Arc<AskFront>) {
@@ -167,4 +179,19 @@ fn handle(
         },
     };
     line(&reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_default_control_socket_is_under_run_where_no_container_may_bind() {
+        assert_eq!(default_dir_for(None, 0), Path::new("/run/leash"));
+        assert_eq!(default_dir_for(Some("".into()), 0), Path::new("/run/leash"));
+        assert_eq!(default_dir_for(Some("/run/user/0".into()), 0), Path::new("/run/user/0/leash"));
+        assert_eq!(default_dir_for(None, 1000), Path::new("/tmp/leash-1000"));
+        let parent = Path::new(ROOT_DIR).parent().and_then(Path::to_str).unwrap_or_default();
+        assert!(leash_docker::options::reaches_runtime_socket(parent), "a bind of its parent is refused");
+    }
 }
