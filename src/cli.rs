@@ -57,6 +57,8 @@ pub enum Command {
     Policy(PolicyArgs),
     /// Answer ask mode's questions over a running leash's control socket: list, answer, watch
     Ask(AskClientArgs),
+    /// Test, from inside a sandbox or pod, that its only way out is leash: every other path must be shut
+    Probe(ProbeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     #[command(
         after_help = "Examples:\n  leash completions bash > ~/.local/share/bash-completion/completions/leash\n  \
@@ -319,7 +321,14 @@ pub struct AttachArgs {
     is hidden inside; without --log the records are kept in a file under ~/.local/state/leash/runs/ (XDG_STATE_HOME) \
     once the command and every process it left have ended, and its path is said on standard error. Last comes a summary of the refused requests, with hints, on standard error (not with \
     --quiet). leash exits with the command's status \
-    (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125."
+    (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125.\n\n\
+    Containment (--containment, docs/inside.md): `userns` is the sandbox above. Where user namespaces are refused (a \
+    container, a hosted sandbox), `uid-firewall` runs the command as --user in leash's own network namespace, behind \
+    a firewall leash programs (nft, or iptables and ip6tables) that lets that uid reach only leash's listeners; it \
+    needs root with CAP_NET_ADMIN, and a self-test from the command's uid must pass before the command starts. `auto` \
+    (the default) takes the first that can be set up and says which; with none, leash exits 125 naming what the \
+    platform must grant. `advisory` (--advisory) only points the command at the proxy, which it could ignore: every \
+    audit line and the summary say so."
 )]
 pub struct RunArgs {
     #[command(flatten)]
@@ -337,6 +346,17 @@ pub struct RunArgs {
     /// Print no summary of refused requests when the command ends
     #[arg(long)]
     pub quiet: bool,
+    /// How the command is kept from going around the proxy: the strongest this platform allows (auto), a sandbox of
+    /// user namespaces (userns), a per-uid firewall in leash's network namespace (uid-firewall), or nothing (advisory)
+    #[arg(long, value_enum, default_value_t = Containment::Auto, value_name = "MODE")]
+    pub containment: Containment,
+    /// The same as --containment advisory: the command is only pointed at the proxy and could ignore it
+    #[arg(long, conflicts_with = "containment")]
+    pub advisory: bool,
+    /// Run the command as this user: a name, a UID, or UID:GID (no supplementary groups, no capabilities,
+    /// no_new_privs); needed by the uid-firewall containment
+    #[arg(long, value_name = "USER|UID[:GID]")]
+    pub user: Option<String>,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -515,6 +535,53 @@ pub struct PolicySuggestArgs {
 }
 
 /// The kind of policy `leash policy suggest` writes.
+/// How `leash run` keeps the command from going around the proxy (docs/inside.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Containment {
+    /// The strongest this platform allows, in the order below
+    Auto,
+    /// New user, pid, mount and network namespaces of the sandbox's own
+    Userns,
+    /// The command as another uid in leash's network namespace, behind a firewall that admits only leash
+    UidFirewall,
+    /// Nothing: the command is pointed at the proxy and could ignore it
+    Advisory,
+}
+
+impl Containment {
+    /// The word the audit log and the messages use.
+    pub fn word(self) -> &'static str {
+        match self {
+            Containment::Auto => "auto",
+            Containment::Userns => "userns",
+            Containment::UidFirewall => "uid-firewall",
+            Containment::Advisory => "advisory",
+        }
+    }
+}
+
+/// `leash probe`: the containment self-test, from inside a sandbox.
+#[derive(Debug, Args)]
+#[command(after_help = "Example, inside a pod or sandbox whose only way out should be a proxy on 127.0.0.1:3128:\n  \
+    leash probe --expect 127.0.0.1:3128\n\n\
+    Tries, from this process's uid and namespaces, every way out that must be shut: TCP and UDP to an outside \
+    address over IPv4 and IPv6 (the documentation addresses 192.0.2.1 and 2001:db8::1, which no host answers), an \
+    ICMP echo, every TCP port listening on the loopback that is not expected, the resolvers of /etc/resolv.conf, \
+    Docker's 127.0.0.11 and systemd's 127.0.0.53; and connects to each --expect listener, which must answer. One \
+    line per probe; exit 0 when everything is shut and every expected listener answers, 1 when anything got \
+    through (the OPEN lines say what).")]
+pub struct ProbeArgs {
+    /// A TCP listener of leash's that must answer (the proxy's, a service's; repeatable)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub expect: Vec<std::net::SocketAddr>,
+    /// A UDP socket of leash's (the DNS stub), which the resolver probes leave alone (repeatable)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub expect_udp: Vec<std::net::SocketAddr>,
+    /// Print only the failed probes
+    #[arg(long)]
+    pub quiet: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SuggestMode {
     Allowlist,

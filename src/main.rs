@@ -57,6 +57,7 @@ fn main() -> ExitCode {
             cmd::policy::suggest(&args)
         }
         cli::Command::Ask(args) => cmd::ask::run(args),
+        cli::Command::Probe(args) => cmd::probe::run(&args),
         cli::Command::Completions { shell } => cmd::docs::completions(shell),
         cli::Command::Man => cmd::docs::man(),
     };

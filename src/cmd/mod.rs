@@ -10,5 +10,6 @@ pub mod docs;
 pub mod explain;
 pub mod log;
 pub mod policy;
+pub mod probe;
 pub mod proxy;
 pub mod run;

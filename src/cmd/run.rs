@@ -9,7 +9,7 @@ use leash_proxy::inside::{Bound, Plan, NODE_PROXY_VAR, PROXY_INSIDE, PROXY_VARS}
 use leash_proxy::ProxyConfig;
 use leash_sandbox::{Sandbox, SandboxSpec};
 
-use crate::cli::{RunArgs, TlsArgs};
+use crate::cli::{Containment, RunArgs, TlsArgs};
 use crate::exit::Exit;
 use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::sandboxed::{
@@ -19,40 +19,79 @@ use crate::shared::sandboxed::{
 use crate::shared::services;
 use crate::shared::trust::{CaFiles, BUNDLE_VARS, NODE_VAR};
 
+mod uid;
+
 pub fn run(args: RunArgs) -> Exit {
     if let Err(e) = leash_sandbox::harden_self() {
         eprintln!("leash: {e}");
         return Exit::SandboxFailed;
     }
+    let mode = if args.advisory { Containment::Advisory } else { args.containment };
+    let user = match args.user.as_deref().map(uid::parse_user).transpose() {
+        Ok(user) => user,
+        Err(code) => return code,
+    };
+    match mode {
+        Containment::Userns => match in_user_namespaces(&args) {
+            Attempt::Done(exit) => exit,
+            Attempt::NotHere(e) => not_run(e),
+        },
+        Containment::Auto => match in_user_namespaces(&args) {
+            Attempt::Done(exit) => exit,
+            Attempt::NotHere(e) => uid::fall_back(&args, user, &e),
+        },
+        Containment::UidFirewall | Containment::Advisory => uid::run(&args, user, mode),
+    }
+}
+
+/// How a try at the user-namespace sandbox ended: the command ran (or was refused for another reason, already
+/// said), or the sandbox could not be set up here and nothing ran.
+enum Attempt {
+    Done(Exit),
+    NotHere(leash_sandbox::SandboxError),
+}
+
+/// A sandbox that could not be set up: `NotHere` when this platform refuses the namespaces it needs (another
+/// containment may do), else the failure said and done with.
+fn not_here(e: leash_sandbox::SandboxError) -> Attempt {
+    if e.is_unavailable() {
+        Attempt::NotHere(e)
+    } else {
+        Attempt::Done(not_run(e))
+    }
+}
+
+/// The command in a sandbox of user namespaces of its own (`--containment userns`).
+fn in_user_namespaces(args: &RunArgs) -> Attempt {
     let ProxyParts { policy, pins, audit, secrets } = match proxy_parts(&args.proxy, true) {
         Ok(parts) => parts,
-        Err(code) => return code,
+        Err(code) => return Attempt::Done(code),
     };
     let audit = Arc::new(audit);
     // INVARIANT: what an `always` answer reads and writes is held before the command runs, never reached by a path
     // it could change.
-    let ask_source = match policy.asks().then(|| hold_policy(&args)).transpose() {
+    let ask_source = match policy.asks().then(|| hold_policy(args)).transpose() {
         Ok(source) => source,
-        Err(code) => return code,
+        Err(code) => return Attempt::Done(code),
     };
     let ask_socket = match policy.asks().then(|| ask::bind_socket(&args.proxy.ask)).transpose() {
         Ok(socket) => socket,
-        Err(code) => return code,
+        Err(code) => return Attempt::Done(code),
     };
     // The CA files are named now, so the command's environment can point at them; they are written while the
     // sandbox's namespaces are built, and exist before the command starts. A policy that never inspects needs no
     // CA (an `--upstream-ca` is still read, so a bad one is refused as always).
     let needs_ca = policy.may_inspect();
     if !needs_ca {
-        if let Err(code) = check_upstream_ca(&args) {
-            return code;
+        if let Err(code) = check_upstream_ca(args) {
+            return Attempt::Done(code);
         }
     }
     let ca_files = match needs_ca.then(CaFiles::create).transpose() {
         Ok(files) => files,
         Err(e) => {
             eprintln!("leash: the command was not run: cannot create the run's CA directory: {e}");
-            return Exit::SandboxFailed;
+            return Attempt::Done(Exit::SandboxFailed);
         }
     };
     let asks = policy.asks().then_some(args.proxy.ask.ask_timeout);
@@ -61,7 +100,7 @@ pub fn run(args: RunArgs) -> Exit {
     let plan = Plan::proxy_at(PROXY_INSIDE)
         .with_services(&services::ports(&policy))
         .with_dns_and_transparent(&policy, leash_sandbox::MAX_SOCKETS);
-    let mut spec = spec(&args, &plan, ca_files.is_some(), mode_env(&policy), asks);
+    let mut spec = spec(args, &plan, ca_files.is_some(), mode_env(&policy), asks);
     spec.hide_paths.extend(secret_files(&policy));
     // INVARIANT: the control socket's directory is not visible inside: the command cannot even see the questions.
     spec.hide_paths.extend(ask_socket.iter().filter_map(|s| std::fs::canonicalize(s.dir()).ok()));
@@ -73,7 +112,7 @@ pub fn run(args: RunArgs) -> Exit {
     // The services' sockets exist before the sandbox does: it is let connect to exactly those files.
     let (unix_services, socket_files) = match services::bind_sockets(&policy) {
         Ok(bound) => bound,
-        Err(code) => return code,
+        Err(code) => return Attempt::Done(code),
     };
     spec.allow_unix_sockets.extend(socket_files.paths().iter().cloned());
     services::announce(&policy);
@@ -88,20 +127,20 @@ pub fn run(args: RunArgs) -> Exit {
         Ok(relay) => relay,
         Err(e) => {
             eprintln!("leash: the command was not run: cannot relay its stdio: {e}");
-            return Exit::SandboxFailed;
+            return Attempt::Done(Exit::SandboxFailed);
         }
     };
     // The init is cloned before the CA's key exists, so its copy of leash's memory never holds it.
     let pending = match Sandbox::prepare(spec) {
         Ok(p) => p,
-        Err(e) => return not_run(e),
+        Err(e) => return not_here(e),
     };
     // On an early return, dropping `pending` ends the init: the command never starts.
-    let mut config = match proxy_config(&args, (policy, pins, secrets), audit.clone(), ca_files.as_ref()) {
+    let mut config = match proxy_config(args, (policy, pins, secrets), audit.clone(), ca_files.as_ref()) {
         Ok(config) => config,
-        Err(code) => return code,
+        Err(code) => return Attempt::Done(code),
     };
-    let ask = ask_socket.zip(ask_source).map(|(socket, source)| Arc::new(ask_front(&args, socket, source, &config)));
+    let ask = ask_socket.zip(ask_source).map(|(socket, source)| Arc::new(ask_front(args, socket, source, &config)));
     config.ask = ask.as_ref().map(|front| front.asking.clone());
     // The runtime is built while the init starts the command. One thread: starting, waking and ending worker
     // threads was a sixth of `leash run -- true` (6.7 -> 5.7 ms), and one sandbox's traffic fits one core (tunnels are
@@ -109,24 +148,24 @@ pub fn run(args: RunArgs) -> Exit {
     let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build();
     let (mut sandbox, runtime) = match pending.start_with(runtime) {
         Ok(started) => started,
-        Err(e) => return not_run(e),
+        Err(e) => return not_here(e),
     };
     // The command's terminal was made inside the sandbox: from now on it reaches the caller's.
     if let Err(e) = relay.attach(&mut sandbox) {
         eprintln!("leash: cannot relay the command's terminal: {e}; stopping the command");
-        return finish(sandbox.signal(9).and_then(|()| sandbox.wait()));
+        return Attempt::Done(finish(sandbox.signal(9).and_then(|()| sandbox.wait())));
     }
     let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("leash: cannot start the async runtime: {e}; stopping the command");
-            return finish(sandbox.signal(9).and_then(|()| sandbox.wait()));
+            return Attempt::Done(finish(sandbox.signal(9).and_then(|()| sandbox.wait())));
         }
     };
     if let Some(front) = &ask {
         if let Err(e) = start_asking(front, &relay, &runtime) {
             eprintln!("leash: ask mode: cannot serve the control socket: {e}; stopping the command");
-            return finish(sandbox.signal(9).and_then(|()| sandbox.wait()));
+            return Attempt::Done(finish(sandbox.signal(9).and_then(|()| sandbox.wait())));
         }
     }
     let policy = config.policy.clone();
@@ -139,7 +178,7 @@ pub fn run(args: RunArgs) -> Exit {
     drop(ask);
     drop(ca_files);
     drop(socket_files);
-    exit
+    Attempt::Done(exit)
 }
 
 /// The policy file an `always` answer changes, held now.

@@ -65,6 +65,8 @@ pub struct AuditLog {
     container: Option<Box<str>>,
     /// The attachment's labels (`leash attach`), added to every line as `labels`.
     labels: Option<std::collections::BTreeMap<String, String>>,
+    /// A containment that enforces nothing (`leash run --advisory`), added to every line as `containment`.
+    containment: Option<&'static str>,
     /// The refusals written so far; locked only for a refusal, never for an allowed request.
     refused: Mutex<Tally>,
 }
@@ -228,6 +230,7 @@ impl AuditLog {
             next_id: AtomicU64::new(1),
             container: None,
             labels: None,
+            containment: None,
             refused: Mutex::default(),
         }
     }
@@ -241,6 +244,13 @@ impl AuditLog {
     /// Every line written from now on carries `"labels": {...}` (the attachment a node agent serves, say which pod).
     pub fn with_labels(mut self, labels: std::collections::BTreeMap<String, String>) -> Self {
         self.labels = (!labels.is_empty()).then_some(labels);
+        self
+    }
+
+    /// Every line written from now on carries `"containment": word`: for a run whose command could go around the
+    /// proxy (`advisory`), so that no line of it reads as enforced.
+    pub fn with_containment(mut self, word: &'static str) -> Self {
+        self.containment = Some(word);
         self
     }
 
@@ -306,10 +316,10 @@ impl AuditLog {
     }
 
     fn serialize_and_append<T: Serialize>(&self, entry: &T, line: &mut Vec<u8>) -> Result<(), AuditError> {
-        let json = match (&self.container, &self.labels) {
-            (None, None) => serde_json::to_writer(&mut *line, entry),
-            (container, labels) => {
-                let tagged = Tagged { entry, container: container.as_deref(), labels: labels.as_ref() };
+        let json = match (&self.container, &self.labels, self.containment) {
+            (None, None, None) => serde_json::to_writer(&mut *line, entry),
+            (container, labels, containment) => {
+                let tagged = Tagged { entry, container: container.as_deref(), labels: labels.as_ref(), containment };
                 serde_json::to_writer(&mut *line, &tagged)
             }
         };
@@ -416,6 +426,8 @@ struct Tagged<'a, T> {
     container: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     labels: Option<&'a std::collections::BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    containment: Option<&'a str>,
 }
 
 /// The log file at `path` opened again on the operator's signal, created (mode 0600) or appended to. The path's

@@ -101,6 +101,8 @@ pub enum Step {
     PinDirectory(PathBuf),
     /// Mounting the sandbox's own /dev/shm (POSIX shared memory).
     MountShm,
+    /// Programming the per-uid firewall (`uid::Firewall`).
+    ProgramFirewall,
     /// Giving the init back leash's CPU affinity (it ran on leash's other CPUs while both built the sandbox), so the
     /// command inherits it.
     RestoreCpuAffinity,
@@ -182,6 +184,7 @@ impl fmt::Display for Step {
             Step::ReadOnlyPath(p) => write!(f, "make `{}` read-only in the sandbox", p.display()),
             Step::PinDirectory(p) => write!(f, "pin the directory `{}` in the sandbox", p.display()),
             Step::MountShm => f.write_str("mount the sandbox's own /dev/shm"),
+            Step::ProgramFirewall => f.write_str("program the per-uid firewall"),
             Step::RestoreCpuAffinity => f.write_str("give the sandbox's init back leash's CPU affinity"),
             Step::BindTcp(a) => write!(f, "bind TCP `{a}` inside the sandbox"),
             Step::BindUdp(a) => write!(f, "bind UDP `{a}` inside the sandbox"),

@@ -100,6 +100,9 @@ mod unsupported;
 
 #[cfg(target_os = "linux")]
 use linux as imp;
+/// The per-uid containment: a command as another uid behind a firewall in leash's own network namespace.
+#[cfg(target_os = "linux")]
+pub use linux::uid;
 #[cfg(not(target_os = "linux"))]
 use unsupported as imp;
 

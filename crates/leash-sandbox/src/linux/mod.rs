@@ -14,6 +14,7 @@ mod proto;
 mod seccomp;
 mod signals;
 mod sys;
+pub mod uid;
 
 use std::fs;
 use std::io::{self, Write};

@@ -72,10 +72,21 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
 
 /// The whole program.
 pub(super) fn program() -> Vec<sock_filter> {
+    with_connects(&[op(RET, NOTIFY)])
+}
+
+/// The program without the hand-over of `connect` (allowed): for a command whose connections a firewall decides
+/// (`uid`), where no init answers notifications.
+pub(super) fn program_without_connect_notify() -> Vec<sock_filter> {
+    with_connects(&[op(RET, ALLOW)])
+}
+
+/// The program, `connect` answered by `on_connect`.
+fn with_connects(on_connect: &[sock_filter]) -> Vec<sock_filter> {
     let mut p = vec![op(LD_ABS, ARCH), jump(JEQ, NATIVE_ARCH, 1, 0), op(RET, errno(libc::ENOSYS)), op(LD_ABS, NR)];
     #[cfg(target_arch = "x86_64")]
     p.extend([jump(JGE, X32_BIT, 0, 1), op(RET, errno(libc::ENOSYS))]);
-    on_call(&mut p, libc::SYS_connect, &[op(RET, NOTIFY)]);
+    on_call(&mut p, libc::SYS_connect, on_connect);
     on_call(&mut p, libc::SYS_socket, &socket_rules());
     on_call(&mut p, libc::SYS_socketpair, &socket_rules());
     on_call(&mut p, libc::SYS_ioctl, &ioctl_rules());

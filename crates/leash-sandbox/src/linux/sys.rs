@@ -652,6 +652,16 @@ pub(super) fn install_filter(program: &[libc::sock_filter]) -> SysResult<c_int> 
     check_long(ret).map(|fd| fd as c_int)
 }
 
+/// seccomp(SECCOMP_SET_MODE_FILTER) without a listener: installs `program` (which notifies nothing) on the calling
+/// thread. Needs no_new_privs (or `CAP_SYS_ADMIN`).
+pub(super) fn install_plain_filter(program: &[libc::sock_filter]) -> SysResult<()> {
+    let prog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr() as *mut libc::sock_filter };
+    // SAFETY: `prog` points at `program`, valid for its length, which the kernel copies.
+    let ret =
+        unsafe { libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &prog as *const libc::sock_fprog) };
+    check_long(ret).map(drop)
+}
+
 /// pidfd_open(2), close-on-exec by default; `thread` asks for `PIDFD_THREAD` (Linux 6.9), which also takes a thread
 /// that is not its group's leader.
 pub(super) fn pidfd_open(pid: pid_t, thread: bool) -> SysResult<c_int> {

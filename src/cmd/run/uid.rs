@@ -1,0 +1,392 @@
+//! `leash run` where leash cannot make namespaces (docs/inside.md): the command runs as `--user` in leash's own
+//! network namespace. In the `uid-firewall` containment a firewall lets that uid reach exactly leash's listeners
+//! on the loopback, and a self-test from that uid must find every other way shut before the command starts; in the
+//! `advisory` one the command is only pointed at the proxy, and every audit line and the summary say it could have
+//! ignored it. Either way leash serves the proxy (and the services' listeners) on 127.0.0.1, the command gets the
+//! same variables as in a sandbox, every process it leaves is ended with it, and the rules are removed at the end.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+
+use leash_proxy::inside::{Bound, Plan, PROXY_INSIDE};
+use leash_proxy::ProxyConfig;
+use leash_sandbox::uid::{Admitted, Capabilities, Firewall, Flaw, RunAs};
+
+use super::{check_upstream_ca, child_env, inherited_env, proxy_config};
+use crate::cli::{Containment, RunArgs};
+use crate::exit::Exit;
+use crate::shared::sandboxed::{keep_deferred_log, mode_env, proxy_parts, ProxyParts};
+use crate::shared::services;
+use crate::shared::trust::CaFiles;
+
+/// `USER`, `UID` or `UID:GID` as `--user` takes it: a name is looked up in /etc/passwd (its uid and primary gid); a
+/// bare uid takes its passwd entry's gid, or the same number.
+pub fn parse_user(spec: &str) -> Result<RunAs, Exit> {
+    let usage = |why: String| {
+        eprintln!("leash: --user `{spec}`: {why}");
+        Exit::Usage
+    };
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let entry = |matches: &dyn Fn(&[&str]) -> bool| -> Option<(u32, u32)> {
+        passwd
+            .lines()
+            .map(|l| l.split(':').collect::<Vec<_>>())
+            .find(|f| f.len() > 3 && matches(f))
+            .and_then(|f| Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?)))
+    };
+    let (uid, gid) = match spec.split_once(':') {
+        Some((uid, gid)) => {
+            let uid = uid.parse().map_err(|_| usage("UID:GID takes numbers".into()))?;
+            (uid, gid.parse().map_err(|_| usage("UID:GID takes numbers".into()))?)
+        }
+        None => match spec.parse::<u32>() {
+            Ok(uid) => (uid, entry(&|f| f[2] == spec).map_or(uid, |(_, gid)| gid)),
+            Err(_) => entry(&|f| f[0] == spec).ok_or_else(|| usage("no such user in /etc/passwd".into()))?,
+        },
+    };
+    Ok(RunAs { uid, gid })
+}
+
+/// Where user namespaces could not be made (`why`) and `--containment auto` was asked: the per-uid firewall where
+/// leash may program one and run a program as another user, else a refusal naming what each containment needs.
+pub fn fall_back(args: &RunArgs, user: Option<RunAs>, why: &leash_sandbox::SandboxError) -> Exit {
+    let caps = Capabilities::of_self();
+    let firewall_ok = caps.root && caps.net_admin && caps.set_ids;
+    match user {
+        Some(user) if firewall_ok => {
+            eprintln!(
+                "leash: containment: user namespaces cannot be made here ({why}); using uid-firewall: the command runs \
+                 as uid {} behind a firewall in this network namespace",
+                user.uid
+            );
+            run(args, Some(user), Containment::UidFirewall)
+        }
+        _ => {
+            eprintln!("leash: the command was not run: no containment can be set up here");
+            eprintln!("  userns: {why}");
+            eprintln!("  uid-firewall: {}", firewall_needs(caps, user));
+            eprintln!(
+                "  advisory: `--advisory` runs the command pointed at the proxy, which it could ignore (every audit \
+                 line says so)"
+            );
+            Exit::SandboxFailed
+        }
+    }
+}
+
+/// What the per-uid firewall still needs here.
+fn firewall_needs(caps: Capabilities, user: Option<RunAs>) -> String {
+    let mut missing = Vec::new();
+    if !caps.root {
+        missing.push("leash running as root");
+    }
+    if !caps.net_admin {
+        missing.push("CAP_NET_ADMIN (`docker run --cap-add NET_ADMIN`)");
+    }
+    if !caps.set_ids {
+        missing.push("CAP_SETUID and CAP_SETGID");
+    }
+    if user.is_none() {
+        missing.push("`--user UID` for the command");
+    }
+    format!("needs {}", missing.join(", "))
+}
+
+/// The command as `user` in leash's network namespace, behind the firewall (`UidFirewall`) or not (`Advisory`).
+pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
+    let firewalled = mode == Containment::UidFirewall;
+    let user = match (user, firewalled) {
+        (Some(user), _) => Some(user),
+        (None, true) => {
+            eprintln!(
+                "leash: the command was not run: the uid-firewall containment needs `--user UID` for the command"
+            );
+            return Exit::SandboxFailed;
+        }
+        (None, false) => None,
+    };
+    if let Some(user) = user {
+        if let Err(code) = check_user(user) {
+            return code;
+        }
+    }
+    if !args.allow_unix_socket.is_empty() {
+        eprintln!("leash: --allow-unix-socket is for the userns containment: here the command reaches Unix sockets by their permissions");
+        return Exit::Usage;
+    }
+    let ProxyParts { policy, pins, audit, secrets } = match proxy_parts(&args.proxy, true) {
+        Ok(parts) => parts,
+        Err(code) => return code,
+    };
+    if let Some(user) = user {
+        if let Err(code) = unreadable_by(user, &leash_files(args, &policy)) {
+            return code;
+        }
+    }
+    // Every line says which containment stood behind it, and an advisory one that it enforced nothing.
+    let audit = Arc::new(audit.with_containment(mode.word()));
+    let plan = Plan::proxy_at(PROXY_INSIDE).with_services(&services::ports(&policy));
+    let bound = match bind_here(&plan) {
+        Ok(bound) => bound,
+        Err(code) => return code,
+    };
+    let (unix_services, socket_files) = match services::bind_sockets(&policy) {
+        Ok(bound) => bound,
+        Err(code) => return code,
+    };
+    let needs_ca = policy.may_inspect();
+    if !needs_ca {
+        if let Err(code) = check_upstream_ca(args) {
+            return code;
+        }
+    }
+    let ca_files = match needs_ca.then(CaFiles::create).transpose() {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("leash: the command was not run: cannot create the run's CA directory: {e}");
+            return Exit::SandboxFailed;
+        }
+    };
+    let mut env = child_env(inherited_env(args), &plan, ca_files.is_some(), mode_env(&policy));
+    env.extend(ca_files.iter().flat_map(CaFiles::env));
+    crate::shared::secrets::sandbox_env(&policy, &secrets.secrets, &mut env);
+    env.extend(services::no_proxy_env(&policy));
+    services::announce(&policy);
+    let config = match proxy_config(args, (policy, pins, secrets), audit.clone(), ca_files.as_ref()) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let firewall = match (firewalled, user) {
+        (true, Some(user)) => match arm(user, &plan) {
+            Ok(firewall) => Some(firewall),
+            Err(code) => return code,
+        },
+        _ => None,
+    };
+    if !firewalled {
+        eprintln!(
+            "leash: advisory: the command is only pointed at the proxy and could go around it; nothing is enforced"
+        );
+    }
+    let policy = config.policy.clone();
+    let exit = serve_while(args, user, env, bound.with_services(unix_services), config);
+    drop(firewall);
+    keep_deferred_log(&audit, args.quiet);
+    crate::shared::summary::print(&audit, &policy, args.quiet);
+    if !firewalled && !args.quiet {
+        eprintln!("leash: advisory run: nothing kept the command from going around the proxy");
+    }
+    drop(ca_files);
+    drop(socket_files);
+    exit
+}
+
+/// The command's uid must be neither root nor leash's own: either would be leash's peer (the firewall's rules, its
+/// files, its signals).
+fn check_user(user: RunAs) -> Result<(), Exit> {
+    let own = rustix::process::geteuid().as_raw();
+    if user.uid == 0 || user.uid == own {
+        eprintln!(
+            "leash: the command was not run: --user {} is {}: the command must run as another, unprivileged uid",
+            user.uid,
+            if user.uid == 0 { "root" } else { "leash's own uid" }
+        );
+        return Err(Exit::SandboxFailed);
+    }
+    Ok(())
+}
+
+/// The files of leash's the command must not read: the policy, the audit log, the secrets' files.
+fn leash_files(args: &RunArgs, policy: &leash_policy::Policy) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<std::path::PathBuf> = args.proxy.policy.iter().chain(&args.proxy.log).cloned().collect();
+    files.extend(crate::shared::sandboxed::secret_files(policy));
+    files
+}
+
+/// Refuses to start when `user` could read any of `files` (its mode, owner and group say so; the command has no
+/// supplementary group).
+fn unreadable_by(user: RunAs, files: &[std::path::PathBuf]) -> Result<(), Exit> {
+    use std::os::unix::fs::MetadataExt;
+    for file in files {
+        let Ok(meta) = std::fs::metadata(file) else { continue };
+        let mode = meta.mode();
+        let readable = mode & 0o004 != 0
+            || (meta.gid() == user.gid && mode & 0o040 != 0)
+            || (meta.uid() == user.uid && mode & 0o400 != 0);
+        if readable {
+            eprintln!(
+                "leash: the command was not run: uid {} could read `{}` (mode {:o}): leash's files must be its own \
+                 (chmod go-rwx)",
+                user.uid,
+                file.display(),
+                mode & 0o7777
+            );
+            return Err(Exit::SandboxFailed);
+        }
+    }
+    Ok(())
+}
+
+/// The plan's listeners, bound here on the loopback.
+fn bind_here(plan: &Plan) -> Result<Bound, Exit> {
+    let mut tcp = Vec::new();
+    for addr in plan.tcp() {
+        match std::net::TcpListener::bind(addr) {
+            Ok(listener) => tcp.push(listener),
+            Err(e) => {
+                eprintln!("leash: the command was not run: cannot listen on {addr} here: {e}");
+                return Err(Exit::SandboxFailed);
+            }
+        }
+    }
+    plan.take(tcp, Vec::new()).map_err(|e| {
+        eprintln!("leash: the command was not run: {e}");
+        Exit::SandboxFailed
+    })
+}
+
+/// The firewall for `user`, then the self-test from that uid; any way out it finds refuses the run, naming it.
+fn arm(user: RunAs, plan: &Plan) -> Result<Firewall, Exit> {
+    let ports: Vec<u16> = plan.tcp().iter().map(|a| a.port()).collect();
+    let admitted = Admitted { tcp: ports, udp: Vec::new() };
+    let firewall = Firewall::install(user.uid, &admitted, Flaw::from_env()).map_err(|e| {
+        eprintln!("leash: the command was not run: {e}");
+        Exit::SandboxFailed
+    })?;
+    let expect: Vec<SocketAddr> = plan.tcp().into_iter().map(SocketAddr::V4).collect();
+    self_test(user, &expect)?;
+    Ok(firewall)
+}
+
+/// `leash probe`, run as `user` exactly as the command will run: exit 125 with its report when it finds a way out.
+fn self_test(user: RunAs, expect: &[SocketAddr]) -> Result<(), Exit> {
+    let exe = std::env::current_exe().map_err(|e| {
+        eprintln!("leash: the command was not run: cannot find leash's own program for the self-test: {e}");
+        Exit::SandboxFailed
+    })?;
+    let mut probe = Command::new(exe);
+    probe.arg("probe").arg("--quiet").env_clear();
+    for addr in expect {
+        probe.arg("--expect").arg(addr.to_string());
+    }
+    user.apply(&mut probe);
+    match probe.output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => {
+            eprintln!(
+                "leash: the command was not run: the containment self-test, as uid {}, found a way around leash:\n{}{}",
+                user.uid,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Err(Exit::SandboxFailed)
+        }
+        Err(e) => {
+            eprintln!("leash: the command was not run: cannot run the containment self-test: {e}");
+            Err(Exit::SandboxFailed)
+        }
+    }
+}
+
+/// Starts the command (as `user`) and serves `bound` until it exits; SIGINT, SIGTERM and SIGHUP are passed on to
+/// its process group; every process it left is ended with it.
+fn serve_while(
+    args: &RunArgs,
+    user: Option<RunAs>,
+    env: Vec<(OsString, OsString)>,
+    bound: Bound,
+    config: ProxyConfig,
+) -> Exit {
+    let mut command = args.command.iter();
+    let mut cmd = Command::new(command.next().cloned().unwrap_or_default());
+    cmd.args(command).env_clear().envs(env);
+    match user {
+        Some(user) => user.apply(&mut cmd),
+        None => leash_sandbox::uid::own_session(&mut cmd),
+    }
+    if let Err(e) = leash_sandbox::uid::become_subreaper() {
+        eprintln!("leash: the command was not run: cannot adopt the processes it leaves: {e}");
+        return Exit::SandboxFailed;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leash: the command was not run: cannot start the async runtime: {e}");
+            return Exit::SandboxFailed;
+        }
+    };
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("leash: the command was not run: cannot start `{}`: {e}", args.command[0].to_string_lossy());
+            return Exit::SandboxFailed;
+        }
+    };
+    let group = child.id();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = runtime.block_on(async move {
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(bound.serve(config, async move {
+            let _ = stop_rx.await;
+        }));
+        let status = forward_signals_until(group, rx).await;
+        let _ = stop_tx.send(());
+        let _ = serving.await;
+        status
+    });
+    runtime.shutdown_background();
+    leash_sandbox::uid::end_descendants();
+    match status {
+        Some(Ok(status)) => Exit::Command(exit_code(status)),
+        _ => {
+            eprintln!("leash: lost track of the command");
+            Exit::SandboxFailed
+        }
+    }
+}
+
+/// Waits for `ended`, passing SIGINT, SIGTERM and SIGHUP on to process group `group` meanwhile.
+async fn forward_signals_until(
+    group: u32,
+    mut ended: tokio::sync::oneshot::Receiver<std::io::Result<std::process::ExitStatus>>,
+) -> Option<std::io::Result<std::process::ExitStatus>> {
+    use tokio::signal::unix::{signal, Signal, SignalKind};
+    async fn next(signal: &mut Option<Signal>) -> Option<()> {
+        match signal {
+            Some(s) => s.recv().await,
+            None => std::future::pending().await,
+        }
+    }
+    let (mut int, mut term, mut hup) =
+        (signal(SignalKind::interrupt()).ok(), signal(SignalKind::terminate()).ok(), signal(SignalKind::hangup()).ok());
+    loop {
+        tokio::select! {
+            status = &mut ended => return status.ok(),
+            Some(()) = next(&mut int) => leash_sandbox::uid::signal_group(group, libc_signal::INT),
+            Some(()) = next(&mut term) => leash_sandbox::uid::signal_group(group, libc_signal::TERM),
+            Some(()) = next(&mut hup) => leash_sandbox::uid::signal_group(group, libc_signal::HUP),
+        }
+    }
+}
+
+/// The signals passed on, by number.
+mod libc_signal {
+    pub const HUP: i32 = 1;
+    pub const INT: i32 = 2;
+    pub const TERM: i32 = 15;
+}
+
+/// The shell's convention: the exit status, or 128 + the signal.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(255),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
+        (None, None) => 255,
+    }
+}

@@ -1,0 +1,255 @@
+//! The containment self-test: from the process it runs in (a sandboxed command's uid and namespaces), every way out
+//! that must be shut is tried, and leash's own listeners must answer. `leash probe` runs it for any sandbox or pod;
+//! `leash run` runs it as the command would run before starting the command in the per-uid containment, and refuses
+//! the run, naming the probe, when anything got through.
+//!
+//! A probe passes when the attempt fails at once for a reason that means nothing left: `EPERM`/`EACCES` (a firewall's
+//! drop, a seccomp or socket refusal), `ENETUNREACH`/`EHOSTUNREACH`/`EADDRNOTAVAIL` (no route), `EAFNOSUPPORT` (no
+//! such family). It fails when the attempt succeeds, when a loopback port answers `ECONNREFUSED` (the packet reached
+//! it: the loopback is open), or when a connection neither succeeds nor fails within [`CONNECT_WAIT`] (a packet went
+//! out and nobody answered yet).
+//!
+//! The outside addresses tried are documentation addresses (RFC 5737 `192.0.2.1`, RFC 3849 `2001:db8::1`), never
+//! routed on the internet: a containment that works sends nothing there, and one that does not sends one SYN and one
+//! datagram that no host answers.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::time::Duration;
+
+/// How long a connection may take before it counts as a packet that left: a firewall's drop or a missing route
+/// fails at once, a loopback listener answers in microseconds.
+const CONNECT_WAIT: Duration = Duration::from_millis(1500);
+
+/// The outside addresses tried (documentation ranges, see the module docs), on a port a web server would use.
+const OUTSIDE_V4: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 80);
+const OUTSIDE_V6: SocketAddr = SocketAddr::new(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)), 80);
+
+/// Resolvers that answer on a sandbox's loopback whatever its resolv.conf says: Docker's embedded DNS and
+/// systemd-resolved's stub.
+const KNOWN_RESOLVERS: [Ipv4Addr; 2] = [Ipv4Addr::new(127, 0, 0, 11), Ipv4Addr::new(127, 0, 0, 53)];
+
+/// What leash serves to the command, which must answer (and is not a way out).
+#[derive(Debug, Clone, Default)]
+pub struct Expected {
+    /// leash's TCP listeners (the proxy, services).
+    pub tcp: Vec<SocketAddr>,
+    /// leash's UDP sockets (the DNS stub).
+    pub udp: Vec<SocketAddr>,
+}
+
+/// One probe's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// What was tried, e.g. `tcp 192.0.2.1:80`.
+    pub what: String,
+    /// Whether it came out as it must.
+    pub ok: bool,
+    /// What happened: `EPERM`, `connected`, `no answer within 1.5s`, ...
+    pub outcome: String,
+}
+
+/// Runs every probe; the failed ones say what got through.
+pub fn run(expected: &Expected) -> Vec<Probe> {
+    let mut probes = Vec::new();
+    for addr in [OUTSIDE_V4, OUTSIDE_V6] {
+        probes.push(shut(format!("tcp {addr}"), tcp(addr), false));
+        probes.push(shut(format!("udp {addr}"), udp(addr), false));
+    }
+    probes.push(shut("icmp echo 192.0.2.1".to_owned(), icmp(OUTSIDE_V4.ip()), false));
+    let udp_bound = bound_sockets(&[("/proc/net/udp", false), ("/proc/net/udp6", true)], None);
+    for resolver in resolvers().into_iter().filter(|r| !expected.udp.contains(r)) {
+        // A datagram to a loopback address nothing is bound at goes nowhere: only a resolver there is a way out.
+        if resolver.ip().is_loopback() && !udp_bound.contains(&resolver) {
+            probes.push(Probe { what: format!("udp resolver {resolver}"), ok: true, outcome: "nothing there".into() });
+            continue;
+        }
+        probes.push(shut(format!("udp resolver {resolver}"), udp(resolver), false));
+    }
+    for addr in loopback_listeners().into_iter().filter(|a| !expected.tcp.contains(a)) {
+        probes.push(shut(format!("tcp listener {addr}"), tcp(addr), true));
+    }
+    for addr in &expected.tcp {
+        let outcome = tcp(*addr);
+        let ok = outcome.is_ok();
+        probes.push(Probe { what: format!("leash's listener {addr}"), ok, outcome: describe(&outcome) });
+    }
+    probes
+}
+
+/// Whether every probe passed.
+pub fn contained(probes: &[Probe]) -> bool {
+    probes.iter().all(|p| p.ok)
+}
+
+/// A way out that must be shut: passes on an immediate refusal that means nothing left (on the loopback,
+/// `ECONNREFUSED` means the packet reached the port: it fails there).
+fn shut(what: String, outcome: io::Result<()>, loopback: bool) -> Probe {
+    let ok = match &outcome {
+        Ok(()) => false,
+        Err(e) => match e.raw_os_error() {
+            Some(libc_errno) => shut_errno(libc_errno, loopback),
+            None => false,
+        },
+    };
+    Probe { what, ok, outcome: describe(&outcome) }
+}
+
+/// The errnos that mean the attempt left nothing behind it.
+fn shut_errno(errno: i32, loopback: bool) -> bool {
+    const EPERM: i32 = 1;
+    const EACCES: i32 = 13;
+    const EAFNOSUPPORT: i32 = 97;
+    const EADDRNOTAVAIL: i32 = 99;
+    const ENETUNREACH: i32 = 101;
+    const ECONNREFUSED: i32 = 111;
+    const EHOSTUNREACH: i32 = 113;
+    match errno {
+        EPERM | EACCES | EAFNOSUPPORT | EADDRNOTAVAIL | ENETUNREACH | EHOSTUNREACH => true,
+        ECONNREFUSED => !loopback,
+        _ => false,
+    }
+}
+
+fn describe(outcome: &io::Result<()>) -> String {
+    match outcome {
+        Ok(()) => "got through".to_owned(),
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => format!("no answer within {}s", CONNECT_WAIT.as_secs_f32()),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn tcp(addr: SocketAddr) -> io::Result<()> {
+    TcpStream::connect_timeout(&addr, CONNECT_WAIT).map(drop)
+}
+
+/// A datagram sent (a DNS query's header is enough for a resolver's port; nothing is read back).
+fn udp(addr: SocketAddr) -> io::Result<()> {
+    let local: SocketAddr =
+        if addr.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.map_err(io::Error::other)?;
+    let socket = UdpSocket::bind(local)?;
+    socket.send_to(&[0x4c, 0x45, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1], addr).map(drop)
+}
+
+/// An ICMP echo through a ping socket (`SOCK_DGRAM`, `IPPROTO_ICMP`), as an unprivileged `ping` sends it.
+fn icmp(to: IpAddr) -> io::Result<()> {
+    use rustix::net::{AddressFamily, SocketType};
+    let socket = rustix::net::socket(AddressFamily::INET, SocketType::DGRAM, Some(rustix::net::ipproto::ICMP))?;
+    let echo = [8u8, 0, 0xf7, 0xfe, 0, 1, 0, 0];
+    let IpAddr::V4(v4) = to else { return Err(io::Error::other("not IPv4")) };
+    let addr = rustix::net::SocketAddrV4::new(v4, 0);
+    rustix::net::sendto(&socket, &echo, rustix::net::SendFlags::empty(), &addr).map(drop).map_err(Into::into)
+}
+
+/// The nameservers of /etc/resolv.conf, and the resolvers sandboxes commonly run on their loopback, port 53.
+fn resolvers() -> Vec<SocketAddr> {
+    let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let named = conf.lines().filter_map(|l| l.trim().strip_prefix("nameserver")).filter_map(|a| a.trim().parse().ok());
+    let mut all: Vec<SocketAddr> =
+        named.chain(KNOWN_RESOLVERS.map(IpAddr::V4)).map(|ip: IpAddr| SocketAddr::new(ip, 53)).collect();
+    all.sort();
+    all.dedup();
+    all
+}
+
+/// Every TCP listener a process here could connect to, IPv4 and IPv6, from `/proc/net/tcp` and `/proc/net/tcp6`:
+/// one bound to an address, at that address; one bound to the wildcard, at the loopback.
+fn loopback_listeners() -> Vec<SocketAddr> {
+    /// The kernel's LISTEN state in `/proc/net/tcp`.
+    const LISTEN: &str = "0A";
+    bound_sockets(&[("/proc/net/tcp", false), ("/proc/net/tcp6", true)], Some(LISTEN))
+}
+
+/// The local addresses of the sockets in the kernel's `tables` (in `state`, if given), as [`listening_at`] says.
+fn bound_sockets(tables: &[(&str, bool)], state: Option<&str>) -> Vec<SocketAddr> {
+    let mut found = Vec::new();
+    for (file, v6) in tables {
+        let table = std::fs::read_to_string(file).unwrap_or_default();
+        for line in table.lines().skip(1) {
+            // `sl local_address rem_address st ...`.
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if state.is_some_and(|st| fields.get(3) != Some(&st)) {
+                continue;
+            }
+            if let Some(addr) = fields.get(1).and_then(|a| listening_at(a, *v6)) {
+                found.push(addr);
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// `ADDR:PORT` as the kernel's tables write it (the address as 32-bit words in host order, hex), the wildcard
+/// turned into the loopback.
+fn listening_at(field: &str, v6: bool) -> Option<SocketAddr> {
+    let (addr, port) = field.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let words: Vec<u32> = (0..addr.len() / 8)
+        .map(|i| addr.get(8 * i..8 * i + 8).and_then(|w| u32::from_str_radix(w, 16).ok()))
+        .collect::<Option<_>>()?;
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let ip = match (v6, bytes.len()) {
+        (false, 4) => IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3])),
+        (true, 16) => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(bytes.as_slice()).ok()?)),
+        _ => return None,
+    };
+    let ip = match ip {
+        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        other => other,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// The probes as lines for a person: one per probe, `ok` or `OPEN`, what, what happened.
+pub fn report(probes: &[Probe]) -> String {
+    probes.iter().map(|p| format!("{} {}: {}\n", if p.ok { "ok  " } else { "OPEN" }, p.what, p.outcome)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_loopback_port_fails_the_probe_and_a_refused_outside_one_passes() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let open = listener.local_addr().unwrap();
+        let probe = shut(format!("tcp loopback {open}"), tcp(open), true);
+        assert!(!probe.ok, "{probe:?}");
+        drop(listener);
+        let refused = shut("closed".into(), tcp(open), true);
+        assert!(!refused.ok, "ECONNREFUSED on the loopback means the port was reached: {refused:?}");
+        let outside = shut("outside".into(), Err(io::Error::from_raw_os_error(111)), false);
+        assert!(outside.ok, "a refusal from outside left nothing open");
+        let eperm = shut("dropped".into(), Err(io::Error::from_raw_os_error(1)), true);
+        assert!(eperm.ok);
+        let timeout = shut("silent".into(), Err(io::ErrorKind::TimedOut.into()), false);
+        assert!(!timeout.ok, "a connection left unanswered may have left");
+    }
+
+    // `run` itself is tried only inside namespaces the tests make (tests/inside.rs, tests/attacks/doors.rs): here
+    // it would send its probes to the documentation addresses from the host.
+    #[test]
+    fn a_listening_loopback_port_is_found_in_the_kernels_table() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert!(loopback_listeners().contains(&addr), "{addr} listed");
+        let wildcard = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let at = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), wildcard.local_addr().unwrap().port());
+        assert!(loopback_listeners().contains(&at), "the wildcard listener is reached at the loopback");
+        drop(listener);
+        assert!(!loopback_listeners().contains(&addr), "{addr} no longer listening");
+    }
+
+    #[test]
+    fn the_kernels_addresses_read_back() {
+        let v4 = format!("{:08X}:0C38", u32::from_ne_bytes([127, 0, 0, 2]));
+        assert_eq!(listening_at(&v4, false), Some("127.0.0.2:3128".parse().unwrap()));
+        assert_eq!(listening_at("00000000:0050", false), Some("127.0.0.1:80".parse().unwrap()));
+        let one: String = [0u32, 0, 0, u32::from_ne_bytes([0, 0, 0, 1])].iter().map(|w| format!("{w:08X}")).collect();
+        assert_eq!(listening_at(&format!("{one}:01BB"), true), Some("[::1]:443".parse().unwrap()));
+        assert_eq!(listening_at("zz:1", false), None);
+    }
+}
