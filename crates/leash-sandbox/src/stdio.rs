@@ -32,6 +32,7 @@ use crate::{Sandbox, SandboxError, SandboxSpec};
 use gate::{InputGate, OutputGate};
 pub use prompt::Prompter;
 
+mod filter;
 mod gate;
 mod prompt;
 mod terminal;

@@ -9,6 +9,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use super::filter::OutputFilter;
 use super::CHUNK;
 
 /// The command's output on its way to the caller's terminal, and whether leash holds it.
@@ -45,15 +46,18 @@ impl OutputGate {
     }
 
     /// Copies `from` (the pseudo-terminal's master) to the caller's terminal until end of file or an error on either
-    /// side (`EIO` once no process holds the other side), one whole chunk at a time.
+    /// side (`EIO` once no process holds the other side), one whole chunk at a time, through the filter that keeps
+    /// what acts on the operator's machine from it (`filter.rs`).
     pub(super) fn relay(&self, mut from: File) {
         lock(&self.state).source = from.try_clone().ok().map(OwnedFd::from);
-        let mut buf = vec![0u8; CHUNK];
+        let (mut buf, mut filter, mut passed) = (vec![0u8; CHUNK], OutputFilter::default(), Vec::with_capacity(CHUNK));
         loop {
             match from.read(&mut buf) {
                 Ok(0) => return,
                 Ok(n) => {
-                    if self.write_chunk(buf.get(..n).unwrap_or_default()).is_err() {
+                    passed.clear();
+                    filter.feed(buf.get(..n).unwrap_or_default(), &mut passed);
+                    if !passed.is_empty() && self.write_chunk(&passed).is_err() {
                         return;
                     }
                 }

@@ -330,3 +330,16 @@ fn what_the_command_wrote_just_before_a_question_shows_before_it() {
         assert!(written < asked, "round {round}: the question came before the output: {}", show(&screen));
     }
 }
+
+#[test]
+fn what_acts_on_the_operators_machine_never_reaches_the_callers_terminal() {
+    let mut rig = rig();
+    // The clipboard written and read, tmux's passthrough, kitty's graphics reading a file, a title report.
+    let hostile = b"\x1b]52;c;cHduZWQ=\x07\x1b]52;c;?\x1b\\\x1bPtmux;\x1b\x1b]52;c;eA==\x07\x1b\\\x1b_Ga=T,t=f;L2V0Yw==\x1b\\\x1b[21t";
+    for piece in hostile.chunks(7) {
+        rig.command.write_all(piece).unwrap();
+    }
+    rig.command.write_all(b"\x1b[1mvisible\x1b[0m\r\n").unwrap();
+    let screen = rig.screen.wait_for(b"visible\x1b[0m\r\n");
+    assert_eq!(show(&screen), show(b"\x1b\\\x1b[1mvisible\x1b[0m\r\n"));
+}
