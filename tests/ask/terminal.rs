@@ -76,7 +76,8 @@ fn the_person_at_the_terminal_answers_once_and_the_command_output_is_all_there()
     assert_eq!(ended.code, Some(0), "{shown:?}");
     let question = at(&shown, LABEL);
     let asked = &shown[question..];
-    assert!(asked.contains(&format!("GET new.test:{}/x", scene.port)), "the question names the request: {asked:?}");
+    let named = format!("allow new.test:{} (GET /x)", scene.port);
+    assert!(asked.contains(&named), "the question names the host first, then the request: {asked:?}");
     // What the command wrote before its request comes before the question (leash relays it first), what it wrote
     // after the answer comes after.
     assert!(at(&shown, "before-the-request") < question, "{shown:?}");

@@ -27,8 +27,6 @@ struct OutputState {
     held: bool,
     /// The relay is writing a chunk.
     writing: bool,
-    /// The last two bytes the terminal was sent, to know whether its cursor is at the start of a line.
-    tail: [u8; 2],
     /// The relay's source (a copy of its descriptor), to see whether output waits there to be relayed.
     source: Option<OwnedFd>,
 }
@@ -75,7 +73,6 @@ impl OutputGate {
         let written = (&self.to).write_all(chunk);
         let mut state = lock(&self.state);
         state.writing = false;
-        remember_tail(&mut state.tail, chunk);
         self.changed.notify_all();
         written
     }
@@ -109,15 +106,8 @@ pub(super) struct OutputHold<'a> {
 }
 
 impl OutputHold<'_> {
-    /// Whether the terminal's cursor is known to be at the start of a line: the last thing sent ended with `\r\n`.
-    pub(super) fn at_line_start(&self) -> bool {
-        lock(&self.gate.state).tail == *b"\r\n"
-    }
-
     pub(super) fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        (&self.gate.to).write_all(bytes)?;
-        remember_tail(&mut lock(&self.gate.state).tail, bytes);
-        Ok(())
+        (&self.gate.to).write_all(bytes)
     }
 }
 
@@ -316,14 +306,6 @@ pub(super) fn bytes_waiting(fd: BorrowedFd<'_>) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(usize::try_from(count).unwrap_or(0))
-}
-
-fn remember_tail(tail: &mut [u8; 2], bytes: &[u8]) {
-    match bytes {
-        [] => {}
-        [only] => *tail = [tail[1], *only],
-        [.., a, b] => *tail = [*a, *b],
-    }
 }
 
 /// Whether `fd` has bytes to read now.

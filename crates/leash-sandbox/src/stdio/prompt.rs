@@ -6,7 +6,9 @@
 //! chunk being written is finished first, so no command byte lands inside the question's line), and every keystroke
 //! goes to leash: the command neither sees the answer nor can type one. The question names hosts and paths the
 //! command chose, so it is shown with every control character escaped: no escape sequence of the command's reaches the
-//! terminal through it. The prompt line is ended with a newline, not erased: the question and the answer typed stay
+//! terminal through it. Nor does any state the command left the terminal in: before the question is drawn, every
+//! setting that changes what the person reads is put back ([`RESET`]), and the question goes on a fresh line at the
+//! bottom of the screen. The prompt line is ended with a newline, not erased: the question and the answer typed stay
 //! in the scrollback, for the person to see later what was allowed.
 
 use std::fs::File;
@@ -27,6 +29,34 @@ const TAKE_WAIT: Duration = Duration::from_millis(200);
 
 /// What marks the line as leash's: `leash:` in bold reverse video, which no output of the command is let into.
 const LABEL: &str = "\x1b[1;7mleash:\x1b[0m ";
+
+/// What the question is drawn after on a terminal the command shares: the terminal put back to a state the command
+/// did not choose, and the cursor on a fresh line at the bottom. The command writes what it likes between questions
+/// (a scroll region holding a fake question still, autowrap off to cut a long host name short, concealed text, a
+/// line-drawing character set, a string left open to swallow the question); each piece of state that changes what
+/// the person reads is set here, explicitly, since terminals differ in what a soft reset covers.
+///
+/// The command's full-screen picture may need redrawing afterwards (Ctrl-L): its settings are not restored. The
+/// alternate screen is left as it is: the question is drawn where the person is looking, and switching screens
+/// would show a screen the command also wrote and break its display; the one cost is that a question asked while a
+/// full-screen program runs is not kept in the scrollback.
+pub(super) const RESET: &str = concat!(
+    // CAN ends any escape sequence the command left open; ST ends any string (an open OSC title would take in
+    // everything up to its end: the whole question).
+    "\x18\x1b\\",
+    // DECSTR, the soft reset: cursor shown, insert and origin modes off, scroll margins the whole screen, character
+    // sets ASCII, SGR normal, cursor keys normal. Then each of those again, and what it leaves out, for a terminal
+    // that lacks it or does less: autowrap on (DECSTR turns it off), scroll region and left/right margins reset,
+    // origin and insert modes off, G0-G3 ASCII with G0 shifted in, attributes off (no conceal, no colours).
+    "\x1b[!p\x1b[?7h\x1b[r\x1b[?69l\x1b[?6l\x1b[4l\x1b(B\x1b)B\x1b*B\x1b+B\x0f\x1b[0m\x1b[?25h",
+    // The colours themselves: a palette and default colours the command set could draw text in the background's.
+    "\x1b]104\x1b\\\x1b]110\x1b\\\x1b]111\x1b\\",
+    // Keys and mouse as the prompt reads them: no mouse reports (X10's raw bytes would type into the answer), no
+    // modifyOtherKeys or kitty keyboard flags (Ctrl-C and Enter would come as sequences the prompt skips).
+    "\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[>4m\x1b[=0;1u",
+    // The bottom line (row 999 is clamped to the last), then a new one scrolled in under it and cleared.
+    "\x1b[999;1H\r\n\x1b[2K",
+);
 
 /// At most this many characters of a question are shown: a path can be kilobytes long, the question one line or two.
 const QUESTION_MAX: usize = 400;
@@ -111,8 +141,7 @@ fn ask_relayed(
     // shows is the answer's. A relay busy writing to a command that does not read gets the keys later.
     let take = input.take();
     take.started(TAKE_WAIT);
-    let lead = if hold.at_line_start() { "" } else { "\r\n" };
-    hold.write(question_line(lead, question).as_bytes())?;
+    hold.write(question_line(RESET, question).as_bytes())?;
     converse(|bytes| hold.write(bytes), |wait| take.keys(wait), still_open)
 }
 

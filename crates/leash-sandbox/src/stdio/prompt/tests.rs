@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{neutralise, Console, Prompter, LABEL, RUB_OUT, WITHDRAWN};
+use super::{neutralise, Console, Prompter, LABEL, RESET, RUB_OUT, WITHDRAWN};
 use crate::stdio::gate::{InputGate, OutputGate};
 use crate::stdio::terminal;
 
@@ -187,16 +187,17 @@ fn prompt_over_chatter() -> (Vec<u8>, usize) {
 
 /// The question's whole line as the prompt in `prompt_over_chatter` shows it.
 fn chatter_prompt_line() -> Vec<u8> {
-    [b"\r\n".as_slice(), &question_shown(QUESTION), b"o\r\n"].concat()
+    [RESET.as_bytes(), &question_shown(QUESTION), b"o\r\n"].concat()
 }
 
 #[test]
 fn a_prompt_over_continuous_output_is_a_line_of_its_own() {
     let (screen, _) = prompt_over_chatter();
     let start = find(&screen, &question_shown(QUESTION)).unwrap();
-    // From the line break before the label to the one after the answer, nothing but the prompt: no command byte.
+    // From the reset before the label to the line break after the answer, nothing but the prompt: no command byte.
     let line = chatter_prompt_line();
-    assert_eq!(show(screen.get(start - 2..start - 2 + line.len()).unwrap()), show(&line));
+    let from = start - RESET.len();
+    assert_eq!(show(screen.get(from..from + line.len()).unwrap()), show(&line));
 }
 
 #[test]
@@ -263,7 +264,8 @@ fn escape_sequences_in_a_host_name_are_shown_neutralised() {
     assert_eq!(answer(&pending), None);
     let screen = rig.screen.bytes();
     let escapes = |bytes: &[u8]| bytes.iter().filter(|b| **b == 0x1b).count();
-    assert_eq!(escapes(&screen), escapes(LABEL.as_bytes()), "only the label's own: {}", show(&screen));
+    let own = escapes(LABEL.as_bytes()) + escapes(RESET.as_bytes());
+    assert_eq!(escapes(&screen), own, "only the reset's and the label's own: {}", show(&screen));
     assert!(screen.iter().all(|b| *b != 0x07 && *b < 0x80), "no bell, no C1 control: {}", show(&screen));
 }
 
