@@ -118,6 +118,13 @@ impl Drop for OutputHold<'_> {
     }
 }
 
+/// The keys that signal the terminal's foreground process group: Ctrl-C, Ctrl-\\ and Ctrl-Z. They stay the
+/// operator's while a question is up: each still goes on to the command (whose terminal signals its foreground
+/// process group, or a raw-mode program reads it, as if no question were up) and ends the question. Otherwise a
+/// command that kept a question up (one request after another, each to a new host) would have every Ctrl-C
+/// typed at it taken as a dismissal.
+pub(super) const SIGNAL_KEYS: [u8; 3] = [0x03, 0x1c, 0x1a];
+
 /// The caller's keystrokes on their way to the command, and whether leash takes them instead.
 #[derive(Debug)]
 pub(super) struct InputGate {
@@ -172,13 +179,16 @@ impl InputGate {
         self.end();
     }
 
-    /// Hands what was read to a prompt taking the keystrokes, or else to the command.
+    /// Hands what was read to a prompt taking the keystrokes, or else to the command. A signal key goes to the
+    /// command either way.
     fn pass(&self, bytes: &[u8], to: &mut File) -> io::Result<()> {
         let mut state = lock(&self.state);
         if state.taking {
             state.typed.extend_from_slice(bytes);
             self.changed.notify_all();
-            return Ok(());
+            drop(state);
+            let signals: Vec<u8> = bytes.iter().copied().filter(|b| SIGNAL_KEYS.contains(b)).collect();
+            return if signals.is_empty() { Ok(()) } else { to.write_all(&signals) };
         }
         drop(state);
         to.write_all(bytes)

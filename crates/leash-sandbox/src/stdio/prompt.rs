@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::gate::{InputGate, OutputGate};
+use super::gate::{InputGate, OutputGate, SIGNAL_KEYS};
 use super::{kind, terminal, Kind, RawTerminal};
 
 /// How often `still_open` is asked while nobody types: well under the 100 ms a withdrawn question may stay up.
@@ -142,7 +142,8 @@ fn ask_relayed(
     let take = input.take();
     take.started(TAKE_WAIT);
     hold.write(question_line(RESET, question).as_bytes())?;
-    converse(|bytes| hold.write(bytes), |wait| take.keys(wait), still_open)
+    // A signal key has already gone on to the command (`InputGate`): it only ends the question here.
+    Ok(converse(|bytes| hold.write(bytes), |wait| take.keys(wait), still_open)?.answer())
 }
 
 /// Asks on a terminal of leash's own: raw while the question is up, and what was typed before it is dropped.
@@ -156,13 +157,37 @@ fn ask_direct(
     if terminal::in_background(input) {
         return Err(io::Error::other("leash is not in its terminal's foreground"));
     }
-    let _raw = RawTerminal::make(input)?;
-    // SAFETY: tcflush takes no pointers. Nothing else reads this terminal: what waits there was typed before the
-    // question, and must not answer it.
-    unsafe { libc::tcflush(input.as_raw_fd(), libc::TCIFLUSH) };
-    let mut output = output;
-    output.write_all(question_line("\r\n", question).as_bytes())?;
-    converse(|bytes| (&*output).write_all(bytes), |wait| read_keys(input, wait), still_open)
+    let ended = {
+        let _raw = RawTerminal::make(input)?;
+        // SAFETY: tcflush takes no pointers. Nothing else reads this terminal: what waits there was typed before the
+        // question, and must not answer it.
+        unsafe { libc::tcflush(input.as_raw_fd(), libc::TCIFLUSH) };
+        let mut output = output;
+        output.write_all(question_line("\r\n", question).as_bytes())?;
+        converse(|bytes| (&*output).write_all(bytes), |wait| read_keys(input, wait), still_open)?
+    };
+    if let Ended::Signal(key) = ended {
+        signal_foreground(input, key);
+    }
+    Ok(ended.answer())
+}
+
+/// Does what the terminal would have done with a signal key typed while it was raw for a question: signals its
+/// foreground process group (leash's) — SIGINT for Ctrl-C, SIGQUIT for Ctrl-\\, SIGTSTP for Ctrl-Z. Nothing for a
+/// terminal that is not leash's controlling one.
+fn signal_foreground(terminal: BorrowedFd<'_>, key: u8) {
+    let signal = match key {
+        CTRL_C => libc::SIGINT,
+        CTRL_BACKSLASH => libc::SIGQUIT,
+        _ => libc::SIGTSTP,
+    };
+    // SAFETY: tcgetpgrp and kill take no pointers; tcgetpgrp fails (-1) for a terminal that is not ours.
+    unsafe {
+        let group = libc::tcgetpgrp(terminal.as_raw_fd());
+        if group > 0 {
+            libc::kill(-group, signal);
+        }
+    }
 }
 
 /// The question's line: `lead`, the label, the question neutralised, and a space before the answer.
@@ -187,16 +212,36 @@ fn neutralise(question: &str) -> String {
     shown
 }
 
+/// How a question on the terminal ended.
+#[derive(Debug, PartialEq)]
+enum Ended {
+    /// A line was entered.
+    Answer(String),
+    /// Esc, or the question is no longer asked.
+    Closed,
+    /// A signal key: Ctrl-C, Ctrl-\\ or Ctrl-Z, the operator's for the foreground (the command's, or leash's).
+    Signal(u8),
+}
+
+impl Ended {
+    fn answer(self) -> Option<String> {
+        match self {
+            Ended::Answer(line) => Some(line),
+            Ended::Closed | Ended::Signal(_) => None,
+        }
+    }
+}
+
 /// Reads and echoes keystrokes until a line is entered, dismissed, or no longer asked for, then ends the line.
 fn converse(
     show: impl Fn(&[u8]) -> io::Result<()>,
     keys: impl Fn(Duration) -> io::Result<Vec<u8>>,
     still_open: &dyn Fn() -> bool,
-) -> io::Result<Option<String>> {
+) -> io::Result<Ended> {
     let mut editor = LineEditor::default();
     let (answer, ending): (_, &[u8]) = loop {
         if !still_open() {
-            break (None, WITHDRAWN);
+            break (Ended::Closed, WITHDRAWN);
         }
         let typed = keys(STILL_OPEN_EVERY).inspect_err(|_| {
             let _ = show(b"\r\n");
@@ -206,8 +251,9 @@ fn converse(
         show(&echo)?;
         match step {
             Step::Typing => {}
-            Step::Entered(line) => break (Some(line), b"\r\n"),
-            Step::Dismissed => break (None, b"\r\n"),
+            Step::Entered(line) => break (Ended::Answer(line), b"\r\n"),
+            Step::Dismissed => break (Ended::Closed, b"\r\n"),
+            Step::Signal(key) => break (Ended::Signal(key), b"\r\n"),
         }
     };
     show(ending)?;
@@ -256,6 +302,11 @@ enum Escape {
     Csi,
     /// After `ESC O`: one more byte.
     Ss3,
+    /// A string a terminal sends in reply to a query the command made (`ESC ]`, `ESC P`, `ESC _`, `ESC ^`, `ESC X`):
+    /// up to BEL or `ESC \\`, skipped, so that no reply dismisses or types into the answer.
+    String,
+    /// The `ESC` in such a string.
+    StringEsc,
 }
 
 #[derive(Debug, PartialEq)]
@@ -263,31 +314,43 @@ enum Step {
     Typing,
     Entered(String),
     Dismissed,
+    /// A signal key (see [`SIGNAL_KEYS`]).
+    Signal(u8),
 }
 
 const CTRL_C: u8 = 0x03;
+const CTRL_BACKSLASH: u8 = 0x1c;
 const BACKSPACE: u8 = 0x08;
 const CTRL_U: u8 = 0x15;
 const ESC: u8 = 0x1b;
+const BEL: u8 = 0x07;
 const DELETE: u8 = 0x7f;
 /// What a terminal shows to take back one character: back, blank it, back.
 const RUB_OUT: &[u8] = b"\x08 \x08";
 
 impl LineEditor {
-    /// Takes what was typed, adding to `echo` what the terminal should show. Esc alone dismisses; Esc followed, in the
-    /// same read, by `[` or `O` starts a key's sequence, which is skipped. Other control keys and non-ASCII are ignored.
+    /// Takes what was typed, adding to `echo` what the terminal should show. A signal key ends the question wherever
+    /// it comes. Esc alone dismisses; Esc followed, in the same read, by `[` or `O` starts a key's sequence, and by
+    /// `]`, `P`, `_`, `^` or `X` a terminal's reply string, which are skipped. Other control keys and non-ASCII are
+    /// ignored.
     fn feed(&mut self, keys: &[u8], echo: &mut Vec<u8>) -> Step {
         let mut keys = keys.iter().copied();
         while let Some(key) = keys.next() {
+            if SIGNAL_KEYS.contains(&key) {
+                return Step::Signal(key);
+            }
             match (self.escape, key) {
                 (Escape::Csi, 0x40..=0x7e) | (Escape::Ss3, _) => self.escape = Escape::Outside,
                 (Escape::Csi, _) => {}
+                (Escape::String, BEL) | (Escape::StringEsc, b'\\') => self.escape = Escape::Outside,
+                (Escape::String | Escape::StringEsc, ESC) => self.escape = Escape::StringEsc,
+                (Escape::String | Escape::StringEsc, _) => self.escape = Escape::String,
                 (Escape::Outside, ESC) => match keys.next() {
                     Some(b'[') => self.escape = Escape::Csi,
                     Some(b'O') => self.escape = Escape::Ss3,
+                    Some(b']' | b'P' | b'_' | b'^' | b'X') => self.escape = Escape::String,
                     _ => return Step::Dismissed,
                 },
-                (Escape::Outside, CTRL_C) => return Step::Dismissed,
                 (Escape::Outside, b'\r' | b'\n') => return Step::Entered(std::mem::take(&mut self.line)),
                 (Escape::Outside, BACKSPACE | DELETE) if self.line.pop().is_some() => echo.extend_from_slice(RUB_OUT),
                 (Escape::Outside, CTRL_U) => {

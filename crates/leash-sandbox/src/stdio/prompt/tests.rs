@@ -230,13 +230,28 @@ fn backspace_and_ctrl_u_edit_the_answer() {
 }
 
 #[test]
-fn ctrl_c_or_esc_dismisses_and_an_arrow_key_does_not() {
+fn ctrl_c_or_esc_dismisses_and_an_arrow_key_or_a_terminals_reply_does_not() {
     let mut rig = rig();
     assert_eq!(rig.ask_and_type(b"o\x03"), None);
     assert_eq!(rig.ask_and_type(b"\x1b"), None);
     assert_eq!(rig.ask_and_type(b"\x1b[Ao\r").as_deref(), Some("o"));
+    // A colour and a title reported back (the command asked), BEL- and ST-ended: neither dismisses nor types.
+    let replies = b"\x1b]11;rgb:0000/0000/0000\x07\x1b]lr\x1b\\\x1bP1$r0m\x1b\\d\r";
+    assert_eq!(rig.ask_and_type(replies).as_deref(), Some("d"));
     rig.type_keys(b"z");
-    assert_eq!(show(&rig.command_reads.wait_for(b"z")), "z", "no key of the prompts reached the command");
+    let read = rig.command_reads.wait_for(b"z");
+    assert_eq!(show(&read), r"\u{3}z", "of the prompts' keys only the Ctrl-C reached the command");
+}
+
+#[test]
+fn a_stream_of_questions_takes_no_ctrl_c_ctrl_backslash_or_ctrl_z_from_the_command() {
+    let mut rig = rig();
+    // One question after another, as a command asking for host after host keeps them coming: each signal key the
+    // person types ends the question it meets and reaches the command, with nothing typed before it.
+    for key in [b"o\x03", b"r\x1c", b"d\x1a", b"a\x03"] {
+        assert_eq!(rig.ask_and_type(key), None);
+    }
+    assert_eq!(show(&rig.command_reads.wait_for(b"\x1a\x03")), r"\u{3}\u{1c}\u{1a}\u{3}");
 }
 
 #[test]
