@@ -30,7 +30,7 @@ impl Tmux {
             return None;
         }
         let config = dir.join("tmux.conf");
-        std::fs::write(&config, "set -g remain-on-exit on\nset -g set-clipboard on\nset -g history-limit 100\n")
+        std::fs::write(&config, "set -g remain-on-exit on\nset -g set-clipboard on\nset -g history-limit 1000\n")
             .unwrap();
         let tmux = Tmux { socket: dir.join("tmux.sock") };
         let (x, y) = (COLUMNS.to_string(), ROWS.to_string());
@@ -58,6 +58,11 @@ impl Tmux {
             &["capture-pane", "-p", "-J", "-t", "t"]
         };
         self.text(args).lines().map(str::to_owned).collect()
+    }
+
+    /// The scrollback and the screen, as lines, wrapped lines joined.
+    fn history(&self) -> Vec<String> {
+        self.text(&["capture-pane", "-p", "-J", "-S", "-", "-t", "t"]).lines().map(str::to_owned).collect()
     }
 
     /// The cursor's row on the screen, from the top (0).
@@ -149,4 +154,47 @@ printf '\033]5'; sleep 0.2; printf '2;c;cHduZWQ=\007'; echo done-writing"#;
     assert!(tmux.screen(false).iter().any(|l| l.contains("done-writing")), "{:?}", tmux.screen(false));
     let buffers = tmux.text(&["list-buffers"]);
     assert!(buffers.trim().is_empty(), "the command set the operator's clipboard: {buffers:?}");
+}
+
+#[test]
+fn leashs_own_warnings_wait_while_a_question_is_up_then_follow_it() {
+    if !sandbox_available() {
+        return;
+    }
+    let scene = Scene::new("");
+    // A question held open, then forty requests leash refuses (a port the policy does not list): a warning line each
+    // on leash's stderr, which is the terminal the question is on.
+    let script = format!(
+        "get {} &\nsleep 0.3\nfor i in $(seq 40); do curl -s -o /dev/null http://ok.test:22/r$i; done\nwait",
+        scene.url("new.test", "/x")
+    );
+    let Some(tmux) = in_tmux(&scene, &[], &script) else { return };
+    let question = scene.question("new.test", 1);
+    // Each warning is written before its audit line: all forty are, once the fortieth line is in the log.
+    until("forty refusals", || {
+        (scene.decisions().iter().filter(|l| l["reason"] == "port").count() == 40).then_some(())
+    });
+    let asked = format!("leash: allow new.test:{} (GET /x)?", scene.port);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        let screen = tmux.screen(false);
+        let last = screen.iter().rposition(|l| !l.trim().is_empty()).unwrap();
+        assert!(screen[last].starts_with(&asked), "the question is the last line:\n{}", screen.join("\n"));
+        assert!(!screen.iter().any(|l| l.contains("refused GET")), "a warning while asking:\n{}", screen.join("\n"));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    scene.answer(&question, "once", None);
+    until("leash to end", || tmux.ended().then_some(()));
+    let screen = tmux.history();
+    let (asked_at, warned_at) = (
+        screen.iter().position(|l| l.starts_with(&asked)).unwrap(),
+        screen.iter().position(|l| l.contains("refused GET ok.test:22/r40 (port)")).expect(&screen.join("\n")),
+    );
+    assert!(asked_at < warned_at, "the warnings follow the question:\n{}", screen.join("\n"));
+    // Each on a line of its own, from its start: no staircase on the raw terminal.
+    assert!(
+        screen[warned_at].trim_start().starts_with("WARN") || screen[warned_at].starts_with("refused"),
+        "{:?}",
+        screen[warned_at]
+    );
 }

@@ -29,7 +29,15 @@ struct OutputState {
     writing: bool,
     /// The relay's source (a copy of its descriptor), to see whether output waits there to be relayed.
     source: Option<OwnedFd>,
+    /// leash's own lines written while a prompt holds the output (`write_own`), to follow the prompt.
+    own: Vec<u8>,
+    /// How many bytes of leash's own lines did not fit in `own`.
+    own_dropped: usize,
 }
+
+/// How much of leash's own output is kept while a question is up: its warnings are a line per refused request, and a
+/// command can make many; beyond this they are counted, and the count said, rather than kept.
+const OWN_HELD_MAX: usize = 64 * 1024;
 
 /// How long a prompt waits for the output the command wrote before it to be relayed first, so the question follows
 /// it on the terminal; a command that keeps writing is held after this.
@@ -99,6 +107,43 @@ impl OutputGate {
     }
 }
 
+impl OutputGate {
+    /// Writes leash's own `bytes` (its log and warnings, a line at a time) to the caller's terminal between the
+    /// command's chunks; while a prompt holds the output they are kept (up to [`OWN_HELD_MAX`]) and written once it
+    /// ends, so that no line of leash's lands in a question or scrolls it away. Line ends become `\r\n`: the
+    /// terminal is raw while the command's is relayed.
+    pub(super) fn write_own(&self, bytes: &[u8]) {
+        let text = crlf(bytes);
+        let mut state = wait_while(&self.changed, lock(&self.state), |s| s.writing);
+        if state.held {
+            if state.own.len() + text.len() <= OWN_HELD_MAX {
+                state.own.extend_from_slice(&text);
+            } else {
+                state.own_dropped += text.len();
+            }
+            return;
+        }
+        state.writing = true;
+        drop(state);
+        // Nowhere to say that leash's own line could not be written.
+        let _ = (&self.to).write_all(&text);
+        lock(&self.state).writing = false;
+        self.changed.notify_all();
+    }
+}
+
+/// `bytes` with each line end that is a bare `\n` made `\r\n`.
+fn crlf(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() + 8);
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'\n' && (i == 0 || bytes.get(i - 1) != Some(&b'\r')) {
+            out.push(b'\r');
+        }
+        out.push(b);
+    }
+    out
+}
+
 /// The caller's terminal while the command's output is held (`OutputGate::hold`): leash's alone.
 #[derive(Debug)]
 pub(super) struct OutputHold<'a> {
@@ -112,8 +157,27 @@ impl OutputHold<'_> {
 }
 
 impl Drop for OutputHold<'_> {
+    /// Writes leash's own lines kept meanwhile (the prompt has ended its line), then lets the command's output go.
     fn drop(&mut self) {
-        lock(&self.gate.state).held = false;
+        let mut state = lock(&self.gate.state);
+        loop {
+            let (mut own, dropped) = (std::mem::take(&mut state.own), std::mem::take(&mut state.own_dropped));
+            if dropped > 0 {
+                own.extend(
+                    format!("leash: {dropped} bytes of leash's own messages dropped while a question was up\r\n")
+                        .bytes(),
+                );
+            }
+            if own.is_empty() {
+                break;
+            }
+            // Still held: written outside the lock, and anything written meanwhile is taken on the next round.
+            drop(state);
+            let _ = (&self.gate.to).write_all(&own);
+            state = lock(&self.gate.state);
+        }
+        state.held = false;
+        drop(state);
         self.gate.changed.notify_all();
     }
 }
