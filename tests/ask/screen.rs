@@ -188,7 +188,10 @@ fn leashs_own_warnings_wait_while_a_question_is_up_then_follow_it() {
     let screen = tmux.history();
     let (asked_at, warned_at) = (
         screen.iter().position(|l| l.starts_with(&asked)).unwrap(),
-        screen.iter().position(|l| l.contains("refused GET ok.test:22/r40 (port)")).expect(&screen.join("\n")),
+        screen
+            .iter()
+            .position(|l| l.contains("refused GET ok.test:22/r40 (port)"))
+            .unwrap_or_else(|| panic!("{}", screen.join("\n"))),
     );
     assert!(asked_at < warned_at, "the warnings follow the question:\n{}", screen.join("\n"));
     // Each on a line of its own, from its start: no staircase on the raw terminal.

@@ -395,7 +395,7 @@ mod tests {
     #[test]
     fn an_overlong_control_sequence_is_dropped_and_holds_nothing() {
         let mut long = b"\x1b[".to_vec();
-        long.extend(std::iter::repeat(b'1').take(10_000));
+        long.extend(std::iter::repeat_n(b'1', 10_000));
         long.extend(b"mafter");
         let (mut filter, mut out) = (OutputFilter::default(), Vec::new());
         filter.feed(&long, &mut out);
