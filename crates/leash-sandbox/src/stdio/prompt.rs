@@ -113,10 +113,12 @@ impl Prompter {
     }
 
     /// Shows `question` on a line of its own (control characters escaped) and reads a line typed in answer, echoed
-    /// and editable (backspace, Ctrl-U). Returns it at Enter; `None` at Ctrl-C or Esc, or once `still_open` (asked at
-    /// least every 100 ms) says the question is no longer asked. The line is then ended with a newline, and the
-    /// command's output and input go on where they stopped: nothing typed while the question was up reaches the
-    /// command. Blocks (waiting its turn behind another question first); an error means the terminal is gone.
+    /// and editable (backspace, Ctrl-U). Returns it at Enter; `None` at Esc or a signal key, or once `still_open`
+    /// (asked at least every 100 ms) says the question is no longer asked. The line is then ended with a newline, and
+    /// the command's output and input go on where they stopped: nothing typed while the question was up reaches the
+    /// command but a signal key (Ctrl-C, Ctrl-\\, Ctrl-Z), which goes on to the command (on a terminal of leash's
+    /// own, signals leash's process group) as if no question were up. Blocks (waiting its turn behind another question
+    /// first); an error means the terminal is gone.
     pub fn ask(&self, question: &str, still_open: &dyn Fn() -> bool) -> io::Result<Option<String>> {
         let _turn = self.shared.asking.lock().unwrap_or_else(PoisonError::into_inner);
         match &self.shared.terminal {
