@@ -80,6 +80,11 @@ enum State {
 impl OutputFilter {
     /// Adds to `out` what of `chunk` may reach the caller's terminal; what is not yet judged waits for the next call.
     pub(super) fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        // Plain ASCII text on the ground, most of what a command writes, passes whole.
+        let plain = |b: &u8| *b < 0x80 && !matches!(*b, ENQ | CAN | SUB | ESC | DEL);
+        if self.state == State::Ground && self.held.is_empty() && chunk.iter().all(plain) {
+            return out.extend_from_slice(chunk);
+        }
         for &byte in chunk {
             self.byte(byte, out);
         }
