@@ -37,7 +37,7 @@ struct OutputState {
 
 /// How much of leash's own output is kept while a question is up: its warnings are a line per refused request, and a
 /// command can make many; beyond this they are counted, and the count said, rather than kept.
-const OWN_HELD_MAX: usize = 64 * 1024;
+pub(super) const OWN_HELD_MAX: usize = 64 * 1024;
 
 /// How long a prompt waits for the output the command wrote before it to be relayed first, so the question follows
 /// it on the terminal; a command that keeps writing is held after this.

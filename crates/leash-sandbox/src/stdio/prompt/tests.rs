@@ -360,3 +360,28 @@ fn what_acts_on_the_operators_machine_never_reaches_the_callers_terminal() {
     let screen = rig.screen.wait_for(b"visible\x1b[0m\r\n");
     assert_eq!(show(&screen), show(b"\x1b\\\x1b[1mvisible\x1b[0m\r\n"));
 }
+
+#[test]
+fn leashs_own_lines_wait_for_a_question_and_a_flood_is_counted_not_kept() {
+    let mut rig = rig();
+    let Console::Relayed { output, .. } = &rig.prompter.shared.terminal else { unreachable!() };
+    let output = Arc::clone(output);
+    output.write_own(b"before\n");
+    rig.screen.wait_for(b"before\r\n");
+    let pending = ask(&rig.prompter, QUESTION, &Arc::new(AtomicBool::new(true)));
+    rig.screen.wait_for(&question_shown(QUESTION));
+    // A hundred lines of 1 KiB (a warning each, as a command can make leash write): none shows while asking.
+    let line = [vec![b'x'; 1023], b"\n".to_vec()].concat();
+    (0..100).for_each(|_| output.write_own(&line));
+    assert!(find(&rig.screen.bytes(), b"xxxx").is_none(), "a line of leash's in the question");
+    rig.type_keys(b"o\r");
+    assert_eq!(answer(&pending).as_deref(), Some("o"));
+    let screen = rig.screen.wait_for(b"dropped while a question was up\r\n");
+    // After the answer, what fit, each line ending in CR LF, then how much did not.
+    let after = &screen[find(&screen, b"o\r\n").unwrap() + 3..];
+    let shown = [vec![b'x'; 1023], b"\r\n".to_vec()].concat();
+    let kept = super::super::gate::OWN_HELD_MAX / shown.len();
+    let dropped = format!("leash: {} bytes of leash's own messages dropped", (100 - kept) * shown.len());
+    assert_eq!(show(&after[..kept * shown.len()]), show(&shown.repeat(kept)));
+    assert!(after[kept * shown.len()..].starts_with(dropped.as_bytes()), "{}", show(&after[kept * shown.len()..]));
+}
