@@ -339,16 +339,10 @@ async fn serve_until_exit(
     let dns_stop = start_dns(served.dns_socket, config.policy.clone(), config.audit.clone(), config.ask.clone());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let listeners = leash_proxy::Listeners { proxy: listener, transparent, services: served.services };
-    let asking = config.ask.clone();
     let proxy = tokio::spawn(leash_proxy::serve_listeners(listeners, config, async move {
         let _ = stop_rx.await;
     }));
     let status = sandbox.wait_async().await;
-    // Every process of the sandbox is gone: a question still open has nobody to let through, and must not keep the
-    // drain below (and the person, whose Ctrl-C may be what ended the command) waiting for its timeout.
-    if let Some(asking) = &asking {
-        asking.time_out_all();
-    }
     drop(dns_stop);
     let _ = stop_tx.send(());
     if let Ok(Err(e)) = proxy.await {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::common::sandbox_available;
-use crate::scene::{until, Scene, LEASH};
+use crate::scene::{path, until, Scene, LEASH};
 
 /// The pane's size: a long host name wraps over two lines of it.
 const COLUMNS: u16 = 100;
@@ -200,4 +200,50 @@ fn leashs_own_warnings_wait_while_a_question_is_up_then_follow_it() {
         "{:?}",
         screen[warned_at]
     );
+}
+
+#[test]
+fn leash_proxy_at_its_own_terminal_holds_its_lines_at_a_question_and_stops_at_ctrl_c() {
+    let scene = Scene::new("");
+    let argv: Vec<String> = [LEASH, "proxy", "--policy", path(&scene.policy), "--ask-socket", path(&scene.socket)]
+        .into_iter()
+        .chain(["--listen", "127.0.0.1:0", "--log", path(&scene.log)])
+        .map(str::to_owned)
+        .collect();
+    let Some(tmux) = Tmux::run(scene.dir.path(), &argv) else { return };
+    let proxy = until("the proxy to listen", || {
+        let screen = tmux.screen(false);
+        screen.iter().find_map(|l| l.trim().strip_prefix("listening on ").map(|a| format!("http://{a}")))
+    });
+    let through = |url: String| {
+        let proxy = proxy.clone();
+        std::thread::spawn(move || {
+            let args = ["-s", "--max-time", "60", "-o", "/dev/null", "-w", "%{http_code}", "-x", &proxy, &url];
+            String::from_utf8_lossy(&Command::new("curl").args(args).output().unwrap().stdout).into_owned()
+        })
+    };
+    let held = through(scene.url("new.test", "/x"));
+    scene.question("new.test", 1);
+    let asked = format!("leash: allow new.test:{} (GET /x)?", scene.port);
+    until("the question", || tmux.screen(false).iter().any(|l| l.starts_with(&asked)).then_some(()));
+    // Refusals while it is up: a warning line each, held.
+    for i in 0..10 {
+        assert_eq!(
+            through(scene.url("ok.test", &format!("/r{i}")).replace(&format!(":{}", scene.port), ":22"))
+                .join()
+                .unwrap(),
+            "403"
+        );
+    }
+    let screen = tmux.screen(false);
+    assert!(!screen.iter().any(|l| l.contains("refused GET")), "a warning while asking:\n{}", screen.join("\n"));
+    // The operator's Ctrl-C at the question stops leash, as it would with no question up; the held request is
+    // refused at once rather than after its timeout.
+    assert!(tmux.cmd(&["send-keys", "-t", "t", "C-c"]).status.success());
+    until("leash to stop", || tmux.ended().then_some(()));
+    assert_eq!(held.join().unwrap(), "403");
+    let history = tmux.history();
+    let asked_at = history.iter().position(|l| l.starts_with(&asked)).unwrap();
+    let warned_at = history.iter().position(|l| l.contains("refused GET ok.test:22/r9")).unwrap();
+    assert!(asked_at < warned_at, "the warnings follow the question:\n{}", history.join("\n"));
 }

@@ -294,9 +294,9 @@ impl Asking {
         Ok(())
     }
 
-    /// The sandbox the questions are about has ended: every open question is closed as nobody answered it
-    /// (`timeout`) at once, so that no request held for a client that is gone keeps the proxy draining, nor the
-    /// terminal asking, until the timeout.
+    /// The proxy is stopping (its sandbox has ended, or the operator stops it): every open question is closed as
+    /// nobody answered it (`timeout`) at once, so that no held request keeps the drain, nor the terminal asking,
+    /// until the timeout.
     pub fn time_out_all(&self) {
         let mut state = self.lock();
         let hosts: Vec<String> = state.open.keys().cloned().collect();

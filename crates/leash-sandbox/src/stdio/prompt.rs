@@ -12,7 +12,7 @@
 //! in the scrollback, for the person to see later what was allowed.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -86,14 +86,15 @@ struct Shared {
 enum Console {
     /// The caller's terminal while it relays a command's pseudo-terminal.
     Relayed { output: Arc<OutputGate>, input: Arc<InputGate> },
-    /// A terminal nothing else reads: `input` is made raw while a question is up, `output` shows it.
-    Direct { input: OwnedFd, output: File },
+    /// A terminal nothing else reads: `input` is made raw while a question is up, `output` shows it (through a gate
+    /// that holds leash's own lines meanwhile; no command's output goes there).
+    Direct { input: OwnedFd, output: Arc<OutputGate> },
 }
 
 impl Prompter {
     /// A prompter for a leash with a terminal of its own and no command on it (`leash proxy --ask` run in one): where
     /// stdin is a terminal leash is not a background job of, and stderr (or else stdout) is one. The terminal is raw only
-    /// while a question is up. Other writers to stderr (leash's log) are not held meanwhile.
+    /// while a question is up. leash's own lines ([`super::OwnLines`]) wait meanwhile when they go to that terminal.
     pub fn direct() -> Option<Prompter> {
         let (stdin, stdout, stderr) = (io::stdin(), io::stdout(), io::stderr());
         if kind(stdin.as_fd()) != Kind::Terminal || terminal::in_background(stdin.as_fd()) {
@@ -101,7 +102,11 @@ impl Prompter {
         }
         let output = [stderr.as_fd(), stdout.as_fd()].into_iter().find(|fd| kind(*fd) == Kind::Terminal)?;
         let input = stdin.as_fd().try_clone_to_owned().ok()?;
-        Some(Prompter::with(Console::Direct { input, output: File::from(output.try_clone_to_owned().ok()?) }))
+        let gate = Arc::new(OutputGate::new(File::from(output.try_clone_to_owned().ok()?)));
+        if super::same_file(stderr.as_fd(), output) {
+            super::own_output(Some(Arc::clone(&gate)));
+        }
+        Some(Prompter::with(Console::Direct { input, output: gate }))
     }
 
     pub(super) fn relayed(output: Arc<OutputGate>, input: Arc<InputGate>) -> Prompter {
@@ -151,7 +156,7 @@ fn ask_relayed(
 /// Asks on a terminal of leash's own: raw while the question is up, and what was typed before it is dropped.
 fn ask_direct(
     input: BorrowedFd<'_>,
-    output: &File,
+    output: &OutputGate,
     question: &str,
     still_open: &dyn Fn() -> bool,
 ) -> io::Result<Option<String>> {
@@ -160,13 +165,14 @@ fn ask_direct(
         return Err(io::Error::other("leash is not in its terminal's foreground"));
     }
     let ended = {
+        // Dropped in reverse: the terminal is put back, then leash's lines kept meanwhile are written.
+        let hold = output.hold();
         let _raw = RawTerminal::make(input)?;
         // SAFETY: tcflush takes no pointers. Nothing else reads this terminal: what waits there was typed before the
         // question, and must not answer it.
         unsafe { libc::tcflush(input.as_raw_fd(), libc::TCIFLUSH) };
-        let mut output = output;
-        output.write_all(question_line("\r\n", question).as_bytes())?;
-        converse(|bytes| (&*output).write_all(bytes), |wait| read_keys(input, wait), still_open)?
+        hold.write(question_line("\r\n", question).as_bytes())?;
+        converse(|bytes| hold.write(bytes), |wait| read_keys(input, wait), still_open)?
     };
     if let Ended::Signal(key) = ended {
         signal_foreground(input, key);

@@ -315,8 +315,8 @@ fn a_direct_prompt_makes_the_terminal_raw_only_while_asking_and_ignores_type_ahe
     // Typed before the question (echoed once the terminal has it): not an answer to it.
     master.write_all(b"a\r").unwrap();
     screen.wait_for(b"a\r\n");
-    let prompter =
-        Prompter::with(Console::Direct { input: slave.as_fd().try_clone_to_owned().unwrap(), output: slave });
+    let output = Arc::new(OutputGate::new(slave.try_clone().unwrap()));
+    let prompter = Prompter::with(Console::Direct { input: slave.as_fd().try_clone_to_owned().unwrap(), output });
     let open = Arc::new(AtomicBool::new(true));
     let pending = ask(&prompter, QUESTION, &open);
     screen.wait_for(&question_shown(QUESTION));
