@@ -74,7 +74,8 @@ fn init_logging(default: LevelFilter) {
     let filter = from_env.unwrap_or_else(|| tracing_subscriber::EnvFilter::default().add_directive(default.into()));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Through the command's terminal relay while there is one, so a line never lands in a question.
+        .with_writer(|| leash_sandbox::OwnLines)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()

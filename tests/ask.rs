@@ -15,6 +15,9 @@ mod socket;
 #[path = "ask/terminal.rs"]
 mod terminal;
 
+#[path = "ask/screen.rs"]
+mod screen;
+
 #[path = "ask/inside.rs"]
 mod inside;
 

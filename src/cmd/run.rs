@@ -102,6 +102,8 @@ fn in_user_namespaces(args: &RunArgs) -> Attempt {
         .with_dns_and_transparent(&policy, leash_sandbox::MAX_SOCKETS);
     let mut spec = spec(args, &plan, ca_files.is_some(), mode_env(&policy), asks);
     spec.hide_paths.extend(secret_files(&policy));
+    // The caller's own consoles (a virtual console, a serial line): the command holds a pseudo-terminal instead.
+    spec.hide_paths.extend(crate::shared::consoles::callers_terminals());
     // INVARIANT: the control socket's directory is not visible inside: the command cannot even see the questions.
     spec.hide_paths.extend(ask_socket.iter().filter_map(|s| std::fs::canonicalize(s.dir()).ok()));
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));

@@ -7,6 +7,7 @@ pub mod ask;
 pub mod attach;
 pub mod audit_read;
 pub mod client_env;
+pub mod consoles;
 pub mod open_files;
 pub mod probe;
 pub mod sandboxed;

@@ -76,7 +76,8 @@ fn the_person_at_the_terminal_answers_once_and_the_command_output_is_all_there()
     assert_eq!(ended.code, Some(0), "{shown:?}");
     let question = at(&shown, LABEL);
     let asked = &shown[question..];
-    assert!(asked.contains(&format!("GET new.test:{}/x", scene.port)), "the question names the request: {asked:?}");
+    let named = format!("allow new.test:{} (GET /x)", scene.port);
+    assert!(asked.contains(&named), "the question names the host first, then the request: {asked:?}");
     // What the command wrote before its request comes before the question (leash relays it first), what it wrote
     // after the answer comes after.
     assert!(at(&shown, "before-the-request") < question, "{shown:?}");
@@ -163,4 +164,25 @@ wait"#
     assert!(bytes.starts_with(b"z"), "the command read only what was typed for it: {bytes:?}");
     let text = String::from_utf8_lossy(&bytes);
     assert!(!text.contains('o') && !text.contains("leash") && !text.contains("new.test"), "{text:?}");
+}
+
+#[test]
+fn ctrl_c_typed_at_a_stream_of_questions_interrupts_the_command() {
+    if !sandbox_available() {
+        return;
+    }
+    let scene = Scene::new("");
+    // Eight hosts asked about at once: a question is up whenever the person types. Their Ctrl-C is still theirs: it
+    // reaches the command (the shell's trap), rather than dismissing one question for the next to take its place.
+    let gets: String = (1..=8).map(|i| format!("get {} &\n", scene.url(&format!("h{i}.new.test"), "/x"))).collect();
+    let script = format!("trap 'echo INTERRUPTED; exit 7' INT\n{gets}wait\necho not-interrupted");
+    let started = std::time::Instant::now();
+    let (ended, shown) = at_terminal(&scene, &["--ask-timeout", "60"], &script, &[(LABEL, "\x03")]);
+    assert!(shown.contains("INTERRUPTED"), "{shown:?}");
+    assert_eq!(ended.code, Some(7), "{shown:?}");
+    // And leash ends with it: the questions still open are about a sandbox that is gone, and wait for nobody.
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(20), "leash outlived its command by {took:?}");
+    let lines = scene.decisions();
+    assert!(!lines.is_empty() && lines.iter().all(|l| l["reason"] == "ask-timeout"), "{lines:#?}");
 }

@@ -271,6 +271,76 @@ fn the_callers_other_terminals_are_out_of_reach_and_the_command_has_a_devpts_of_
     }
 }
 
+/// A virtual console of the host's, the highest-numbered (the least likely in use): a console caller's terminal.
+fn a_virtual_console() -> Option<PathBuf> {
+    let found = (1..64).rev().map(|n| PathBuf::from(format!("/dev/tty{n}"))).find(|p| p.exists());
+    if found.is_none() {
+        // Not a missing namespace: a machine without consoles (a container) has nothing here to hide.
+        eprintln!("SKIPPED: this host has no virtual console; the console caller's test did not run");
+    }
+    found
+}
+
+/// `path` owned by `uid` until dropped, as login makes a console its user's.
+struct OwnedBy {
+    path: PathBuf,
+    was: u32,
+}
+
+impl OwnedBy {
+    fn new(path: &Path, uid: u32) -> OwnedBy {
+        let was = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(path).unwrap());
+        std::os::unix::fs::chown(path, Some(uid), None).unwrap();
+        OwnedBy { path: path.to_owned(), was }
+    }
+}
+
+impl Drop for OwnedBy {
+    fn drop(&mut self) {
+        let _ = std::os::unix::fs::chown(&self.path, Some(self.was), None);
+    }
+}
+
+/// What the command finds at each of `paths`: `PATH MAJOR:MINOR` (hex), or `PATH missing`.
+fn devices_inside(prefix: &[String], stdin: Stdio, paths: &[&str]) -> String {
+    let script = r#"for p in "$@"; do stat -L -c '%n %t:%T' "$p" 2>/dev/null || echo "$p missing"; done"#;
+    let out = Command::new("timeout")
+        .arg("60")
+        .args(prefix)
+        .args(["run", "--", "sh", "-c", script, "sh"])
+        .args(paths)
+        .stdin(stdin)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "leash run: {}\n{}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn a_console_callers_own_terminal_is_out_of_reach() {
+    let Some(()) = sandbox() else { return };
+    let Some(console) = a_virtual_console() else { return };
+    let tty = console.to_str().unwrap();
+    // Each covered by /dev/null (1:3): nothing written there reaches the console, nothing typed there is read.
+    let hidden = |paths: &[&str]| paths.iter().map(|p| format!("{p} 1:3\n")).collect::<String>();
+    if is_root() {
+        // Root logged in on the console: leash's stdin is it (not made its controlling terminal here).
+        let own = std::os::unix::fs::OpenOptionsExt::custom_flags(
+            std::fs::OpenOptions::new().read(true).write(true),
+            libc::O_NOCTTY,
+        )
+        .open(&console)
+        .unwrap();
+        let paths = [tty, "/dev/tty0", "/dev/console"];
+        assert_eq!(devices_inside(&[leash()], Stdio::from(own), &paths), hidden(&paths), "as root, on {tty}");
+    }
+    if let Some((_dir, nobody)) = as_nobody() {
+        // `nobody` logged in on the console (its owner now), running leash from elsewhere (no terminal at all).
+        let _owned = OwnedBy::new(&console, 65534);
+        assert_eq!(devices_inside(&nobody, Stdio::null(), &[tty]), hidden(&[tty]), "as nobody, owning {tty}");
+    }
+}
+
 /// leash and a sibling in one process group, as a shell's job; the command signals its process group.
 const SIGNALS: &str = r#"
 import subprocess, sys

@@ -294,6 +294,20 @@ impl Asking {
         Ok(())
     }
 
+    /// The proxy is stopping (its sandbox has ended, or the operator stops it): every open question is closed as
+    /// nobody answered it (`timeout`) at once, so that no held request keeps the drain, nor the terminal asking,
+    /// until the timeout.
+    pub fn time_out_all(&self) {
+        let mut state = self.lock();
+        let hosts: Vec<String> = state.open.keys().cloned().collect();
+        for host in hosts {
+            if let Some(open) = state.open.remove(&host) {
+                state.remember(&host, Settlement::TIMED_OUT);
+                self.close(open, Settlement::TIMED_OUT);
+            }
+        }
+    }
+
     /// How a request to `host` is settled without asking: by a run-wide answer, if one covers it.
     pub(crate) fn settled(&self, host: &str) -> Option<Settlement> {
         self.lock().run_wide_for(host)

@@ -106,6 +106,11 @@ pub async fn serve_listeners(
     }
     shutdown.await;
     let _ = stop_tx.send(true);
+    // Nobody is left to answer a question (the sandbox has ended, or the operator stops leash): each request held on
+    // one is refused now, rather than keeping the drain, and the person, waiting for its timeout.
+    if let Some(asking) = &shared.cfg.ask {
+        asking.time_out_all();
+    }
     for task in accepting {
         let _ = task.await;
     }

@@ -108,7 +108,7 @@ use unsupported as imp;
 
 pub use error::{SandboxError, Step};
 pub use memory::release_free_memory;
-pub use stdio::{relay_stdio, Prompter, StdioRelay, Terminal};
+pub use stdio::{relay_stdio, OwnLines, Prompter, StdioRelay, Terminal};
 
 use std::ffi::OsString;
 use std::net::{SocketAddrV4, TcpListener, UdpSocket};

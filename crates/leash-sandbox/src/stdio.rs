@@ -24,7 +24,7 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use crate::{Sandbox, SandboxError, SandboxSpec};
@@ -32,6 +32,7 @@ use crate::{Sandbox, SandboxError, SandboxSpec};
 use gate::{InputGate, OutputGate};
 pub use prompt::Prompter;
 
+mod filter;
 mod gate;
 mod prompt;
 mod terminal;
@@ -54,6 +55,38 @@ impl std::fmt::Debug for Terminal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Terminal").field("stdio", &self.stdio).finish_non_exhaustive()
     }
+}
+
+/// Where [`OwnLines`] writes: the relay of the command's terminal, while that terminal is leash's stderr.
+static OWN_OUTPUT: Mutex<Option<Arc<OutputGate>>> = Mutex::new(None);
+
+/// leash's own output for stderr (its log and warnings: give it to the log's writer). Written to stderr at once, but
+/// while the command's terminal is relayed to leash's stderr, through that relay: between the command's chunks, and
+/// while a question is up, kept until it ends, so that no line of leash's lands in the question or scrolls it away
+/// (a command can make leash warn at will, with refused requests). Each `write` should be whole lines.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OwnLines;
+
+impl Write for OwnLines {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let gate = OWN_OUTPUT.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        match gate {
+            Some(gate) => {
+                gate.write_own(buf);
+                Ok(buf.len())
+            }
+            None => io::stderr().write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        io::stderr().flush()
+    }
+}
+
+/// Sends [`OwnLines`] through `gate` (`Some`), or straight to stderr again (`None`).
+fn own_output(gate: Option<Arc<OutputGate>>) {
+    *OWN_OUTPUT.lock().unwrap_or_else(PoisonError::into_inner) = gate;
 }
 
 /// The relays `relay_stdio` started, and the caller's terminal settings to put back.
@@ -96,8 +129,9 @@ impl StdioRelay {
     /// caller's terminal back as it was: call it once the sandbox has ended (before that, it waits for the end). A
     /// relayed stdin is left to end with the process.
     pub fn finish(mut self) {
-        // A question still up would hold the output: it ends first.
+        // A question still up would hold the output: it ends first, and leash's own lines go to stderr again.
         self.end_prompts();
+        own_output(None);
         for relay in std::mem::take(&mut self.outputs) {
             let _ = relay.join();
         }
@@ -124,6 +158,9 @@ impl StdioRelay {
 impl Drop for StdioRelay {
     fn drop(&mut self) {
         self.end_prompts();
+        if self.gates.is_some() {
+            own_output(None);
+        }
     }
 }
 
@@ -200,6 +237,9 @@ fn relay_terminal(master: OwnedFd, kinds: &[Kind], outputs: &mut Vec<JoinHandle<
     // Output: to the caller's terminal, through stdout where it is one.
     let out = if kinds.get(1) == Some(&Kind::Terminal) { fds[1] } else { caller };
     let output = Arc::new(OutputGate::new(File::from(out.try_clone_to_owned()?)));
+    if kinds.get(2) == Some(&Kind::Terminal) && same_file(fds[2], out) {
+        own_output(Some(Arc::clone(&output)));
+    }
     let from = File::from(master.try_clone()?);
     let relay = Arc::clone(&output);
     // The pseudo-terminal reads `EIO` once no process holds its other side: the end of the output.
@@ -251,6 +291,14 @@ pub(crate) fn check_no_socket(spec: &SandboxSpec) -> Result<(), SandboxError> {
         }
     }
     Ok(())
+}
+
+/// Whether two descriptors are the same file (device and inode): leash's stderr and the terminal it relays to.
+fn same_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> bool {
+    match (rustix::fs::fstat(a), rustix::fs::fstat(b)) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino, a.st_rdev) == (b.st_dev, b.st_ino, b.st_rdev),
+        _ => false,
+    }
 }
 
 /// Whether `fd` is a socket; a closed descriptor is not.

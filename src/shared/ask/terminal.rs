@@ -55,9 +55,11 @@ fn ask_each(front: &AskFront, prompt: &impl Prompt, mut events: tokio::sync::bro
 /// Ask until the person gives an answer leash takes, dismisses the prompt, or the question closes elsewhere.
 fn put(front: &AskFront, prompt: &impl Prompt, question: &Question) -> io::Result<()> {
     let still_open = || front.asking.is_open(question.id);
-    let (mut problem, last) = (String::new(), format!("refused in {}s", front.asking.timeout().as_secs()));
+    let mut problem = String::new();
     while still_open() {
-        let text = format!("{problem}{}", describe(question, &last));
+        // What was wrong with the last answer goes after the question: the host stays first.
+        let last = format!("{problem}refused in {}s", front.asking.timeout().as_secs());
+        let text = describe(question, &last);
         let Some(typed) = prompt.ask(&text, &still_open)? else { return Ok(()) };
         match parse(&typed) {
             Ok((answer, scope)) => match front.answer(question.id, answer, scope, AnsweredBy::Terminal) {
@@ -70,24 +72,42 @@ fn put(front: &AskFront, prompt: &impl Prompt, question: &Question) -> io::Resul
     Ok(())
 }
 
-/// The question as the person reads it: what the request would reveal, and the answers. The method, host and
-/// path are the sandbox's words: anything but printable ASCII in them is shown escaped, so no byte of theirs can
-/// move the cursor, clear a line or answer the terminal. `last` ends the line before the prompt (what happens if
-/// nobody answers, here).
+/// At most this many characters of a method are shown (then `...`): real ones are a word; the sandbox may send 400.
+const METHOD_SHOWN: usize = 16;
+
+/// At most this many characters of a path and query are shown (then `...`): enough to recognise it, short enough
+/// that the question stays a line or two.
+const PATH_SHOWN: usize = 80;
+
+/// The question as the person reads it: the host first and whole (what an answer is about, never pushed away or cut),
+/// then the method and path, each cut to a fixed length (the sandbox chose them: a 400-character method must not
+/// push the host out of the line), and the answers. The method, host and path are the sandbox's words: anything but
+/// printable ASCII in them is shown escaped, so no byte of theirs can move the cursor, clear a line or answer the
+/// terminal. `last` ends the line before the prompt (what happens if nobody answers, here).
 pub fn describe(q: &Question, last: &str) -> String {
+    let target = format!("{}:{}", printable(&q.host), q.port);
     let what = match (q.kind, &q.path) {
-        (HeldKind::Request, Some(path)) => format!("{} {}:{}{path}", q.method, q.host, q.port),
-        _ => format!("a tunnel to {}:{}", q.host, q.port),
+        (HeldKind::Request, Some(path)) => {
+            format!("{} {}", bounded(&printable(&q.method), METHOD_SHOWN), bounded(&printable(path), PATH_SHOWN))
+        }
+        _ => "a tunnel".to_owned(),
     };
-    let what = printable(&what);
     let also = match q.waiting {
         0 | 1 => String::new(),
-        n => format!(" ({n} requests wait)"),
+        n => format!(", {n} requests wait"),
     };
     format!(
-        "allow {what}{also}? [o]nce, [r]un, [a]lways (into the policy file), [d]eny; add .domain after r/a/d for a \
-         whole domain; {last} > "
+        "allow {target} ({what}{also})? [o]nce, [r]un, [a]lways (into the policy file), [d]eny; add .domain after \
+         r/a/d for a whole domain; {last} > "
     )
+}
+
+/// `shown` (printable ASCII) cut to `max` characters, `...` marking the cut.
+fn bounded(shown: &str, max: usize) -> String {
+    match shown.get(..max) {
+        Some(head) if shown.len() > max => format!("{head}..."),
+        _ => shown.to_owned(),
+    }
 }
 
 /// `text` with every character that is not printable ASCII written as `\u{..}`.
@@ -147,6 +167,30 @@ mod tests {
         };
         let shown = describe(&q, "refused in 30s");
         assert!(shown.chars().all(|c| (' '..='~').contains(&c)), "{shown:?}");
-        assert!(shown.contains("GET evil.test:80/x\\u{1b}[2J\\u{9b}31m\\u{202e}"), "{shown}");
+        assert!(shown.starts_with("allow evil.test:80 (GET /x\\u{1b}[2J\\u{9b}31m\\u{202e})?"), "{shown}");
+    }
+
+    #[test]
+    fn the_host_comes_first_and_whole_however_long_the_method_and_path() {
+        let host = format!("{}.{}.registrable.example", "a".repeat(63), "b".repeat(63));
+        let q = Question {
+            id: 1,
+            kind: HeldKind::Request,
+            method: "M".repeat(400),
+            host: host.clone(),
+            port: 443,
+            path: Some(format!("/{}", "p\u{1b}".repeat(400))),
+            asked_at: String::new(),
+            waiting: 3,
+        };
+        let shown = describe(&q, "refused in 30s");
+        assert!(shown.starts_with(&format!("allow {host}:443 (")), "{shown}");
+        // The sandbox's fields are cut to a fixed length, whatever they were.
+        let fields = shown.split_once(" (").unwrap().1.split_once(")?").unwrap().0;
+        assert_eq!(fields, format!("{}... /{}..., 3 requests wait", "M".repeat(16), &"p\\u{1b}".repeat(20)[..79]));
+        // The prompt shows the first 400 characters of a question: the host is always among them.
+        assert!(shown.find(&host).unwrap() + host.len() < 400, "{shown}");
+        let tunnel = Question { kind: HeldKind::Tunnel, path: None, method: "CONNECT".into(), waiting: 1, ..q };
+        assert!(describe(&tunnel, "x").starts_with(&format!("allow {host}:443 (a tunnel)? [o]nce")));
     }
 }

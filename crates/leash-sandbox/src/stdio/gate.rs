@@ -9,6 +9,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use super::filter::OutputFilter;
 use super::CHUNK;
 
 /// The command's output on its way to the caller's terminal, and whether leash holds it.
@@ -26,11 +27,17 @@ struct OutputState {
     held: bool,
     /// The relay is writing a chunk.
     writing: bool,
-    /// The last two bytes the terminal was sent, to know whether its cursor is at the start of a line.
-    tail: [u8; 2],
     /// The relay's source (a copy of its descriptor), to see whether output waits there to be relayed.
     source: Option<OwnedFd>,
+    /// leash's own lines written while a prompt holds the output (`write_own`), to follow the prompt.
+    own: Vec<u8>,
+    /// How many bytes of leash's own lines did not fit in `own`.
+    own_dropped: usize,
 }
+
+/// How much of leash's own output is kept while a question is up: its warnings are a line per refused request, and a
+/// command can make many; beyond this they are counted, and the count said, rather than kept.
+pub(super) const OWN_HELD_MAX: usize = 64 * 1024;
 
 /// How long a prompt waits for the output the command wrote before it to be relayed first, so the question follows
 /// it on the terminal; a command that keeps writing is held after this.
@@ -45,15 +52,18 @@ impl OutputGate {
     }
 
     /// Copies `from` (the pseudo-terminal's master) to the caller's terminal until end of file or an error on either
-    /// side (`EIO` once no process holds the other side), one whole chunk at a time.
+    /// side (`EIO` once no process holds the other side), one whole chunk at a time, through the filter that keeps
+    /// what acts on the operator's machine from it (`filter.rs`).
     pub(super) fn relay(&self, mut from: File) {
         lock(&self.state).source = from.try_clone().ok().map(OwnedFd::from);
-        let mut buf = vec![0u8; CHUNK];
+        let (mut buf, mut filter, mut passed) = (vec![0u8; CHUNK], OutputFilter::default(), Vec::with_capacity(CHUNK));
         loop {
             match from.read(&mut buf) {
                 Ok(0) => return,
                 Ok(n) => {
-                    if self.write_chunk(buf.get(..n).unwrap_or_default()).is_err() {
+                    passed.clear();
+                    filter.feed(buf.get(..n).unwrap_or_default(), &mut passed);
+                    if !passed.is_empty() && self.write_chunk(&passed).is_err() {
                         return;
                     }
                 }
@@ -71,7 +81,6 @@ impl OutputGate {
         let written = (&self.to).write_all(chunk);
         let mut state = lock(&self.state);
         state.writing = false;
-        remember_tail(&mut state.tail, chunk);
         self.changed.notify_all();
         written
     }
@@ -98,6 +107,43 @@ impl OutputGate {
     }
 }
 
+impl OutputGate {
+    /// Writes leash's own `bytes` (its log and warnings, a line at a time) to the caller's terminal between the
+    /// command's chunks; while a prompt holds the output they are kept (up to [`OWN_HELD_MAX`]) and written once it
+    /// ends, so that no line of leash's lands in a question or scrolls it away. Line ends become `\r\n`: the
+    /// terminal is raw while the command's is relayed.
+    pub(super) fn write_own(&self, bytes: &[u8]) {
+        let text = crlf(bytes);
+        let mut state = wait_while(&self.changed, lock(&self.state), |s| s.writing);
+        if state.held {
+            if state.own.len() + text.len() <= OWN_HELD_MAX {
+                state.own.extend_from_slice(&text);
+            } else {
+                state.own_dropped += text.len();
+            }
+            return;
+        }
+        state.writing = true;
+        drop(state);
+        // Nowhere to say that leash's own line could not be written.
+        let _ = (&self.to).write_all(&text);
+        lock(&self.state).writing = false;
+        self.changed.notify_all();
+    }
+}
+
+/// `bytes` with each line end that is a bare `\n` made `\r\n`.
+fn crlf(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() + 8);
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'\n' && (i == 0 || bytes.get(i - 1) != Some(&b'\r')) {
+            out.push(b'\r');
+        }
+        out.push(b);
+    }
+    out
+}
+
 /// The caller's terminal while the command's output is held (`OutputGate::hold`): leash's alone.
 #[derive(Debug)]
 pub(super) struct OutputHold<'a> {
@@ -105,24 +151,43 @@ pub(super) struct OutputHold<'a> {
 }
 
 impl OutputHold<'_> {
-    /// Whether the terminal's cursor is known to be at the start of a line: the last thing sent ended with `\r\n`.
-    pub(super) fn at_line_start(&self) -> bool {
-        lock(&self.gate.state).tail == *b"\r\n"
-    }
-
     pub(super) fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        (&self.gate.to).write_all(bytes)?;
-        remember_tail(&mut lock(&self.gate.state).tail, bytes);
-        Ok(())
+        (&self.gate.to).write_all(bytes)
     }
 }
 
 impl Drop for OutputHold<'_> {
+    /// Writes leash's own lines kept meanwhile (the prompt has ended its line), then lets the command's output go.
     fn drop(&mut self) {
-        lock(&self.gate.state).held = false;
+        let mut state = lock(&self.gate.state);
+        loop {
+            let (mut own, dropped) = (std::mem::take(&mut state.own), std::mem::take(&mut state.own_dropped));
+            if dropped > 0 {
+                own.extend(
+                    format!("leash: {dropped} bytes of leash's own messages dropped while a question was up\r\n")
+                        .bytes(),
+                );
+            }
+            if own.is_empty() {
+                break;
+            }
+            // Still held: written outside the lock, and anything written meanwhile is taken on the next round.
+            drop(state);
+            let _ = (&self.gate.to).write_all(&own);
+            state = lock(&self.gate.state);
+        }
+        state.held = false;
+        drop(state);
         self.gate.changed.notify_all();
     }
 }
+
+/// The keys that signal the terminal's foreground process group: Ctrl-C, Ctrl-\\ and Ctrl-Z. They stay the
+/// operator's while a question is up: each still goes on to the command (whose terminal signals its foreground
+/// process group, or a raw-mode program reads it, as if no question were up) and ends the question. Otherwise a
+/// command that kept a question up (one request after another, each to a new host) would have every Ctrl-C
+/// typed at it taken as a dismissal.
+pub(super) const SIGNAL_KEYS: [u8; 3] = [0x03, 0x1c, 0x1a];
 
 /// The caller's keystrokes on their way to the command, and whether leash takes them instead.
 #[derive(Debug)]
@@ -178,13 +243,16 @@ impl InputGate {
         self.end();
     }
 
-    /// Hands what was read to a prompt taking the keystrokes, or else to the command.
+    /// Hands what was read to a prompt taking the keystrokes, or else to the command. A signal key goes to the
+    /// command either way.
     fn pass(&self, bytes: &[u8], to: &mut File) -> io::Result<()> {
         let mut state = lock(&self.state);
         if state.taking {
             state.typed.extend_from_slice(bytes);
             self.changed.notify_all();
-            return Ok(());
+            drop(state);
+            let signals: Vec<u8> = bytes.iter().copied().filter(|b| SIGNAL_KEYS.contains(b)).collect();
+            return if signals.is_empty() { Ok(()) } else { to.write_all(&signals) };
         }
         drop(state);
         to.write_all(bytes)
@@ -312,14 +380,6 @@ pub(super) fn bytes_waiting(fd: BorrowedFd<'_>) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(usize::try_from(count).unwrap_or(0))
-}
-
-fn remember_tail(tail: &mut [u8; 2], bytes: &[u8]) {
-    match bytes {
-        [] => {}
-        [only] => *tail = [tail[1], *only],
-        [.., a, b] => *tail = [*a, *b],
-    }
 }
 
 /// Whether `fd` has bytes to read now.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{neutralise, Console, Prompter, LABEL, RUB_OUT, WITHDRAWN};
+use super::{neutralise, Console, Prompter, LABEL, RESET, RUB_OUT, WITHDRAWN};
 use crate::stdio::gate::{InputGate, OutputGate};
 use crate::stdio::terminal;
 
@@ -187,16 +187,17 @@ fn prompt_over_chatter() -> (Vec<u8>, usize) {
 
 /// The question's whole line as the prompt in `prompt_over_chatter` shows it.
 fn chatter_prompt_line() -> Vec<u8> {
-    [b"\r\n".as_slice(), &question_shown(QUESTION), b"o\r\n"].concat()
+    [RESET.as_bytes(), &question_shown(QUESTION), b"o\r\n"].concat()
 }
 
 #[test]
 fn a_prompt_over_continuous_output_is_a_line_of_its_own() {
     let (screen, _) = prompt_over_chatter();
     let start = find(&screen, &question_shown(QUESTION)).unwrap();
-    // From the line break before the label to the one after the answer, nothing but the prompt: no command byte.
+    // From the reset before the label to the line break after the answer, nothing but the prompt: no command byte.
     let line = chatter_prompt_line();
-    assert_eq!(show(screen.get(start - 2..start - 2 + line.len()).unwrap()), show(&line));
+    let from = start - RESET.len();
+    assert_eq!(show(screen.get(from..from + line.len()).unwrap()), show(&line));
 }
 
 #[test]
@@ -229,13 +230,28 @@ fn backspace_and_ctrl_u_edit_the_answer() {
 }
 
 #[test]
-fn ctrl_c_or_esc_dismisses_and_an_arrow_key_does_not() {
+fn ctrl_c_or_esc_dismisses_and_an_arrow_key_or_a_terminals_reply_does_not() {
     let mut rig = rig();
     assert_eq!(rig.ask_and_type(b"o\x03"), None);
     assert_eq!(rig.ask_and_type(b"\x1b"), None);
     assert_eq!(rig.ask_and_type(b"\x1b[Ao\r").as_deref(), Some("o"));
+    // A colour and a title reported back (the command asked), BEL- and ST-ended: neither dismisses nor types.
+    let replies = b"\x1b]11;rgb:0000/0000/0000\x07\x1b]lr\x1b\\\x1bP1$r0m\x1b\\d\r";
+    assert_eq!(rig.ask_and_type(replies).as_deref(), Some("d"));
     rig.type_keys(b"z");
-    assert_eq!(show(&rig.command_reads.wait_for(b"z")), "z", "no key of the prompts reached the command");
+    let read = rig.command_reads.wait_for(b"z");
+    assert_eq!(show(&read), r"\u{3}z", "of the prompts' keys only the Ctrl-C reached the command");
+}
+
+#[test]
+fn a_stream_of_questions_takes_no_ctrl_c_ctrl_backslash_or_ctrl_z_from_the_command() {
+    let mut rig = rig();
+    // One question after another, as a command asking for host after host keeps them coming: each signal key the
+    // person types ends the question it meets and reaches the command, with nothing typed before it.
+    for key in [b"o\x03", b"r\x1c", b"d\x1a", b"a\x03"] {
+        assert_eq!(rig.ask_and_type(key), None);
+    }
+    assert_eq!(show(&rig.command_reads.wait_for(b"\x1a\x03")), r"\u{3}\u{1c}\u{1a}\u{3}");
 }
 
 #[test]
@@ -263,7 +279,8 @@ fn escape_sequences_in_a_host_name_are_shown_neutralised() {
     assert_eq!(answer(&pending), None);
     let screen = rig.screen.bytes();
     let escapes = |bytes: &[u8]| bytes.iter().filter(|b| **b == 0x1b).count();
-    assert_eq!(escapes(&screen), escapes(LABEL.as_bytes()), "only the label's own: {}", show(&screen));
+    let own = escapes(LABEL.as_bytes()) + escapes(RESET.as_bytes());
+    assert_eq!(escapes(&screen), own, "only the reset's and the label's own: {}", show(&screen));
     assert!(screen.iter().all(|b| *b != 0x07 && *b < 0x80), "no bell, no C1 control: {}", show(&screen));
 }
 
@@ -298,8 +315,8 @@ fn a_direct_prompt_makes_the_terminal_raw_only_while_asking_and_ignores_type_ahe
     // Typed before the question (echoed once the terminal has it): not an answer to it.
     master.write_all(b"a\r").unwrap();
     screen.wait_for(b"a\r\n");
-    let prompter =
-        Prompter::with(Console::Direct { input: slave.as_fd().try_clone_to_owned().unwrap(), output: slave });
+    let output = Arc::new(OutputGate::new(slave.try_clone().unwrap()));
+    let prompter = Prompter::with(Console::Direct { input: slave.as_fd().try_clone_to_owned().unwrap(), output });
     let open = Arc::new(AtomicBool::new(true));
     let pending = ask(&prompter, QUESTION, &open);
     screen.wait_for(&question_shown(QUESTION));
@@ -329,4 +346,42 @@ fn what_the_command_wrote_just_before_a_question_shows_before_it() {
         let (written, asked) = (find(&screen, before.as_bytes()), find(&screen, &question_shown(QUESTION)));
         assert!(written < asked, "round {round}: the question came before the output: {}", show(&screen));
     }
+}
+
+#[test]
+fn what_acts_on_the_operators_machine_never_reaches_the_callers_terminal() {
+    let mut rig = rig();
+    // The clipboard written and read, tmux's passthrough, kitty's graphics reading a file, a title report.
+    let hostile = b"\x1b]52;c;cHduZWQ=\x07\x1b]52;c;?\x1b\\\x1bPtmux;\x1b\x1b]52;c;eA==\x07\x1b\\\x1b_Ga=T,t=f;L2V0Yw==\x1b\\\x1b[21t";
+    for piece in hostile.chunks(7) {
+        rig.command.write_all(piece).unwrap();
+    }
+    rig.command.write_all(b"\x1b[1mvisible\x1b[0m\r\n").unwrap();
+    let screen = rig.screen.wait_for(b"visible\x1b[0m\r\n");
+    assert_eq!(show(&screen), show(b"\x1b\\\x1b[1mvisible\x1b[0m\r\n"));
+}
+
+#[test]
+fn leashs_own_lines_wait_for_a_question_and_a_flood_is_counted_not_kept() {
+    let mut rig = rig();
+    let Console::Relayed { output, .. } = &rig.prompter.shared.terminal else { unreachable!() };
+    let output = Arc::clone(output);
+    output.write_own(b"before\n");
+    rig.screen.wait_for(b"before\r\n");
+    let pending = ask(&rig.prompter, QUESTION, &Arc::new(AtomicBool::new(true)));
+    rig.screen.wait_for(&question_shown(QUESTION));
+    // A hundred lines of 1 KiB (a warning each, as a command can make leash write): none shows while asking.
+    let line = [vec![b'x'; 1023], b"\n".to_vec()].concat();
+    (0..100).for_each(|_| output.write_own(&line));
+    assert!(find(&rig.screen.bytes(), b"xxxx").is_none(), "a line of leash's in the question");
+    rig.type_keys(b"o\r");
+    assert_eq!(answer(&pending).as_deref(), Some("o"));
+    let screen = rig.screen.wait_for(b"dropped while a question was up\r\n");
+    // After the answer, what fit, each line ending in CR LF, then how much did not.
+    let after = &screen[find(&screen, b"o\r\n").unwrap() + 3..];
+    let shown = [vec![b'x'; 1023], b"\r\n".to_vec()].concat();
+    let kept = super::super::gate::OWN_HELD_MAX / shown.len();
+    let dropped = format!("leash: {} bytes of leash's own messages dropped", (100 - kept) * shown.len());
+    assert_eq!(show(&after[..kept * shown.len()]), show(&shown.repeat(kept)));
+    assert!(after[kept * shown.len()..].starts_with(dropped.as_bytes()), "{}", show(&after[kept * shown.len()..]));
 }
