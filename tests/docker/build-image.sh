@@ -18,6 +18,10 @@ apt-cache show busybox-static >/dev/null 2>&1 || apt-get update -qq
 # Packages resolved with their dependencies, and packages taken alone (their dependencies are either already in the
 # list or not needed for what the tests do: Python's pure modules, a PEM bundle).
 with_deps=(busybox-static curl python3-minimal)
+# More packages for another image (tests/inside.rs: `LEASH_TEST_IMAGE=leash-inside-test:latest
+# LEASH_TEST_IMAGE_PACKAGES="nftables iptables"`), each with its dependencies.
+read -r -a extra <<<"${LEASH_TEST_IMAGE_PACKAGES:-}"
+with_deps+=("${extra[@]}")
 alone=(libpython3.11-stdlib ca-certificates)
 if ! apt-cache show libpython3.11-stdlib >/dev/null 2>&1; then
   py=$(apt-cache depends python3-minimal | awk '/Depends: python3\.[0-9]+-minimal/ {print $2; exit}')
@@ -54,13 +58,20 @@ for dir in "$root"/lib/*-linux-gnu "$root"/usr/lib/*-linux-gnu; do
 done >"$root/etc/ld.so.conf"
 printf '/lib\n/usr/lib\n' >>"$root/etc/ld.so.conf"
 ldconfig -r "$root"
+# The names Debian's iptables package leaves to update-alternatives (which `dpkg-deb -x` does not run): the nft
+# backend, which the kernel of a container's host has.
+for tool in iptables ip6tables; do
+  if [ -e "$root/usr/sbin/$tool-nft" ] && [ ! -e "$root/usr/sbin/$tool" ]; then
+    ln -s "$tool-nft" "$root/usr/sbin/$tool"
+  fi
+done
 # One PEM bundle where curl, OpenSSL and Python look by default.
 mkdir -p "$root/etc/ssl/certs"
 cat "$root"/usr/share/ca-certificates/*/*.crt >"$root/etc/ssl/certs/ca-certificates.crt"
 mkdir -p "$root/tmp" "$root/proc" "$root/sys" "$root/dev" "$root/run" "$root/root"
 chmod 1777 "$root/tmp"
-printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' >"$root/etc/passwd"
-printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+printf 'root:x:0:0:root:/root:/bin/sh\nagent:x:1000:1000:agent:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' >"$root/etc/passwd"
+printf 'root:x:0:\nagent:x:1000:\nnogroup:x:65534:\n' >"$root/etc/group"
 
 old=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
 tar -C "$root" -c . | docker import \

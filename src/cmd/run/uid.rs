@@ -256,38 +256,50 @@ fn arm(user: RunAs, plan: &Plan) -> Result<Firewall, Exit> {
         Exit::SandboxFailed
     })?;
     let expect: Vec<SocketAddr> = plan.tcp().into_iter().map(SocketAddr::V4).collect();
-    self_test(user, &expect)?;
+    self_test(user, &expect, &firewall)?;
     Ok(firewall)
 }
 
-/// `leash probe`, run as `user` exactly as the command will run: exit 125 with its report when it finds a way out.
-fn self_test(user: RunAs, expect: &[SocketAddr]) -> Result<(), Exit> {
+/// `leash probe`, run as `user` exactly as the command will run: exit 125 with its report when it finds a way out,
+/// or when the firewall's counters did not see every probe the firewall's way of refusing answered (`EPERM` for a
+/// drop, `EHOSTUNREACH` for the TCP reject): another rule, or none, stopped it, and what stops probes today may not
+/// stop the command tomorrow.
+fn self_test(user: RunAs, expect: &[SocketAddr], firewall: &Firewall) -> Result<(), Exit> {
+    let refuse = |why: String| {
+        eprintln!("leash: the command was not run: the containment self-test, as uid {}, {why}", user.uid);
+        Exit::SandboxFailed
+    };
+    let before = firewall.stopped().map_err(|e| refuse(format!("cannot read the firewall's counters: {e}")))?;
     let exe = std::env::current_exe().map_err(|e| {
         eprintln!("leash: the command was not run: cannot find leash's own program for the self-test: {e}");
         Exit::SandboxFailed
     })?;
     let mut probe = Command::new(exe);
-    probe.arg("probe").arg("--quiet").env_clear();
+    probe.arg("probe").env_clear();
     for addr in expect {
         probe.arg("--expect").arg(addr.to_string());
     }
     user.apply(&mut probe);
-    match probe.output() {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(out) => {
-            eprintln!(
-                "leash: the command was not run: the containment self-test, as uid {}, found a way around leash:\n{}{}",
-                user.uid,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Err(Exit::SandboxFailed)
-        }
-        Err(e) => {
-            eprintln!("leash: the command was not run: cannot run the containment self-test: {e}");
-            Err(Exit::SandboxFailed)
-        }
+    let out = probe.output().map_err(|e| refuse(format!("could not run: {e}")))?;
+    let report = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let open: String = report.lines().filter(|l| l.starts_with("OPEN")).map(|l| format!("\n  {l}")).collect();
+        return Err(refuse(format!("found a way around leash:{open}")));
     }
+    // The probes the firewall's rules answered (a packet each, at least); a missing route answers the others.
+    let by_firewall = report
+        .lines()
+        .filter(|l| l.starts_with("ok") && (l.contains("(os error 1)") || l.contains("(os error 113)")))
+        .count();
+    let after = firewall.stopped().map_err(|e| refuse(format!("cannot read the firewall's counters: {e}")))?;
+    let counted = after.saturating_sub(before);
+    if counted < by_firewall as u64 {
+        return Err(refuse(format!(
+            "was refused {by_firewall} times but leash's rules stopped only {counted} packets: something else refused \
+             them\n{report}"
+        )));
+    }
+    Ok(())
 }
 
 /// Starts the command (as `user`) and serves `bound` until it exits; SIGINT, SIGTERM and SIGHUP are passed on to

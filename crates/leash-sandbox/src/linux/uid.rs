@@ -6,9 +6,12 @@
 //!
 //! The firewall is programmed with the system's tools, `nft` where it works, else `iptables` and `ip6tables` (gVisor
 //! has no nftables; its iptables matches the owner). The rules match the uid in the `output` hook: its packets to
-//! 127.0.0.1 on leash's TCP and UDP ports are accepted, every other packet it sends is dropped (a local sender then
-//! gets `EPERM` at once). Replies from leash's sockets are leash's, not the uid's. The uid holds no capability, so it
-//! can neither list nor flush the rules.
+//! 127.0.0.1 on leash's TCP and UDP ports are accepted; every other TCP packet it sends is rejected with an ICMP
+//! "administratively prohibited" (its `connect` fails at once with `EHOSTUNREACH`; a plain drop would leave it
+//! retrying until it times out, which a self-test could not tell from a packet that left), and every other packet
+//! dropped (a local sender gets `EPERM` at once). Both rules count what they stop ([`Firewall::stopped`]), so the
+//! self-test can check that its probes were stopped by these rules and by nothing else. Replies from leash's
+//! sockets are leash's, not the uid's. The uid holds no capability, so it can neither list nor flush the rules.
 
 use std::ffi::OsStr;
 use std::io;
@@ -81,7 +84,7 @@ impl RunAs {
                 check(libc::setresgid(gid, gid, gid), "setresgid")?;
                 check(libc::setresuid(uid, uid, uid), "setresuid")?;
                 check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")?;
-                sys::install_plain_filter(&filter).map_err(|e| io::Error::from_raw_os_error(e))
+                sys::install_plain_filter(&filter).map_err(io::Error::from_raw_os_error)
             })
         };
     }
@@ -244,9 +247,10 @@ impl Firewall {
     }
 
     fn install_nft(&self, admitted: &Admitted, flaw: Option<Flaw>) -> Result<(), SandboxError> {
-        let family = if flaw == Some(Flaw::Ipv4Only) { "ip" } else { "inet" };
-        let uid = self.uid;
-        let mut rules = vec![format!("meta skuid != {uid} accept")];
+        let ipv4_only = flaw == Some(Flaw::Ipv4Only);
+        let (family, unreachable) =
+            if ipv4_only { ("ip", "icmp type admin-prohibited") } else { ("inet", "icmpx type admin-prohibited") };
+        let mut rules = Vec::new();
         match flaw {
             Some(Flaw::ExtraAccept) => rules.push("ip daddr != 127.0.0.0/8 accept".to_owned()),
             Some(Flaw::AllLoopback) => rules.push("oifname \"lo\" accept".to_owned()),
@@ -258,11 +262,16 @@ impl Firewall {
                 rules.push(format!("oifname \"lo\" ip daddr 127.0.0.1 {proto} dport {{ {set} }} accept"));
             }
         }
-        rules.push("drop".to_owned());
+        rules.push(format!("meta l4proto tcp counter reject with {unreachable}"));
+        rules.push("counter drop".to_owned());
         let body: String = rules.iter().map(|r| format!("    {r}\n")).collect();
+        // Only packets of the uid's own sockets go to its chain: a packet of no socket (an ICMP error, a reset the
+        // kernel sends for a closed port) is nobody's, and stays the namespace's business.
         let script = format!(
-            "table {family} {name} {{\n  chain output {{\n    type filter hook output priority filter; policy accept;\n{body}  }}\n}}\n",
-            name = self.name
+            "table {family} {name} {{\n  chain uid {{\n{body}  }}\n  chain output {{\n    type filter hook output priority \
+             filter; policy accept;\n    meta skuid {uid} jump uid\n  }}\n}}\n",
+            name = self.name,
+            uid = self.uid
         );
         run_tool("nft", &["-f", "-"], Some(&script))
     }
@@ -284,14 +293,48 @@ impl Firewall {
                 run_tool("iptables", &rule, None)?;
             }
         }
-        run_tool("iptables", &["-w", "-A", chain, "-j", "DROP"], None)?;
-        run_tool("iptables", &["-w", "-I", "OUTPUT", "1", "-m", "owner", "--uid-owner", &uid, "-j", chain], None)?;
+        let stop = |tool: &str, reject_with: &str| -> Result<(), SandboxError> {
+            let reject = ["-w", "-A", chain, "-p", "tcp", "-j", "REJECT", "--reject-with", reject_with];
+            run_tool(tool, &reject, None)?;
+            run_tool(tool, &["-w", "-A", chain, "-j", "DROP"], None)?;
+            run_tool(tool, &["-w", "-I", "OUTPUT", "1", "-m", "owner", "--uid-owner", &uid, "-j", chain], None)
+        };
+        stop("iptables", "icmp-admin-prohibited")?;
         if self.ipv6 && flaw != Some(Flaw::Ipv4Only) {
             run_tool("ip6tables", &["-w", "-N", chain], None)?;
-            run_tool("ip6tables", &["-w", "-A", chain, "-j", "DROP"], None)?;
-            run_tool("ip6tables", &["-w", "-I", "OUTPUT", "1", "-m", "owner", "--uid-owner", &uid, "-j", chain], None)?;
+            stop("ip6tables", "icmp6-adm-prohibited")?;
         }
         Ok(())
+    }
+
+    /// How many packets the rules have stopped (rejected or dropped) so far, over both families.
+    pub fn stopped(&self) -> Result<u64, SandboxError> {
+        match self.backend {
+            Backend::Nft => {
+                let mut total = 0;
+                for family in ["inet", "ip"] {
+                    if let Ok(listing) = tool_output("nft", &["list", "table", family, &self.name]) {
+                        total += counted(&listing, "packets");
+                    }
+                }
+                Ok(total)
+            }
+            Backend::Iptables => {
+                let mut total = 0;
+                for tool in ["iptables", "ip6tables"] {
+                    if let Ok(listing) = tool_output(tool, &["-w", "-L", &self.name, "-v", "-n", "-x"]) {
+                        // `pkts bytes target ...` per rule; the stopping ones are REJECT and DROP.
+                        total += listing
+                            .lines()
+                            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                            .filter(|f| matches!(f.get(2), Some(&"REJECT" | &"DROP")))
+                            .filter_map(|f| f.first().and_then(|n| n.parse::<u64>().ok()))
+                            .sum::<u64>();
+                    }
+                }
+                Ok(total)
+            }
+        }
     }
 
     /// Removes the rules (also done on drop). Errors are reported, the rest still removed.
@@ -329,6 +372,22 @@ impl Drop for Firewall {
         if let Err(e) = self.remove() {
             eprintln!("leash: cannot remove the firewall rules `{}`: {e}", self.name);
         }
+    }
+}
+
+/// The sum of the numbers after each `word` in `listing` (nft's `counter packets N bytes M`).
+fn counted(listing: &str, word: &str) -> u64 {
+    let words: Vec<&str> = listing.split_whitespace().collect();
+    words.windows(2).filter(|w| w[0] == word).filter_map(|w| w[1].parse::<u64>().ok()).sum()
+}
+
+/// What `tool args` printed, when it succeeded.
+fn tool_output(tool: &str, args: &[&str]) -> io::Result<String> {
+    let out = Command::new(tool).args(args).stdin(Stdio::null()).stderr(Stdio::null()).output()?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(io::Error::other(format!("`{tool}` failed")))
     }
 }
 
