@@ -205,28 +205,42 @@ fn leash_files(args: &RunArgs, policy: &leash_policy::Policy) -> Vec<std::path::
     files
 }
 
-/// Refuses to start when `user` could read any of `files` (its mode, owner and group say so; the command has no
-/// supplementary group).
+/// Refuses to start when `user` could read any of `files`: by the mode, owner and group of the file and of every
+/// directory above it (the command has no supplementary group).
 fn unreadable_by(user: RunAs, files: &[std::path::PathBuf]) -> Result<(), Exit> {
-    use std::os::unix::fs::MetadataExt;
     for file in files {
-        let Ok(meta) = std::fs::metadata(file) else { continue };
-        let mode = meta.mode();
-        let readable = mode & 0o004 != 0
-            || (meta.gid() == user.gid && mode & 0o040 != 0)
-            || (meta.uid() == user.uid && mode & 0o400 != 0);
-        if readable {
+        let Ok(file) = std::fs::canonicalize(file) else { continue };
+        if readable_by(user, &file) {
             eprintln!(
-                "leash: the command was not run: uid {} could read `{}` (mode {:o}): leash's files must be its own \
-                 (chmod go-rwx)",
+                "leash: the command was not run: uid {} could read `{}`: leash's files must be its own (chmod go-rwx \
+                 the file, or a directory above it)",
                 user.uid,
-                file.display(),
-                mode & 0o7777
+                file.display()
             );
             return Err(Exit::SandboxFailed);
         }
     }
     Ok(())
+}
+
+/// Whether `user` may read `file` (absolute): each directory above searchable, the file readable.
+fn readable_by(user: RunAs, file: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let may = |path: &std::path::Path, bit: u32| {
+        std::fs::metadata(path).is_ok_and(|m| {
+            let mode = m.mode();
+            let class = if m.uid() == user.uid {
+                mode >> 6
+            } else if m.gid() == user.gid {
+                mode >> 3
+            } else {
+                mode
+            };
+            class & bit != 0
+        })
+    };
+    let searchable = file.ancestors().skip(1).all(|dir| may(dir, 0o1));
+    searchable && may(file, 0o4)
 }
 
 /// The plan's listeners, bound here on the loopback.
