@@ -233,6 +233,26 @@ fn a_root_daemon_on_the_loopback_is_out_of_the_commands_reach_with_the_right_rul
 }
 
 #[test]
+fn where_the_container_allows_user_namespaces_the_sandbox_is_leashs_own_and_elsewhere_auto_falls_back() {
+    if !docker_ready() {
+        return;
+    }
+    // A seccomp profile that lets namespaces be made, and an unmasked /proc: today's sandbox, as on a host.
+    let unconfined = ["--security-opt", "seccomp=unconfined", "--security-opt", "systempaths=unconfined"];
+    let script = "/leash run --allow ok.test -- sh -c 'ip -o link | wc -l; cat /proc/net/if_inet6 | wc -l; \
+        curl -s -o /dev/null -w \"%{http_code}\\n\" http://evil.test/'";
+    let out = container(&unconfined, script);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "1\n0\n403\n", "only lo, no IPv6, the proxy: {}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("uid-firewall"), "{}", text(&out.stderr));
+    // CAP_SYS_ADMIN under Docker's default profile (pidfd_getfd refused): auto takes the per-uid firewall.
+    let script = "/leash run --user 1000 --allow ok.test -- sh -c 'id -u; curl -s -o /dev/null -w \"%{http_code}\\n\" http://evil.test/'";
+    let out = container(&["--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN"], script);
+    assert_eq!(text(&out.stdout), "1000\n403\n", "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("using uid-firewall"), "{}", text(&out.stderr));
+}
+
+#[test]
 fn the_command_cannot_run_as_root_or_as_leashs_uid() {
     if !docker_ready() {
         return;

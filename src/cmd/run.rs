@@ -54,7 +54,7 @@ enum Attempt {
 /// A sandbox that could not be set up: `NotHere` when this platform refuses the namespaces it needs (another
 /// containment may do), else the failure said and done with.
 fn not_here(e: leash_sandbox::SandboxError) -> Attempt {
-    if e.is_unavailable() {
+    if e.is_refused_here() {
         Attempt::NotHere(e)
     } else {
         Attempt::Done(not_run(e))

@@ -265,6 +265,19 @@ fn hint(step: &Step, source: &io::Error) -> &'static str {
 }
 
 impl SandboxError {
+    /// True when this platform refuses what the user-namespace sandbox needs: namespaces (see
+    /// [`SandboxError::is_unavailable`]), or the seccomp user notification and `pidfd_getfd` its connects go through
+    /// (a container's seccomp profile refuses `pidfd_getfd` without `CAP_SYS_PTRACE`). Another containment may do.
+    pub fn is_refused_here(&self) -> bool {
+        let seccomp_refused = match self {
+            SandboxError::Setup { step: Step::InstallSeccomp | Step::ProbePidfdGetfd, source } => {
+                matches!(source.raw_os_error(), Some(libc::EPERM | libc::EACCES | libc::ENOSYS))
+            }
+            _ => false,
+        };
+        seccomp_refused || self.is_unavailable()
+    }
+
     /// True when the error means the kernel or platform refuses namespaces at all (tests skip on this).
     pub fn is_unavailable(&self) -> bool {
         match self {
