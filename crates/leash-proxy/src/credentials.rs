@@ -447,16 +447,23 @@ fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 
 /// What a [`Filtered`] writer passes a byte stream through: a [`Redactor`] (a response) or a [`LeakWatch`] (a request).
 pub(crate) trait Filter {
-    /// The next bytes (`searched`: body data, a chunk extension or trailer text; else chunk framing): what may go on
-    /// now, or the credential that stops the stream.
-    fn filter(&mut self, bytes: &[u8], searched: bool) -> Result<Vec<u8>, Arc<str>>;
+    /// The next bytes (`data`: body data; else framing, passed over by the search): what may go on now, or the
+    /// credential that stops the stream.
+    fn filter(&mut self, bytes: &[u8], data: bool) -> Result<Vec<u8>, Arc<str>>;
+    /// One whole line of text a peer chose outside the data (a chunk extension, a trailer field), searched on its
+    /// own: as it may go on (redacted), or the credential that stops the stream.
+    fn text(&mut self, line: &[u8]) -> Result<Vec<u8>, Arc<str>>;
     /// The stream's end: what was held goes on.
     fn end(&mut self) -> Vec<u8>;
 }
 
 impl Filter for Redactor {
-    fn filter(&mut self, bytes: &[u8], searched: bool) -> Result<Vec<u8>, Arc<str>> {
-        Ok(self.push(bytes, searched))
+    fn filter(&mut self, bytes: &[u8], data: bool) -> Result<Vec<u8>, Arc<str>> {
+        Ok(self.push(bytes, data))
+    }
+
+    fn text(&mut self, line: &[u8]) -> Result<Vec<u8>, Arc<str>> {
+        Ok(self.redact_all(line))
     }
 
     fn end(&mut self) -> Vec<u8> {
@@ -465,8 +472,12 @@ impl Filter for Redactor {
 }
 
 impl Filter for LeakWatch {
-    fn filter(&mut self, bytes: &[u8], searched: bool) -> Result<Vec<u8>, Arc<str>> {
-        self.pass(bytes, searched)
+    fn filter(&mut self, bytes: &[u8], data: bool) -> Result<Vec<u8>, Arc<str>> {
+        self.pass(bytes, data)
+    }
+
+    fn text(&mut self, line: &[u8]) -> Result<Vec<u8>, Arc<str>> {
+        self.found_in(line).map_or_else(|| Ok(line.to_vec()), Err)
     }
 
     fn end(&mut self) -> Vec<u8> {
@@ -480,14 +491,18 @@ pub(crate) type Redacting<'a, W> = Filtered<'a, W, Redactor>;
 /// inside the error, and nothing of the credential is written.
 pub(crate) type Watched<'a, W> = Filtered<'a, W, LeakWatch>;
 
-/// A writer that passes a byte stream through a [`Filter`] on its way to `inner`. With `chunked`, chunk framing is
-/// told apart from data, so a credential split across chunks is caught. Bytes the filter holds go on only at
-/// [`Filtered::finish`], never at a flush: a relay flushes whenever its reader waits, which may fall inside a
-/// credential.
+/// A writer that passes a byte stream through a [`Filter`] on its way to `inner`. With `chunked`, the message's data
+/// is searched as one stream, whatever frames it — sizes, line ends, chunk extensions (`;x`, a bare `;`, quoted
+/// values) and trailers are passed over — so a credential split across chunks is caught; each extension and trailer
+/// line is searched whole on its own, held until its line end (its length is the peer's, never the value's).
+/// Bytes the filter holds go on only at [`Filtered::finish`], never at a flush: a relay flushes whenever its reader
+/// waits, which may fall inside a credential.
 pub(crate) struct Filtered<'a, W, F> {
     inner: &'a mut W,
     filter: F,
     chunked: Option<ChunkedScanner>,
+    /// The chunk extension or trailer line under way (bounded by the scanner's `MAX_CHUNK_LINE`).
+    line: Vec<u8>,
     /// Bytes the filter passed that `inner` has not taken yet, from `at` on.
     out: Vec<u8>,
     at: usize,
@@ -495,13 +510,17 @@ pub(crate) struct Filtered<'a, W, F> {
 
 impl<'a, W: AsyncWrite + Unpin, F: Filter + Unpin> Filtered<'a, W, F> {
     pub(crate) fn new(inner: &'a mut W, filter: F, chunked: bool) -> Self {
-        Filtered { inner, filter, chunked: chunked.then(ChunkedScanner::new), out: Vec::new(), at: 0 }
+        let chunked = chunked.then(ChunkedScanner::new);
+        Filtered { inner, filter, chunked, line: Vec::new(), out: Vec::new(), at: 0 }
     }
 
     /// The stream's end: what the filter still holds goes on, and `inner` is flushed.
     pub(crate) async fn finish(&mut self) -> io::Result<()> {
         use tokio::io::AsyncWriteExt;
         let mut pending = self.out.split_off(self.at);
+        // A line cut off by the stream's end (a broken body, the relay's to report) is searched like a whole one.
+        let cut = end_line(&mut self.line, &mut self.filter).map_err(|name| io::Error::other(LeakFound(name)))?;
+        pending.extend_from_slice(&cut);
         pending.extend_from_slice(&self.filter.end());
         self.out.clear();
         self.at = 0;
@@ -516,14 +535,23 @@ impl<'a, W: AsyncWrite + Unpin, F: Filter + Unpin> Filtered<'a, W, F> {
         while !rest.is_empty() {
             // Data goes through in runs; framing one byte at a time (its lines are short).
             let left = scanner.data_left();
-            // Chunk extensions and trailer fields are searched like data: a peer chooses them too.
-            let searched = left.is_some() || scanner.in_text();
+            // Chunk extensions and trailer fields are a peer's text too, but no part of the data: searched line by
+            // line on their own, and passed over by the data's search, so none can split a credential in the data.
+            let text = scanner.in_text();
             let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
             let (now, later) = rest.split_at(n);
             // A framing error is the relay's to report; here the bytes only pass through.
             let _ = scanner.feed(now);
-            out.extend(self.filter.filter(now, searched)?);
             rest = later;
+            if !text {
+                out.extend(self.filter.filter(now, left.is_some())?);
+                continue;
+            }
+            self.line.extend_from_slice(now);
+            // The line ends at its LF, or where the scanner leaves text (an extension's CR, a framing error).
+            if now == b"\n" || !scanner.in_text() {
+                out.extend(end_line(&mut self.line, &mut self.filter)?);
+            }
         }
         Ok(out)
     }
@@ -540,6 +568,16 @@ impl<'a, W: AsyncWrite + Unpin, F: Filter + Unpin> Filtered<'a, W, F> {
         self.at = 0;
         Poll::Ready(Ok(()))
     }
+}
+
+/// The text `line` under way, searched whole and handed to `filter` as framing (after the data before it).
+fn end_line<F: Filter>(line: &mut Vec<u8>, filter: &mut F) -> Result<Vec<u8>, Arc<str>> {
+    if line.is_empty() {
+        return Ok(Vec::new());
+    }
+    let whole = std::mem::take(line);
+    let checked = filter.text(&whole)?;
+    filter.filter(&checked, false)
 }
 
 impl<W: AsyncWrite + Unpin, F: Filter + Unpin> AsyncWrite for Filtered<'_, W, F> {
