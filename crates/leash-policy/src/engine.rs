@@ -326,15 +326,16 @@ impl Policy {
     }
 
     /// A plain-HTTP request to a credential's host: the credential would travel in clear, so it is refused unless
-    /// the entry allows plaintext (a gateway on a private network).
+    /// the entry allows plaintext (a gateway on a private network). Also where the rules refuse it in a way audit
+    /// mode lets through or ask mode asks about: neither lifts this refusal, so the value never goes in clear by
+    /// either (nor by a person's yes, to this request or to an HTTPS one to the same host).
     fn credential_in_clear(&self, req: &Request<'_>, name: &Name, d: Decision) -> Decision {
-        match d.verdict {
-            Verdict::Allow if req.via == Via::ForwardProxy => match self.credential_for_name(name.as_str()) {
-                Some(c) if !c.plaintext => {
-                    Decision { verdict: Verdict::Block, reason: Reason::CredentialPlaintext, rule: d.rule }
-                }
-                _ => d,
-            },
+        let lifted = d.verdict == Verdict::Block && self.lifts_on_target(&d);
+        if req.via != Via::ForwardProxy || (d.verdict != Verdict::Allow && !lifted) {
+            return d;
+        }
+        match self.credential_for_name(name.as_str()) {
+            Some(c) if !c.plaintext => Decision { verdict: Verdict::Block, reason: Reason::CredentialPlaintext, ..d },
             _ => d,
         }
     }

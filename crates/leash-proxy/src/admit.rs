@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use leash_policy::{Admission, Decision, Host, ProviderTools, Question, Route, Verdict};
+use leash_policy::{Admission, Decision, Host, ProviderTools, Question, Reason, Route, Tunnel, Verdict};
 
 use crate::ask::Ruling;
 use crate::credentials::{LeakWatch, Outbound, Watches};
@@ -131,6 +131,12 @@ where
     let Some(treatment) = admission.treatment else {
         return Err(Refusal::new(ctx.refuse_ruled(asked, &admission.decision, ruling), BodyLeft::Unread));
     };
+    // INVARIANT: a credential's value goes out in clear only where its entry allows plaintext, however the request
+    // was let on (the rules, audit mode, a person's yes). The policy refuses such a request already; kept here too.
+    if admission.tunnel == Tunnel::None && treatment.credential.is_some_and(|c| !c.plaintext) {
+        let in_clear = Decision { verdict: Verdict::Block, reason: Reason::CredentialPlaintext, rule: None };
+        return Err(Refusal::new(ctx.refuse_ruled(asked, &in_clear, ruling), BodyLeft::Unread));
+    }
     // Credentials: one bound to another host refuses the request; the host's own goes in.
     let secrets = &ctx.sh.cfg.credentials;
     let (credential, redact, query) = match secrets.outgoing(treatment.credential, entry.host, request) {

@@ -7,8 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use leash_proxy::ask::{Answer, AnsweredBy};
-use support::client::{exchange, get};
+use leash_proxy::ask::{Answer, AnsweredBy, Event};
+use leash_proxy::credentials::{Secret, Secrets};
+use support::client::{self, exchange, get};
 use support::tls::{https_get, Writes};
 use support::*;
 
@@ -96,4 +97,73 @@ async fn a_tunnel_is_held_on_its_name_and_its_client_hello_must_name_the_host_th
     tls.assert_untouched().await;
     let line = leash.decision("other.test").await;
     assert_eq!((line["decision"].as_str(), line["reason"].as_str()), (Some("block"), Some("host-mismatch")));
+}
+
+const SECRET: &str = "sk-real-0123456789abcdef";
+const PLACEHOLDER: &str = "leash-placeholder-abc123";
+
+/// [`ask`] with a credential for `models.test`, listed nowhere; a leash asking about it, with the secret and (for
+/// its tunnels) TLS inspection trusting `ca`.
+async fn asking_with_a_credential(port: u16, tunnel_port: u16, ca: &TestCa) -> Leash {
+    let credential =
+        "  credentials:\n    - name: provider\n      hosts: [models.test]\n      env: PROVIDER_KEY\n      \
+                      header: x-api-key\n";
+    let secrets = Secrets::new(vec![Secret::new("provider", SECRET, PLACEHOLDER).unwrap()]);
+    let yaml = format!("{}{credential}", ask(port, tunnel_port));
+    Leash::builder(&yaml).asking(Duration::from_secs(60)).inspecting(&ca.pem).secrets(secrets).start().await
+}
+
+/// A plain-HTTP request to `models.test` carrying the placeholder, answered within ten seconds.
+async fn plain_to_the_provider(leash: &Leash, port: u16) -> Resp {
+    let url = format!("http://models.test:{port}/v1/models");
+    let raw = client::request("GET", &url, &[&format!("x-api-key: {PLACEHOLDER}")], "");
+    tokio::time::timeout(Duration::from_secs(10), exchange(leash.addr, raw)).await.expect("an answer at once")
+}
+
+#[tokio::test]
+async fn a_plain_http_request_to_a_credentials_host_is_refused_at_once_never_asked() {
+    let (ca, up) = (TestCa::new(), Upstream::start().await);
+    let leash = asking_with_a_credential(up.port(), 443, &ca).await;
+    let mut events = leash.ask.as_ref().unwrap().watch();
+    assert_refused(&plain_to_the_provider(&leash, up.port()).await, 403, "credential-plaintext");
+    assert!(events.try_recv().is_err(), "a question was opened");
+    up.assert_untouched().await;
+}
+
+#[tokio::test]
+async fn after_run_for_an_https_request_a_plain_one_to_the_same_host_never_carries_the_key() {
+    let (ca, up) = (TestCa::new(), Upstream::start().await);
+    let tls = TlsUpstream::start(&ca).await;
+    let leash = asking_with_a_credential(up.port(), tls.port(), &ca).await;
+    let asking = leash.ask.clone().unwrap();
+    let mut events = asking.watch();
+    let (config, addr, target) = (trusting(&leash), leash.addr, format!("models.test:{}", tls.port()));
+    let https = tokio::spawn(async move { https_get(addr, &target, "models.test", config, Writes::Whole).await });
+    let question = within("a question about models.test", async {
+        loop {
+            if let Ok(Event::Asked(q)) = events.recv().await {
+                return q;
+            }
+        }
+    })
+    .await;
+    assert_eq!((question.host.as_str(), question.path.as_deref()), ("models.test", Some("/")));
+    asking.answer(question.id, Answer::Run, None, AnsweredBy::Socket).unwrap();
+    assert_eq!(within("the https request", https).await.unwrap().unwrap().status, 200);
+    // The host is allowed for the run; over plain HTTP its key would travel in clear: refused, never sent.
+    assert_refused(&plain_to_the_provider(&leash, up.port()).await, 403, "credential-plaintext");
+    up.assert_untouched().await;
+}
+
+/// A client trusting `leash`'s CA only.
+fn trusting(leash: &Leash) -> rustls::ClientConfig {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(leash.ca_path.as_ref().unwrap()).unwrap();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(&pem).unwrap()).unwrap();
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }

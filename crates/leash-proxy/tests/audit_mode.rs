@@ -5,7 +5,8 @@
 
 mod support;
 
-use support::client::{exchange, get};
+use leash_proxy::credentials::{Secret, Secrets};
+use support::client::{self, exchange, get};
 use support::tls::{connect, https_get, Writes};
 use support::*;
 
@@ -87,4 +88,23 @@ async fn inside_an_inspected_tunnel_a_path_the_rules_would_refuse_goes_through()
     let log = leash.log_until("the inner request's line", |l| l["method"] == "GET").await;
     let inner = log.iter().find(|l| l["method"] == "GET").unwrap();
     assert_eq!((inner["decision"].as_str(), inner["reason"].as_str()), (Some("would-block"), Some("not-allowed")));
+}
+
+#[tokio::test]
+async fn a_credentials_host_the_rules_would_refuse_is_never_reached_over_plain_http() {
+    const SECRET: &str = "sk-real-0123456789abcdef";
+    const PLACEHOLDER: &str = "leash-placeholder-abc123";
+    let up = Upstream::start().await;
+    let credential =
+        "  credentials:\n    - name: provider\n      hosts: [models.test]\n      env: PROVIDER_KEY\n      \
+                      header: x-api-key\n";
+    let secrets = Secrets::new(vec![Secret::new("provider", SECRET, PLACEHOLDER).unwrap()]);
+    let leash = Leash::builder(&format!("{}{credential}", audit(up.port(), 443))).secrets(secrets).start().await;
+    // `models.test` is listed nowhere: audit mode lets such a host through, but not with its key in clear.
+    let url = format!("http://models.test:{}/v1/models", up.port());
+    let r = exchange(leash.addr, client::request("GET", &url, &[&format!("x-api-key: {PLACEHOLDER}")], "")).await;
+    assert_refused(&r, 403, "credential-plaintext");
+    up.assert_untouched().await;
+    let line = leash.decision("/v1/models").await;
+    assert_eq!((line["decision"].as_str(), line["reason"].as_str()), (Some("block"), Some("credential-plaintext")));
 }

@@ -3,7 +3,7 @@
 
 use leash_policy::{Format, HeaderForm, SecretSource};
 
-use crate::{connect, decide, errors, policy, warnings};
+use crate::{connect, decide, decide_on, errors, policy, warnings};
 
 const BLOCK_WITH_KEYS: &str = "network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n    \
                                - preset: anthropic\n    - preset: github\n      env: GH_TOKEN\n    \
@@ -61,6 +61,25 @@ fn a_credentials_host_is_always_inspected_and_never_reached_in_clear() {
     let allow =
         "network:\n  mode: allowlist\n  allowed_hosts: [api.openai.com]\n  credentials:\n    - preset: openai\n";
     assert_eq!(connect(allow, "api.openai.com:443"), "inspect rule api.openai.com");
+}
+
+#[test]
+fn neither_audit_mode_nor_ask_mode_lets_a_credential_go_in_clear() {
+    use leash_policy::Via;
+    let allow = "network:\n  mode: allowlist\n  allowed_hosts: [example.org]\n  ports: [80]\n  credentials:\n    \
+                 - preset: openai\n    - name: gw\n      hosts: [gw.test]\n      env: GW\n      header: x-key\n      \
+                 plaintext: true\n";
+    let (audit, ask) = (policy(allow).into_audit(), policy(allow).into_ask().unwrap());
+    // The host is listed nowhere: audit mode would let it through, ask mode would ask; over plain HTTP neither does.
+    assert_eq!(decide_on(&audit, Via::ForwardProxy, "http://api.openai.com/v1/models"), "block credential-plaintext");
+    assert_eq!(decide_on(&ask, Via::ForwardProxy, "http://api.openai.com/v1/models"), "block credential-plaintext");
+    // Over HTTPS the host is still lifted (audit) or asked about (ask), as any unlisted host; an entry that allows
+    // plaintext is too.
+    assert_eq!(decide_on(&audit, Via::Tunnel, "https://api.openai.com/v1/models"), "would-block not-allowed");
+    assert_eq!(decide_on(&ask, Via::Tunnel, "https://api.openai.com/v1/models"), "block not-allowed");
+    assert_eq!(decide_on(&audit, Via::ForwardProxy, "http://gw.test/x"), "would-block not-allowed");
+    // Without audit or ask the rules' own reason stands.
+    assert_eq!(decide(allow, "http://api.openai.com/v1/models"), "block not-allowed");
 }
 
 #[test]
