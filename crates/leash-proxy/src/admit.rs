@@ -127,7 +127,7 @@ where
     D: Door + Send,
 {
     let asked = &entry.asked;
-    let (admission, ruling) = admission(ctx, &entry).await;
+    let (admission, ruling) = admission(ctx, &entry, &*request).await?;
     let Some(treatment) = admission.treatment else {
         return Err(Refusal::new(ctx.refuse_ruled(asked, &admission.decision, ruling), BodyLeft::Unread));
     };
@@ -160,13 +160,24 @@ where
 }
 
 /// The policy's answer about the request, and in ask mode a person's: a request the rules refuse as `not-allowed` is
-/// held until its host is answered, then treated as the policy treats an allowed request to it, or refused.
-async fn admission<'c>(ctx: &'c RequestCtx<'_>, entry: &Entry<'_>) -> (Admission<'c>, Option<Ruling>) {
+/// held until its host is answered, then treated as the policy treats an allowed request to it, or refused. A head
+/// carrying a credential bound to another host is refused at once, before any question: no answer could let it on.
+async fn admission<'c, M: Outgoing>(
+    ctx: &'c RequestCtx<'_>,
+    entry: &Entry<'_>,
+    request: &M,
+) -> Result<(Admission<'c>, Option<Ruling>), Refusal> {
     let admission = ctx.admission(&entry.question);
-    let Some(ruling) = ctx.hold(&entry.asked, &admission.decision).await else { return (admission, None) };
+    if ctx.snap.may_ask(&admission.decision) {
+        let own = ctx.snap.credential_for(entry.host).map(|c| &*c.name);
+        if let Some(name) = ctx.sh.cfg.credentials.carried_elsewhere(own, request) {
+            return Err(Refusal::new(ctx.refuse_leak(&entry.asked, name), BodyLeft::Unread));
+        }
+    }
+    let Some(ruling) = ctx.hold(&entry.asked, &admission.decision).await else { return Ok((admission, None)) };
     let decision = ruled(ruling);
     let treatment = (decision.verdict == Verdict::Allow).then(|| ctx.snap.treatment(entry.host));
-    (Admission { decision, treatment, ..admission }, Some(ruling))
+    Ok((Admission { decision, treatment, ..admission }, Some(ruling)))
 }
 
 /// The model API gate, where the policy filters the host's provider-side tools, and the leak check of a body it

@@ -148,10 +148,7 @@ impl Secrets {
         if self.secrets.is_empty() {
             return Outbound::untouched();
         }
-        let names = request.each().map(|(name, _)| name);
-        let values = request.each().map(|(_, value)| value);
-        let parts = [request.method().as_bytes(), request.target().as_bytes()].into_iter().chain(names).chain(values);
-        if let Some(leaked) = self.found_in_any(own.map(|c| &*c.name), parts) {
+        if let Some(leaked) = self.carried_elsewhere(own.map(|c| &*c.name), request) {
             return Outbound::Leak(leaked.to_owned());
         }
         let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
@@ -175,6 +172,15 @@ impl Secrets {
         let query = query.as_deref().and_then(|t| t.split_once('?')).map(|(_, q)| q.to_owned());
         let injected = in_header || query.is_some();
         Outbound::go(secret, injected, query)
+    }
+
+    /// The name of a credential other than `own` (the host's) that `request`'s head carries anywhere: its method,
+    /// target, a field's name or value.
+    pub(crate) fn carried_elsewhere<M: Outgoing>(&self, own: Option<&str>, request: &M) -> Option<&str> {
+        let names = request.each().map(|(name, _)| name);
+        let values = request.each().map(|(_, value)| value);
+        let parts = [request.method().as_bytes(), request.target().as_bytes()].into_iter().chain(names).chain(values);
+        self.found_in_any(own, parts)
     }
 
     /// The credential a host name carries (`leash-anthropic-….evil.example` would carry its placeholder out in a
