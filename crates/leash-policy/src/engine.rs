@@ -125,9 +125,10 @@ impl Policy {
         self.services.iter().find(|s| s.listen == crate::services::ServiceListen::Port(port))
     }
 
-    /// This policy in audit mode.
+    /// This policy in audit mode. Every name is then reachable, model APIs among them: their tunnels are inspected.
     pub fn into_audit(self) -> Policy {
-        Policy { audit: true, ask: false, ..self }
+        let may_inspect = self.may_inspect || self.provider_tools != ProviderTools::Allow;
+        Policy { audit: true, ask: false, may_inspect, ..self }
     }
 
     /// Ports a plain-HTTP request may name (`ports`); empty allows none.
@@ -300,8 +301,9 @@ impl Policy {
             || rules.has_path_rules()
             || (filters_models
                 && match network.mode {
-                    // Every name but the blocked ones is allowed, model APIs among them.
+                    // Every name but the blocked ones is allowed, model APIs among them; in audit mode every one.
                     Mode::Blocklist => true,
+                    Mode::Allowlist if network.audit => true,
                     Mode::Allowlist => allowed_names(&network)
                         .any(|(name, subtree)| may_cover_model(name, subtree, &model_exact, &model_subtrees)),
                 });

@@ -108,3 +108,46 @@ async fn a_credentials_host_the_rules_would_refuse_is_never_reached_over_plain_h
     let line = leash.decision("/v1/models").await;
     assert_eq!((line["decision"].as_str(), line["reason"].as_str()), (Some("block"), Some("credential-plaintext")));
 }
+
+#[tokio::test]
+async fn an_unlisted_model_api_is_inspected_and_its_provider_tools_still_stripped() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let yaml = format!("{}  model_apis: [models.test]\n", audit(80, tls.port()));
+    let leash = Leash::builder(&yaml).inspecting(&ca.pem).start().await;
+    // The client trusts the origin's CA too: a tunnel leash spliced would reach the origin as well.
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let leashs = std::fs::read(leash.ca_path.as_ref().unwrap()).unwrap();
+    for pem in [ca.pem.as_bytes(), &leashs] {
+        roots.add(rustls::pki_types::CertificateDer::from_pem_slice(pem).unwrap()).unwrap();
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let (raw, status) = connect(leash.addr, &format!("models.test:{}", tls.port())).await;
+    assert_eq!(status, 200);
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let name = rustls::pki_types::ServerName::try_from("models.test").unwrap();
+    let mut inside = within("handshake", connector.connect(name, raw.wire.io)).await.unwrap();
+    let body =
+        r#"{"model":"m","max_tokens":8,"tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[]}"#;
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: models.test:{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        tls.port(),
+        body.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut inside, request.as_bytes()).await.unwrap();
+    let answer = within("the answer", client::read_response(&mut support::http::Wire::new(inside), "POST")).await;
+    assert_eq!(answer.unwrap().status, 200);
+    let got = tls.origin.requests();
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert!(!got[0].body.text().contains("web_search"), "the provider got the tool: {}", got[0].body.text());
+    let line = leash.decision("/v1/messages").await;
+    assert_eq!((line["decision"].as_str(), line["reason"].as_str()), (Some("would-block"), Some("not-allowed")));
+    assert!(line["stripped"].to_string().contains("web_search"), "{line}");
+}
