@@ -13,7 +13,7 @@ use bytes::Bytes;
 use leash_policy::{Admission, Decision, Host, ProviderTools, Question, Reason, Route, Tunnel, Verdict};
 
 use crate::ask::Ruling;
-use crate::credentials::{LeakWatch, Outbound, Watches};
+use crate::credentials::{LeakWatch, Outbound, Redactor, Watches};
 use crate::dial::DialError;
 use crate::gate::{ruled, Asked, Extras, RequestCtx};
 use crate::message::{Outgoing, RequestBody};
@@ -155,6 +155,12 @@ where
     let allowed = Asked { path: asked.path.map(|p| split_query(p).0), ..*asked };
     let upstream = route_and_log(ctx, &allowed, (&decision, extras), treatment.route, door).await?;
     let through = door.through(treatment.route);
+    // An answer through the upstream proxy may quote the `Proxy-Authorization` leash sent it. (Not a WebSocket's:
+    // a watched one may negotiate no extension, which is the credential hosts' rule, not every host's.)
+    let redact = match through {
+        Some(_) if request.upgrade().is_none() => Redactor::joined(redact, secrets.upstream_redactor()),
+        _ => redact,
+    };
     let watches = Watches { redact, leaks: LeakWatch::new(secrets, own), via_proxy: through.clone() };
     Ok(Admitted { upstream, watches, query, body: read, through, rule: decision.rule })
 }

@@ -44,6 +44,14 @@ impl Secret {
         })
     }
 
+    /// The upstream proxy's `user:password` (what `upstream_proxy_auth_env` names), a secret of the operator's that
+    /// leash alone sends, in `Proxy-Authorization`: looked for in every request like a credential bound to no host,
+    /// masked where leash quotes an answer, and redacted from answers that come through the proxy. `placeholder`
+    /// is what the sandbox's environment holds in its place.
+    pub fn upstream_proxy(user_password: &str, placeholder: &str) -> Option<Secret> {
+        Secret::new(UPSTREAM_PROXY, user_password, placeholder)
+    }
+
     /// The placeholder the sandbox sees in place of the value (in its environment, and in what comes back).
     pub fn placeholder(&self) -> &str {
         std::str::from_utf8(&self.placeholder).unwrap_or_default()
@@ -82,6 +90,9 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// The name the upstream proxy's secret goes by in warnings: no credential entry can have it (a space).
+pub const UPSTREAM_PROXY: &str = "upstream proxy";
+
 /// Every secret of a run.
 #[derive(Debug, Default)]
 pub struct Secrets {
@@ -102,6 +113,15 @@ impl Secrets {
     /// The secret of the entry named `name`.
     pub fn get(&self, name: &str) -> Option<&Secret> {
         self.secrets.iter().find(|s| s.name == name)
+    }
+
+    /// The redactor for an answer that came through the upstream proxy, when leash sends it credentials: its
+    /// `user:password`, and that in base64 (a `Proxy-Authorization` quoted back), become their placeholder's forms.
+    pub(crate) fn upstream_redactor(&self) -> Option<Redactor> {
+        let s = self.get(UPSTREAM_PROXY)?;
+        let b64 = |v: &[u8]| base64::engine::general_purpose::STANDARD_NO_PAD.encode(v).into_bytes();
+        let forms = vec![(s.value.clone(), s.placeholder.clone()), (b64(&s.value), b64(&s.placeholder))];
+        Some(Redactor::new(forms))
     }
 
     /// `text` with every real value in it replaced by its placeholder; `None` when it holds none.
@@ -655,6 +675,14 @@ impl Redactor {
         let window = forms.iter().map(|(s, _)| s.len()).max().unwrap_or(0).saturating_sub(1);
         let breaks = forms.iter().all(|(s, r)| !s.iter().chain(r).any(|&b| is_break(b)));
         Redactor { forms, window, breaks, pending: Vec::new(), framing: Vec::new() }
+    }
+
+    /// One redactor for the forms of both `a` and `b` (either may be missing).
+    pub(crate) fn joined(a: Option<Redactor>, b: Option<Redactor>) -> Option<Redactor> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(Redactor::new(a.forms.into_iter().chain(b.forms).collect())),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Take `bytes` (`data`: body data, else framing) and return what may be passed on now.
