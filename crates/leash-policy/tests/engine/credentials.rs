@@ -116,7 +116,7 @@ fn a_credential_for_a_host_the_policy_refuses_is_a_warning() {
 }
 
 #[test]
-fn adding_the_secret_on_a_subdomain_entry_is_a_warning() {
+fn a_subdomain_entry_is_a_warning_with_add_or_without() {
     let entry = |add: &str| {
         format!(
             "network:\n  mode: blocklist\n  blocked_urls: [x.test]\n  credentials:\n    - name: corp\n      \
@@ -129,7 +129,16 @@ fn adding_the_secret_on_a_subdomain_entry_is_a_warning() {
           request to any subdomain of `example.com`, also one an attacker can register or point elsewhere; list the \
           exact hosts"]
     );
-    assert!(warnings(&entry("")).is_empty(), "replacing a placeholder the client sent is not adding one");
+    // Without `add` the value goes wherever under it the sandbox sends the placeholder: a name it controls too.
+    assert_eq!(
+        warnings(&entry("")),
+        ["network.credentials[0].hosts[0]: `.example.com` puts the real secret of `corp` on any request to a \
+          subdomain of `example.com` that carries its placeholder, so the sandbox can have it sent to one an attacker \
+          can register or point elsewhere; list the exact hosts"]
+    );
+    let exact = "network:\n  mode: blocklist\n  blocked_urls: [x.test]\n  credentials:\n    - name: corp\n      \
+                 hosts: [api.example.com, api.example.org]\n      env: CORP\n      header: authorization\n";
+    assert!(warnings(exact).is_empty(), "exact hosts are no warning");
 }
 
 #[test]
