@@ -50,8 +50,10 @@ pub fn read(policy: &Policy) -> Result<Secrets, String> {
         secrets.push(secret);
     }
     // The upstream proxy's `user:password` is a secret too: looked for in requests, kept out of the sandbox, masked
-    // and redacted where it could come back. (Too short to be told from ordinary text, it is only kept out.)
-    if let Some(user_password) = upstream_user_password(policy)?.filter(|v| v.len() >= MIN_SECRET_BYTES) {
+    // and redacted where it could come back. (Too short to be told from ordinary text, it is only kept out. Missing,
+    // it is [`upstream_auth`]'s to report: `leash check` does not ask for it.)
+    let upstream = upstream_user_password(policy).ok().flatten();
+    if let Some(user_password) = upstream.filter(|v| v.len() >= MIN_SECRET_BYTES) {
         let placeholder = placeholder("upstream-proxy", user_password.len())?;
         secrets.extend(Secret::upstream_proxy(&user_password, &placeholder));
     }
