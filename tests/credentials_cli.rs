@@ -141,6 +141,31 @@ fn a_secret_read_from_a_file_is_not_readable_inside() {
     assert!(!stdout(&o).contains(SECRET) && !stderr(&o).contains(SECRET));
 }
 
+#[test]
+fn the_upstream_proxys_credentials_never_reach_the_command() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    let text = "network:\n  mode: blocklist\n  blocked_urls: []\n  upstream_proxy: http://127.0.0.1:9\n  \
+                upstream_proxy_auth_env: CORP_PROXY\n";
+    std::fs::write(&policy, text).unwrap();
+    let corp = "corp-user:corp-password-0123";
+    // Neither the variable leash reads them from, nor another variable that holds them.
+    let o = Command::new(LEASH)
+        .args(["run", "--policy", policy.to_str().unwrap(), "--", "sh", "-c", "env"])
+        .env("CORP_PROXY", corp)
+        .env("ALSO_CORP", format!("http://{corp}@proxy.corp.test:3128"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let env = stdout(&o);
+    assert!(!env.contains("corp-password"), "the command's environment holds the proxy's password: {env}");
+    assert!(!env.lines().any(|l| l.starts_with("CORP_PROXY=")), "{env}");
+    assert!(env.contains("ALSO_CORP=http://leash-upstream-proxy-"), "{env}");
+}
+
 /// A policy whose anthropic credential is read from `file`.
 fn file_policy(dir: &std::path::Path, file: &std::path::Path) -> std::path::PathBuf {
     let policy = dir.join("file-policy.yaml");
@@ -164,6 +189,13 @@ fn a_secret_with_whitespace_a_second_line_a_control_character_or_too_few_bytes_s
         (format!("{SECRET}\nsecond-line-of-it\n"), "has more than one line"),
         (format!("{SECRET}\n\n"), "begins or ends with whitespace"),
         (format!("sk-ant-\u{1b}[0m{SECRET}"), "holds a control character"),
+        // A byte-order mark (a file saved by Notepad), a zero-width space, an inner space, a non-breaking one, a
+        // quote: each a form a provider may quote back that leash's matcher would not know.
+        (format!("\u{feff}{SECRET}\n"), "holds a character outside ASCII"),
+        (format!("sk-ant-\u{200b}{SECRET}"), "holds a character outside ASCII"),
+        (format!("sk-ant- {SECRET}"), "holds whitespace"),
+        (format!("sk-ant-\u{a0}{SECRET}"), "holds whitespace"),
+        (format!("sk-ant-\"{SECRET}"), "holds `\"` or `\\`, which a JSON answer quotes back escaped"),
         ("sk-ant-short\n".to_owned(), "is 12 bytes long; a secret this short could be ordinary text"),
     ];
     for (content, why) in cases {
@@ -190,7 +222,7 @@ fn a_secret_with_whitespace_a_second_line_a_control_character_or_too_few_bytes_s
     }
     // From the environment: the same rules, and no line end is taken off.
     let policy = policy(dir.path(), 443);
-    for value in [format!("{SECRET}\n"), format!("{SECRET}\t"), "0123456789".to_owned()] {
+    for value in [format!("{SECRET}\n"), format!("{SECRET}\t"), "0123456789".to_owned(), format!("\u{feff}{SECRET}")] {
         let check = Command::new(LEASH)
             .args(["check", policy.to_str().unwrap()])
             .env("ANTHROPIC_API_KEY", &value)

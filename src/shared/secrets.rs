@@ -49,17 +49,29 @@ pub fn read(policy: &Policy) -> Result<Secrets, String> {
             .ok_or_else(|| format!("credential `{}`: its secret cannot be told from a placeholder", c.name))?;
         secrets.push(secret);
     }
+    // The upstream proxy's `user:password` is a secret too: looked for in requests, kept out of the sandbox, masked
+    // and redacted where it could come back. (Too short to be told from ordinary text, it is only kept out. Missing,
+    // it is [`upstream_auth`]'s to report: `leash check` does not ask for it.)
+    let upstream = upstream_user_password(policy).ok().flatten();
+    if let Some(user_password) = upstream.filter(|v| v.len() >= MIN_SECRET_BYTES) {
+        let placeholder = placeholder("upstream-proxy", user_password.len())?;
+        secrets.extend(Secret::upstream_proxy(&user_password, &placeholder));
+    }
     Ok(Secrets::new(secrets))
 }
 
 /// The upstream proxy's `Proxy-Authorization` (Basic), from the variable the policy names (`user:password`); `None`
 /// when there is no upstream proxy or it needs no credentials. A named variable that is missing or empty is an error.
 pub fn upstream_auth(policy: &Policy) -> Result<Option<Arc<str>>, String> {
+    let user_password = upstream_user_password(policy)?;
+    Ok(user_password.map(|value| leash_proxy::credentials::basic_authorization(&value).into()))
+}
+
+/// The upstream proxy's `user:password`, from the variable the policy names.
+fn upstream_user_password(policy: &Policy) -> Result<Option<String>, String> {
     let Some(var) = policy.upstream_proxy().and_then(|up| up.auth_env.as_deref()) else { return Ok(None) };
     match std::env::var(var) {
-        Ok(value) if value.contains(':') && !value.trim().is_empty() => {
-            Ok(Some(leash_proxy::credentials::basic_authorization(&value).into()))
-        }
+        Ok(value) if value.contains(':') && !value.trim().is_empty() => Ok(Some(value)),
         _ => Err(format!("upstream_proxy_auth_env: `{var}` is not set to `user:password` in leash's environment")),
     }
 }
@@ -92,6 +104,23 @@ fn unusable(value: &str) -> Option<String> {
     }
     if value.contains(char::is_control) {
         return Some("holds a control character".to_owned());
+    }
+    if value.contains(char::is_whitespace) {
+        return Some("holds whitespace; a secret is one token".to_owned());
+    }
+    if !value.is_ascii() {
+        return Some(
+            "holds a character outside ASCII (a byte-order mark, a zero-width or non-breaking space, a letter): a \
+             provider may quote it back in another encoding, which the redactor would not know; remove it where the \
+             secret is stored"
+                .to_owned(),
+        );
+    }
+    if value.contains(['"', '\\']) {
+        return Some(
+            "holds `\"` or `\\`, which a JSON answer quotes back escaped, a form the redactor would not know"
+                .to_owned(),
+        );
     }
     (value.len() < MIN_SECRET_BYTES).then(|| {
         format!(
@@ -134,6 +163,10 @@ fn placeholder(name: &str, secret_len: usize) -> Result<String, String> {
 /// A command's environment with every credential's variable holding its placeholder, and any other variable whose
 /// value holds a real secret changed to hold the placeholder instead: the real value is never in the sandbox.
 pub fn sandbox_env(policy: &Policy, secrets: &Secrets, env: &mut Vec<(OsString, OsString)>) {
+    // The upstream proxy's credentials are leash's to send: the sandbox talks to leash, never to the proxy.
+    if let Some(var) = policy.upstream_proxy().and_then(|up| up.auth_env.as_deref()) {
+        env.retain(|(k, _)| k != var);
+    }
     for c in policy.credentials() {
         let Some(secret) = secrets.get(&c.name) else { continue };
         env.retain(|(k, _)| k != c.env.as_str());
@@ -185,6 +218,16 @@ mod tests {
         }
         assert!(unusable("0123456789abcde").unwrap().contains("15 bytes long"));
         assert!(unusable("sk-ant-0123456789\u{7f}abcdef").unwrap().contains("control character"));
+        // What a provider may quote back in another form: inner spaces, invisible or non-ASCII characters, and what
+        // JSON escapes.
+        assert!(unusable("sk-ant-0123 456789abcdef").unwrap().contains("holds whitespace"));
+        assert!(unusable("sk-ant-0123\u{a0}456789abcdef").unwrap().contains("holds whitespace"));
+        for bad in ["\u{feff}sk-ant-0123456789abcdef", "sk-ant-0123\u{200b}456789abcdef", "sk-ant-0123456789abcdé"] {
+            assert!(unusable(bad).unwrap().contains("outside ASCII"), "{bad:?}");
+        }
+        for bad in ["sk-ant-0123\"456789abcdef", "sk-ant-0123\\456789abcdef"] {
+            assert!(unusable(bad).unwrap().contains("JSON"), "{bad:?}");
+        }
     }
 
     #[test]

@@ -125,9 +125,10 @@ impl Policy {
         self.services.iter().find(|s| s.listen == crate::services::ServiceListen::Port(port))
     }
 
-    /// This policy in audit mode.
+    /// This policy in audit mode. Every name is then reachable, model APIs among them: their tunnels are inspected.
     pub fn into_audit(self) -> Policy {
-        Policy { audit: true, ask: false, ..self }
+        let may_inspect = self.may_inspect || self.provider_tools != ProviderTools::Allow;
+        Policy { audit: true, ask: false, may_inspect, ..self }
     }
 
     /// Ports a plain-HTTP request may name (`ports`); empty allows none.
@@ -300,8 +301,9 @@ impl Policy {
             || rules.has_path_rules()
             || (filters_models
                 && match network.mode {
-                    // Every name but the blocked ones is allowed, model APIs among them.
+                    // Every name but the blocked ones is allowed, model APIs among them; in audit mode every one.
                     Mode::Blocklist => true,
+                    Mode::Allowlist if network.audit => true,
                     Mode::Allowlist => allowed_names(&network)
                         .any(|(name, subtree)| may_cover_model(name, subtree, &model_exact, &model_subtrees)),
                 });
@@ -326,15 +328,16 @@ impl Policy {
     }
 
     /// A plain-HTTP request to a credential's host: the credential would travel in clear, so it is refused unless
-    /// the entry allows plaintext (a gateway on a private network).
+    /// the entry allows plaintext (a gateway on a private network). Also where the rules refuse it in a way audit
+    /// mode lets through or ask mode asks about: neither lifts this refusal, so the value never goes in clear by
+    /// either (nor by a person's yes, to this request or to an HTTPS one to the same host).
     fn credential_in_clear(&self, req: &Request<'_>, name: &Name, d: Decision) -> Decision {
-        match d.verdict {
-            Verdict::Allow if req.via == Via::ForwardProxy => match self.credential_for_name(name.as_str()) {
-                Some(c) if !c.plaintext => {
-                    Decision { verdict: Verdict::Block, reason: Reason::CredentialPlaintext, rule: d.rule }
-                }
-                _ => d,
-            },
+        let lifted = d.verdict == Verdict::Block && self.lifts_on_target(&d);
+        if req.via != Via::ForwardProxy || (d.verdict != Verdict::Allow && !lifted) {
+            return d;
+        }
+        match self.credential_for_name(name.as_str()) {
+            Some(c) if !c.plaintext => Decision { verdict: Verdict::Block, reason: Reason::CredentialPlaintext, ..d },
             _ => d,
         }
     }

@@ -80,8 +80,23 @@ impl Policy {
         match d.verdict {
             // INVARIANT: audit mode lets through only what the host and path rules refuse; ports, IP literals, the
             // ClientHello checks and the destination check (after resolution, outside this function) still refuse.
-            Verdict::Block if self.audits() && d.reason.is_rule() => Decision { verdict: Verdict::WouldBlock, ..d },
+            Verdict::Block if self.audits() && d.reason.is_rule() => self.audited(question, d, tls),
             _ => d,
+        }
+    }
+
+    /// What audit mode makes of a refusal by the rules: it goes on, `would-block`. A tunnel that would be inspected
+    /// were its host allowed (a model API whose tools are filtered, a credential's host, `inspect: all`) is inspected
+    /// instead, its requests decided (`would-block`) and treated one by one: audit mode changes what is refused,
+    /// never what is stripped from a request or put on it.
+    fn audited(&self, question: &Question<'_>, d: Decision, tls: TlsInspection) -> Decision {
+        match *question {
+            Question::Connect { target, .. } | Question::ClientHello { target, .. }
+                if self.inspects_if_allowed(target) =>
+            {
+                inspectable(Decision { verdict: Verdict::Inspect, ..d }, tls)
+            }
+            _ => Decision { verdict: Verdict::WouldBlock, ..d },
         }
     }
 

@@ -10,10 +10,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use leash_policy::{Admission, Decision, Host, ProviderTools, Question, Route, Verdict};
+use leash_policy::{Admission, Decision, Host, ProviderTools, Question, Reason, Route, Tunnel, Verdict};
 
 use crate::ask::Ruling;
-use crate::credentials::{LeakWatch, Outbound, Watches};
+use crate::credentials::{LeakWatch, Outbound, Redactor, Watches};
 use crate::dial::DialError;
 use crate::gate::{ruled, Asked, Extras, RequestCtx};
 use crate::message::{Outgoing, RequestBody};
@@ -127,10 +127,16 @@ where
     D: Door + Send,
 {
     let asked = &entry.asked;
-    let (admission, ruling) = admission(ctx, &entry).await;
+    let (admission, ruling) = admission(ctx, &entry, &*request).await?;
     let Some(treatment) = admission.treatment else {
         return Err(Refusal::new(ctx.refuse_ruled(asked, &admission.decision, ruling), BodyLeft::Unread));
     };
+    // INVARIANT: a credential's value goes out in clear only where its entry allows plaintext, however the request
+    // was let on (the rules, audit mode, a person's yes). The policy refuses such a request already; kept here too.
+    if admission.tunnel == Tunnel::None && treatment.credential.is_some_and(|c| !c.plaintext) {
+        let in_clear = Decision { verdict: Verdict::Block, reason: Reason::CredentialPlaintext, rule: None };
+        return Err(Refusal::new(ctx.refuse_ruled(asked, &in_clear, ruling), BodyLeft::Unread));
+    }
     // Credentials: one bound to another host refuses the request; the host's own goes in.
     let secrets = &ctx.sh.cfg.credentials;
     let (credential, redact, query) = match secrets.outgoing(treatment.credential, entry.host, request) {
@@ -149,18 +155,35 @@ where
     let allowed = Asked { path: asked.path.map(|p| split_query(p).0), ..*asked };
     let upstream = route_and_log(ctx, &allowed, (&decision, extras), treatment.route, door).await?;
     let through = door.through(treatment.route);
+    // An answer through the upstream proxy may quote the `Proxy-Authorization` leash sent it. (Not a WebSocket's:
+    // a watched one may negotiate no extension, which is the credential hosts' rule, not every host's.)
+    let redact = match through {
+        Some(_) if request.upgrade().is_none() => Redactor::joined(redact, secrets.upstream_redactor()),
+        _ => redact,
+    };
     let watches = Watches { redact, leaks: LeakWatch::new(secrets, own), via_proxy: through.clone() };
     Ok(Admitted { upstream, watches, query, body: read, through, rule: decision.rule })
 }
 
 /// The policy's answer about the request, and in ask mode a person's: a request the rules refuse as `not-allowed` is
-/// held until its host is answered, then treated as the policy treats an allowed request to it, or refused.
-async fn admission<'c>(ctx: &'c RequestCtx<'_>, entry: &Entry<'_>) -> (Admission<'c>, Option<Ruling>) {
+/// held until its host is answered, then treated as the policy treats an allowed request to it, or refused. A head
+/// carrying a credential bound to another host is refused at once, before any question: no answer could let it on.
+async fn admission<'c, M: Outgoing>(
+    ctx: &'c RequestCtx<'_>,
+    entry: &Entry<'_>,
+    request: &M,
+) -> Result<(Admission<'c>, Option<Ruling>), Refusal> {
     let admission = ctx.admission(&entry.question);
-    let Some(ruling) = ctx.hold(&entry.asked, &admission.decision).await else { return (admission, None) };
+    if ctx.snap.may_ask(&admission.decision) {
+        let own = ctx.snap.credential_for(entry.host).map(|c| &*c.name);
+        if let Some(name) = ctx.sh.cfg.credentials.carried_elsewhere(own, request) {
+            return Err(Refusal::new(ctx.refuse_leak(&entry.asked, name), BodyLeft::Unread));
+        }
+    }
+    let Some(ruling) = ctx.hold(&entry.asked, &admission.decision).await else { return Ok((admission, None)) };
     let decision = ruled(ruling);
     let treatment = (decision.verdict == Verdict::Allow).then(|| ctx.snap.treatment(entry.host));
-    (Admission { decision, treatment, ..admission }, Some(ruling))
+    Ok((Admission { decision, treatment, ..admission }, Some(ruling)))
 }
 
 /// The model API gate, where the policy filters the host's provider-side tools, and the leak check of a body it

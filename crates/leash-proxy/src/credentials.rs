@@ -44,6 +44,14 @@ impl Secret {
         })
     }
 
+    /// The upstream proxy's `user:password` (what `upstream_proxy_auth_env` names), a secret of the operator's that
+    /// leash alone sends, in `Proxy-Authorization`: looked for in every request like a credential bound to no host,
+    /// masked where leash quotes an answer, and redacted from answers that come through the proxy. `placeholder`
+    /// is what the sandbox's environment holds in its place.
+    pub fn upstream_proxy(user_password: &str, placeholder: &str) -> Option<Secret> {
+        Secret::new(UPSTREAM_PROXY, user_password, placeholder)
+    }
+
     /// The placeholder the sandbox sees in place of the value (in its environment, and in what comes back).
     pub fn placeholder(&self) -> &str {
         std::str::from_utf8(&self.placeholder).unwrap_or_default()
@@ -82,6 +90,9 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// The name the upstream proxy's secret goes by in warnings: no credential entry can have it (a space).
+pub const UPSTREAM_PROXY: &str = "upstream proxy";
+
 /// Every secret of a run.
 #[derive(Debug, Default)]
 pub struct Secrets {
@@ -102,6 +113,15 @@ impl Secrets {
     /// The secret of the entry named `name`.
     pub fn get(&self, name: &str) -> Option<&Secret> {
         self.secrets.iter().find(|s| s.name == name)
+    }
+
+    /// The redactor for an answer that came through the upstream proxy, when leash sends it credentials: its
+    /// `user:password`, and that in base64 (a `Proxy-Authorization` quoted back), become their placeholder's forms.
+    pub(crate) fn upstream_redactor(&self) -> Option<Redactor> {
+        let s = self.get(UPSTREAM_PROXY)?;
+        let b64 = |v: &[u8]| base64::engine::general_purpose::STANDARD_NO_PAD.encode(v).into_bytes();
+        let forms = vec![(s.value.clone(), s.placeholder.clone()), (b64(&s.value), b64(&s.placeholder))];
+        Some(Redactor::new(forms))
     }
 
     /// `text` with every real value in it replaced by its placeholder; `None` when it holds none.
@@ -148,10 +168,7 @@ impl Secrets {
         if self.secrets.is_empty() {
             return Outbound::untouched();
         }
-        let names = request.each().map(|(name, _)| name);
-        let values = request.each().map(|(_, value)| value);
-        let parts = [request.method().as_bytes(), request.target().as_bytes()].into_iter().chain(names).chain(values);
-        if let Some(leaked) = self.found_in_any(own.map(|c| &*c.name), parts) {
+        if let Some(leaked) = self.carried_elsewhere(own.map(|c| &*c.name), request) {
             return Outbound::Leak(leaked.to_owned());
         }
         let secret = own.and_then(|c| Some((c, self.get(&c.name)?)));
@@ -175,6 +192,15 @@ impl Secrets {
         let query = query.as_deref().and_then(|t| t.split_once('?')).map(|(_, q)| q.to_owned());
         let injected = in_header || query.is_some();
         Outbound::go(secret, injected, query)
+    }
+
+    /// The name of a credential other than `own` (the host's) that `request`'s head carries anywhere: its method,
+    /// target, a field's name or value.
+    pub(crate) fn carried_elsewhere<M: Outgoing>(&self, own: Option<&str>, request: &M) -> Option<&str> {
+        let names = request.each().map(|(name, _)| name);
+        let values = request.each().map(|(_, value)| value);
+        let parts = [request.method().as_bytes(), request.target().as_bytes()].into_iter().chain(names).chain(values);
+        self.found_in_any(own, parts)
     }
 
     /// The credential a host name carries (`leash-anthropic-….evil.example` would carry its placeholder out in a
@@ -447,16 +473,23 @@ fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 
 /// What a [`Filtered`] writer passes a byte stream through: a [`Redactor`] (a response) or a [`LeakWatch`] (a request).
 pub(crate) trait Filter {
-    /// The next bytes (`searched`: body data, a chunk extension or trailer text; else chunk framing): what may go on
-    /// now, or the credential that stops the stream.
-    fn filter(&mut self, bytes: &[u8], searched: bool) -> Result<Vec<u8>, Arc<str>>;
+    /// The next bytes (`data`: body data; else framing, passed over by the search): what may go on now, or the
+    /// credential that stops the stream.
+    fn filter(&mut self, bytes: &[u8], data: bool) -> Result<Vec<u8>, Arc<str>>;
+    /// One whole line of text a peer chose outside the data (a chunk extension, a trailer field), searched on its
+    /// own: as it may go on (redacted), or the credential that stops the stream.
+    fn text(&mut self, line: &[u8]) -> Result<Vec<u8>, Arc<str>>;
     /// The stream's end: what was held goes on.
     fn end(&mut self) -> Vec<u8>;
 }
 
 impl Filter for Redactor {
-    fn filter(&mut self, bytes: &[u8], searched: bool) -> Result<Vec<u8>, Arc<str>> {
-        Ok(self.push(bytes, searched))
+    fn filter(&mut self, bytes: &[u8], data: bool) -> Result<Vec<u8>, Arc<str>> {
+        Ok(self.push(bytes, data))
+    }
+
+    fn text(&mut self, line: &[u8]) -> Result<Vec<u8>, Arc<str>> {
+        Ok(self.redact_all(line))
     }
 
     fn end(&mut self) -> Vec<u8> {
@@ -465,8 +498,12 @@ impl Filter for Redactor {
 }
 
 impl Filter for LeakWatch {
-    fn filter(&mut self, bytes: &[u8], searched: bool) -> Result<Vec<u8>, Arc<str>> {
-        self.pass(bytes, searched)
+    fn filter(&mut self, bytes: &[u8], data: bool) -> Result<Vec<u8>, Arc<str>> {
+        self.pass(bytes, data)
+    }
+
+    fn text(&mut self, line: &[u8]) -> Result<Vec<u8>, Arc<str>> {
+        self.found_in(line).map_or_else(|| Ok(line.to_vec()), Err)
     }
 
     fn end(&mut self) -> Vec<u8> {
@@ -480,14 +517,18 @@ pub(crate) type Redacting<'a, W> = Filtered<'a, W, Redactor>;
 /// inside the error, and nothing of the credential is written.
 pub(crate) type Watched<'a, W> = Filtered<'a, W, LeakWatch>;
 
-/// A writer that passes a byte stream through a [`Filter`] on its way to `inner`. With `chunked`, chunk framing is
-/// told apart from data, so a credential split across chunks is caught. Bytes the filter holds go on only at
-/// [`Filtered::finish`], never at a flush: a relay flushes whenever its reader waits, which may fall inside a
-/// credential.
+/// A writer that passes a byte stream through a [`Filter`] on its way to `inner`. With `chunked`, the message's data
+/// is searched as one stream, whatever frames it — sizes, line ends, chunk extensions (`;x`, a bare `;`, quoted
+/// values) and trailers are passed over — so a credential split across chunks is caught; each extension and trailer
+/// line is searched whole on its own, held until its line end (its length is the peer's, never the value's).
+/// Bytes the filter holds go on only at [`Filtered::finish`], never at a flush: a relay flushes whenever its reader
+/// waits, which may fall inside a credential.
 pub(crate) struct Filtered<'a, W, F> {
     inner: &'a mut W,
     filter: F,
     chunked: Option<ChunkedScanner>,
+    /// The chunk extension or trailer line under way (bounded by the scanner's `MAX_CHUNK_LINE`).
+    line: Vec<u8>,
     /// Bytes the filter passed that `inner` has not taken yet, from `at` on.
     out: Vec<u8>,
     at: usize,
@@ -495,13 +536,17 @@ pub(crate) struct Filtered<'a, W, F> {
 
 impl<'a, W: AsyncWrite + Unpin, F: Filter + Unpin> Filtered<'a, W, F> {
     pub(crate) fn new(inner: &'a mut W, filter: F, chunked: bool) -> Self {
-        Filtered { inner, filter, chunked: chunked.then(ChunkedScanner::new), out: Vec::new(), at: 0 }
+        let chunked = chunked.then(ChunkedScanner::new);
+        Filtered { inner, filter, chunked, line: Vec::new(), out: Vec::new(), at: 0 }
     }
 
     /// The stream's end: what the filter still holds goes on, and `inner` is flushed.
     pub(crate) async fn finish(&mut self) -> io::Result<()> {
         use tokio::io::AsyncWriteExt;
         let mut pending = self.out.split_off(self.at);
+        // A line cut off by the stream's end (a broken body, the relay's to report) is searched like a whole one.
+        let cut = end_line(&mut self.line, &mut self.filter).map_err(|name| io::Error::other(LeakFound(name)))?;
+        pending.extend_from_slice(&cut);
         pending.extend_from_slice(&self.filter.end());
         self.out.clear();
         self.at = 0;
@@ -516,14 +561,23 @@ impl<'a, W: AsyncWrite + Unpin, F: Filter + Unpin> Filtered<'a, W, F> {
         while !rest.is_empty() {
             // Data goes through in runs; framing one byte at a time (its lines are short).
             let left = scanner.data_left();
-            // Chunk extensions and trailer fields are searched like data: a peer chooses them too.
-            let searched = left.is_some() || scanner.in_text();
+            // Chunk extensions and trailer fields are a peer's text too, but no part of the data: searched line by
+            // line on their own, and passed over by the data's search, so none can split a credential in the data.
+            let text = scanner.in_text();
             let n = left.map_or(1, |left| usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len())).max(1));
             let (now, later) = rest.split_at(n);
             // A framing error is the relay's to report; here the bytes only pass through.
             let _ = scanner.feed(now);
-            out.extend(self.filter.filter(now, searched)?);
             rest = later;
+            if !text {
+                out.extend(self.filter.filter(now, left.is_some())?);
+                continue;
+            }
+            self.line.extend_from_slice(now);
+            // The line ends at its LF, or where the scanner leaves text (an extension's CR, a framing error).
+            if now == b"\n" || !scanner.in_text() {
+                out.extend(end_line(&mut self.line, &mut self.filter)?);
+            }
         }
         Ok(out)
     }
@@ -540,6 +594,16 @@ impl<'a, W: AsyncWrite + Unpin, F: Filter + Unpin> Filtered<'a, W, F> {
         self.at = 0;
         Poll::Ready(Ok(()))
     }
+}
+
+/// The text `line` under way, searched whole and handed to `filter` as framing (after the data before it).
+fn end_line<F: Filter>(line: &mut Vec<u8>, filter: &mut F) -> Result<Vec<u8>, Arc<str>> {
+    if line.is_empty() {
+        return Ok(Vec::new());
+    }
+    let whole = std::mem::take(line);
+    let checked = filter.text(&whole)?;
+    filter.filter(&checked, false)
 }
 
 impl<W: AsyncWrite + Unpin, F: Filter + Unpin> AsyncWrite for Filtered<'_, W, F> {
@@ -611,6 +675,14 @@ impl Redactor {
         let window = forms.iter().map(|(s, _)| s.len()).max().unwrap_or(0).saturating_sub(1);
         let breaks = forms.iter().all(|(s, r)| !s.iter().chain(r).any(|&b| is_break(b)));
         Redactor { forms, window, breaks, pending: Vec::new(), framing: Vec::new() }
+    }
+
+    /// One redactor for the forms of both `a` and `b` (either may be missing).
+    pub(crate) fn joined(a: Option<Redactor>, b: Option<Redactor>) -> Option<Redactor> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(Redactor::new(a.forms.into_iter().chain(b.forms).collect())),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Take `bytes` (`data`: body data, else framing) and return what may be passed on now.

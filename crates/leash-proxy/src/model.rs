@@ -73,8 +73,9 @@ pub(super) const UPGRADE: &str =
     "a WebSocket upgrade to a model API carries messages leash does not read (provider-side tools among them)";
 
 /// The decision logged for a forwarded body: the policy's, or `allow provider-tools-stripped` when something went.
+/// Audit mode's `would-block` stays one (the line's `stripped` names what went): it says what the rules refuse.
 pub(super) fn forwarded(d: &Decision, stripped: &[String]) -> Decision {
-    match stripped.is_empty() {
+    match stripped.is_empty() || d.verdict == Verdict::WouldBlock {
         true => d.clone(),
         false => Decision { verdict: Verdict::Allow, reason: Reason::ProviderToolsStripped, rule: d.rule.clone() },
     }

@@ -7,9 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use leash_proxy::ask::{Answer, AnsweredBy};
-use support::client::{exchange, get};
-use support::tls::{https_get, Writes};
+use leash_proxy::ask::{Answer, AnsweredBy, Event};
+use leash_proxy::credentials::{Secret, Secrets};
+use support::client::{self, exchange, get, read_response};
+use support::tls::{connect, https_get, Writes};
 use support::*;
 
 /// An ask-mode policy that lists `allowed.test` only, with the plain origin's port and the TLS origin's.
@@ -96,4 +97,110 @@ async fn a_tunnel_is_held_on_its_name_and_its_client_hello_must_name_the_host_th
     tls.assert_untouched().await;
     let line = leash.decision("other.test").await;
     assert_eq!((line["decision"].as_str(), line["reason"].as_str()), (Some("block"), Some("host-mismatch")));
+}
+
+const SECRET: &str = "sk-real-0123456789abcdef";
+const PLACEHOLDER: &str = "leash-placeholder-abc123";
+
+/// [`ask`] with a credential for `models.test`, listed nowhere.
+fn with_a_credential(port: u16, tunnel_port: u16) -> String {
+    let credential =
+        "  credentials:\n    - name: provider\n      hosts: [models.test]\n      env: PROVIDER_KEY\n      \
+                      header: x-api-key\n";
+    format!("{}{credential}", ask(port, tunnel_port))
+}
+
+/// A leash asking about what `yaml` refuses as `not-allowed`, with the credential's secret and TLS inspection
+/// trusting `ca`.
+async fn asking_with_a_credential(yaml: &str, ca: &TestCa) -> Leash {
+    let secrets = Secrets::new(vec![Secret::new("provider", SECRET, PLACEHOLDER).unwrap()]);
+    Leash::builder(yaml).asking(Duration::from_secs(60)).inspecting(&ca.pem).secrets(secrets).start().await
+}
+
+/// A plain-HTTP request to `models.test` carrying the placeholder, answered within ten seconds.
+async fn plain_to_the_provider(leash: &Leash, port: u16) -> Resp {
+    let url = format!("http://models.test:{port}/v1/models");
+    let raw = client::request("GET", &url, &[&format!("x-api-key: {PLACEHOLDER}")], "");
+    tokio::time::timeout(Duration::from_secs(10), exchange(leash.addr, raw)).await.expect("an answer at once")
+}
+
+#[tokio::test]
+async fn a_plain_http_request_to_a_credentials_host_is_refused_at_once_never_asked() {
+    let (ca, up) = (TestCa::new(), Upstream::start().await);
+    let leash = asking_with_a_credential(&with_a_credential(up.port(), 443), &ca).await;
+    let mut events = leash.ask.as_ref().unwrap().watch();
+    assert_refused(&plain_to_the_provider(&leash, up.port()).await, 403, "credential-plaintext");
+    assert!(events.try_recv().is_err(), "a question was opened");
+    up.assert_untouched().await;
+}
+
+#[tokio::test]
+async fn after_run_for_an_https_request_a_plain_one_to_the_same_host_never_carries_the_key() {
+    let (ca, up) = (TestCa::new(), Upstream::start().await);
+    let tls = TlsUpstream::start(&ca).await;
+    let leash = asking_with_a_credential(&with_a_credential(up.port(), tls.port()), &ca).await;
+    let asking = leash.ask.clone().unwrap();
+    let mut events = asking.watch();
+    let (config, addr, target) = (trusting(&leash), leash.addr, format!("models.test:{}", tls.port()));
+    let https = tokio::spawn(async move { https_get(addr, &target, "models.test", config, Writes::Whole).await });
+    let question = within("a question about models.test", async {
+        loop {
+            if let Ok(Event::Asked(q)) = events.recv().await {
+                return q;
+            }
+        }
+    })
+    .await;
+    assert_eq!((question.host.as_str(), question.path.as_deref()), ("models.test", Some("/")));
+    asking.answer(question.id, Answer::Run, None, AnsweredBy::Socket).unwrap();
+    assert_eq!(within("the https request", https).await.unwrap().unwrap().status, 200);
+    // The host is allowed for the run; over plain HTTP its key would travel in clear: refused, never sent.
+    assert_refused(&plain_to_the_provider(&leash, up.port()).await, 403, "credential-plaintext");
+    up.assert_untouched().await;
+}
+
+/// A client trusting `leash`'s CA only.
+fn trusting(leash: &Leash) -> rustls::ClientConfig {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(leash.ca_path.as_ref().unwrap()).unwrap();
+    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(&pem).unwrap()).unwrap();
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+#[tokio::test]
+async fn a_placeholder_on_its_way_to_another_host_is_refused_at_once_never_asked() {
+    let (ca, up) = (TestCa::new(), Upstream::start().await);
+    let tls = TlsUpstream::start(&ca).await;
+    // `inspect: all`: a tunnel to an unlisted host is opened and each request in it asked about, path shown.
+    let yaml = format!("{}  inspect: all\n", with_a_credential(up.port(), tls.port()));
+    let leash = asking_with_a_credential(&yaml, &ca).await;
+    let mut events = leash.ask.as_ref().unwrap().watch();
+    let carrying = format!("x-note: {PLACEHOLDER}");
+    // Plain HTTP.
+    let url = format!("http://elsewhere.test:{}/x", up.port());
+    let plain = tokio::time::timeout(
+        Duration::from_secs(10),
+        exchange(leash.addr, client::request("GET", &url, &[&carrying], "")),
+    );
+    assert_refused(&plain.await.expect("at once"), 403, "credential-leak");
+    // Inside a tunnel opened to ask about each request (HTTP/1.1).
+    let (raw, status) = connect(leash.addr, &format!("other.allowed.test:{}", tls.port())).await;
+    assert_eq!(status, 200);
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(trusting(&leash)));
+    let name = rustls::pki_types::ServerName::try_from("other.allowed.test").unwrap();
+    let mut inside = within("handshake", connector.connect(name, raw.wire.io)).await.unwrap();
+    let request = format!("GET /x HTTP/1.1\r\nHost: other.allowed.test:{}\r\n{carrying}\r\n\r\n", tls.port());
+    tokio::io::AsyncWriteExt::write_all(&mut inside, request.as_bytes()).await.unwrap();
+    let mut wire = support::http::Wire::new(inside);
+    let answer = tokio::time::timeout(Duration::from_secs(10), read_response(&mut wire, "GET"));
+    let answer = answer.await.expect("at once").unwrap();
+    assert_refused(&answer, 403, "credential-leak");
+    assert!(events.try_recv().is_err(), "a question was opened");
+    up.assert_untouched().await;
+    tls.assert_untouched().await;
 }

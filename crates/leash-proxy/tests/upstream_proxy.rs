@@ -16,11 +16,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
-use support::client::{exchange, get};
+use leash_proxy::credentials::{Secret, Secrets};
+use support::client::{exchange, get, request};
 use support::tls::{https_get, Writes};
 use support::*;
 
 const USER_PASSWORD: &str = "corp-user:s3cret";
+/// What the sandbox's environment holds in its place (as long: the echo's lengths stay right).
+const USER_PASSWORD_PLACEHOLDER: &str = "leash-upstream-p";
 /// `Basic base64(corp-user:s3cret)`.
 const PROXY_AUTH: &str = "Basic Y29ycC11c2VyOnMzY3JldA==";
 
@@ -119,6 +122,10 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut conn: S, seen: Seen, refus
         let host = target.trim_start_matches("http://").split([':', '/']).next().unwrap_or_default();
         let reply = if refuse.contains(&host) {
             "HTTP/1.1 403 Forbidden\r\nX-Squid-Error: ERR_ACCESS_DENIED 0\r\nContent-Length: 6\r\n\r\ndenied".to_owned()
+        } else if target.ends_with("/echo-auth") {
+            // A debug page quoting the credentials it got, as some proxies' and gateways' do.
+            let body = format!("auth: {}; user: {USER_PASSWORD}", auth.unwrap_or_default());
+            format!("HTTP/1.1 200 OK\r\nX-Auth: {USER_PASSWORD}\r\nContent-Length: {}\r\n\r\n{body}", body.len())
         } else if target.ends_with("/origin-403") {
             "HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\n\r\norigin403".to_owned()
         } else {
@@ -145,6 +152,38 @@ fn policy(corp: &CorpProxy, http_port: u16, tunnel_port: u16, extra: &str) -> St
 
 async fn leash(yaml: &str) -> Leash {
     Leash::builder(yaml).upstream_auth(USER_PASSWORD).start().await
+}
+
+/// [`leash`] with the proxy's `user:password` among the run's secrets, as the binary reads it.
+async fn leash_keeping_it_secret(yaml: &str) -> Leash {
+    let secret = Secret::upstream_proxy(USER_PASSWORD, USER_PASSWORD_PLACEHOLDER).unwrap();
+    Leash::builder(yaml).upstream_auth(USER_PASSWORD).secrets(Secrets::new(vec![secret])).start().await
+}
+
+#[tokio::test]
+async fn an_answer_quoting_the_upstream_proxys_credentials_comes_back_without_them() {
+    let corp = CorpProxy::start(&[]).await;
+    let leash = leash_keeping_it_secret(&policy(&corp, 8080, 443, "")).await;
+    let r = exchange(leash.addr, get("http://allowed.test:8080/echo-auth")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = format!("{}{}", r.head.raw, r.text());
+    let encoded = PROXY_AUTH.trim_start_matches("Basic ").trim_end_matches('=');
+    assert!(!got.contains(USER_PASSWORD) && !got.contains(encoded), "the answer holds the credentials: {got}");
+    assert!(got.contains(&format!("user: {USER_PASSWORD_PLACEHOLDER}")), "{got}");
+}
+
+#[tokio::test]
+async fn a_request_carrying_the_upstream_proxys_credentials_is_refused() {
+    let corp = CorpProxy::start(&[]).await;
+    let leash = leash_keeping_it_secret(&policy(&corp, 8080, 443, "")).await;
+    for line in [format!("x-note: {USER_PASSWORD}"), format!("Authorization: {PROXY_AUTH}")] {
+        let r = exchange(leash.addr, request("GET", "http://allowed.test:8080/page", &[&line], "")).await;
+        assert_refused(&r, 403, "credential-leak");
+    }
+    let r = exchange(leash.addr, request("POST", "http://allowed.test:8080/page", &[], USER_PASSWORD)).await;
+    assert_refused(&r, 403, "credential-leak");
+    // Refused on their heads, the GETs never reached it (the POST's head went up before its body was read).
+    assert!(corp.seen().iter().all(|(line, _)| !line.starts_with("GET")), "{:?}", corp.seen());
 }
 
 #[tokio::test]

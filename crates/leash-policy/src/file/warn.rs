@@ -302,8 +302,9 @@ pub(crate) fn upstream_proxy(profile: Option<&str>, policy: &crate::Policy) -> O
 }
 
 /// Credential hosts the policy refuses anyway (a tunnel to them on 443 is blocked by the mode's rules): the
-/// credential would never be used, which is likely a slip. And a subdomain entry (`.x`) whose secret leash adds
-/// to requests without one (`add: true`): the real value then goes to every name under it.
+/// credential would never be used, which is likely a slip. And a subdomain entry (`.x`): the real value goes to
+/// every name under it that gets the placeholder — with `add: true` to each one, without it to each one the sandbox
+/// sends the placeholder to, also one it controls.
 pub(crate) fn unused_credentials(profile: Option<&str>, policy: &crate::Policy) -> Vec<Warning> {
     use crate::credentials::CredentialHost;
     use crate::{Host, Question, TlsInspection, Verdict};
@@ -313,16 +314,21 @@ pub(crate) fn unused_credentials(profile: Option<&str>, policy: &crate::Policy) 
         for (j, host) in credential.hosts.iter().enumerate() {
             let (CredentialHost::Exact(name) | CredentialHost::Subtree(name)) = host;
             let target = Host::Name(name.clone());
-            if credential.add && matches!(host, CredentialHost::Subtree(_)) {
-                out.push(Warning {
-                    entry: format!("{prefix}.credentials[{i}].hosts[{j}]"),
-                    message: format!(
-                        "`.{0}` with `add: true` puts the real secret of `{1}` on every request to any subdomain of \
-                         `{0}`, also one an attacker can register or point elsewhere; list the exact hosts",
-                        name.as_str(),
-                        credential.name
+            if let CredentialHost::Subtree(_) = host {
+                let (name, adds, credential) = (name.as_str(), credential.add, &credential.name);
+                let message = match adds {
+                    true => format!(
+                        "`.{name}` with `add: true` puts the real secret of `{credential}` on every request to any \
+                         subdomain of `{name}`, also one an attacker can register or point elsewhere; list the exact \
+                         hosts"
                     ),
-                });
+                    false => format!(
+                        "`.{name}` puts the real secret of `{credential}` on any request to a subdomain of `{name}` \
+                         that carries its placeholder, so the sandbox can have it sent to one an attacker can register \
+                         or point elsewhere; list the exact hosts"
+                    ),
+                };
+                out.push(Warning { entry: format!("{prefix}.credentials[{i}].hosts[{j}]"), message });
             }
             let d = policy.decide(&Question::Connect { target: &target, port: 443 }, TlsInspection::Available);
             if d.verdict == Verdict::Block {

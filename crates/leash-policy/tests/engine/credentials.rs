@@ -3,7 +3,7 @@
 
 use leash_policy::{Format, HeaderForm, SecretSource};
 
-use crate::{connect, decide, errors, policy, warnings};
+use crate::{connect, decide, decide_on, errors, policy, warnings};
 
 const BLOCK_WITH_KEYS: &str = "network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n    \
                                - preset: anthropic\n    - preset: github\n      env: GH_TOKEN\n    \
@@ -64,6 +64,25 @@ fn a_credentials_host_is_always_inspected_and_never_reached_in_clear() {
 }
 
 #[test]
+fn neither_audit_mode_nor_ask_mode_lets_a_credential_go_in_clear() {
+    use leash_policy::Via;
+    let allow = "network:\n  mode: allowlist\n  allowed_hosts: [example.org]\n  ports: [80]\n  credentials:\n    \
+                 - preset: openai\n    - name: gw\n      hosts: [gw.test]\n      env: GW\n      header: x-key\n      \
+                 plaintext: true\n";
+    let (audit, ask) = (policy(allow).into_audit(), policy(allow).into_ask().unwrap());
+    // The host is listed nowhere: audit mode would let it through, ask mode would ask; over plain HTTP neither does.
+    assert_eq!(decide_on(&audit, Via::ForwardProxy, "http://api.openai.com/v1/models"), "block credential-plaintext");
+    assert_eq!(decide_on(&ask, Via::ForwardProxy, "http://api.openai.com/v1/models"), "block credential-plaintext");
+    // Over HTTPS the host is still lifted (audit) or asked about (ask), as any unlisted host; an entry that allows
+    // plaintext is too.
+    assert_eq!(decide_on(&audit, Via::Tunnel, "https://api.openai.com/v1/models"), "would-block not-allowed");
+    assert_eq!(decide_on(&ask, Via::Tunnel, "https://api.openai.com/v1/models"), "block not-allowed");
+    assert_eq!(decide_on(&audit, Via::ForwardProxy, "http://gw.test/x"), "would-block not-allowed");
+    // Without audit or ask the rules' own reason stands.
+    assert_eq!(decide(allow, "http://api.openai.com/v1/models"), "block not-allowed");
+}
+
+#[test]
 fn every_mistake_in_an_entry_is_reported() {
     let entry = |body: &str| format!("network:\n  mode: blocklist\n  blocked_urls: []\n  credentials:\n{body}");
     let errs = errors(&entry("    - preset: anthropik\n"), Format::Yaml);
@@ -97,7 +116,7 @@ fn a_credential_for_a_host_the_policy_refuses_is_a_warning() {
 }
 
 #[test]
-fn adding_the_secret_on_a_subdomain_entry_is_a_warning() {
+fn a_subdomain_entry_is_a_warning_with_add_or_without() {
     let entry = |add: &str| {
         format!(
             "network:\n  mode: blocklist\n  blocked_urls: [x.test]\n  credentials:\n    - name: corp\n      \
@@ -110,7 +129,16 @@ fn adding_the_secret_on_a_subdomain_entry_is_a_warning() {
           request to any subdomain of `example.com`, also one an attacker can register or point elsewhere; list the \
           exact hosts"]
     );
-    assert!(warnings(&entry("")).is_empty(), "replacing a placeholder the client sent is not adding one");
+    // Without `add` the value goes wherever under it the sandbox sends the placeholder: a name it controls too.
+    assert_eq!(
+        warnings(&entry("")),
+        ["network.credentials[0].hosts[0]: `.example.com` puts the real secret of `corp` on any request to a \
+          subdomain of `example.com` that carries its placeholder, so the sandbox can have it sent to one an attacker \
+          can register or point elsewhere; list the exact hosts"]
+    );
+    let exact = "network:\n  mode: blocklist\n  blocked_urls: [x.test]\n  credentials:\n    - name: corp\n      \
+                 hosts: [api.example.com, api.example.org]\n      env: CORP\n      header: authorization\n";
+    assert!(warnings(exact).is_empty(), "exact hosts are no warning");
 }
 
 #[test]

@@ -145,3 +145,31 @@ fn check_warns_when_tools_pass_and_when_an_entry_adds_nothing() {
     );
     assert!(warnings(GATEWAY).is_empty());
 }
+
+#[test]
+fn audit_mode_inspects_an_unlisted_model_api_so_its_tools_are_still_filtered() {
+    let audit = "network:\n  mode: audit\n  allowed_hosts: [pypi.org]\n  model_apis: [models.test]\n";
+    let tunnel = |p: &Policy, name: &str, tls: TlsInspection| {
+        let target = host(name);
+        let question = Question::Connect { target: &target, port: 443 };
+        (render(&p.decide(&question, tls)), p.admit(&question, tls).treatment.and_then(|t| t.model_gate))
+    };
+    let on = TlsInspection::Available;
+    for p in [policy(audit), policy(&allowlist(&["pypi.org"])).into_audit()] {
+        assert!(p.may_inspect(), "the run needs a CA: every model API is reachable");
+        for model in ["api.anthropic.com", "models.test"].into_iter().filter(|m| p.is_model_api(&host(m))) {
+            assert_eq!(
+                tunnel(&p, model, on),
+                ("inspect not-allowed".to_owned(), Some(ProviderTools::Strip)),
+                "{model}"
+            );
+            // Without a CA such a tunnel cannot be read: refused, as an allowed one would be, never spliced.
+            assert_eq!(tunnel(&p, model, TlsInspection::Unavailable).0, "block needs-inspection");
+        }
+        // Its requests are decided one by one: would-block, and treated (stripped) as an allowed one's.
+        let inner = decide_on(&p, Via::Tunnel, "https://api.anthropic.com/v1/messages");
+        assert_eq!(inner, "would-block not-allowed");
+        // Any other unlisted host is spliced as before.
+        assert_eq!(tunnel(&p, "example.com", on).0, "would-block not-allowed");
+    }
+}

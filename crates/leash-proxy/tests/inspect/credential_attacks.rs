@@ -39,6 +39,16 @@ const SECRET: &str = "sk-real-0123456789abcdef";
 /// The same length as the secret, so an echo is replaced by it exactly.
 const PLACEHOLDER: &str = "leash-placeholder-abc123";
 
+/// Chunk extensions on the size line of the chunk that continues a credential split across two: a name alone, a bare
+/// `;`, a name and value, a quoted value holding `;` and an escaped quote.
+const EXTENSIONS: [&str; 4] = [";x", ";", ";a=b", ";a=\"q;\\\"x\""];
+
+/// `k=NEEDLE&end=1` as a chunked body cut inside `needle`, the continuing chunk's size line carrying `extension`.
+fn split_chunked(needle: &str, extension: &str) -> String {
+    let (first, second) = (format!("k={}", &needle[..10]), format!("{}&end=1", &needle[10..]));
+    format!("{:x}\r\n{first}\r\n{:x}{extension}\r\n{second}\r\n0\r\n\r\n", first.len(), second.len())
+}
+
 fn secrets() -> Secrets {
     Secrets::new(vec![Secret::new("provider", SECRET, PLACEHOLDER).unwrap()])
 }
@@ -122,6 +132,13 @@ fn echo(path: &str, r: &Recorded) -> Reply {
         "/chunk-extension" => Reply::Raw(
             format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;k={key}\r\nok\r\n0\r\n\r\n").into_bytes(),
         ),
+        p if p.starts_with("/split-extension/") => {
+            let extension = EXTENSIONS[p["/split-extension/".len()..].parse::<usize>().unwrap()];
+            let (first, second) = (format!("key={}", &key[..10]), &key[10..]);
+            let (n, m) = (first.len(), second.len());
+            let body = format!("{n:x}\r\n{first}\r\n{m:x}{extension}\r\n{second}\r\n0\r\n\r\n");
+            Reply::Raw(format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{body}").into_bytes())
+        }
         "/upgrade" => Reply::Raw([SWITCHING.as_bytes(), &ws_fragments(&format!("key={key}"))].concat()),
         "/upgrade-raw" => Reply::Raw(format!("{SWITCHING}key={key}").into_bytes()),
         "/upgrade-deflate" => deflating(r.header("sec-websocket-extensions").is_some(), key),
@@ -381,6 +398,58 @@ async fn placeholder_in_a_request_chunk_extension_is_refused() {
 }
 
 #[tokio::test]
+async fn placeholder_or_value_split_across_chunks_with_an_extension_on_the_second_is_refused() {
+    for needle in [PLACEHOLDER, SECRET] {
+        for extension in EXTENSIONS {
+            let (raw, t) = raw_scene().await;
+            let r = raw.send(&t, &split_chunked(needle, extension)).await;
+            assert_refused(&r, 403, "credential-leak");
+            let got = raw.got();
+            let sent = got.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+            let data = String::from_utf8_lossy(&dechunk_prefix(sent.as_bytes())).into_owned();
+            assert!(!data.contains(needle), "{extension}: the data that went up holds `{needle}`: {got:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn plain_http_placeholder_or_value_split_across_chunks_with_an_extension_on_the_second_is_refused() {
+    let t = scene().await;
+    let up = Upstream::start().await;
+    t.leash.reload(&policy(&[t.tls.port()]).replace("ports: [80]", &format!("ports: [{}]", up.port())));
+    for needle in [PLACEHOLDER, SECRET] {
+        for extension in EXTENSIONS {
+            let raw = format!(
+                "POST http://elsewhere.test:{port}/x HTTP/1.1\r\nHost: elsewhere.test:{port}\r\n\
+                 Transfer-Encoding: chunked\r\n\r\n{}",
+                split_chunked(needle, extension),
+                port = up.port()
+            );
+            let r = exchange(t.leash.addr, raw).await;
+            assert_refused(&r, 403, "credential-leak");
+        }
+    }
+    assert!(up.requests().iter().all(|r| !r.body.text().contains(PLACEHOLDER)), "{:#?}", up.requests());
+    assert!(up.requests().iter().all(|r| !r.body.text().contains(SECRET)), "{:#?}", up.requests());
+}
+
+/// The data of the whole chunks at the start of a chunked body (extensions dropped), and of the one cut off.
+fn dechunk_prefix(mut body: &[u8]) -> Vec<u8> {
+    let mut data = Vec::new();
+    while let Some(end) = body.windows(2).position(|w| w == b"\r\n") {
+        let line = String::from_utf8_lossy(&body[..end]);
+        let size = usize::from_str_radix(line.split(';').next().unwrap_or_default(), 16).unwrap_or(0);
+        let rest = &body[end + 2..];
+        if size == 0 {
+            break;
+        }
+        data.extend_from_slice(&rest[..size.min(rest.len())]);
+        body = rest.get(size + 2..).unwrap_or_default();
+    }
+    data
+}
+
+#[tokio::test]
 async fn placeholder_in_a_request_trailer_is_refused() {
     let (raw, t) = raw_scene().await;
     let chunked = format!("2\r\nok\r\n0\r\nX-Note: {PLACEHOLDER}\r\n\r\n");
@@ -544,6 +613,18 @@ async fn echo_split_into_one_byte_chunks_comes_back_as_the_placeholder() {
     .await;
     assert_eq!(String::from_utf8_lossy(&data), format!("key={PLACEHOLDER}"), "{got}");
     assert!(!got.contains(SECRET));
+}
+
+#[tokio::test]
+async fn echo_split_across_chunks_with_an_extension_on_the_second_comes_back_as_the_placeholder() {
+    let t = scene().await;
+    for (i, extension) in EXTENSIONS.iter().enumerate() {
+        let got = from_provider(&t, &format!("/split-extension/{i}"), &[]).await;
+        let data =
+            String::from_utf8_lossy(&dechunk_prefix(got.split_once("\r\n\r\n").unwrap().1.as_bytes())).into_owned();
+        assert_eq!(data, format!("key={PLACEHOLDER}"), "{extension}: {got:?}");
+    }
+    provider_got_the_secret(&t);
 }
 
 #[tokio::test]

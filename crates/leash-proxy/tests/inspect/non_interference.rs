@@ -4,8 +4,9 @@
 //! a host that echoes what it receives, streamed over plain HTTP (the leak watch's hold was an oracle), the same
 //! guesses streamed through an inspected HTTP/1.1 tunnel and an HTTP/2 stream; and a provider made to echo the key
 //! and the attacker's guesses — in a body, a header's value and name, a trailer, a stream paced piece by piece, a
-//! body ending in a guess, a WebSocket message's fragments and a ping — over plain HTTP, inspected HTTP/1.1 and
-//! HTTP/2 (the redactor's hold was one too).
+//! body ending in a guess, the key split across two chunks the second of which carries a chunk extension (`;x`, a
+//! bare `;`, `;a=b`, a quoted value), a WebSocket message's fragments and a ping — over plain HTTP, inspected
+//! HTTP/1.1 and HTTP/2 (the redactor's hold was one too).
 //!
 //! What a probe records: the status and bytes, and how they are cut — into phases (after each step the probe reads
 //! until the bytes stop coming: a held byte shows up in a later phase), TLS records (read off the wire, so a write
@@ -50,6 +51,13 @@ const GUESSES: [&str; 4] =
 /// piece (`\\n` stands for a line's end; see [`pieces`]).
 const SCRIPT: &str = "key={key}\\n|half {key0}|{key1} rest\\n|sk-live-0123|\\n|sk-live-fedc| tail|{key}";
 
+/// Chunk extensions the provider puts on the size line of each chunk after the first, so on the one that continues a
+/// split key: a name alone, a bare `;`, a name and value, a quoted value holding `;` and an escaped quote.
+const EXTENSIONS: [&str; 4] = [";x", ";", ";a=b", ";a=\"q;\\\"x\""];
+
+/// What the provider echoes with chunk extensions: the key split inside it, then whole.
+const EXTENDED_SCRIPT: &str = "key={key0}|{key1}\\n|{key}";
+
 /// A phase ends when no byte came for this long after the last one...
 const QUIET: Duration = Duration::from_millis(150);
 /// ...or, when none came at all, after this long (a held byte).
@@ -72,6 +80,9 @@ async fn nothing_the_sandbox_observes_depends_on_the_real_value() {
     let text: String = first.iter().flat_map(|(_, seen)| seen.iter().map(|l| format!("{l}\n"))).collect();
     assert!(!VALUES.iter().any(|v| text.contains(v)), "a value reached the client:\n{text}");
     assert!(text.contains(&format!("key={PLACEHOLDER}")), "the echo came back as the placeholder:\n{text}");
+    // Split across two chunks, the second with an extension on its size line: the data is the placeholder's.
+    let extended = format!("data \"key={PLACEHOLDER}\\n{PLACEHOLDER}\"");
+    assert_eq!(text.matches(&extended).count(), 2 * EXTENSIONS.len(), "{extended} in:\n{text}");
     // The WebSocket probes were switched and followed (not refused), and the field named the key was renamed.
     assert_eq!(text.matches("ws: head \"HTTP/1.1 101").count(), 2, "{text}");
     assert!(text.contains(&format!("{PLACEHOLDER}: a field named the key")), "{text}");
@@ -98,6 +109,9 @@ async fn run(value: &str) -> Vec<(&'static str, Vec<String>)> {
         provider_echo_h1(&s, door, &mut seen).await;
         for ending in GUESSES.iter().take(2).copied().chain(["{key}"]) {
             provider_body_ending_in(&s, door, ending, &mut seen).await;
+        }
+        for extension in EXTENSIONS {
+            provider_echo_extended(&s, door, extension, &mut seen).await;
         }
         probes.push((name, std::mem::take(&mut seen)));
     }
@@ -209,6 +223,40 @@ async fn provider_echo_h1(s: &Scene, door: Door, seen: &mut Vec<String>) {
     seen.push(format!("{door:?} echo: end {} {}", until_end(&mut io).await, io.records()));
 }
 
+/// The provider, made to echo the key split across two chunks whose second carries `extension` on its size line
+/// (and every later one): the bytes as they come, paced, and the body's data, framing taken out.
+async fn provider_echo_extended(s: &Scene, door: Door, extension: &str, seen: &mut Vec<String>) {
+    let mut io = s.provider(door).await;
+    let request = provider_request(s, door, EXTENDED_SCRIPT, false);
+    let request = request.replace("\r\n\r\n", &format!("\r\nx-extension: {extension}\r\n\r\n"));
+    io.write_all(request.as_bytes()).await.unwrap();
+    io.flush().await.unwrap();
+    let name = format!("{door:?} extension {extension}");
+    seen.push(format!("{name}: head {} {}", head_of(&mut io).await, io.records()));
+    let mut body = Vec::new();
+    for step in 0..=EXTENDED_SCRIPT.split('|').count() {
+        s.go.add_permits(1);
+        seen.push(format!("{name}: step {step} {} {}", observe_into(&mut io, &mut body).await, io.records()));
+    }
+    seen.push(format!("{name}: data {:?}", String::from_utf8_lossy(&dechunk(&body))));
+}
+
+/// The data of a chunked body (extensions and trailers dropped), as far as it is whole.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut data = Vec::new();
+    while let Some(end) = body.windows(2).position(|w| w == b"\r\n") {
+        let line = String::from_utf8_lossy(&body[..end]);
+        let size = usize::from_str_radix(line.split(';').next().unwrap_or_default(), 16).unwrap_or(0);
+        let rest = &body[end + 2..];
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        data.extend_from_slice(&rest[..size]);
+        body = rest.get(size + 2..).unwrap_or_default();
+    }
+    data
+}
+
 /// The provider's answer, one Content-Length body written at once, ending in `ending`.
 async fn provider_body_ending_in(s: &Scene, door: Door, ending: &str, seen: &mut Vec<String>) {
     let mut io = s.provider(door).await;
@@ -270,6 +318,11 @@ fn provider_request(s: &Scene, door: Door, script: &str, length: bool) -> String
 
 /// Read until the bytes stop coming (see [`QUIET`], [`HELD`]); what came, and whether the stream ended.
 async fn observe<R: AsyncRead + Unpin>(r: &mut R) -> String {
+    observe_into(r, &mut Vec::new()).await
+}
+
+/// [`observe`], the bytes that came also appended to `all`.
+async fn observe_into<R: AsyncRead + Unpin>(r: &mut R, all: &mut Vec<u8>) -> String {
     let mut got = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     let mut deadline = Instant::now() + HELD;
@@ -287,6 +340,7 @@ async fn observe<R: AsyncRead + Unpin>(r: &mut R) -> String {
             }
         }
     }
+    all.extend_from_slice(&got);
     format!("{:?}{ended}", String::from_utf8_lossy(&got))
 }
 
@@ -609,7 +663,10 @@ async fn answer_h1<S: AsyncRead + AsyncWrite + Unpin>(mut wire: Wire<S>, go: Arc
                     let response = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
                     wire.io.write_all(response.as_bytes()).await
                 }
-                None => paced_h1(&mut wire.io, &key, &pieces, &go).await,
+                None => {
+                    let extension = head.header("x-extension").unwrap_or_default();
+                    paced_h1(&mut wire.io, (&key, extension), &pieces, &go).await
+                }
             }
         };
         if result.and(wire.io.flush().await).is_err() {
@@ -662,9 +719,11 @@ async fn websocket_h1<S: AsyncWrite + Unpin>(
     io.flush().await
 }
 
+/// The key in the head, `pieces` as chunks (one per permit; every chunk after the first with `extension` on its size
+/// line), the key in a trailer.
 async fn paced_h1<S: AsyncWrite + Unpin>(
     io: &mut S,
-    key: &str,
+    (key, extension): (&str, &str),
     pieces: &[String],
     go: &Semaphore,
 ) -> std::io::Result<()> {
@@ -673,9 +732,10 @@ async fn paced_h1<S: AsyncWrite + Unpin>(
     );
     io.write_all(head.as_bytes()).await?;
     io.flush().await?;
-    for piece in pieces {
+    for (i, piece) in pieces.iter().enumerate() {
         go.acquire().await.unwrap().forget();
-        io.write_all(format!("{:x}\r\n{piece}\r\n", piece.len()).as_bytes()).await?;
+        let extension = if i == 0 { "" } else { extension };
+        io.write_all(format!("{:x}{extension}\r\n{piece}\r\n", piece.len()).as_bytes()).await?;
         io.flush().await?;
     }
     go.acquire().await.unwrap().forget();
