@@ -298,3 +298,40 @@ fn leash_probe_inside_leash_run_finds_every_way_shut_and_leashs_listeners_answer
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     assert!(text(&out.stdout).contains("OPEN tcp listener 127.0.0.2:80"), "{}", text(&out.stdout));
 }
+
+#[test]
+fn under_user_namespaces_user_runs_the_command_as_that_uid_without_capabilities() {
+    let unshare = Command::new("unshare").args(["-rn", "true"]).status();
+    if !unshare.is_ok_and(|s| s.success()) {
+        assert!(std::env::var_os("LEASH_REQUIRE_SANDBOX").is_none(), "namespaces refused");
+        return;
+    }
+    let root = Command::new("id").arg("-u").output().unwrap();
+    let script = "id -u; id -g; id -G; grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status";
+    let run = |user: &str| {
+        Command::new("timeout")
+            .args(["60", LEASH, "run", "--user", user, "--allow", "ok.test", "--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    if text(&root.stdout).trim() == "0" {
+        let out = run("65534:65534");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stdout),
+            "65534\n65534\n65534\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n",
+            "{}",
+            text(&out.stderr)
+        );
+        for refused in ["0", "root"] {
+            let out = run(refused);
+            assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+            assert!(text(&out.stdout).is_empty(), "nothing ran");
+        }
+    } else {
+        // An unprivileged leash maps one id: another user cannot be had, and that is said rather than ignored.
+        let out = run("65534");
+        assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("needs leash as root"), "{}", text(&out.stderr));
+    }
+}

@@ -32,11 +32,11 @@ pub fn run(args: RunArgs) -> Exit {
         Err(code) => return code,
     };
     match mode {
-        Containment::Userns => match in_user_namespaces(&args) {
+        Containment::Userns => match in_user_namespaces(&args, user) {
             Attempt::Done(exit) => exit,
             Attempt::NotHere(e) => not_run(e),
         },
-        Containment::Auto => match in_user_namespaces(&args) {
+        Containment::Auto => match in_user_namespaces(&args, user) {
             Attempt::Done(exit) => exit,
             Attempt::NotHere(e) => uid::fall_back(&args, user, &e),
         },
@@ -62,7 +62,12 @@ fn not_here(e: leash_sandbox::SandboxError) -> Attempt {
 }
 
 /// The command in a sandbox of user namespaces of its own (`--containment userns`).
-fn in_user_namespaces(args: &RunArgs) -> Attempt {
+fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -> Attempt {
+    if let Some(user) = user {
+        if let Err(code) = uid::check_user(user) {
+            return Attempt::Done(code);
+        }
+    }
     let ProxyParts { policy, pins, audit, secrets } = match proxy_parts(&args.proxy, true) {
         Ok(parts) => parts,
         Err(code) => return Attempt::Done(code),
@@ -101,6 +106,7 @@ fn in_user_namespaces(args: &RunArgs) -> Attempt {
         .with_services(&services::ports(&policy))
         .with_dns_and_transparent(&policy, leash_sandbox::MAX_SOCKETS);
     let mut spec = spec(args, &plan, ca_files.is_some(), mode_env(&policy), asks);
+    spec.run_as = user.map(|u| (u.uid, u.gid));
     spec.hide_paths.extend(secret_files(&policy));
     // The caller's own consoles (a virtual console, a serial line): the command holds a pseudo-terminal instead.
     spec.hide_paths.extend(crate::shared::consoles::callers_terminals());

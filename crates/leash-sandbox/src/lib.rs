@@ -155,6 +155,10 @@ pub struct SandboxSpec {
     /// its own (the run's CA files, which leash writes there while the sandbox is set up): each is shown read-only at
     /// the same path inside. At most four.
     pub keep_in_shm: Vec<PathBuf>,
+    /// The uid and gid the command runs as, inside its user namespace (which maps them to the same host ids): no
+    /// supplementary group, no capability. Only where leash is root (an unprivileged leash maps one id); `None` keeps
+    /// the caller's.
+    pub run_as: Option<(u32, u32)>,
     /// The command's stdin; `None` inherits leash's. Never a socket (see [`relay_stdio`]).
     pub stdin: Option<OwnedFd>,
     /// The command's stdout; `None` inherits leash's.

@@ -185,7 +185,7 @@ pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
 
 /// The command's uid must be neither root nor leash's own: either would be leash's peer (the firewall's rules, its
 /// files, its signals).
-fn check_user(user: RunAs) -> Result<(), Exit> {
+pub(super) fn check_user(user: RunAs) -> Result<(), Exit> {
     let own = rustix::process::geteuid().as_raw();
     if user.uid == 0 || user.uid == own {
         eprintln!(

@@ -600,6 +600,11 @@ fn confine(start: &CommandStart) -> Result<(), Fail> {
     // INVARIANT: the command keeps no capability that mounts or makes namespaces, and no user namespace can give one
     // back (`limit_user_namespaces`).
     caps::confine().map_err(at(ChildStep::Capabilities, 0))?;
+    // The user `--user` names, in the command's own user namespace (its full range, as only root's leash maps):
+    // after the bounding set is cut, which takes a capability the new uid no longer has.
+    if let Some((uid, gid)) = start.plan.run_as {
+        sys::set_user(uid, gid).map_err(at(ChildStep::Capabilities, 1))?;
+    }
     let listener = sys::install_filter(&start.plan.filter).map_err(at(ChildStep::Seccomp, 0))?;
     let sent = sys::send_with_fds(start.listener_out, b"L", &[listener]).map_err(at(ChildStep::Seccomp, 1));
     sys::close(listener);

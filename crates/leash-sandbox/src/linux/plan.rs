@@ -139,6 +139,8 @@ pub(super) struct Plan {
     /// The command's namespace: the caller's uid and gid again, mapped onto the sandbox's 0 (or the full range).
     pub(super) inner_ids: IdMaps,
     pub(super) resolv_source: Option<CString>,
+    /// The uid and gid the command runs as in its user namespace (`SandboxSpec::run_as`).
+    pub(super) run_as: Option<(u32, u32)>,
     /// Directories of the host's /dev/shm moved into the sandbox's own (`SandboxSpec::keep_in_shm`).
     pub(super) kept_in_shm: Vec<CString>,
     pub(super) tcp: Vec<libc::sockaddr_in>,
@@ -180,6 +182,14 @@ impl Plan {
             .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat(), "an environment variable"))
             .collect::<Result<Vec<_>, _>>()?;
         let ids = IdRange::of_caller();
+        if spec.run_as.is_some() && ids == IdRange::Single {
+            return Err(SandboxError::InvalidSpec(
+                "another user for the command needs leash as root: an unprivileged leash maps one id only".into(),
+            ));
+        }
+        if spec.run_as.is_some_and(|(uid, gid)| uid >= FULL_RANGE || gid >= FULL_RANGE) {
+            return Err(SandboxError::InvalidSpec(format!("the command's user must be below {FULL_RANGE}")));
+        }
         let (outer_ids, inner_ids) = match ids {
             IdRange::Single => {
                 (id_maps(0, current_uid(), 0, current_gid(), 1), id_maps(current_uid(), 0, current_gid(), 0, 1))
@@ -205,6 +215,7 @@ impl Plan {
                 .map(|p| cstring(p.as_os_str().as_bytes(), "the resolv.conf path"))
                 .transpose()?,
             kept_in_shm: kept_in_shm(&spec.keep_in_shm)?,
+            run_as: spec.run_as,
             tcp: spec.tcp_listeners.iter().map(sockaddr).collect(),
             udp: spec.udp_sockets.iter().map(sockaddr).collect(),
             stdio,

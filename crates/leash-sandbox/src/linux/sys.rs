@@ -261,6 +261,17 @@ pub(super) fn mkdir(path: &CStr, mode: libc::mode_t) -> SysResult<()> {
     check(unsafe { libc::mkdir(path.as_ptr(), mode) }).map(drop)
 }
 
+/// No supplementary group, then `gid` and `uid` as the real, effective and saved ids (which empties the permitted
+/// and effective capabilities of a process leaving uid 0).
+pub(super) fn set_user(uid: libc::uid_t, gid: libc::gid_t) -> SysResult<()> {
+    // SAFETY: setgroups with an empty list reads no memory; the id calls take integers only.
+    check(unsafe { libc::setgroups(0, std::ptr::null()) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::setresgid(gid, gid, gid) })?;
+    // SAFETY: as above.
+    check(unsafe { libc::setresuid(uid, uid, uid) }).map(drop)
+}
+
 /// unlink(2).
 pub(super) fn unlink(path: &CStr) -> SysResult<()> {
     // SAFETY: `path` is NUL-terminated.
