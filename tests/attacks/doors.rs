@@ -301,9 +301,9 @@ impl Drop for OwnedBy {
     }
 }
 
-/// What the command finds at each of `paths`: `PATH MAJOR:MINOR` (hex), or `PATH missing`.
+/// What the command finds at each of `paths`: `PATH KIND MAJOR:MINOR` (hex), or `PATH missing`.
 fn devices_inside(prefix: &[String], stdin: Stdio, paths: &[&str]) -> String {
-    let script = r#"for p in "$@"; do stat -L -c '%n %t:%T' "$p" 2>/dev/null || echo "$p missing"; done"#;
+    let script = r#"for p in "$@"; do stat -L -c '%n %F %t:%T' "$p" 2>/dev/null || echo "$p missing"; done"#;
     let out = Command::new("timeout")
         .arg("60")
         .args(prefix)
@@ -321,8 +321,9 @@ fn a_console_callers_own_terminal_is_out_of_reach() {
     let Some(()) = sandbox() else { return };
     let Some(console) = a_virtual_console() else { return };
     let tty = console.to_str().unwrap();
-    // Each covered by /dev/null (1:3): nothing written there reaches the console, nothing typed there is read.
-    let hidden = |paths: &[&str]| paths.iter().map(|p| format!("{p} 1:3\n")).collect::<String>();
+    // Each covered by the sandbox's own empty read-only file, no device at all: nothing written there reaches the
+    // console, nothing typed there is read.
+    let hidden = |paths: &[&str]| paths.iter().map(|p| format!("{p} regular empty file 0:0\n")).collect::<String>();
     if is_root() {
         // Root logged in on the console: leash's stdin is it (not made its controlling terminal here).
         let own = std::os::unix::fs::OpenOptionsExt::custom_flags(
