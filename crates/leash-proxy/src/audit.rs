@@ -196,9 +196,18 @@ impl AuditLog {
         Self::with_sink(Sink::Discard)
     }
 
-    /// Lines kept in an unnamed file in `dir` (nothing else can open it), for [`AuditLog::replay_deferred`].
+    /// Lines kept in an unnamed file in `dir` (nothing else can open it), for [`AuditLog::replay_deferred`]. Where
+    /// the filesystem has no `O_TMPFILE` (gVisor's), a new file of a name of its own, removed as soon as it is open,
+    /// which leaves the same: a file only this descriptor reaches.
     pub fn deferred(dir: &Path) -> io::Result<Self> {
-        let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).mode(0o600).open(dir)?;
+        let unnamed = OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).mode(0o600).open(dir);
+        let file = match unnamed {
+            Ok(file) => file,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)) => {
+                named_then_removed(dir)?
+            }
+            Err(e) => return Err(e),
+        };
         Ok(Self::with_sink(Sink::Deferred(file)))
     }
 
@@ -417,6 +426,25 @@ fn cut(text: &str, max: usize) -> &str {
     text.get(..end).unwrap_or_default()
 }
 
+/// Most names tried for [`named_then_removed`] before giving up (each taken by someone else).
+const NAMED_TRIES: u32 = 100;
+
+/// A new file in `dir` (`O_EXCL`, so nothing planted there is opened), unlinked at once.
+fn named_then_removed(dir: &Path) -> io::Result<File> {
+    for attempt in 0..NAMED_TRIES {
+        let path = dir.join(format!(".leash-log-{}-{attempt}", std::process::id()));
+        match OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path) {
+            Ok(file) => {
+                std::fs::remove_file(&path)?;
+                return Ok(file);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(io::ErrorKind::AlreadyExists, "no free name for the kept log"))
+}
+
 /// An entry with the container or the attachment it came from appended.
 #[derive(Serialize)]
 struct Tagged<'a, T> {
@@ -587,6 +615,23 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_log_without_o_tmpfile_is_a_file_no_name_reaches_and_a_planted_name_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let planted = dir.path().join(format!(".leash-log-{}-0", std::process::id()));
+        std::fs::write(&planted, "planted\n").unwrap();
+        let mut file = named_then_removed(dir.path()).unwrap();
+        file.write_all(b"kept\n").unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+        assert_eq!(names, [planted.clone()], "only the planted file has a name");
+        assert_eq!(std::fs::read_to_string(&planted).unwrap(), "planted\n", "never opened");
+        use std::io::{Read, Seek, SeekFrom};
+        file.seek(SeekFrom::Start(0)).unwrap();
+        let mut kept = String::new();
+        file.read_to_string(&mut kept).unwrap();
+        assert_eq!(kept, "kept\n");
+    }
 
     #[test]
     fn rfc3339_formats_known_instants() {
