@@ -624,7 +624,7 @@ mod tests {
         let mut file = named_then_removed(dir.path()).unwrap();
         file.write_all(b"kept\n").unwrap();
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
-        assert_eq!(names, [planted.clone()], "only the planted file has a name");
+        assert_eq!(names, std::slice::from_ref(&planted), "only the planted file has a name");
         assert_eq!(std::fs::read_to_string(&planted).unwrap(), "planted\n", "never opened");
         use std::io::{Read, Seek, SeekFrom};
         file.seek(SeekFrom::Start(0)).unwrap();
