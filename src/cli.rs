@@ -580,6 +580,9 @@ pub struct ProbeArgs {
     /// Print only the failed probes
     #[arg(long)]
     pub quiet: bool,
+    /// For leash's own self-test: wait for a line on stdin before each attempt (leash reads its firewall's counters)
+    #[arg(long, hide = true)]
+    pub stepwise: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

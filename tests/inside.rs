@@ -332,6 +332,10 @@ fn under_user_namespaces_user_runs_the_command_as_that_uid_without_capabilities(
         // An unprivileged leash maps one id: another user cannot be had, and that is said rather than ignored.
         let out = run("65534");
         assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
-        assert!(text(&out.stderr).contains("needs leash as root"), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("another user for the command needs leash as root"),
+            "{}",
+            text(&out.stderr)
+        );
     }
 }

@@ -51,31 +51,70 @@ pub struct Probe {
 
 /// Runs every probe; the failed ones say what got through.
 pub fn run(expected: &Expected) -> Vec<Probe> {
+    run_stepwise(expected, &mut |_| {}, &mut |_| {})
+}
+
+/// [`run`], calling `before` with each probe's name just before its attempt and `after` with its result: `leash run`
+/// reads the firewall's counters around each attempt (`leash probe --stepwise`).
+pub fn run_stepwise(expected: &Expected, before: &mut dyn FnMut(&str), after: &mut dyn FnMut(&Probe)) -> Vec<Probe> {
     let mut probes = Vec::new();
+    let mut attempt = |what: String, make: &dyn Fn() -> (bool, String)| {
+        before(&what);
+        let (ok, outcome) = make();
+        let probe = Probe { what, ok, outcome };
+        after(&probe);
+        probes.push(probe);
+    };
+    let judged = |outcome: io::Result<()>, loopback: bool| {
+        let probe = shut(String::new(), outcome, loopback);
+        (probe.ok, probe.outcome)
+    };
+    // Where no route leads, nothing can leave: said so, without an attempt (a kernel refusing for want of a route
+    // answers as a firewall's reject would, and the self-test must tell the two apart).
+    let routed = |what: &dyn Fn() -> io::Result<()>, to: SocketAddr| {
+        if has_route(to) {
+            judged(what(), false)
+        } else {
+            (true, NO_ROUTE.to_owned())
+        }
+    };
     for addr in [OUTSIDE_V4, OUTSIDE_V6] {
-        probes.push(shut(format!("tcp {addr}"), tcp(addr), false));
-        probes.push(shut(format!("udp {addr}"), udp(addr), false));
+        attempt(format!("tcp {addr}"), &|| routed(&|| tcp(addr), addr));
+        attempt(format!("udp {addr}"), &|| routed(&|| udp(addr), addr));
     }
-    probes.push(shut("icmp echo 192.0.2.1".to_owned(), icmp(OUTSIDE_V4.ip()), false));
+    attempt("icmp echo 192.0.2.1".to_owned(), &|| routed(&|| icmp(OUTSIDE_V4.ip()), OUTSIDE_V4));
     let udp_bound = bound_sockets(&[("/proc/net/udp", false), ("/proc/net/udp6", true)], None);
     for resolver in resolvers().into_iter().filter(|r| !expected.udp.contains(r)) {
         // A datagram to a loopback address nothing is bound at goes nowhere: only a resolver there is a way out.
         if resolver.ip().is_loopback() && !udp_bound.contains(&resolver) {
-            probes.push(Probe { what: format!("udp resolver {resolver}"), ok: true, outcome: "nothing there".into() });
+            attempt(format!("udp resolver {resolver}"), &|| (true, "nothing there".to_owned()));
             continue;
         }
-        probes.push(shut(format!("udp resolver {resolver}"), udp(resolver), false));
+        attempt(format!("udp resolver {resolver}"), &|| routed(&|| udp(resolver), resolver));
     }
     for addr in loopback_listeners().into_iter().filter(|a| !expected.tcp.contains(a)) {
-        probes.push(shut(format!("tcp listener {addr}"), tcp(addr), true));
+        attempt(format!("tcp listener {addr}"), &|| judged(tcp(addr), true));
     }
     for addr in &expected.tcp {
-        let outcome = tcp(*addr);
-        let ok = outcome.is_ok();
-        let said = if ok { "answers".to_owned() } else { describe(&outcome) };
-        probes.push(Probe { what: format!("leash's listener {addr}"), ok, outcome: said });
+        attempt(format!("leash's listener {addr}"), &|| match tcp(*addr) {
+            Ok(()) => (true, "answers".to_owned()),
+            Err(e) => (false, describe(&Err(e))),
+        });
     }
     probes
+}
+
+/// What a probe says where no route leads to its destination.
+pub const NO_ROUTE: &str = "no route to it";
+
+/// Whether this namespace routes `to` anywhere: a UDP socket's `connect` looks the route up and sends nothing.
+fn has_route(to: SocketAddr) -> bool {
+    let local: SocketAddr = if to.is_ipv4() {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)
+    } else {
+        SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0)
+    };
+    UdpSocket::bind(local).and_then(|s| s.connect(to)).is_ok()
 }
 
 /// Whether every probe passed.
@@ -206,7 +245,12 @@ fn listening_at(field: &str, v6: bool) -> Option<SocketAddr> {
 
 /// The probes as lines for a person: one per probe, `ok` or `OPEN`, what, what happened.
 pub fn report(probes: &[Probe]) -> String {
-    probes.iter().map(|p| format!("{} {}: {}\n", if p.ok { "ok  " } else { "OPEN" }, p.what, p.outcome)).collect()
+    probes.iter().map(line).collect()
+}
+
+/// One probe's line of [`report`].
+pub fn line(p: &Probe) -> String {
+    format!("{} {}: {}\n", if p.ok { "ok  " } else { "OPEN" }, p.what, p.outcome)
 }
 
 #[cfg(test)]

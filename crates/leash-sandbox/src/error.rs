@@ -103,6 +103,8 @@ pub enum Step {
     MountShm,
     /// Programming the per-uid firewall (`uid::Firewall`).
     ProgramFirewall,
+    /// Mapping the user the command runs as (`SandboxSpec::run_as`).
+    MapOtherUser,
     /// Giving the init back leash's CPU affinity (it ran on leash's other CPUs while both built the sandbox), so the
     /// command inherits it.
     RestoreCpuAffinity,
@@ -185,6 +187,7 @@ impl fmt::Display for Step {
             Step::PinDirectory(p) => write!(f, "pin the directory `{}` in the sandbox", p.display()),
             Step::MountShm => f.write_str("mount the sandbox's own /dev/shm"),
             Step::ProgramFirewall => f.write_str("program the per-uid firewall"),
+            Step::MapOtherUser => f.write_str("map the command's user into its user namespace"),
             Step::RestoreCpuAffinity => f.write_str("give the sandbox's init back leash's CPU affinity"),
             Step::BindTcp(a) => write!(f, "bind TCP `{a}` inside the sandbox"),
             Step::BindUdp(a) => write!(f, "bind UDP `{a}` inside the sandbox"),
@@ -232,6 +235,9 @@ fn hint(step: &Step, source: &io::Error) -> &'static str {
                  or run as root; in a container, allow namespace creation in its seccomp profile"
             }
         },
+        Step::MapOtherUser => {
+            "; an unprivileged leash maps one id only: another user for the command needs leash as root"
+        }
         Step::MountProc if denied => {
             "; the host's /proc is partly hidden (as in a default container): run the container with \
              `--security-opt systempaths=unconfined` or give leash an unmasked /proc"
@@ -292,6 +298,7 @@ impl SandboxError {
                         step,
                         Step::CreateUserNamespace
                             | Step::MapIds(_)
+                            | Step::MapOtherUser
                             | Step::CreateMountNamespace
                             | Step::CreateNetworkNamespace
                             | Step::MountProc

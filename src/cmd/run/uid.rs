@@ -274,46 +274,69 @@ fn arm(user: RunAs, plan: &Plan) -> Result<Firewall, Exit> {
     Ok(firewall)
 }
 
-/// `leash probe`, run as `user` exactly as the command will run: exit 125 with its report when it finds a way out,
-/// or when the firewall's counters did not see every probe the firewall's way of refusing answered (`EPERM` for a
-/// drop, `EHOSTUNREACH` for the TCP reject): another rule, or none, stopped it, and what stops probes today may not
-/// stop the command tomorrow.
+/// `leash probe --stepwise`, run as `user` exactly as the command will run, leash reading its firewall's counters
+/// around each attempt. A way out refuses the run (exit 125, naming the probe), and so does a refusal the firewall's
+/// counters did not see (another rule, or none, refused it: what stops a probe today may not stop the command
+/// tomorrow). Where the firewall could only drop TCP (gVisor has no `REJECT`), a TCP attempt is left unanswered:
+/// it passes when leash's rules counted its packets, which a drop ends.
 fn self_test(user: RunAs, expect: &[SocketAddr], firewall: &Firewall) -> Result<(), Exit> {
+    use std::io::{BufRead, BufReader, Write};
     let refuse = |why: String| {
         eprintln!("leash: the command was not run: the containment self-test, as uid {}, {why}", user.uid);
         Exit::SandboxFailed
     };
-    let before = firewall.stopped().map_err(|e| refuse(format!("cannot read the firewall's counters: {e}")))?;
-    let exe = std::env::current_exe().map_err(|e| {
-        eprintln!("leash: the command was not run: cannot find leash's own program for the self-test: {e}");
-        Exit::SandboxFailed
-    })?;
+    let exe = std::env::current_exe().map_err(|e| refuse(format!("cannot find leash's own program: {e}")))?;
     let mut probe = Command::new(exe);
-    probe.arg("probe").env_clear();
+    probe.args(["probe", "--stepwise"]).env_clear();
+    probe.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
     for addr in expect {
         probe.arg("--expect").arg(addr.to_string());
     }
     user.apply(&mut probe);
-    let out = probe.output().map_err(|e| refuse(format!("could not run: {e}")))?;
-    let report = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        let open: String = report.lines().filter(|l| l.starts_with("OPEN")).map(|l| format!("\n  {l}")).collect();
-        return Err(refuse(format!("found a way around leash:{open}")));
+    let mut child = probe.spawn().map_err(|e| refuse(format!("could not run: {e}")))?;
+    let (Some(mut go), Some(out)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = child.kill();
+        return Err(refuse("could not talk to the probe".into()));
+    };
+    let counted = || firewall.stopped().map_err(|e| format!("cannot read the firewall's counters: {e}"));
+    let mut found = Vec::new();
+    let mut lines = BufReader::new(out).lines();
+    let mut judge = || -> Result<(), String> {
+        while let Some(line) = lines.next().transpose().map_err(|e| e.to_string())? {
+            if line.strip_prefix("STEP ").is_none() {
+                continue;
+            }
+            let before = counted()?;
+            go.write_all(b"\n").and_then(|()| go.flush()).map_err(|e| e.to_string())?;
+            let result = lines.next().transpose().map_err(|e| e.to_string())?.unwrap_or_default();
+            let stopped_here = counted()? > before;
+            if let Some(why) = verdict(&result, stopped_here) {
+                found.push(format!("{result} ({why})"));
+            }
+        }
+        Ok(())
+    };
+    let judged = judge();
+    let _ = child.wait();
+    judged.map_err(&refuse)?;
+    if found.is_empty() {
+        return Ok(());
     }
-    // The probes the firewall's rules answered (a packet each, at least); a missing route answers the others.
-    let by_firewall = report
-        .lines()
-        .filter(|l| l.starts_with("ok") && (l.contains("(os error 1)") || l.contains("(os error 113)")))
-        .count();
-    let after = firewall.stopped().map_err(|e| refuse(format!("cannot read the firewall's counters: {e}")))?;
-    let counted = after.saturating_sub(before);
-    if counted < by_firewall as u64 {
-        return Err(refuse(format!(
-            "was refused {by_firewall} times but leash's rules stopped only {counted} packets: something else refused \
-             them\n{report}"
-        )));
+    let listed: String = found.iter().map(|l| format!("\n  {l}")).collect();
+    Err(refuse(format!("found a way around leash:{listed}")))
+}
+
+/// What is wrong with one probe's line, given whether leash's rules stopped a packet during it; `None` for a pass.
+fn verdict(line: &str, stopped_here: bool) -> Option<&'static str> {
+    let refused_by_firewall = line.contains("(os error 1)") || line.contains("(os error 113)");
+    let unanswered = line.contains("no answer within");
+    match line.starts_with("ok") {
+        true if refused_by_firewall && !stopped_here => Some("refused, but not by leash's rules"),
+        true => None,
+        false if unanswered && stopped_here => None,
+        false if unanswered => Some("unanswered, and leash's rules saw nothing: it may have left"),
+        false => Some("got through"),
     }
-    Ok(())
 }
 
 /// Starts the command (as `user`) and serves `bound` until it exits; SIGINT, SIGTERM and SIGHUP are passed on to
@@ -414,5 +437,35 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
         (Some(code), _) => u8::try_from(code).unwrap_or(255),
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
         (None, None) => 255,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_passes_only_when_leashs_rules_stopped_what_they_are_said_to_have_stopped() {
+        let dropped = "ok   udp 192.0.2.1:80: Operation not permitted (os error 1)";
+        assert_eq!(verdict(dropped, true), None);
+        assert!(verdict(dropped, false).is_some(), "refused by another rule, or none");
+        let rejected = "ok   tcp 192.0.2.1:80: No route to host (os error 113)";
+        assert_eq!(verdict(rejected, true), None);
+        assert!(verdict(rejected, false).is_some());
+        let silent = "OPEN tcp listener 127.0.0.1:9999: no answer within 1.5s";
+        assert_eq!(verdict(silent, true), None, "a drop counted by leash's rules (gVisor has no REJECT)");
+        assert!(verdict(silent, false).is_some(), "unanswered and unseen: it may have left");
+        assert!(verdict("OPEN udp 192.0.2.1:80: got through", true).is_some(), "through is through");
+        assert_eq!(verdict("ok   tcp 192.0.2.1:80: no route to it", false), None);
+        assert_eq!(verdict("ok   leash's listener 127.0.0.1:3128: answers", false), None);
+    }
+
+    #[test]
+    fn a_user_is_a_name_a_uid_or_uid_and_gid() {
+        assert_eq!(parse_user("1000:2000").unwrap(), RunAs { uid: 1000, gid: 2000 });
+        assert_eq!(parse_user("4242").unwrap(), RunAs { uid: 4242, gid: 4242 }, "no passwd entry: the same number");
+        assert_eq!(parse_user("root").unwrap(), RunAs { uid: 0, gid: 0 });
+        assert!(parse_user("no-such-user-here").is_err());
+        assert!(parse_user("1000:x").is_err());
     }
 }

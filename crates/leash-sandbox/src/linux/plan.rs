@@ -183,9 +183,9 @@ impl Plan {
             .collect::<Result<Vec<_>, _>>()?;
         let ids = IdRange::of_caller();
         if spec.run_as.is_some() && ids == IdRange::Single {
-            return Err(SandboxError::InvalidSpec(
-                "another user for the command needs leash as root: an unprivileged leash maps one id only".into(),
-            ));
+            // The map another user needs is one only root's leash may write (another containment may do).
+            let source = std::io::Error::from_raw_os_error(libc::EPERM);
+            return Err(SandboxError::Setup { step: crate::Step::MapOtherUser, source });
         }
         if spec.run_as.is_some_and(|(uid, gid)| uid >= FULL_RANGE || gid >= FULL_RANGE) {
             return Err(SandboxError::InvalidSpec(format!("the command's user must be below {FULL_RANGE}")));
