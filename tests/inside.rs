@@ -339,3 +339,88 @@ fn under_user_namespaces_user_runs_the_command_as_that_uid_without_capabilities(
         );
     }
 }
+
+/// A bundle for Debian's `runsc` (gVisor) made from the test image: leash copied in as /leash, iptables the legacy
+/// one (gVisor has no nftables), the process root with `NET_ADMIN`, `SETUID`, `SETGID` and the few a shell needs,
+/// running `script` (`NET_RAW` too: iptables reaches gVisor's tables over a raw socket). `None` (a loud skip, or a failure under `LEASH_REQUIRE_GVISOR=1`) where runsc is missing.
+fn gvisor_bundle(script: &str) -> Option<tempfile::TempDir> {
+    if !Command::new("runsc").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        assert!(std::env::var_os("LEASH_REQUIRE_GVISOR").is_none(), "runsc is missing");
+        eprintln!("SKIPPED: no runsc here; the gVisor containment tests did not run");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir(&rootfs).unwrap();
+    let created = Command::new("docker").args(["create", IMAGE]).output().unwrap();
+    let id = text(&created.stdout).trim().to_owned();
+    let export = format!("docker export {id} | tar -C {} -x && docker rm {id} >/dev/null", rootfs.display());
+    assert!(Command::new("sh").args(["-c", &export]).status().unwrap().success());
+    std::fs::copy(LEASH, rootfs.join("leash")).unwrap();
+    for tool in ["iptables", "ip6tables"] {
+        let link = rootfs.join("usr/sbin").join(tool);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("xtables-legacy-multi", &link).unwrap();
+    }
+    let _ = std::fs::remove_file(rootfs.join("usr/sbin/nft"));
+    assert!(Command::new("runsc").args(["spec"]).current_dir(dir.path()).status().unwrap().success());
+    let config_path = dir.path().join("config.json");
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    // iptables reads and writes gVisor's tables over a raw socket: NET_RAW too.
+    let caps = [
+        "CAP_AUDIT_WRITE",
+        "CAP_KILL",
+        "CAP_NET_BIND_SERVICE",
+        "CAP_NET_ADMIN",
+        "CAP_NET_RAW",
+        "CAP_SETUID",
+        "CAP_SETGID",
+    ];
+    for set in ["bounding", "effective", "permitted"] {
+        config["process"]["capabilities"][set] = serde_json::json!(caps);
+    }
+    config["process"]["args"] = serde_json::json!(["sh", "-c", script]);
+    config["process"]["terminal"] = serde_json::json!(false);
+    config["root"]["readonly"] = serde_json::json!(false);
+    std::fs::write(&config_path, serde_json::to_string(&config).unwrap()).unwrap();
+    Some(dir)
+}
+
+/// Runs a bundle under runsc with its network stack but no interface (`--network=none`), raw sockets allowed (what
+/// gVisor's iptables needs), its state in the bundle's directory.
+fn gvisor_run(bundle: &tempfile::TempDir) -> Output {
+    let state = bundle.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let name = format!("leash-test-{}", std::process::id());
+    Command::new("timeout")
+        .args(["120", "runsc", "--root"])
+        .arg(&state)
+        .args(["--net-raw", "--network=none", "run", "--bundle"])
+        .arg(bundle.path())
+        .arg(name)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn under_gvisor_the_per_uid_firewall_is_iptables_and_its_self_test_still_refuses_a_wrong_rule() {
+    if !docker_ready() {
+        return;
+    }
+    let agent = "id -u; curl -s -o /dev/null -w '%{http_code}\\n' http://evil.test/; \
+        curl -s -m 3 --noproxy '*' -o /dev/null http://127.0.0.1:9999/ && echo direct-open || echo direct-shut";
+    let script =
+        format!("{ROOT_DAEMON}\n/leash run --user 1000 --allow ok.test -- sh -c \"{agent}\"; echo \"exit $?\"");
+    let Some(bundle) = gvisor_bundle(&script) else { return };
+    let out = gvisor_run(&bundle);
+    let (said, err) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(said, "1000\n403\ndirect-shut\nexit 0\n", "{err}");
+    assert!(err.contains("using uid-firewall") && err.contains("no REJECT"), "{err}");
+    // Every packet of the loopback admitted, with the root daemon listening there: refused before the command runs.
+    let flawed = format!("{ROOT_DAEMON}\nLEASH_DANGER_TEST_FIREWALL_FLAW=all-loopback /leash run --user 1000 --allow ok.test -- echo ran; echo \"exit $?\"");
+    let Some(bundle) = gvisor_bundle(&flawed) else { return };
+    let out = gvisor_run(&bundle);
+    let (said, err) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(said, "exit 125\n", "{err}");
+    assert!(err.contains("OPEN tcp listener 127.0.0.1:9999"), "{err}");
+}

@@ -144,6 +144,36 @@ pub fn end_descendants() {
     }
 }
 
+/// Kills every process whose real uid is `uid` (the command's, which is its own), until none is left: what the
+/// command left that also left its process group and escaped [`end_descendants`] (where the platform has no
+/// subreaper, gVisor's), before the rules that held it back go.
+pub fn end_processes_of(uid: u32) {
+    for _ in 0..END_ROUNDS {
+        let theirs: Vec<libc::pid_t> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<libc::pid_t>().ok()))
+            .filter(|pid| real_uid_of(*pid) == Some(uid))
+            .collect();
+        if theirs.is_empty() {
+            return;
+        }
+        for pid in theirs {
+            // SAFETY: kill(2) touches no memory; a pid reused since is another process of the same uid.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The real uid in `/proc/PID/status`.
+fn real_uid_of(pid: libc::pid_t) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The parent pid in `/proc/PID/stat` (the field after the parenthesised name, which may hold anything).
 fn parent_of(pid: libc::pid_t) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
