@@ -148,38 +148,35 @@ pub fn hidden_files(args: &SandboxProxyArgs) -> Vec<std::path::PathBuf> {
 }
 
 /// The host files that decide where leash connects and whom it trusts, which it reads while a command runs (glibc
-/// reads the hosts file and the resolver's configuration at each lookup; a trust root file named by the environment
-/// or `upstream_ca`): those a process of this uid could change, to be read-only inside, with every directory above
-/// them pinned (`SandboxSpec::read_only_paths`). As root that is every one (the command is root on the host's files);
-/// otherwise only those the caller could write or rename, which a system's own are not. The trust roots leash
-/// inspects with are also read before the command starts (`Inspection::load_system_roots`), so this is the second
-/// wall for them; it also keeps a poisoned file from outliving the run.
+/// reads the hosts file and its module list at each lookup, the resolver's configuration when it changes; a trust
+/// root file named by the environment or `upstream_ca`): those a process of this uid could change, to be read-only
+/// inside, with every directory above them pinned (`SandboxSpec::read_only_paths`). As root that is every one (the
+/// command is root on the host's files); otherwise only those the caller could write or rename, which a system's own
+/// are not. One inside another is left to the outer one. The trust roots leash inspects with are also read before
+/// the command starts (`Inspection::load_system_roots`), so this is the second wall for them; it also keeps a
+/// poisoned file from outliving the run.
 pub fn host_inputs(upstream_ca: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
     let from_env = ["SSL_CERT_FILE", "SSL_CERT_DIR"].into_iter().filter_map(std::env::var_os).map(Into::into);
     let named = HOST_INPUTS.iter().map(std::path::PathBuf::from).chain(from_env).chain(upstream_ca.iter().cloned());
     let root = rustix::process::geteuid().is_root();
-    let mut found: Vec<std::path::PathBuf> =
-        named.filter_map(|p| std::fs::canonicalize(p).ok()).filter(|p| root || changeable_here(p)).collect();
+    let mut found: Vec<std::path::PathBuf> = named
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        // The sandbox covers /etc/resolv.conf with its own: the host's is out of reach where that is the file; a
+        // link's target (systemd's stub file, say) is not.
+        .filter(|p| p != std::path::Path::new("/etc/resolv.conf"))
+        .filter(|p| root || changeable_here(p))
+        .collect();
     found.sort();
     found.dedup();
+    let outer = found.clone();
+    found.retain(|p| !outer.iter().any(|o| o != p && p.starts_with(o)));
     found
 }
 
-/// The files and directories of [`host_inputs`] every system may have: the resolver's (glibc's) and the trust roots'
-/// (OpenSSL's and the distributions' places, which rustls-native-certs and openssl-probe search).
-const HOST_INPUTS: [&str; 11] = [
-    "/etc/hosts",
-    "/etc/host.conf",
-    "/etc/nsswitch.conf",
-    "/etc/gai.conf",
-    "/etc/resolv.conf",
-    "/etc/ssl",
-    "/etc/pki",
-    "/etc/ca-certificates",
-    "/etc/ca-certificates.conf",
-    "/usr/local/share/ca-certificates",
-    "/usr/share/ca-certificates",
-];
+/// The files and directories of [`host_inputs`] every system may have: glibc's (the hosts file, the name-service
+/// modules, the resolver's configuration) and the trust roots' directories OpenSSL and the distributions use (where
+/// rustls-native-certs and openssl-probe look).
+const HOST_INPUTS: [&str; 5] = ["/etc/hosts", "/etc/nsswitch.conf", "/etc/resolv.conf", "/etc/ssl", "/etc/pki"];
 
 /// Whether this uid could change `path`: write it, or rename it or a directory above it (write a directory above).
 fn changeable_here(path: &std::path::Path) -> bool {

@@ -346,7 +346,11 @@ impl SpecFacts {
             cwd: spec.cwd.clone(),
             hidden: spec.hide_paths.iter().cloned().chain(HIDDEN_KERNEL_FILES.map(PathBuf::from)).collect(),
             read_only: spec.read_only_paths.clone(),
-            pinned: pinned_dirs(spec.hide_paths.iter().chain(&spec.read_only_paths)),
+            pinned: pinned_dirs(spec.hide_paths.iter().chain(&spec.read_only_paths))
+                .into_iter()
+                // A path hidden or made read-only is a mount point itself: no pin needed.
+                .filter(|dir| !spec.hide_paths.contains(dir) && !spec.read_only_paths.contains(dir))
+                .collect(),
             tcp: spec.tcp_listeners.clone(),
             udp: spec.udp_sockets.clone(),
             covered: Vec::new(),
