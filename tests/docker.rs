@@ -28,20 +28,7 @@ const BOUND: Duration = Duration::from_secs(120);
 /// Docker answers and the test image is built (once per test binary); else skip loudly, or fail under CI.
 fn docker_ready() -> bool {
     static READY: OnceLock<Result<(), String>> = OnceLock::new();
-    let ready = READY.get_or_init(|| {
-        let info = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output();
-        match info {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => return Err(format!("`docker info` failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
-            Err(e) => return Err(format!("no docker: {e}")),
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/docker/build-image.sh");
-        let built = Command::new(&script).output().map_err(|e| e.to_string())?;
-        if !built.status.success() {
-            return Err(format!("build-image.sh failed: {}", String::from_utf8_lossy(&built.stderr)));
-        }
-        Ok(())
-    });
+    let ready = READY.get_or_init(|| common::docker_image(IMAGE, ""));
     match ready {
         Ok(()) => true,
         Err(why) => {

@@ -6,7 +6,8 @@
 //! Docker is absent the tests skip loudly, unless `LEASH_REQUIRE_DOCKER=1` (CI).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
-use std::path::Path;
+mod common;
+
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
@@ -28,22 +29,7 @@ const ROOT_DAEMON: &str = "python3 -c 'import socket,time; s=socket.socket(); \
 /// Docker answers and the image is built (once per test binary); else skip loudly, or fail under CI.
 fn docker_ready() -> bool {
     static READY: OnceLock<Result<(), String>> = OnceLock::new();
-    let ready = READY.get_or_init(|| {
-        let info = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output();
-        if !info.is_ok_and(|o| o.status.success()) {
-            return Err("`docker info` failed".into());
-        }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/docker/build-image.sh");
-        let built = Command::new(&script)
-            .env("LEASH_TEST_IMAGE", IMAGE)
-            .env("LEASH_TEST_IMAGE_PACKAGES", PACKAGES)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !built.status.success() {
-            return Err(format!("build-image.sh failed: {}", String::from_utf8_lossy(&built.stderr)));
-        }
-        Ok(())
-    });
+    let ready = READY.get_or_init(|| common::docker_image(IMAGE, PACKAGES));
     match ready {
         Ok(()) => true,
         Err(why) => {

@@ -206,3 +206,24 @@ srv.serve_forever()
         FakeProvider { _server, port }
     }
 }
+
+/// Docker answers and the image `image` is built from Debian packages (tests/docker/build-image.sh, with `packages`
+/// besides its own; nothing is done when it exists), or why not.
+pub fn docker_image(image: &str, packages: &str) -> Result<(), String> {
+    let info = Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output();
+    match info {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => return Err(format!("`docker info` failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) => return Err(format!("no docker: {e}")),
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/docker/build-image.sh");
+    let built = Command::new(&script)
+        .env("LEASH_TEST_IMAGE", image)
+        .env("LEASH_TEST_IMAGE_PACKAGES", packages)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !built.status.success() {
+        return Err(format!("build-image.sh failed: {}", String::from_utf8_lossy(&built.stderr)));
+    }
+    Ok(())
+}

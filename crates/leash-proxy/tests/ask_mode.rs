@@ -141,7 +141,7 @@ async fn after_run_for_an_https_request_a_plain_one_to_the_same_host_never_carri
     let leash = asking_with_a_credential(&with_a_credential(up.port(), tls.port()), &ca).await;
     let asking = leash.ask.clone().unwrap();
     let mut events = asking.watch();
-    let (config, addr, target) = (trusting(&leash), leash.addr, format!("models.test:{}", tls.port()));
+    let (config, addr, target) = (leash.trusting_client(), leash.addr, format!("models.test:{}", tls.port()));
     let https = tokio::spawn(async move { https_get(addr, &target, "models.test", config, Writes::Whole).await });
     let question = within("a question about models.test", async {
         loop {
@@ -157,19 +157,6 @@ async fn after_run_for_an_https_request_a_plain_one_to_the_same_host_never_carri
     // The host is allowed for the run; over plain HTTP its key would travel in clear: refused, never sent.
     assert_refused(&plain_to_the_provider(&leash, up.port()).await, 403, "credential-plaintext");
     up.assert_untouched().await;
-}
-
-/// A client trusting `leash`'s CA only.
-fn trusting(leash: &Leash) -> rustls::ClientConfig {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(leash.ca_path.as_ref().unwrap()).unwrap();
-    roots.add(rustls::pki_types::CertificateDer::from_pem_slice(&pem).unwrap()).unwrap();
-    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth()
 }
 
 #[tokio::test]
@@ -191,7 +178,7 @@ async fn a_placeholder_on_its_way_to_another_host_is_refused_at_once_never_asked
     // Inside a tunnel opened to ask about each request (HTTP/1.1).
     let (raw, status) = connect(leash.addr, &format!("other.allowed.test:{}", tls.port())).await;
     assert_eq!(status, 200);
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(trusting(&leash)));
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(leash.trusting_client()));
     let name = rustls::pki_types::ServerName::try_from("other.allowed.test").unwrap();
     let mut inside = within("handshake", connector.connect(name, raw.wire.io)).await.unwrap();
     let request = format!("GET /x HTTP/1.1\r\nHost: other.allowed.test:{}\r\n{carrying}\r\n\r\n", tls.port());

@@ -71,17 +71,7 @@ async fn inside_an_inspected_tunnel_a_path_the_rules_would_refuse_goes_through()
     let ca = TestCa::new();
     let tls = TlsUpstream::start(&ca).await;
     let leash = Leash::builder(&audit(80, tls.port())).inspecting(&ca.pem).start().await;
-    let config = {
-        let mut roots = rustls::RootCertStore::empty();
-        let pem = std::fs::read(leash.ca_path.as_ref().unwrap()).unwrap();
-        use rustls::pki_types::pem::PemObject;
-        roots.add(rustls::pki_types::CertificateDer::from_pem_slice(&pem).unwrap()).unwrap();
-        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth()
-    };
+    let config = leash.trusting_client();
     // `bl.test` has a path rule (`bl.test/abs/`), so it is inspected; `GET /` is outside the rule.
     let r = https_get(leash.addr, &format!("bl.test:{}", tls.port()), "bl.test", config, Writes::Whole).await.unwrap();
     assert_eq!(r.status, 200, "{}", r.text());

@@ -242,6 +242,19 @@ pub struct Leash {
 }
 
 impl Leash {
+    /// A client configuration trusting this leash's CA alone (it must be inspecting).
+    pub fn trusting_client(&self) -> rustls::ClientConfig {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        let pem = std::fs::read(self.ca_path.as_ref().expect("an inspecting leash")).unwrap();
+        roots.add(rustls::pki_types::CertificateDer::from_pem_slice(&pem).unwrap()).unwrap();
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth()
+    }
+
     /// Serve `yaml` with the test limits.
     pub async fn start(yaml: &str) -> Leash {
         Leash::builder(yaml).start().await
