@@ -542,6 +542,8 @@ pub enum Containment {
     Auto,
     /// New user, pid, mount and network namespaces of the sandbox's own
     Userns,
+    /// The command as another uid in a network namespace of leash's holding only `lo` (root with CAP_SYS_ADMIN)
+    Netns,
     /// The command as another uid in leash's network namespace, behind a firewall that admits only leash
     UidFirewall,
     /// Nothing: the command is pointed at the proxy and could ignore it
@@ -554,6 +556,7 @@ impl Containment {
         match self {
             Containment::Auto => "auto",
             Containment::Userns => "userns",
+            Containment::Netns => "netns",
             Containment::UidFirewall => "uid-firewall",
             Containment::Advisory => "advisory",
         }

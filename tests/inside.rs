@@ -231,11 +231,68 @@ fn where_the_container_allows_user_namespaces_the_sandbox_is_leashs_own_and_else
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "1\n0\n403\n", "only lo, no IPv6, the proxy: {}", text(&out.stderr));
     assert!(!text(&out.stderr).contains("uid-firewall"), "{}", text(&out.stderr));
-    // CAP_SYS_ADMIN under Docker's default profile (pidfd_getfd refused): auto takes the per-uid firewall.
+    // NET_ADMIN alone: auto takes the per-uid firewall.
     let script = "/leash run --user 1000 --allow ok.test -- sh -c 'id -u; curl -s -o /dev/null -w \"%{http_code}\\n\" http://evil.test/'";
-    let out = container(&["--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN"], script);
+    let out = container(&["--cap-add", "NET_ADMIN"], script);
     assert_eq!(text(&out.stdout), "1000\n403\n", "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("using uid-firewall"), "{}", text(&out.stderr));
+}
+
+/// What the command does in the netns containment: where it is, what it resolves, through the proxy, around it.
+const IN_NETNS: &str = r#"
+id -u
+ip -o link | wc -l
+grep -c '^nameserver 127.0.0.1$' /etc/resolv.conf
+python3 -c "import socket; print('ok.test', socket.gethostbyname('ok.test'))"
+python3 -c "import socket; socket.gethostbyname('evil.test')" 2>/dev/null && echo "evil.test resolved" || echo "evil.test refused"
+curl -s -m 10 -o /dev/null -w "proxied %{http_code}
+" http://evil.test:8080/
+curl -s -m 10 --noproxy '*' -o /dev/null -w "transparent %{http_code}
+" http://ok.test:8080/
+curl -s -m 3 --noproxy '*' -o /dev/null http://192.0.2.1/ && echo "direct open" || echo "direct shut"
+curl -s -m 3 --noproxy '*' -o /dev/null http://127.0.0.1:8080/ && echo "origin open" || echo "origin shut"
+"#;
+
+#[test]
+fn with_sys_admin_the_command_runs_as_another_uid_in_a_network_namespace_of_leashs() {
+    if !docker_ready() {
+        return;
+    }
+    let script = format!(
+        "{ROUTE_NOWHERE}
+mkdir -m 700 /tmp/leash-files
+printf 'network:\\n  mode: allowlist\\n  allowed_hosts: [ok.test]\\n  ports: [8080]\\n  allow_destinations: [127.0.0.1/32]\\n' > /tmp/leash-files/policy.yaml
+python3 -m http.server -b 127.0.0.1 8080 >/dev/null 2>&1 & sleep 0.5
+cat > /tmp/agent.sh <<'AGENT'
+{IN_NETNS}
+AGENT
+/leash run --user 1000 --policy /tmp/leash-files/policy.yaml --log /tmp/leash-files/audit.jsonl \
+  --resolve ok.test:127.0.0.1 -- sh /tmp/agent.sh
+echo \"exit $?\"
+grep -c nameserver /etc/resolv.conf >/dev/null && echo \"host resolv.conf kept: $(grep -c '127.0.0.1' /etc/resolv.conf)\"
+echo \"left of 1000: $(ps -o user= | grep -c agent)\"
+grep -c '\"containment\":\"netns\"' /tmp/leash-files/audit.jsonl"
+    );
+    let out = container(&["--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN"], &script);
+    let (said, err) = (text(&out.stdout), text(&out.stderr));
+    for line in [
+        "1000",
+        "1",
+        "ok.test 127.0.0.2",
+        "evil.test refused",
+        "proxied 403",
+        "transparent 200",
+        "direct shut",
+        "origin shut",
+        "exit 0",
+        "host resolv.conf kept: 0",
+        "left of 1000: 0",
+    ] {
+        assert!(said.lines().any(|l| l == line), "`{line}` missing:\n{said}\n{err}");
+    }
+    assert!(err.contains("using netns"), "{err}");
+    let tagged: u32 = said.lines().last().unwrap().parse().unwrap();
+    assert!(tagged >= 3, "every line names the containment: {said}");
 }
 
 #[test]

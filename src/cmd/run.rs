@@ -40,7 +40,7 @@ pub fn run(args: RunArgs) -> Exit {
             Attempt::Done(exit) => exit,
             Attempt::NotHere(e) => uid::fall_back(&args, user, &e),
         },
-        Containment::UidFirewall | Containment::Advisory => uid::run(&args, user, mode),
+        Containment::Netns | Containment::UidFirewall | Containment::Advisory => uid::run(&args, user, mode),
     }
 }
 

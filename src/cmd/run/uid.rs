@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use leash_proxy::inside::{Bound, Plan, PROXY_INSIDE};
 use leash_proxy::ProxyConfig;
-use leash_sandbox::uid::{Admitted, Capabilities, Firewall, Flaw, RunAs};
+use leash_sandbox::uid::{Admitted, Capabilities, Firewall, Flaw, OwnNetns, RunAs};
 
 use super::{check_upstream_ca, child_env, inherited_env, proxy_config};
 use crate::cli::{Containment, RunArgs};
@@ -55,6 +55,14 @@ pub fn fall_back(args: &RunArgs, user: Option<RunAs>, why: &leash_sandbox::Sandb
     let caps = Capabilities::of_self();
     let firewall_ok = caps.root && caps.net_admin && caps.set_ids;
     match user {
+        Some(user) if firewall_ok && caps.sys_admin => {
+            eprintln!(
+                "leash: containment: user namespaces cannot be made here ({why}); using netns: the command runs as \
+                 uid {} in a network namespace of leash's holding only `lo`",
+                user.uid
+            );
+            run(args, Some(user), Containment::Netns)
+        }
         Some(user) if firewall_ok => {
             eprintln!(
                 "leash: containment: user namespaces cannot be made here ({why}); using uid-firewall: the command runs \
@@ -66,6 +74,7 @@ pub fn fall_back(args: &RunArgs, user: Option<RunAs>, why: &leash_sandbox::Sandb
         _ => {
             eprintln!("leash: the command was not run: no containment can be set up here");
             eprintln!("  userns: {why}");
+            eprintln!("  netns: {}", netns_needs(caps, user));
             eprintln!("  uid-firewall: {}", firewall_needs(caps, user));
             eprintln!(
                 "  advisory: `--advisory` runs the command pointed at the proxy, which it could ignore (every audit \
@@ -74,6 +83,24 @@ pub fn fall_back(args: &RunArgs, user: Option<RunAs>, why: &leash_sandbox::Sandb
             Exit::SandboxFailed
         }
     }
+}
+
+/// What the netns containment still needs here.
+fn netns_needs(caps: Capabilities, user: Option<RunAs>) -> String {
+    let mut missing = Vec::new();
+    if !caps.root {
+        missing.push("leash running as root");
+    }
+    if !(caps.sys_admin && caps.net_admin) {
+        missing.push("CAP_SYS_ADMIN and CAP_NET_ADMIN (`docker run --cap-add SYS_ADMIN --cap-add NET_ADMIN`)");
+    }
+    if !caps.set_ids {
+        missing.push("CAP_SETUID and CAP_SETGID");
+    }
+    if user.is_none() {
+        missing.push("`--user UID` for the command");
+    }
+    format!("needs {}", missing.join(", "))
 }
 
 /// What the per-uid firewall still needs here.
@@ -97,11 +124,13 @@ fn firewall_needs(caps: Capabilities, user: Option<RunAs>) -> String {
 /// The command as `user` in leash's network namespace, behind the firewall (`UidFirewall`) or not (`Advisory`).
 pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
     let firewalled = mode == Containment::UidFirewall;
-    let user = match (user, firewalled) {
+    let in_netns = mode == Containment::Netns;
+    let user = match (user, firewalled || in_netns) {
         (Some(user), _) => Some(user),
         (None, true) => {
             eprintln!(
-                "leash: the command was not run: the uid-firewall containment needs `--user UID` for the command"
+                "leash: the command was not run: the {} containment needs `--user UID` for the command",
+                mode.word()
             );
             return Exit::SandboxFailed;
         }
@@ -127,8 +156,12 @@ pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
     }
     // Every line says which containment stood behind it, and an advisory one that it enforced nothing.
     let audit = Arc::new(audit.with_containment(mode.word()));
-    let plan = Plan::proxy_at(PROXY_INSIDE).with_services(&services::ports(&policy));
-    let bound = match bind_here(&plan) {
+    let mut plan = Plan::proxy_at(PROXY_INSIDE).with_services(&services::ports(&policy));
+    if in_netns {
+        plan = plan.with_dns_and_transparent(&policy, leash_sandbox::MAX_SOCKETS);
+    }
+    let (bound, own_netns) = match if in_netns { bind_in_own_netns(&plan) } else { bind_here(&plan).map(|b| (b, None)) }
+    {
         Ok(bound) => bound,
         Err(code) => return code,
     };
@@ -165,17 +198,31 @@ pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
         },
         _ => None,
     };
-    if !firewalled {
+    let netns = match (&own_netns, user) {
+        (Some(netns), Some(user)) => match netns_self_test(user, &plan, netns) {
+            Ok(resolv) => Some((netns, resolv)),
+            Err(code) => return code,
+        },
+        _ => None,
+    };
+    if mode == Containment::Advisory {
         eprintln!(
             "leash: advisory: the command is only pointed at the proxy and could go around it; nothing is enforced"
         );
     }
     let policy = config.policy.clone();
-    let exit = serve_while(args, user, env, bound.with_services(unix_services), config);
+    let exit = serve_while(
+        args,
+        (user, netns.as_ref().map(|(n, r)| (*n, r.c_path()))),
+        env,
+        bound.with_services(unix_services),
+        config,
+    );
+    drop(netns);
     drop(firewall);
     keep_deferred_log(&audit, args.quiet);
     crate::shared::summary::print(&audit, &policy, args.quiet);
-    if !firewalled && !args.quiet {
+    if mode == Containment::Advisory && !args.quiet {
         eprintln!("leash: advisory run: nothing kept the command from going around the proxy");
     }
     drop(ca_files);
@@ -259,6 +306,75 @@ fn bind_here(plan: &Plan) -> Result<Bound, Exit> {
         eprintln!("leash: the command was not run: {e}");
         Exit::SandboxFailed
     })
+}
+
+/// A network namespace of leash's own, holding only `lo`, with the plan's sockets bound in it (the stub and the
+/// transparent listeners among them, as `leash attach --transparent` serves a namespace).
+fn bind_in_own_netns(plan: &Plan) -> Result<(Bound, Option<OwnNetns>), Exit> {
+    let refuse = |e: leash_sandbox::SandboxError| {
+        eprintln!("leash: the command was not run: {e}");
+        Exit::SandboxFailed
+    };
+    let netns = OwnNetns::create().map_err(refuse)?;
+    let inside = leash_sandbox::Netns::Path(netns.path());
+    let sockets = leash_sandbox::bind_in(&inside, &leash_sandbox::Isolation::default(), &plan.tcp(), &plan.udp())
+        .map_err(refuse)?;
+    let bound = plan.take(sockets.tcp, sockets.udp).map_err(|e| {
+        eprintln!("leash: the command was not run: {e}");
+        Exit::SandboxFailed
+    })?;
+    Ok((bound, Some(netns)))
+}
+
+/// The resolv.conf the command's mount namespace shows in the netns containment: the stub in its namespace. Removed
+/// when dropped (the command's mount holds the file).
+struct ResolvFile(std::path::PathBuf);
+
+impl ResolvFile {
+    fn write() -> std::io::Result<ResolvFile> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = leash_sandbox::scratch_dir().join(format!("leash-resolv-netns-{}.conf", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&path)?;
+        file.write_all(super::resolv_conf(None).as_bytes())?;
+        Ok(ResolvFile(path))
+    }
+
+    fn c_path(&self) -> std::ffi::CString {
+        use std::os::unix::ffi::OsStrExt as _;
+        std::ffi::CString::new(self.0.as_os_str().as_bytes()).unwrap_or_default()
+    }
+}
+
+impl Drop for ResolvFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The self-test in the netns containment: `leash probe` as `user` in `netns`, which holds only `lo`; every way out
+/// must be shut and leash's listeners answer. Returns the resolv.conf for the command.
+fn netns_self_test(user: RunAs, plan: &Plan, netns: &OwnNetns) -> Result<ResolvFile, Exit> {
+    let refuse = |why: String| {
+        eprintln!("leash: the command was not run: the containment self-test, as uid {}, {why}", user.uid);
+        Exit::SandboxFailed
+    };
+    let exe = std::env::current_exe().map_err(|e| refuse(format!("cannot find leash's own program: {e}")))?;
+    let mut probe = Command::new(exe);
+    probe.args(["probe", "--quiet"]).env_clear();
+    for addr in plan.tcp() {
+        probe.arg("--expect").arg(addr.to_string());
+    }
+    for addr in plan.udp() {
+        probe.arg("--expect-udp").arg(addr.to_string());
+    }
+    user.apply_in(&mut probe, netns, None);
+    let out = probe.output().map_err(|e| refuse(format!("could not run: {e}")))?;
+    if !out.status.success() {
+        return Err(refuse(format!("found a way around leash:\n{}", String::from_utf8_lossy(&out.stdout))));
+    }
+    ResolvFile::write().map_err(|e| refuse(format!("cannot write the command's resolv.conf: {e}")))
 }
 
 /// The firewall for `user`, then the self-test from that uid; any way out it finds refuses the run, naming it.
@@ -346,7 +462,7 @@ fn verdict(line: &str, stopped_here: bool) -> Option<&'static str> {
 /// its process group; every process it left is ended with it.
 fn serve_while(
     args: &RunArgs,
-    user: Option<RunAs>,
+    (user, netns): (Option<RunAs>, Option<(&OwnNetns, std::ffi::CString)>),
     env: Vec<(OsString, OsString)>,
     bound: Bound,
     config: ProxyConfig,
@@ -354,9 +470,10 @@ fn serve_while(
     let mut command = args.command.iter();
     let mut cmd = Command::new(command.next().cloned().unwrap_or_default());
     cmd.args(command).env_clear().envs(env);
-    match user {
-        Some(user) => user.apply(&mut cmd),
-        None => leash_sandbox::uid::own_session(&mut cmd),
+    match (user, netns) {
+        (Some(user), Some((netns, resolv))) => user.apply_in(&mut cmd, netns, Some(resolv)),
+        (Some(user), None) => user.apply(&mut cmd),
+        (None, _) => leash_sandbox::uid::own_session(&mut cmd),
     }
     // Where the platform has no subreaper (gVisor's), what the command leaves is found by its uid instead, below.
     if let Err(e) = leash_sandbox::uid::become_subreaper() {

@@ -65,6 +65,30 @@ pub struct RunAs {
 }
 
 impl RunAs {
+    /// [`RunAs::apply`], in `netns` and, with `resolv_conf` (a file's path), in a mount namespace of its own whose
+    /// /etc/resolv.conf is that file (the DNS stub in `netns`), which nothing else sees.
+    pub fn apply_in(self, cmd: &mut Command, netns: &OwnNetns, resolv_conf: Option<std::ffi::CString>) {
+        use std::os::fd::AsRawFd;
+        let fd = netns.fd.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before `execve` and makes only async-signal-safe system calls
+        // on memory prepared before the fork (`resolv_conf`); `fd` stays open in the parent until after the spawn.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fail = |errno: libc::c_int| io::Error::from_raw_os_error(errno);
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if let Some(source) = &resolv_conf {
+                    sys::unshare(libc::CLONE_NEWNS).map_err(fail)?;
+                    sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE).map_err(fail)?;
+                    sys::mount(Some(source), c"/etc/resolv.conf", None, libc::MS_BIND).map_err(fail)?;
+                }
+                Ok(())
+            });
+        }
+        self.apply(cmd);
+    }
+
     /// `cmd` set to run as this user: no supplementary groups, the gid, then the uid (which drops every capability),
     /// `no_new_privs` (a set-uid program or a sudoers entry gains nothing), and the sandbox's seccomp filter without
     /// its connect hand-over (netfilter decides connections here; the filter still refuses `AF_VSOCK` and the other
@@ -87,6 +111,40 @@ impl RunAs {
                 sys::install_plain_filter(&filter).map_err(io::Error::from_raw_os_error)
             })
         };
+    }
+}
+
+/// A network namespace of leash's own making, holding only `lo` (up): where leash is root with `CAP_SYS_ADMIN` and
+/// `CAP_NET_ADMIN` but cannot make a user namespace (a container's default seccomp profile), the command runs in it
+/// as another uid ([`RunAs::apply_in`]) and leash serves its sockets there, as `leash attach` serves a namespace it
+/// did not make. The namespace lives while this value does.
+#[derive(Debug)]
+pub struct OwnNetns {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl OwnNetns {
+    /// Makes the namespace, from a thread of its own (the rest of leash stays in its namespace).
+    pub fn create() -> Result<OwnNetns, SandboxError> {
+        let made = std::thread::spawn(|| -> Result<std::os::fd::OwnedFd, (crate::Step, io::Error)> {
+            let step = |step: crate::Step| move |errno: libc::c_int| (step, io::Error::from_raw_os_error(errno));
+            sys::unshare(libc::CLONE_NEWNET).map_err(step(crate::Step::CreateNetworkNamespace))?;
+            sys::loopback_up().map_err(step(crate::Step::LoopbackUp))?;
+            let file = std::fs::File::open("/proc/thread-self/ns/net")
+                .map_err(|e| (crate::Step::CreateNetworkNamespace, e))?;
+            Ok(file.into())
+        });
+        match made.join() {
+            Ok(Ok(fd)) => Ok(OwnNetns { fd }),
+            Ok(Err((step, source))) => Err(SandboxError::Setup { step, source }),
+            Err(_) => Err(SandboxError::InitDied("the thread making the network namespace panicked".into())),
+        }
+    }
+
+    /// A path that names the namespace while this value lives (for `bind_in`).
+    pub fn path(&self) -> std::path::PathBuf {
+        use std::os::fd::AsRawFd;
+        std::path::PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), self.fd.as_raw_fd()))
     }
 }
 
