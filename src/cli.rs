@@ -323,10 +323,11 @@ pub struct AttachArgs {
     --quiet). leash exits with the command's status \
     (128+N for a signal); if the sandbox cannot be set up, the command does not run and leash exits 125.\n\n\
     Containment (--containment, docs/inside.md): `userns` is the sandbox above. Where user namespaces are refused (a \
-    container, a hosted sandbox), `uid-firewall` runs the command as --user in leash's own network namespace, behind \
-    a firewall leash programs (nft, or iptables and ip6tables) that lets that uid reach only leash's listeners; it \
-    needs root with CAP_NET_ADMIN, and a self-test from the command's uid must pass before the command starts. `auto` \
-    (the default) takes the first that can be set up and says which; with none, leash exits 125 naming what the \
+    container, a hosted sandbox), `netns` runs the command as --user in a network namespace of leash's holding only \
+    `lo` (root with CAP_SYS_ADMIN and CAP_NET_ADMIN), and `uid-firewall` runs it as --user in leash's own network \
+    namespace, behind a firewall leash programs (nft, or iptables and ip6tables) that lets that uid reach only \
+    leash's listeners (root with CAP_NET_ADMIN); in both a self-test from the command's uid must pass before the \
+    command starts. `auto` (the default) takes the first that can be set up and says which; with none, leash exits 125 naming what the \
     platform must grant. `advisory` (--advisory) only points the command at the proxy, which it could ignore: every \
     audit line and the summary say so."
 )]
@@ -347,14 +348,15 @@ pub struct RunArgs {
     #[arg(long)]
     pub quiet: bool,
     /// How the command is kept from going around the proxy: the strongest this platform allows (auto), a sandbox of
-    /// user namespaces (userns), a per-uid firewall in leash's network namespace (uid-firewall), or nothing (advisory)
+    /// user namespaces (userns), a network namespace of leash's (netns), a per-uid firewall in leash's network
+    /// namespace (uid-firewall), or nothing (advisory)
     #[arg(long, value_enum, default_value_t = Containment::Auto, value_name = "MODE")]
     pub containment: Containment,
     /// The same as --containment advisory: the command is only pointed at the proxy and could ignore it
     #[arg(long, conflicts_with = "containment")]
     pub advisory: bool,
     /// Run the command as this user: a name, a UID, or UID:GID (no supplementary groups, no capabilities,
-    /// no_new_privs); needed by the uid-firewall containment
+    /// no_new_privs); needed by the netns and uid-firewall containments
     #[arg(long, value_name = "USER|UID[:GID]")]
     pub user: Option<String>,
     /// The command and its arguments
