@@ -60,10 +60,9 @@ pub enum Command {
     /// Test, from inside a sandbox or pod, that its only way out is leash: every other path must be shut
     Probe(ProbeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
-    #[command(
-        after_help = "Examples:\n  leash completions bash > ~/.local/share/bash-completion/completions/leash\n  \
-    leash completions zsh > \"${fpath[1]}/_leash\"\n  leash completions fish > ~/.config/fish/completions/leash.fish"
-    )]
+    #[command(after_help = "Examples:\n  mkdir -p ~/.local/share/bash-completion/completions && \
+    leash completions bash > ~/.local/share/bash-completion/completions/leash\n  \
+    leash completions zsh > \"${fpath[1]}/_leash\"\n  leash completions fish > ~/.config/fish/completions/leash.fish")]
     Completions {
         /// The shell to complete for
         shell: clap_complete::Shell,

@@ -68,6 +68,38 @@ fn check_reports_every_bad_entry_with_its_line_and_column_and_exits_1() {
 }
 
 #[test]
+fn check_warns_of_a_secret_not_here_and_still_refuses_one_that_is_here_and_unusable() {
+    // A lint in CI has no secrets: a credential whose variable is unset or whose file is missing is a warning, exit 0
+    // (it used to fail the lint). A secret that is here and leash could not use stays an error.
+    let dir = tempfile::tempdir().unwrap();
+    let missing_file = dir.path().join("no-such-token");
+    let text = format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: [api.anthropic.com, api.example.org]\n  credentials:\n    \
+         - preset: anthropic\n    - name: t\n      hosts: [api.example.org]\n      env: T_KEY\n      file: {}\n      \
+         header: authorization\n",
+        missing_file.display()
+    );
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, text).unwrap();
+    let check = |key: Option<&str>| {
+        let mut cmd = Command::new(LEASH);
+        cmd.args(["check", policy.to_str().unwrap()]).env_remove("ANTHROPIC_API_KEY");
+        if let Some(key) = key {
+            cmd.env("ANTHROPIC_API_KEY", key);
+        }
+        cmd.output().unwrap()
+    };
+    let o = check(None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("warning:") && stderr(&o).contains("`ANTHROPIC_API_KEY` is not set"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot read") && stderr(&o).contains("no-such-token"), "{}", stderr(&o));
+    assert!(stdout(&o).contains("valid"), "{}", stdout(&o));
+    let o = check(Some("sk-ant-with an inner space-0123456789"));
+    assert_eq!(o.status.code(), Some(1), "a secret here that leash cannot use: {}", stderr(&o));
+    assert!(!stderr(&o).contains("inner space-0123"), "the value is never printed: {}", stderr(&o));
+}
+
+#[test]
 fn check_exits_2_on_unreadable_files_and_unknown_extensions() {
     assert_eq!(leash(&["check", "/nonexistent/policy.yaml"]).status.code(), Some(2));
     let dir = tempfile::tempdir().unwrap();
@@ -306,7 +338,13 @@ impl Proxy {
 
     /// `leash proxy ARGS` on a free port, its audit log at `log`.
     fn start_with(args: &[&str], log: &Path) -> Proxy {
+        Proxy::start_in(Path::new("."), args, log)
+    }
+
+    /// [`Proxy::start_with`], started in the directory `cwd`.
+    fn start_in(cwd: &Path, args: &[&str], log: &Path) -> Proxy {
         let mut child = Command::new(LEASH)
+            .current_dir(cwd)
             .args(["proxy", "--listen", "127.0.0.1:0", "--log"])
             .arg(log)
             .args(args)
@@ -876,6 +914,34 @@ fn proxy_env_file_points_curl_and_requests_at_the_proxy_and_its_ca_when_sourced(
     assert!(std::fs::read_to_string(out.path().join("leash.env.ca.pem")).unwrap().contains("BEGIN CERTIFICATE"));
     let lines = log_lines(&log);
     assert!(lines.iter().any(|l| l["path"] == "/secret/x" && l["decision"] == "block"), "{lines:?}");
+}
+
+#[test]
+fn an_env_file_named_relatively_is_sourced_from_any_directory() {
+    // It used to name `leash.env.bundle.pem` as written: after `. ./leash.env`, an HTTPS client started in another
+    // directory found no bundle.
+    let dir = tempfile::tempdir().unwrap();
+    let upstream_ca = https_material(dir.path());
+    let origin = HttpsOrigin::start(dir.path());
+    let out = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (policy, log) = (inspected_policy(dir.path(), origin.port), out.path().join("audit.jsonl"));
+    let args = ["--policy", policy.to_str().unwrap(), "--resolve", "docs.test:127.0.0.1"];
+    let args = [&args[..], &["--upstream-ca", upstream_ca.to_str().unwrap(), "--env-file", "leash.env"]].concat();
+    let _proxy = Proxy::start_in(out.path(), &args, &log);
+    let script = std::fs::read_to_string(out.path().join("leash.env")).unwrap();
+    for line in script.lines().filter(|l| l.contains("CA_") || l.contains("CERT")) {
+        let value = line.split_once('=').unwrap().1.trim_matches('\'');
+        assert!(Path::new(value).is_absolute() && Path::new(value).exists(), "{line}");
+    }
+    let program = format!(
+        ". '{}' && cd '{}' && curl -sS --max-time 10 https://docs.test:{}/ok",
+        out.path().join("leash.env").display(),
+        elsewhere.path().display(),
+        origin.port
+    );
+    let o = Command::new("sh").args(["-c", &program]).env_clear().env("PATH", "/usr/bin:/bin").output().unwrap();
+    assert_eq!(stdout(&o), "origin-tls /ok", "{}", stderr(&o));
 }
 
 #[test]

@@ -37,6 +37,18 @@ fn an_invalid_policy_is_exit_2_and_the_command_never_runs() {
 }
 
 #[test]
+fn a_run_with_no_policy_says_that_everything_is_refused() {
+    if !sandbox_available() {
+        return;
+    }
+    let o = Command::new(LEASH).args(["run", "--", "true"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no policy") && stderr(&o).contains("every request is refused"), "{}", stderr(&o));
+    let o = Command::new(LEASH).args(["run", "--allow", "docs.test", "--", "true"]).output().unwrap();
+    assert!(!stderr(&o).contains("no policy"), "{}", stderr(&o));
+}
+
+#[test]
 fn an_unreadable_upstream_ca_is_exit_2_and_the_command_never_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (script, marker) = marking(dir.path());

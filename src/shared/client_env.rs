@@ -46,6 +46,9 @@ pub fn write_env_file(
     };
     let ca = tls.ca_cert_out.clone().unwrap_or_else(|| beside(".ca.pem"));
     let bundle = tls.ca_bundle_out.clone().unwrap_or_else(|| beside(".bundle.pem"));
+    // The file is sourced from anywhere: a relative path would name another file in another directory.
+    let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
+    let (ca_named, bundle_named) = (absolute(ca.clone()), absolute(bundle.clone()));
     let failed = |path: &Path, e: std::io::Error| {
         eprintln!("leash: cannot write `{}`: {e}", path.display());
         Exit::Usage
@@ -60,11 +63,12 @@ pub fn write_env_file(
     let mut env = leash_proxy::inside::proxy_env(&format!("http://{proxy}"));
     let (mode_var, mode) = mode_env(policy);
     env.push((mode_var.into(), mode.into()));
-    env.extend(BUNDLE_VARS.iter().map(|v| ((*v).into(), bundle.clone().into_os_string())));
-    env.push((NODE_VAR.into(), ca.into_os_string()));
+    env.extend(BUNDLE_VARS.iter().map(|v| ((*v).into(), bundle_named.clone().into_os_string())));
+    env.push((NODE_VAR.into(), ca_named.into_os_string()));
     env.extend(no_proxy_env(policy));
     sandbox_env(policy, secrets, &mut env);
-    let comment = format!("leash proxy on {proxy}: `. {}` points this shell's programs at it", file.display());
+    let shown = absolute(file.to_path_buf());
+    let comment = format!("leash proxy on {proxy}: `. {}` points this shell's programs at it", shown.display());
     let script = shell_script(&comment, &env);
     write_atomically(file, &|tmp| std::fs::write(tmp, &script)).map_err(|e| failed(file, e))
 }

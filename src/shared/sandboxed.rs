@@ -42,6 +42,9 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<Proxy
         Some(path) => load_file(path, args.profile.as_deref()).map_err(|_| Exit::Usage)?.policy,
         None => crate::policy_file::inline(&args.allow, &args.block)?,
     };
+    if args.policy.is_none() && args.allow.is_empty() && args.block.is_empty() {
+        tracing::warn!("no policy (--policy FILE, --allow HOST or --block RULE): every request is refused");
+    }
     let policy = audit_mode(policy, args.audit);
     let policy = crate::shared::ask::ask_mode(policy, &args.ask)?;
     let secrets = Arc::new(crate::shared::secrets::read_or_exit(&policy)?);

@@ -22,15 +22,46 @@ const MIN_SECRET_BYTES: usize = 16;
 
 /// Read every credential's secret and make its placeholder. Err: the message saying which could not be read.
 pub fn read(policy: &Policy) -> Result<Secrets, String> {
+    read_those_here(policy, false).map(|(secrets, _)| secrets)
+}
+
+/// What `leash check` reads: every secret that is here checked as [`read`] checks it; one whose variable is unset or
+/// whose file cannot be read is only named (a lint run without the secrets, in CI, is no error), returned as the
+/// messages that say which.
+pub fn check_those_here(policy: &Policy) -> Result<Vec<String>, String> {
+    read_those_here(policy, true).map(|(_, missing)| missing)
+}
+
+/// [`read`]; with `skip_missing`, a secret that is not here is left out and named instead of refused.
+fn read_those_here(policy: &Policy, skip_missing: bool) -> Result<(Secrets, Vec<String>), String> {
     let mut secrets = Vec::with_capacity(policy.credentials().len());
+    let mut missing = Vec::new();
     for c in policy.credentials() {
         let value = match &c.source {
-            SecretSource::Env(var) => std::env::var(var).map_err(|_| {
-                format!("credential `{}`: `{var}` is not set (or not UTF-8) in leash's environment", c.name)
-            })?,
+            SecretSource::Env(var) => match std::env::var(var) {
+                Ok(value) => value,
+                Err(_) => {
+                    let why =
+                        format!("credential `{}`: `{var}` is not set (or not UTF-8) in leash's environment", c.name);
+                    if skip_missing {
+                        missing.push(why);
+                        continue;
+                    }
+                    return Err(why);
+                }
+            },
             SecretSource::File(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("credential `{}`: cannot read `{path}`: {e}", c.name))?;
+                let text = match std::fs::read_to_string(path) {
+                    Ok(text) => text,
+                    Err(e) => {
+                        let why = format!("credential `{}`: cannot read `{path}`: {e}", c.name);
+                        if skip_missing {
+                            missing.push(why);
+                            continue;
+                        }
+                        return Err(why);
+                    }
+                };
                 // One final line end, as `echo` writes it, is not part of the secret; anything more is.
                 let line = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t));
                 line.unwrap_or(&text).to_owned()
@@ -57,7 +88,7 @@ pub fn read(policy: &Policy) -> Result<Secrets, String> {
         let placeholder = placeholder("upstream-proxy", user_password.len())?;
         secrets.extend(Secret::upstream_proxy(&user_password, &placeholder));
     }
-    Ok(Secrets::new(secrets))
+    Ok((Secrets::new(secrets), missing))
 }
 
 /// The upstream proxy's `Proxy-Authorization` (Basic), from the variable the policy names (`user:password`); `None`

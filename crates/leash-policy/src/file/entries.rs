@@ -129,6 +129,8 @@ fn syntax_problem(host: &str, list: List) -> Option<String> {
     let bracketed = host.starts_with('[') || (host.contains(':') && host.parse::<Ipv6Addr>().is_ok());
     let problem = if bracketed {
         "is an IPv6 literal; only dotted-quad IPv4 literals are accepted"
+    } else if host == "*" && list == List::AllowedHosts {
+        "would allow every host; for everything but a list, write `mode: blocklist` and list what to refuse"
     } else if host.contains('*') {
         match list {
             List::AllowedHosts => "has a `*`; write `.example.com` for a host and all its subdomains",

@@ -221,6 +221,11 @@ fn entry_errors_name_the_rule_broken() {
     };
     assert!(one("allowed_hosts", "https://a.com").contains("has a scheme"));
     assert!(one("allowed_hosts", "*.a.com").contains("has a `*`; write `.example.com`"));
+    // A bare `*` is no host at all: the advice is the mode that allows everything but a list.
+    let star = one("allowed_hosts", "*");
+    assert!(
+        star.contains("would allow every host") && star.contains("mode: blocklist") && !star.contains(".example.com")
+    );
     assert!(one("allowed_hosts", "bücher.de").contains("non-ASCII"));
     assert!(one("allowed_hosts", "a..b").contains("empty label"));
     assert!(one("allowed_hosts", "[::1]").contains("IPv6 literal"));
