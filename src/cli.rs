@@ -343,7 +343,8 @@ pub struct RunArgs {
     /// With --clean-env, also pass this variable (repeatable)
     #[arg(long, value_name = "NAME", requires = "clean_env")]
     pub keep_env: Vec<String>,
-    /// Print no summary of refused requests when the command ends
+    /// Print nothing of leash's own but errors: no warning (refusals among them), no summary when the command ends,
+    /// no word of where the kept log is (RUST_LOG still overrides)
     #[arg(long)]
     pub quiet: bool,
     /// How the command is kept from going around the proxy: the strongest this platform allows (auto), a sandbox of

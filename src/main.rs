@@ -25,7 +25,13 @@ fn main() -> ExitCode {
         cli.command,
         cli::Command::Run(_) | cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Run(_) })
     );
-    init_logging(if wraps_a_command { LevelFilter::WARN } else { LevelFilter::INFO });
+    // `--quiet` is quiet: errors only (a refusal's warning, the summary and the rest are left out).
+    let quiet = matches!(&cli.command, cli::Command::Run(args) if args.quiet);
+    init_logging(match (quiet, wraps_a_command) {
+        (true, _) => LevelFilter::ERROR,
+        (false, true) => LevelFilter::WARN,
+        (false, false) => LevelFilter::INFO,
+    });
     // Commands that only print end quietly when their reader goes away (`| head`), as Unix filters do.
     if matches!(
         cli.command,

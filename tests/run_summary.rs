@@ -143,6 +143,8 @@ fn quiet_prints_no_summary_and_keeps_the_log() {
     let err = stderr(&o);
     assert!(!err.contains("refused\n") && !err.contains("hint:") && !err.contains("{\""), "{err}");
     assert!(!err.contains("audit log of this run"), "quiet: {err}");
+    // Nor a warning: the refusal's own line (` WARN refused GET ...`) used to be printed under --quiet.
+    assert_eq!(err, "", "quiet prints nothing but errors");
     // The log is still kept: the newest file under the runs directory holds the refusal.
     let runs = state_home().join("leash/runs");
     let newest = std::fs::read_dir(&runs)

@@ -93,14 +93,16 @@ impl HostUse {
         }
     }
 
-    /// `12 requests, 3 refused as would-block (not-allowed), 1 refused (port)`.
+    /// `12 requests, 3 let through that the rules would refuse (would-block: not-allowed), 1 refused (port)`: audit
+    /// mode refused nothing of the first kind, and says so.
     fn describe(&self) -> String {
         let mut text = counted(self.requests, "request", "requests");
-        for (counts, what) in [(&self.would_block, "refused as would-block"), (&self.refused, "refused")] {
+        let would = "let through that the rules would refuse (would-block: ";
+        for (counts, what) in [(&self.would_block, would), (&self.refused, "refused (")] {
             let n: usize = counts.values().sum();
             if n > 0 {
                 let reasons: Vec<&str> = counts.keys().map(String::as_str).collect();
-                let _ = write!(text, ", {n} {what} ({})", reasons.join(", "));
+                let _ = write!(text, ", {n} {what}{})", reasons.join(", "));
             }
         }
         if !self.approved.is_empty() {
