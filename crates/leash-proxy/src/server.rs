@@ -277,6 +277,12 @@ async fn connection(
         if let Entry::Transparent(port) = entry {
             head.target = absolute_for_transparent(&head, port);
         }
+        if entry == Entry::Proxy && is_readiness(&head) {
+            if answer_ready(&mut client, &head).await.is_err() {
+                return;
+            }
+            continue;
+        }
         if head.method == "CONNECT" {
             return tunnel::handle(sh, client, &head, peer, held).await;
         }
@@ -287,6 +293,25 @@ async fn connection(
             return;
         }
     }
+}
+
+/// The path of the proxy's readiness endpoint: a harness polls it until leash serves (benchflow's `GET /healthz`).
+const READINESS_PATH: &str = "/healthz";
+
+/// Whether `head` asks the proxy itself whether it is ready: `GET` or `HEAD` of [`READINESS_PATH`] in origin form,
+/// which no proxied request is (a proxy's requests name their host). It is no request to decide: never logged, never
+/// counted as a refusal.
+fn is_readiness(head: &RequestHead) -> bool {
+    matches!(head.method.as_str(), "GET" | "HEAD") && head.target == READINESS_PATH
+}
+
+/// `200 ok`, keeping the connection (a poller may ask again on it).
+async fn answer_ready(client: &mut BufConn<TcpStream>, head: &RequestHead) -> io::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    let body = if head.method == "HEAD" { "" } else { "ok\n" };
+    let answer = format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 3\r\n\r\n{body}");
+    client.write_all(answer.as_bytes()).await?;
+    client.flush().await
 }
 
 /// The next request head, or `None` when shutdown closes the connection first: a head already arriving when

@@ -496,6 +496,26 @@ async fn origin_form_request_gets_400() {
     w.assert_nothing_reached().await;
 }
 
+/// A harness polls `GET /healthz` until leash serves: 200 at once, the connection kept, nothing in the audit log (it
+/// used to be a `block` line with an empty host for every poll). Any other origin-form request is still refused.
+#[tokio::test]
+async fn the_readiness_endpoint_answers_and_never_reaches_the_audit_log() {
+    let w = allowing(&["allowed.test"]).await;
+    let mut c = support::client::Raw::connect(w.leash.addr).await;
+    for method in ["GET", "HEAD", "GET"] {
+        c.send(format!("{method} /healthz HTTP/1.1\r\nHost: leash\r\n\r\n")).await;
+        let r = c.response_to(method).await;
+        assert_eq!(r.status, 200, "{method}");
+        assert_eq!(r.body.text(), if method == "HEAD" { "" } else { "ok\n" }, "{method}");
+    }
+    assert!(w.leash.log().is_empty(), "no line for a readiness poll: {:?}", w.leash.log());
+    for (method, target) in [("POST", "/healthz"), ("GET", "/healthz/x"), ("GET", "/healthz?x")] {
+        let r = w.send(format!("{method} {target} HTTP/1.1\r\nHost: leash\r\nContent-Length: 0\r\n\r\n")).await;
+        assert_eq!(r.status, 400, "{method} {target}");
+    }
+    w.assert_nothing_reached().await;
+}
+
 #[tokio::test]
 async fn asterisk_form_request_gets_400() {
     let w = allowing(&["allowed.test"]).await;
