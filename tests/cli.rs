@@ -100,6 +100,19 @@ fn check_warns_of_a_secret_not_here_and_still_refuses_one_that_is_here_and_unusa
 }
 
 #[test]
+fn a_blocked_prefix_with_a_trailing_slash_blocks_the_page_and_its_next_version() {
+    // A task file's `arxiv.org/abs/2401.01234/` passed `check` and blocked neither the page nor its v2.
+    for url in
+        ["https://arxiv.org/abs/2401.01234", "https://arxiv.org/abs/2401.01234v2", "http://arxiv.org/abs/2401.01234/"]
+    {
+        let o = leash(&["explain", "--block", "arxiv.org/abs/2401.01234/", url]);
+        assert_eq!(o.status.code(), Some(1), "{url} refused: {}", stdout(&o));
+    }
+    let o = leash(&["explain", "--block", "arxiv.org/abs/2401.01234/", "https://arxiv.org/abs/2401.99999"]);
+    assert_eq!(o.status.code(), Some(0), "another paper: {}", stdout(&o));
+}
+
+#[test]
 fn check_exits_2_on_unreadable_files_and_unknown_extensions() {
     assert_eq!(leash(&["check", "/nonexistent/policy.yaml"]).status.code(), Some(2));
     let dir = tempfile::tempdir().unwrap();

@@ -88,6 +88,19 @@ pub(crate) fn url_entry(text: &str, list: List) -> Result<UrlEntry, EntryError> 
             return fail(WrongList, format!("`{text}` has no path; list whole hosts in `allowed_hosts`"));
         }
         (None, _) => None,
+        // A blocked prefix blocks what starts with it: `arxiv.org/abs/2401.01234/` meant that paper, whose page has
+        // no `/` after its id and whose next version adds `v2`; kept, the trailing `/` let both through. (benchflow,
+        // whose task files list such entries, drops it too.) An allowed prefix keeps it: `github.com/rust-lang/`
+        // means that directory, not `rust-lang-nursery`.
+        (Some(p), List::BlockedUrls) => {
+            // Checked as written first, so a mistake is told about in the user's own terms.
+            let as_written = check_path(text, p)?;
+            match p.trim_end_matches('/') {
+                "" => None,
+                trimmed if trimmed.len() == p.len() => Some(as_written),
+                trimmed => Some(check_path(text, trimmed)?),
+            }
+        }
         (Some(p), _) => Some(check_path(text, p)?),
     };
     Ok(UrlEntry::Rule(UrlRule { host, path, text: Arc::from(text), index: 0 }))
@@ -254,6 +267,13 @@ mod tests {
             ("arxiv.org", "/abs/2401", "arxiv.org/abs/./2401")
         );
         assert!(matches!(url_entry("api.semanticscholar.org", List::BlockedUrls).unwrap(), UrlEntry::Rule(_)));
+        let trailing = |t| match url_entry(t, List::BlockedUrls).unwrap() {
+            UrlEntry::Rule(r) => r.path.map(|p| p.as_str().to_owned()),
+            UrlEntry::Ipv4 => panic!("not an IP"),
+        };
+        assert_eq!(trailing("arxiv.org/abs/2401.01234/").as_deref(), Some("/abs/2401.01234"));
+        assert_eq!(trailing("arxiv.org/abs//").as_deref(), Some("/abs"));
+        assert_eq!(trailing("arxiv.org/"), None, "the whole host");
         assert!(matches!(url_entry("192.0.2.1/x", List::BlockedUrls).unwrap(), UrlEntry::Ipv4));
         let err = |t, l| url_entry(t, l).unwrap_err().message;
         assert!(err("github.com", List::AllowedUrls).contains("has no path"));

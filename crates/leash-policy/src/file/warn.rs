@@ -207,13 +207,6 @@ impl Warnings<'_> {
         for (host, list) in &by_host {
             self.block_paths(host, list, &host_rules, &by_host);
         }
-        for rule in net.urls.iter().filter(|r| r.path.as_ref().is_some_and(|p| p.as_str() == "/")) {
-            let message = format!(
-                "`{}` blocks every path; write `{}` to block the host without inspecting its tunnels",
-                rule.text, rule.host
-            );
-            self.push(entry(rule.index), message);
-        }
     }
 
     /// Path rules under one host: covered by a host rule on it or a parent, by a shorter path under it (one sorted

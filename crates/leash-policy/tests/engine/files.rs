@@ -303,12 +303,17 @@ fn warnings_for_surprising_blocklists() {
         "network.blocked_urls[5]: `c.b.com/p/z` is already covered by `b.com/p`",
         "network.blocked_urls[6]: `b.com/P` repeats network.blocked_urls[3]",
         "network.blocked_urls[7]: `192.0.2.1`: a blocklist refuses every IP literal already; this entry does nothing",
-        "network.blocked_urls[8]: `d.com/` blocks every path; write `d.com` to block the host without inspecting its \
-         tunnels",
         "network.blocked_urls[9]: `b.com/p/./q` repeats network.blocked_urls[4]",
         "network.blocked_urls[10]: `b.com/./p` repeats network.blocked_urls[3]",
     ]);
     assert_eq!(warnings("network:\n  mode: blocklist\n"), ["network: the blocklist is empty: everything is allowed"]);
+    // `d.com/` used to block every path through inspection, with a warning to write `d.com`: a blocked prefix loses
+    // its trailing `/` now, so it is the host's rule, decided on the tunnel's name.
+    let trailing = load("network:\n  mode: blocklist\n  blocked_urls: [d.com/]\n", Format::Yaml, None).unwrap().policy;
+    let host = leash_policy::parse_host("d.com").unwrap();
+    let d = trailing
+        .decide(&leash_policy::Question::Connect { target: &host, port: 443 }, leash_policy::TlsInspection::Available);
+    assert_eq!((d.verdict, d.rule.as_deref()), (leash_policy::Verdict::Block, Some("d.com/")));
     assert!(warnings("network:\n  mode: blocklist\n  blocked_urls: [a.com, b.com/x]\n").is_empty());
 }
 

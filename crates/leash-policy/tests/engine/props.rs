@@ -209,6 +209,9 @@ fn naive_rule(block: bool) -> impl Strategy<Value = NaiveRule> {
                 (None, true) => format!(".{host}"),
                 (None, false) => host.clone(),
             };
+            // A blocked prefix is the path without its trailing `/` (docs/policy.md).
+            let path =
+                if block { path.map(|p| p.trim_end_matches('/').to_owned()).filter(|p| !p.is_empty()) } else { path };
             NaiveRule { text, host, subtree, path }
         },
     )

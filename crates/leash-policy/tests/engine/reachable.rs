@@ -37,7 +37,9 @@ fn blocklist_hosts_are_unreachable_but_hosts_with_only_path_rules_are_reachable(
     assert!(reachable(&p, "semanticscholar.org"));
     assert!(reachable(&p, "arxiv.org"), "its requests are decided path by path");
     assert!(reachable(&p, "export.arxiv.org"));
-    assert!(reachable(&p, "example.org"), "a path rule, even `/`, leaves the name to inspection");
+    // A blocked prefix loses its trailing `/`: `example.org/` is the host's rule (it used to be a path rule on `/`,
+    // left to inspection, blocking every path all the same).
+    assert!(!reachable(&p, "example.org"), "`example.org/` blocks the host");
     assert!(reachable(&p, "anything.test"));
 }
 
