@@ -153,9 +153,14 @@ pub enum AskCommand {
 /// The policy, audit log, pins and upstream trust of a sandbox's proxy (`leash run`, `leash docker`).
 #[derive(Debug, Args)]
 pub struct SandboxProxyArgs {
-    /// The policy file (.yaml, .yml or .toml); or give --allow / --block instead
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
+    /// The policy file (.yaml, .yml or .toml); or give --task, or --allow / --block instead
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
+    /// A harness's task file read as the policy: benchflow's task.toml ([sandbox]/[agent] network_mode,
+    /// allowed_hosts, blocked_urls, blocked_hosts) or task.md's front matter (`leash check --task` says what each
+    /// field became)
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
+    pub task: Option<PathBuf>,
     /// Learn a policy: let through what its host and path rules would refuse, logged as `would-block` with the
     /// reason; ports, IP literals and internal destinations are still refused (like `mode: audit`)
     #[arg(long)]
@@ -375,9 +380,12 @@ pub struct RunArgs {
     `--env-file leash.env` then `. ./leash.env` (every proxy and CA variable `leash run` sets), or \
     `--ca-cert-out ca.pem` then `curl --cacert ca.pem`. Upstreams are always verified (system roots, plus --upstream-ca).")]
 pub struct ProxyArgs {
-    /// The policy file (.yaml, .yml or .toml), reloaded on SIGHUP; or give --allow / --block instead
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"], required_unless_present_any = ["allow", "block"])]
+    /// The policy file (.yaml, .yml or .toml), reloaded on SIGHUP; or give --task, or --allow / --block instead
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"], required_unless_present_any = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
+    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter), reloaded on SIGHUP
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
+    pub task: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
@@ -438,8 +446,12 @@ pub struct TlsArgs {
     Exit status: 0 valid, 1 invalid, 2 unreadable.")]
 pub struct CheckArgs {
     /// The policy file (.yaml, .yml or .toml)
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    #[arg(value_name = "FILE", required_unless_present = "task", conflicts_with = "task")]
+    pub file: Option<PathBuf>,
+    /// A harness's task file (benchflow's task.toml, or task.md's front matter): what each network field becomes,
+    /// and the policy it makes checked
+    #[arg(long, value_name = "FILE")]
+    pub task: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -451,9 +463,12 @@ pub struct CheckArgs {
     policy error. The decision is the one the proxy takes before DNS; the destination check on the resolved \
     addresses still follows it.")]
 pub struct ExplainArgs {
-    /// The policy file (.yaml, .yml or .toml); or give --allow / --block instead, as to `leash run`
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"], required_unless_present_any = ["allow", "block"])]
+    /// The policy file (.yaml, .yml or .toml); or give --task, or --allow / --block instead, as to `leash run`
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"], required_unless_present_any = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
+    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter)
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
+    pub task: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,

@@ -31,6 +31,29 @@ pub fn load_file(path: &Path, profile: Option<&str>) -> Result<Loaded, Exit> {
     Ok(loaded)
 }
 
+/// A harness's task file (`--task`: benchflow's `task.toml`, or `task.md`'s front matter) read as a policy, with a
+/// line per network field saying what it became. A task leash cannot read as the harness does is printed (naming
+/// the field) and exit 1, as an invalid policy file is to `leash check` (the commands that run map it to 2); an
+/// unreadable file, or one of another kind, exit 2.
+pub fn load_task(path: &Path) -> Result<(Loaded, Vec<String>), Exit> {
+    let text = read(path)?;
+    let format = leash_policy::TaskFormat::from_path(path).ok_or_else(|| {
+        eprintln!("leash: cannot tell the kind of task `{}`: task files end in .toml or .md", path.display());
+        Exit::Usage
+    })?;
+    let task = leash_policy::task_policy(&text, format).map_err(|e| {
+        eprintln!("{}", located(path, &e));
+        Exit::Refused
+    })?;
+    let loaded = load(&task.text, Format::Yaml, None).map_err(|errors| {
+        for e in &errors {
+            eprintln!("{}: read as a task: {}: {}", path.display(), e.entry, e.message);
+        }
+        Exit::Refused
+    })?;
+    Ok((loaded, task.became))
+}
+
 /// The policy of `--allow`/`--block`, or its errors printed (as `the command line:ENTRY: MESSAGE`) and exit 2.
 pub fn inline(allow: &[String], block: &[String]) -> Result<leash_policy::Policy, Exit> {
     leash_policy::Policy::from_inline(allow, block).map_err(|errors| {

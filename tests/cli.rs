@@ -112,6 +112,81 @@ fn a_blocked_prefix_with_a_trailing_slash_blocks_the_page_and_its_next_version()
     assert_eq!(o.status.code(), Some(0), "another paper: {}", stdout(&o));
 }
 
+/// A benchflow task as its authors write it: the harness's own keys beside the network ones.
+const BENCHFLOW_TASK: &str =
+    "[task]\nname = \"replicate\"\ndescription = \"no peeking\"\n\n[agent]\ntimeout_sec = 600\n\n\
+[sandbox]\nnetwork_mode = \"denylist\"\ncpus = 2\nmemory_mb = 4096\n\
+blocked_urls = [\"https://arxiv.org/abs/2401.01234/\", \"https://github.com/org/paper-code?tab=readme\"]\n\
+blocked_hosts = [\"api.semanticscholar.org\"]\n";
+
+#[test]
+fn a_harness_task_is_read_as_it_is_with_what_each_field_became() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("task.toml");
+    std::fs::write(&task, BENCHFLOW_TASK).unwrap();
+    // As a policy file it is not one (its keys are the harness's): `--task` reads it as the harness does.
+    assert_eq!(leash(&["check", task.to_str().unwrap()]).status.code(), Some(1));
+    let o = leash(&["check", "--task", task.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let said = stdout(&o);
+    for line in [
+        "sandbox.network_mode = `denylist` → mode: blocklist",
+        "sandbox.blocked_hosts[0] → blocked_urls: api.semanticscholar.org (and every subdomain)",
+        "sandbox.blocked_urls[0] → blocked_urls: arxiv.org/abs/2401.01234/ (the scheme dropped",
+        "sandbox.blocked_urls[1] → blocked_urls: github.com/org/paper-code (the scheme dropped: blocked over http and \
+         https; the query ignored",
+        "valid (blocklist)",
+    ] {
+        assert!(said.contains(line), "`{line}` in:\n{said}");
+    }
+    let explain = |url: &str| leash(&["explain", "--task", task.to_str().unwrap(), url]).status.code();
+    for refused in [
+        "https://arxiv.org/abs/2401.01234",
+        "http://arxiv.org/abs/2401.01234v2",
+        "https://github.com/org/paper-code/tree/main",
+        "https://x.api.semanticscholar.org/",
+    ] {
+        assert_eq!(explain(refused), Some(1), "{refused}");
+    }
+    for allowed in ["https://arxiv.org/abs/2312.00001", "https://pypi.org/simple/", "https://github.com/org/other"] {
+        assert_eq!(explain(allowed), Some(0), "{allowed}");
+    }
+    // The same in a task.md's front matter, and a mode leash cannot read as the harness does, named.
+    let md = dir.path().join("task.md");
+    std::fs::write(&md, "---\nagent:\n  network_mode: allowlist\n  allowed_hosts: [pypi.org]\n---\n# The task\n")
+        .unwrap();
+    assert_eq!(leash(&["explain", "--task", md.to_str().unwrap(), "https://pypi.org/simple/"]).status.code(), Some(0));
+    assert_eq!(leash(&["explain", "--task", md.to_str().unwrap(), "https://example.com/"]).status.code(), Some(1));
+    std::fs::write(&task, "[sandbox]\nnetwork_mode = \"offline\"\n").unwrap();
+    let o = leash(&["check", "--task", task.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("sandbox.network_mode: `offline` is not a network mode"), "{}", stderr(&o));
+    assert_eq!(
+        leash(&["explain", "--task", task.to_str().unwrap(), "https://a.org/"]).status.code(),
+        Some(2),
+        "a task that does not load is 2 there"
+    );
+}
+
+#[test]
+fn run_reads_a_harness_task_and_hides_it_inside() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("task.toml");
+    std::fs::write(&task, BENCHFLOW_TASK).unwrap();
+    let script = format!(
+        "curl -s -o /dev/null -w '%{{http_code}}\\n' http://arxiv.org/abs/2401.01234v2; cat {} | wc -c",
+        task.display()
+    );
+    let o = Command::new(LEASH)
+        .args(["run", "--task", task.to_str().unwrap(), "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "403\n0\n", "refused by the task's rule; the task unreadable inside: {}", stderr(&o));
+}
+
 #[test]
 fn check_exits_2_on_unreadable_files_and_unknown_extensions() {
     assert_eq!(leash(&["check", "/nonexistent/policy.yaml"]).status.code(), Some(2));

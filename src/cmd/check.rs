@@ -8,10 +8,24 @@ use crate::exit::Exit;
 use crate::policy_file::load_file;
 
 pub fn run(args: &CheckArgs) -> Exit {
-    let loaded = match load_file(&args.file, None) {
-        Ok(l) => l,
-        Err(code) => return code,
+    let (file, loaded) = match (&args.file, &args.task) {
+        (Some(file), _) => match load_file(file, None) {
+            Ok(l) => (file, l),
+            Err(code) => return code,
+        },
+        (None, Some(task)) => match crate::policy_file::load_task(task) {
+            Ok((l, became)) => {
+                println!("{}: read as a task:", task.display());
+                for line in became {
+                    println!("  {line}");
+                }
+                (task, l)
+            }
+            Err(code) => return code,
+        },
+        (None, None) => return Exit::Usage,
     };
+    let args = Checked { file };
     for w in &loaded.warnings {
         eprintln!("warning: {}: {}: {}", args.file.display(), w.entry, w.message);
     }
@@ -41,6 +55,11 @@ pub fn run(args: &CheckArgs) -> Exit {
         println!("  {line}");
     }
     Exit::Ok
+}
+
+/// The file checked, under the name the messages use.
+struct Checked<'a> {
+    file: &'a std::path::Path,
 }
 
 /// What the policy reaches besides the proxy's rules: the upstream proxy requests go out through, and each service.

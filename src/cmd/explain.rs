@@ -19,9 +19,10 @@ pub fn run(args: &ExplainArgs) -> Exit {
     };
     // Exit 1 means "refused", so a policy that does not load (invalid, unknown profile) is 2, like a usage error:
     // a script asking `explain` must never read a broken policy as a refusal.
-    let loaded = match &args.policy {
-        Some(path) => load_file(path, args.profile.as_deref()).map(|l| l.policy).map_err(drop),
-        None => crate::policy_file::inline(&args.allow, &args.block).map_err(drop),
+    let loaded = match (&args.policy, &args.task) {
+        (Some(path), _) => load_file(path, args.profile.as_deref()).map(|l| l.policy).map_err(drop),
+        (None, Some(task)) => crate::policy_file::load_task(task).map(|(l, _)| l.policy).map_err(drop),
+        (None, None) => crate::policy_file::inline(&args.allow, &args.block).map_err(drop),
     };
     let Ok(policy) = loaded else { return Exit::Usage };
     let explained = match service_asked(&policy, url) {

@@ -36,9 +36,10 @@ pub fn run(args: ProxyArgs) -> Exit {
 }
 
 async fn serve(args: ProxyArgs) -> Exit {
-    let policy = match &args.policy {
-        Some(path) => load_file(path, args.profile.as_deref()).map(|l| l.policy),
-        None => crate::policy_file::inline(&args.allow, &args.block),
+    let policy = match (&args.policy, &args.task) {
+        (Some(path), _) => load_file(path, args.profile.as_deref()).map(|l| l.policy),
+        (None, Some(task)) => crate::policy_file::load_task(task).map(|(l, _)| l.policy),
+        (None, None) => crate::policy_file::inline(&args.allow, &args.block),
     };
     let policy = match policy.and_then(|policy| ask::ask_mode(audit_mode(policy, args.audit), &args.ask)) {
         Ok(policy) => policy,
@@ -131,7 +132,12 @@ async fn serve(args: ProxyArgs) -> Exit {
     }
     let reloads = Reloads { policy, audit: config.audit.clone(), metrics: config.metrics.clone() };
     let modes = Modes { audit: args.audit, ask: args.ask.ask };
-    tokio::spawn(reload_on_hangup(reloads, hup, (args.policy.clone(), args.profile.clone(), modes)));
+    let source = match (&args.policy, &args.task) {
+        (Some(path), _) => Some(Source::Policy(path.clone(), args.profile.clone())),
+        (None, Some(task)) => Some(Source::Task(task.clone())),
+        (None, None) => None,
+    };
+    tokio::spawn(reload_on_hangup(reloads, hup, (source, modes)));
     let listeners = leash_proxy::Listeners { proxy: listener, transparent: Vec::new(), services: service_sockets };
     let served = leash_proxy::serve_listeners(listeners, config, shutdown_signal(term, int)).await;
     drop(socket_files);
@@ -237,7 +243,7 @@ struct Reloads {
 async fn reload_on_hangup(
     reloads: Reloads,
     hup: std::io::Result<tokio::signal::unix::Signal>,
-    (path, profile, modes): (Option<PathBuf>, Option<String>, Modes),
+    (source, modes): (Option<Source>, Modes),
 ) {
     let Reloads { policy, audit, metrics } = reloads;
     let Ok(mut hup) = hup else {
@@ -249,11 +255,20 @@ async fn reload_on_hangup(
         if let Err(e) = audit.reopen() {
             tracing::error!("{e}; writing on to the file already open");
         }
-        let Some(path) = &path else {
+        let Some(source) = &source else {
             tracing::info!("the policy came from --allow/--block: nothing to reload");
             continue;
         };
-        let reloaded = reload(path, profile.as_deref()).and_then(|p| with_modes(p, modes));
+        let (path, reloaded) = match source {
+            Source::Policy(path, profile) => (path, reload(path, profile.as_deref())),
+            Source::Task(task) => (
+                task,
+                crate::policy_file::load_task(task)
+                    .map(|(l, _)| l.policy)
+                    .map_err(|_| "the task is unreadable as a policy (said above)".to_owned()),
+            ),
+        };
+        let reloaded = reloaded.and_then(|p| with_modes(p, modes));
         let running = policy.current();
         match reloaded.and_then(|p| check_same_resources(&running, &p).map(|()| p)) {
             Ok(p) => {
@@ -267,6 +282,14 @@ async fn reload_on_hangup(
             }
         }
     }
+}
+
+/// Where the policy a SIGHUP reloads comes from.
+enum Source {
+    /// `--policy FILE [--profile NAME]`.
+    Policy(PathBuf, Option<String>),
+    /// `--task FILE`.
+    Task(PathBuf),
 }
 
 /// `policy` with the modes the command line turned on.

@@ -38,11 +38,12 @@ pub fn parse_pins(specs: &[String]) -> Result<Pins, Exit> {
 ///
 /// An invalid policy is exit 2, like a usage error: 1 is an ordinary status of the wrapped command.
 pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<ProxyParts, Exit> {
-    let policy = match &args.policy {
-        Some(path) => load_file(path, args.profile.as_deref()).map_err(|_| Exit::Usage)?.policy,
-        None => crate::policy_file::inline(&args.allow, &args.block)?,
+    let policy = match (&args.policy, &args.task) {
+        (Some(path), _) => load_file(path, args.profile.as_deref()).map_err(|_| Exit::Usage)?.policy,
+        (None, Some(task)) => crate::policy_file::load_task(task).map_err(|_| Exit::Usage)?.0.policy,
+        (None, None) => crate::policy_file::inline(&args.allow, &args.block)?,
     };
-    if args.policy.is_none() && args.allow.is_empty() && args.block.is_empty() {
+    if args.policy.is_none() && args.task.is_none() && args.allow.is_empty() && args.block.is_empty() {
         tracing::warn!("no policy (--policy FILE, --allow HOST or --block RULE): every request is refused");
     }
     let policy = audit_mode(policy, args.audit);
@@ -147,7 +148,8 @@ fn save_deferred(audit: &AuditLog, dir: &std::path::Path) -> std::io::Result<Opt
 /// logs earlier runs kept ([`runs_dir`]), which say the same.
 pub fn hidden_files(args: &SandboxProxyArgs) -> Vec<std::path::PathBuf> {
     let runs = runs_dir().filter(|dir| is_real_dir(dir));
-    args.log.iter().chain(&args.policy).chain(&runs).filter_map(|p| std::fs::canonicalize(p).ok()).collect()
+    let files = args.log.iter().chain(&args.policy).chain(&args.task).chain(&runs);
+    files.filter_map(|p| std::fs::canonicalize(p).ok()).collect()
 }
 
 /// The host files that decide where leash connects and whom it trusts, which it reads while a command runs (glibc

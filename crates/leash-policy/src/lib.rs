@@ -34,8 +34,8 @@ pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Request, Sch
 pub use dest::{is_internal, Cidr, CidrError};
 pub use engine::Policy;
 pub use file::{
-    allow_host, load, load_attachment, Attachment, EditError, Format, Loaded, Namespace, PolicyError, PolicyErrorKind,
-    Warning,
+    allow_host, load, load_attachment, task_policy, Attachment, EditError, Format, Loaded, Namespace, PolicyError,
+    PolicyErrorKind, TaskFormat, TaskPolicy, Warning,
 };
 pub use hints::{Hint, PortList, Refused, RequestKind};
 pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostError, Name};

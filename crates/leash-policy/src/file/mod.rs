@@ -10,6 +10,7 @@ use std::fmt;
 
 pub use attachment::{load_attachment, Attachment, Namespace};
 pub use edit::{allow_host, EditError};
+pub use task::{task_policy, TaskFormat, TaskPolicy};
 
 use crate::engine::Policy;
 
@@ -20,6 +21,7 @@ mod entries;
 mod inline;
 mod raw;
 mod services;
+mod task;
 mod toml;
 mod validate;
 mod warn;
