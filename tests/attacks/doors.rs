@@ -203,7 +203,7 @@ if mode == "elsewhere":
     d = tempfile.mkdtemp()
     prefix = ["unshare", "-m", "sh", "-c", 'mount --bind /dev/pts "$0" && exec "$@"', d]
     path = d + "/" + os.path.basename(path)
-cmd = prefix + leash + ["run", "--", "/usr/bin/python3", "-c", inner, path, mode]
+cmd = prefix + leash + ["run", "--allow", "none.test", "--", "/usr/bin/python3", "-c", inner, path, mode]
 if mode == "terminal":
     master, slave = os.openpty()
     os.chown(os.ttyname(slave), owner, -1)
