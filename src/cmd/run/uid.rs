@@ -87,37 +87,24 @@ pub fn fall_back(args: &RunArgs, user: Option<RunAs>, why: &leash_sandbox::Sandb
 
 /// What the netns containment still needs here.
 fn netns_needs(caps: Capabilities, user: Option<RunAs>) -> String {
-    let mut missing = Vec::new();
-    if !caps.root {
-        missing.push("leash running as root");
-    }
-    if !(caps.sys_admin && caps.net_admin) {
-        missing.push("CAP_SYS_ADMIN and CAP_NET_ADMIN (`docker run --cap-add SYS_ADMIN --cap-add NET_ADMIN`)");
-    }
-    if !caps.set_ids {
-        missing.push("CAP_SETUID and CAP_SETGID");
-    }
-    if user.is_none() {
-        missing.push("`--user UID` for the command");
-    }
-    format!("needs {}", missing.join(", "))
+    let network = "CAP_SYS_ADMIN and CAP_NET_ADMIN (`docker run --cap-add SYS_ADMIN --cap-add NET_ADMIN`)";
+    still_needed(caps, user, (caps.sys_admin && caps.net_admin, network))
 }
 
 /// What the per-uid firewall still needs here.
 fn firewall_needs(caps: Capabilities, user: Option<RunAs>) -> String {
-    let mut missing = Vec::new();
-    if !caps.root {
-        missing.push("leash running as root");
-    }
-    if !caps.net_admin {
-        missing.push("CAP_NET_ADMIN (`docker run --cap-add NET_ADMIN`)");
-    }
-    if !caps.set_ids {
-        missing.push("CAP_SETUID and CAP_SETGID");
-    }
-    if user.is_none() {
-        missing.push("`--user UID` for the command");
-    }
+    still_needed(caps, user, (caps.net_admin, "CAP_NET_ADMIN (`docker run --cap-add NET_ADMIN`)"))
+}
+
+/// `needs ...`: root, the network capabilities `(has, named)`, the id capabilities, a user for the command.
+fn still_needed(caps: Capabilities, user: Option<RunAs>, (has, named): (bool, &'static str)) -> String {
+    let wanted = [
+        (caps.root, "leash running as root"),
+        (has, named),
+        (caps.set_ids, "CAP_SETUID and CAP_SETGID"),
+        (user.is_some(), "`--user UID` for the command"),
+    ];
+    let missing: Vec<&str> = wanted.iter().filter(|(ok, _)| !ok).map(|(_, what)| *what).collect();
     format!("needs {}", missing.join(", "))
 }
 
