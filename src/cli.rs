@@ -156,7 +156,7 @@ pub struct SandboxProxyArgs {
     /// The policy file (.yaml, .yml or .toml); or give --task, or --allow / --block instead
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
-    /// A harness's task file read as the policy: benchflow's task.toml ([sandbox]/[agent] network_mode,
+    /// A harness's task file read as the policy: benchflow's task.toml (`[sandbox]`/`[agent]` network_mode,
     /// allowed_hosts, blocked_urls, blocked_hosts) or task.md's front matter (`leash check --task` says what each
     /// field became)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
