@@ -185,7 +185,8 @@ async fn establish(
 ) -> Option<(ClientTls, Session, Option<Vec<u8>>)> {
     let (upstream, chosen) = match upstream_session(t, ctx, alpn, decision).await {
         Ok(session) => session,
-        Err(answer) => return answer_at_path(t, client, answer).await,
+        Err(Unready::Answer(answer)) => return answer_at_path(t, client, answer).await,
+        Err(Unready::Unreachable) => return serve_unreachable(t, ctx, client).await,
     };
     let Some(client) = accept(t, client, t.tls.server_config(chosen.as_deref())).await else {
         // The session, unused, is as clean as it came.
@@ -196,21 +197,36 @@ async fn establish(
     Some((client, upstream, chosen))
 }
 
-/// The tunnel's line and upstream session, and the protocol it speaks; or the answer to give the client inside TLS
-/// (the tunnel refused on its addresses, the line unwritable, the dial or the upstream's certificate failed).
+/// Why a tunnel has no upstream session to serve on.
+enum Unready {
+    /// The answer to give the client inside TLS: the tunnel refused on its addresses, its line unwritable, the
+    /// upstream's certificate refused.
+    Answer(Response),
+    /// The upstream could not be resolved or reached: each request in the tunnel is still decided, and logged, on
+    /// its own path ([`serve_unreachable`]); only an allowed one is answered with the failure.
+    Unreachable,
+}
+
+impl From<Response> for Unready {
+    fn from(answer: Response) -> Unready {
+        Unready::Answer(answer)
+    }
+}
+
+/// The tunnel's line and upstream session, and the protocol it speaks; or why there is none.
 async fn upstream_session(
     t: &Inspected,
     ctx: &RequestCtx<'_>,
     alpn: &[Vec<u8>],
     decision: &Decision,
-) -> Result<(Session, Option<Vec<u8>>), Response> {
+) -> Result<(Session, Option<Vec<u8>>), Unready> {
     let host = t.host_str();
     let asked = Asked { method: TUNNEL_METHOD, host: &host, port: t.port, path: None };
     if let Some(kept) = t.kept_session(alpn) {
         // INVARIANT: as before a dial, the tunnel is logged before the session carries a byte of its client's.
         if let Err(answer) = ctx.pass(&asked, decision) {
             t.keep(kept);
-            return Err(answer);
+            return Err(answer.into());
         }
         // HTTP/1.1, as the tunnel that left the session spoke it.
         let chosen = alpn.iter().any(|p| p == ALPN_HTTP1).then(|| ALPN_HTTP1.to_vec());
@@ -218,10 +234,10 @@ async fn upstream_session(
     }
     let route = match t.route().await {
         Ok(route) => route,
-        Err(DialError::Refused(reason)) => return Err(ctx.refuse_destination(&asked, reason)),
-        Err(e) => {
+        Err(DialError::Refused(reason)) => return Err(ctx.refuse_destination(&asked, reason).into()),
+        Err(_) => {
             ctx.pass(&asked, decision)?;
-            return Err(dial_failed(t, ctx, &e));
+            return Err(Unready::Unreachable);
         }
     };
     // INVARIANT: the tunnel is logged before an upstream connection is opened, so before any byte of the client's
@@ -232,9 +248,23 @@ async fn upstream_session(
             let chosen = upstream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
             Ok((Session { tls: upstream, kept: false }, chosen))
         }
-        Err(UpstreamError::Tls(why)) => Err(upstream_tls_refused(t, ctx, &asked, decision.rule.clone(), &why)),
-        Err(UpstreamError::Dial(e)) => Err(dial_failed(t, ctx, &e)),
+        Err(UpstreamError::Tls(why)) => Err(upstream_tls_refused(t, ctx, &asked, decision.rule.clone(), &why).into()),
+        Err(UpstreamError::Dial(_)) => Err(Unready::Unreachable),
     }
+}
+
+/// An allowed tunnel whose upstream could not be resolved or reached: the client's handshake is completed anyway
+/// (HTTP/1.1) and each request in it decided and logged on its own path, as in a tunnel opened to ask. A refused one
+/// gets its 403; an allowed one dials, and gets the failure (502/504, its line saying why) if the upstream is still
+/// unreachable. Before, the tunnel was answered 502 at once and a blocked path left no line.
+async fn serve_unreachable<T>(t: &Inspected, ctx: &RequestCtx<'_>, client: BufConn<TcpStream>) -> Option<T> {
+    let Some(client) = accept(t, client, t.tls.server_for_answers()).await else {
+        ctx.outcome(0, 0, 0);
+        return None;
+    };
+    let (up, down) = h1::serve_undialled(t, client).await;
+    ctx.outcome(200, up, down);
+    None
 }
 
 /// Ask mode: a tunnel to a host no rule admits, whose requests leash can read, opened to ask about each of them with
@@ -251,12 +281,6 @@ pub(crate) fn ask_inside(t: Inspected, client: BufConn<TcpStream>) -> impl Futur
         let (up, down) = h1::serve_undialled(&t, client).await;
         ctx.outcome(200, up, down);
     }
-}
-
-/// A resolution or connection failure of an allowed tunnel whose decision line was written: its failure outcome,
-/// and the 502/504 to answer inside TLS.
-fn dial_failed(t: &Inspected, ctx: &RequestCtx<'_>, e: &DialError) -> Response {
-    ctx.dial_failed(&t.authority(), e)
 }
 
 /// Record and answer an upstream whose certificate (or TLS itself) failed, at the tunnel's first dial or an HTTP/1.1

@@ -697,3 +697,34 @@ async fn a_policy_reload_applies_to_the_next_request_inside_an_open_tunnel() {
     assert_refused(&within("after the reload", read_response(&mut wire, "GET")).await.unwrap(), 403, "rule");
     assert_eq!(t.origin_targets(), ["/later-blocked"], "only the request before the reload went up");
 }
+
+/// A blocked path on an inspected host whose upstream cannot be reached is still decided and logged: the tunnel's
+/// TLS is completed and each request answered on its own path (it used to be a 502 at once, and the path, blocked
+/// or not, left no line). An allowed path gets the failure.
+#[tokio::test]
+async fn an_unreachable_upstream_still_gets_each_request_decided_and_logged_on_its_path() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let dead = crate::support::origin::dead_port().await;
+    let t = Inspecting::with(ca, tls, |_| blocklist(&[BLOCKED], &[80], &[dead])).await;
+    let (c, status) = connect(t.leash.addr, &format!("allowed.test:{dead}")).await;
+    assert_eq!(status, 200);
+    let connector = TlsConnector::from(Arc::new(t.client_config(&[b"http/1.1"])));
+    let name = ServerName::try_from("allowed.test").unwrap();
+    let tls = within("handshake", connector.connect(name, c.wire.io)).await.expect("handshake");
+    let mut wire = Wire::new(tls);
+    let ask = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: allowed.test:{dead}\r\n\r\n");
+    wire.io.write_all(ask("/abs/2401.01234v2").as_bytes()).await.unwrap();
+    let refused = within("the refusal", read_response(&mut wire, "GET")).await.expect("response");
+    assert_eq!(refused.status, 403, "the blocked path is refused, not failed");
+    wire.io.write_all(ask("/open").as_bytes()).await.unwrap();
+    let failed = within("the failure", read_response(&mut wire, "GET")).await.expect("response");
+    assert_eq!(failed.status, 502, "an allowed path gets the upstream's failure");
+    let lines = t.leash.log();
+    let blocked: Vec<&Value> = lines.iter().filter(|l| l["path"] == "/abs/2401.01234v2").collect();
+    assert_eq!(blocked.len(), 1, "{lines:#?}");
+    assert_eq!((blocked[0]["decision"].as_str(), blocked[0]["reason"].as_str()), (Some("block"), Some("rule")));
+    let open = lines.iter().find(|l| l["path"] == "/open" && l.get("decision").is_some()).expect("the allowed path");
+    let outcome = lines.iter().find(|l| l["id"] == open["id"] && l.get("status").is_some()).expect("its outcome");
+    assert_eq!((outcome["status"].as_u64(), outcome["error"].as_str()), (Some(502), Some("refused")), "{outcome}");
+}
