@@ -249,3 +249,31 @@ fn a_run_that_made_no_request_makes_no_log_file_nor_directory_and_names_none() {
     assert!(stderr(&o).contains("audit log of this run is in"), "{}", stderr(&o));
     assert_eq!(files(), 1);
 }
+
+#[test]
+fn an_allowed_host_whose_upstream_fails_is_named_in_the_summary() {
+    if !sandbox_available() {
+        return;
+    }
+    // git said `gnutls_handshake() failed` and nothing of leash's said why: the summary names the host and cause.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let policy = write_policy(
+        dir.path(),
+        &format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [down.test]\n  ports: [{closed}]\n  \
+             allow_destinations: [127.0.0.1/32]\n"
+        ),
+    );
+    let o = leash_run(
+        &["--policy", &policy, "--resolve", "down.test:127.0.0.1"],
+        &curl(&format!("http://down.test:{closed}/")),
+    );
+    assert_eq!(stdout(&o), "502\n", "{}", stderr(&o));
+    let said = stderr(&o);
+    assert!(said.contains("leash: 1 allowed request(s) failed upstream"), "{said}");
+    assert!(said.contains(&format!("1 × down.test:{closed}: refused")), "{said}");
+}

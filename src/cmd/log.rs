@@ -48,6 +48,8 @@ struct Row {
     /// `(decision, reason)` → count; decisions in [`decision_rank`] order.
     reasons: BTreeMap<(u8, &'static str, String), usize>,
     upstream_errors: BTreeMap<String, usize>,
+    /// Provider-side tools stripped from model requests, by tool.
+    stripped: BTreeMap<String, usize>,
     /// Ask mode: allowed requests a person approved, by answer (`once`, `run`, `always`).
     approved: BTreeMap<String, usize>,
 }
@@ -78,6 +80,9 @@ impl Row {
         }
         let key = (decision_rank(decided), verdict_word(decided), record.line.reason.as_str().to_owned());
         *self.reasons.entry(key).or_default() += 1;
+        for tool in record.line.stripped.iter().flat_map(|tools| tools.iter()) {
+            *self.stripped.entry(tool.clone()).or_default() += 1;
+        }
         if decided == Verdict::Allow && record.line.reason == Reason::Approved {
             let answer = record.line.answer.as_deref().unwrap_or("unknown").to_owned();
             *self.approved.entry(answer).or_default() += 1;
@@ -219,15 +224,18 @@ fn refusal_reasons(row: &Row) -> String {
         (refused, would) if refused.is_empty() => format!("would-block: {would}"),
         (refused, would) => format!("{refused}; would-block: {would}"),
     };
-    if row.approved.is_empty() {
-        return refusals;
-    }
-    let answers: Vec<String> = row.approved.iter().map(|(answer, n)| format!("{answer} {n}")).collect();
-    let approved = format!("approved: {}", answers.join(", "));
-    match refusals.is_empty() {
-        true => approved,
-        false => format!("{refusals}; {approved}"),
-    }
+    let listed = |counts: &BTreeMap<String, usize>| {
+        counts.iter().map(|(what, n)| format!("{what} {n}")).collect::<Vec<_>>().join(", ")
+    };
+    // Besides refusals, what an allowed request's line alone would not tell: a person's approval, an upstream that
+    // failed (a tunnel "allowed" with nothing carried), a provider-side tool stripped from a model request.
+    let parts = [
+        (!refusals.is_empty()).then_some(refusals),
+        (!row.approved.is_empty()).then(|| format!("approved: {}", listed(&row.approved))),
+        (!row.upstream_errors.is_empty()).then(|| format!("failed upstream: {}", listed(&row.upstream_errors))),
+        (!row.stripped.is_empty()).then(|| format!("stripped: {}", listed(&row.stripped))),
+    ];
+    parts.into_iter().flatten().collect::<Vec<_>>().join("; ")
 }
 
 fn totals_line(t: &Totals, files: usize) -> String {
@@ -303,6 +311,7 @@ fn row_json(row: &Row) -> Value {
             "decision": decision, "reason": reason, "count": count,
         })).collect::<Vec<_>>(),
         "upstream_errors": row.upstream_errors,
+        "stripped": row.stripped,
         "approved": row.approved,
     })
 }
@@ -350,6 +359,26 @@ mod tests {
         let b = doc["hosts"].as_array().unwrap().iter().find(|h| h["host"] == "b.test").unwrap();
         assert_eq!((b["refused"].as_u64(), b["approved"].clone()), (Some(1), json!({})));
         assert_eq!(b["reasons"], json!([{"decision": "block", "reason": "denied", "count": 1}]));
+    }
+
+    #[test]
+    fn an_upstream_that_failed_and_tools_stripped_are_said_beside_the_allows() {
+        // A tunnel allowed and carrying nothing used to read as an ordinary allow with 0 bytes.
+        let lines = [
+            r#"{"id":1,"method":"CONNECT","host":"git.test","port":443,"path":null,"decision":"allow","rule":"git.test","reason":"rule"}"#,
+            r#"{"id":1,"status":502,"bytes_up":0,"bytes_down":0,"duration_ms":3.0,"error":"reset"}"#,
+            r#"{"id":2,"method":"POST","host":"models.test","port":443,"path":"/v1/messages","decision":"allow","rule":"models.test","reason":"rule","stripped":["web_search","web_fetch"]}"#,
+            r#"{"id":2,"status":200,"bytes_up":10,"bytes_down":20,"duration_ms":3.0}"#,
+        ];
+        let files = vec![from_lines(&lines)];
+        let rows = rows(&files);
+        let table = table(&rows);
+        let row = |host: &str| table.lines().find(|l| l.starts_with(host)).unwrap_or_else(|| panic!("{table}"));
+        assert!(row("git.test").ends_with("  failed upstream: reset 1"), "{table}");
+        assert!(row("models.test").ends_with("  stripped: web_fetch 1, web_search 1"), "{table}");
+        let doc = document(&files, &rows);
+        let models = doc["hosts"].as_array().unwrap().iter().find(|h| h["host"] == "models.test").unwrap();
+        assert_eq!(models["stripped"], json!({"web_fetch": 1, "web_search": 1}));
     }
 
     #[test]

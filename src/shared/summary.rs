@@ -23,6 +23,37 @@ pub fn print(audit: &AuditLog, policy: &PolicyHandle, quiet: bool) {
         return;
     }
     eprint!("{}", render(&audit.refusals(), &policy.current()));
+    eprint!("{}", render_noticed(&audit.noticed()));
+}
+
+/// What the summary says besides refusals: allowed requests whose upstream failed, by destination and cause, and
+/// provider-side tools stripped from model requests, by host and tool (each the most frequent first, a few named);
+/// empty when there was neither.
+pub fn render_noticed(noticed: &leash_proxy::audit::Noticed) -> String {
+    let mut out = String::new();
+    let sections = [
+        (&noticed.failures, noticed.untold.0, "allowed request(s) failed upstream (the command saw only a failure)"),
+        (
+            &noticed.stripped,
+            noticed.untold.1,
+            "provider-side tool(s) stripped from model requests (the model answered without them)",
+        ),
+    ];
+    for (list, untold, what) in sections {
+        let total: u64 = list.iter().map(|(_, n)| n).sum::<u64>().saturating_add(untold);
+        if total == 0 {
+            continue;
+        }
+        let _ = writeln!(out, "leash: {total} {what}");
+        for ((place, why), n) in list.iter().take(MAX_NAMED) {
+            let _ = writeln!(out, "  {n} × {place}: {why}");
+        }
+        let more = list.iter().skip(MAX_NAMED).map(|(_, n)| n).sum::<u64>().saturating_add(untold);
+        if more > 0 {
+            let _ = writeln!(out, "  and {more} more (the audit log has each)");
+        }
+    }
+    out
 }
 
 /// The summary's text, empty when nothing was refused.
@@ -128,6 +159,23 @@ fn printable(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upstream_failures_and_stripped_tools_are_summed_up_and_nothing_is_said_without_them() {
+        let mut noticed = leash_proxy::audit::Noticed::default();
+        assert_eq!(render_noticed(&noticed), "");
+        noticed.failures = vec![(("git.test:443".into(), "tls".into()), 2)];
+        noticed.stripped = vec![(("models.test".into(), "web_search".into()), 1)];
+        let said = render_noticed(&noticed);
+        assert!(
+            said.contains("leash: 2 allowed request(s) failed upstream") && said.contains("  2 × git.test:443: tls\n"),
+            "{said}"
+        );
+        assert!(
+            said.contains("provider-side tool(s) stripped") && said.contains("  1 × models.test: web_search\n"),
+            "{said}"
+        );
+    }
     use leash_policy::Reason;
     use leash_proxy::audit::Untold;
 

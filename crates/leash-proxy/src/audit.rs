@@ -69,6 +69,45 @@ pub struct AuditLog {
     containment: Option<&'static str>,
     /// The refusals written so far; locked only for a refusal, never for an allowed request.
     refused: Mutex<Tally>,
+    /// What went otherwise than the command may think: upstream failures and provider-side tools stripped; locked
+    /// only for one of those.
+    noticed: Mutex<Noticed>,
+}
+
+/// Most destinations [`Noticed`] tells apart for each thing it counts; past them it counts only the total.
+const MAX_NOTICED: usize = 64;
+
+/// What a run's summary says besides its refusals: allowed requests whose upstream failed (the command saw only a
+/// bare failure: `gnutls_handshake() failed`, a reset), and provider-side tools stripped from model requests (the
+/// model's answers change, and nothing in them says why). By destination and what happened, the most frequent first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Noticed {
+    /// `(host:port, cause)` → count.
+    pub failures: Vec<((String, String), u64)>,
+    /// `(host, tool)` → count.
+    pub stripped: Vec<((String, String), u64)>,
+    /// Counted past [`MAX_NOTICED`] destinations each, not told apart: failures, then tools stripped.
+    pub untold: (u64, u64),
+}
+
+impl Noticed {
+    fn count(list: &mut Vec<((String, String), u64)>, untold: &mut u64, key: (String, String)) {
+        if let Some((_, n)) = list.iter_mut().find(|(k, _)| *k == key) {
+            *n = n.saturating_add(1);
+        } else if list.len() < MAX_NOTICED {
+            list.push((key, 1));
+        } else {
+            *untold = untold.saturating_add(1);
+        }
+    }
+
+    /// The counts, the most frequent first (ties in the order first seen).
+    fn ranked(&self) -> Noticed {
+        let mut ranked = self.clone();
+        ranked.failures.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        ranked.stripped.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        ranked
+    }
 }
 
 /// Most destinations the tally tells apart. A summary a person reads names a few dozen; past this many (a command
@@ -241,6 +280,7 @@ impl AuditLog {
             labels: None,
             containment: None,
             refused: Mutex::default(),
+            noticed: Mutex::default(),
         }
     }
 
@@ -268,13 +308,33 @@ impl AuditLog {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Write a decision line; a refusal written is also counted (see [`AuditLog::refusals`]).
+    /// Write a decision line; a refusal written is also counted (see [`AuditLog::refusals`]), and so is each
+    /// provider-side tool it says was stripped (see [`AuditLog::noticed`]).
     pub fn decision(&self, entry: &DecisionEntry<'_>) -> Result<(), AuditError> {
         self.write_line(entry)?;
         if let Some(refusal) = Refusal::of(entry.decision) {
             self.refused.lock().unwrap_or_else(|p| p.into_inner()).count(refusal, entry);
         }
+        if let Some(stripped) = entry.stripped.as_deref().filter(|s| !s.is_empty()) {
+            let mut noticed = self.noticed.lock().unwrap_or_else(|p| p.into_inner());
+            let Noticed { stripped: list, untold, .. } = &mut *noticed;
+            for tool in stripped {
+                Noticed::count(list, &mut untold.1, (entry.host.to_string(), tool.clone()));
+            }
+        }
         Ok(())
+    }
+
+    /// Count an allowed request whose upstream (`authority`, `host:port`) failed, and why (an outcome's `error`).
+    pub fn count_failure(&self, authority: &str, cause: &str) {
+        let mut noticed = self.noticed.lock().unwrap_or_else(|p| p.into_inner());
+        let Noticed { failures, untold, .. } = &mut *noticed;
+        Noticed::count(failures, &mut untold.0, (authority.to_owned(), cause.to_owned()));
+    }
+
+    /// The upstream failures and stripped tools counted so far (see [`Noticed`]).
+    pub fn noticed(&self) -> Noticed {
+        self.noticed.lock().unwrap_or_else(|p| p.into_inner()).ranked()
     }
 
     /// The refusals written so far, by destination: the most frequent first.
@@ -677,6 +737,27 @@ mod tests {
             answer: None,
             waited_ms: None,
         }
+    }
+
+    #[test]
+    fn stripped_tools_and_upstream_failures_are_counted_for_the_summary() {
+        let log = AuditLog::discard();
+        let tools = ["web_search".to_owned()];
+        for _ in 0..2 {
+            let mut entry = line("POST", "models.test", 443, Some("/v1/messages"), Verdict::Allow, Reason::Rule);
+            entry.stripped = Some(std::borrow::Cow::Borrowed(&tools[..]));
+            log.decision(&entry).unwrap();
+        }
+        log.decision(&line("GET", "plain.test", 80, Some("/"), Verdict::Allow, Reason::Rule)).unwrap();
+        log.count_failure("git.test:443", "reset");
+        let noticed = log.noticed();
+        assert_eq!(noticed.stripped, [(("models.test".to_owned(), "web_search".to_owned()), 2)]);
+        assert_eq!(noticed.failures, [(("git.test:443".to_owned(), "reset".to_owned()), 1)]);
+        for n in 0..(MAX_NOTICED + 5) {
+            log.count_failure(&format!("h{n}.test:443"), "refused");
+        }
+        let noticed = log.noticed();
+        assert_eq!((noticed.failures.len(), noticed.untold.0), (MAX_NOTICED, 6), "bounded, the rest counted");
     }
 
     #[test]

@@ -191,6 +191,14 @@ impl<'s> RequestCtx<'s> {
     /// client gets when the line cannot be written.
     fn record(&self, asked: &Asked<'_>, decision: &Decision, extras: Extras<'_>) -> Result<(), AuditError> {
         let extras = Extras { service: self.service.as_deref(), ..extras };
+        if let Some(tools) = extras.stripped {
+            // The model's answer changes and says nothing of why: the operator is told, as they happen.
+            tracing::warn!(
+                "stripped provider-side tool(s) {} from a request to {}: the model answers without them",
+                tools.join(", "),
+                asked.host
+            );
+        }
         let written = write_decision(&self.sh.cfg.audit, self.id, asked, decision, Some(self.peer), extras);
         let metrics = &self.sh.cfg.metrics;
         match &written {
@@ -233,6 +241,7 @@ impl<'s> RequestCtx<'s> {
     pub fn failed(&self, status: u16, authority: &str, cause: Option<UpstreamFailure>, why: &str) {
         if let Some(cause) = cause {
             tracing::warn!("upstream {authority} failed ({}): {why}", cause.as_str());
+            self.sh.cfg.audit.count_failure(authority, cause.as_str());
         }
         // The upstream proxy's own answer goes on record, so a refusal by it is told from leash's.
         let answer = (cause == Some(UpstreamFailure::UpstreamProxy)).then(|| why.to_owned());
