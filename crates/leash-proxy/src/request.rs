@@ -140,7 +140,21 @@ where
 {
     let (host, port, path) = loose_target(target);
     let asked = Asked { method: &head.method, host: &host, port, path: Some(path) };
-    let response = ctx.refuse_with(&asked, &refusal(early.reason), early.response);
+    refuse_early_as(ctx, client, &asked, early).await
+}
+
+/// [`refuse_early`], the line naming `asked` (a request whose target names nothing to parse a host from: leash
+/// knows where it was sent).
+pub(crate) async fn refuse_early_as<S>(
+    ctx: &RequestCtx<'_>,
+    client: &mut BufConn<S>,
+    asked: &Asked<'_>,
+    early: Early,
+) -> Next
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let response = ctx.refuse_with(asked, &refusal(early.reason), early.response);
     reply(client, &response, false).await
 }
 

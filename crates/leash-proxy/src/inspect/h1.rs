@@ -17,7 +17,9 @@ use crate::exchange::{exchange, settle, ExchangeError, Exchanged, Watches};
 use crate::gate::{Asked, RequestCtx};
 use crate::h1_admit::admit_h1;
 use crate::limits::Limits;
-use crate::request::{bad_request, close_after, plan, read_request_head_within, refuse_early, refuse_unreadable, Plan};
+use crate::request::{
+    bad_request, close_after, plan, read_request_head_within, refuse_early, refuse_early_as, refuse_unreadable, Plan,
+};
 use crate::upstream_io::UpstreamTls;
 use crate::wire::http_head::{BodyFraming, HeadError, RequestHead};
 use crate::wire::target::split_query;
@@ -127,6 +129,22 @@ async fn next_head(
     }
 }
 
+/// The origin-form target an inner request stands for: its own, or the path and query of an absolute-form target
+/// naming the tunnel's own host and port over https (RFC 9112 §3.2.2: a server must accept the absolute form; a
+/// client that names the host it tunnelled to is no trick). Any other absolute form is refused: the tunnel was decided
+/// on its name, and the request would name another.
+fn inner_path<'t>(t: &Inspected, target: &'t str) -> Option<&'t str> {
+    if target.starts_with('/') {
+        return Some(target);
+    }
+    let scheme = target.get(..8).filter(|s| s.eq_ignore_ascii_case("https://"))?;
+    let rest = &target[scheme.len()..];
+    let (authority, path) = rest.find(['/', '?']).map_or((rest, "/"), |at| (&rest[..at], &rest[at..]));
+    let named = leash_policy::parse_authority(authority).ok()?;
+    let same = named.host == t.host && named.port.unwrap_or(443) == t.port && path.starts_with('/');
+    same.then_some(path)
+}
+
 /// Decide one inner request and forward it when allowed.
 async fn request(
     t: &Inspected,
@@ -136,11 +154,14 @@ async fn request(
     totals: &mut (u64, u64),
 ) -> Next {
     let ctx = t.request_ctx();
-    let absolute = format!("https://{}{}", t.authority(), head.target);
-    if !head.target.starts_with('/') {
-        let early = bad_request("inside a tunnel the request target must be a path (origin-form)");
-        return refuse_early(&ctx, client, head, &absolute, early).await;
-    }
+    let Some(path) = inner_path(t, &head.target) else {
+        // Logged under the tunnel's own host: the target's text is no authority to read one from.
+        let host = t.host_str();
+        let asked = Asked { method: &head.method, host: &host, port: t.port, path: Some(&head.target) };
+        let early = bad_request("inside a tunnel the request target is a path, or an https URL of the tunnel's host");
+        return refuse_early_as(&ctx, client, &asked, early).await;
+    };
+    let absolute = format!("https://{}{}", t.authority(), path);
     let mut plan = match plan(head, &absolute) {
         Ok(plan) => plan,
         Err(early) => return refuse_early(&ctx, client, head, &absolute, early).await,

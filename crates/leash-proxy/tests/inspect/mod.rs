@@ -244,6 +244,39 @@ async fn host_header_naming_another_host_is_refused() {
     assert_refused(&absolute, 400, "bad-request");
     assert!(t.origin_targets().is_empty());
     assert_eq!(t.leash.resolver.asked().iter().filter(|n| *n == "evil.test").count(), 0, "evil.test never resolved");
+    // The refusal's line names the tunnel's host as it is (it used to read `allowed.testhttps:`), the target as sent.
+    let lines = t.leash.log();
+    let refused = lines.iter().find(|l| l["path"] == "https://evil.test/").expect("the refusal's line");
+    assert_eq!((refused["host"].as_str(), refused["port"].as_u64()), (Some("allowed.test"), Some(u64::from(port))));
+}
+
+/// RFC 9112 §3.2.2: a server accepts a request in absolute form. Inside a tunnel, one naming the tunnel's own host
+/// and port is decided on its path like any other (it used to be 400), and reaches the origin in origin form.
+#[tokio::test]
+async fn absolute_form_naming_the_tunnels_own_host_is_decided_on_its_path() {
+    let t = Inspecting::blocking(&[BLOCKED]).await;
+    let port = t.tls.port();
+    let own =
+        |path: &str| format!("GET https://allowed.test:{port}{path} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n");
+    let ok = t.inner("allowed.test", own("/pub/x?y=1")).await;
+    assert_eq!(ok.status, 200, "{}", ok.body.text());
+    let blocked = t.inner("allowed.test", own("/abs/2401.01234v2")).await;
+    assert_refused(&blocked, 403, "rule");
+    assert_eq!(t.origin_targets(), ["/pub/x?y=1"], "the origin got the allowed one, in origin form");
+    let other_port = t
+        .inner(
+            "allowed.test",
+            format!("GET https://allowed.test:{}/pub/x HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n", port + 1),
+        )
+        .await;
+    assert_refused(&other_port, 400, "bad-request");
+    let plain = t
+        .inner(
+            "allowed.test",
+            format!("GET http://allowed.test:{port}/pub/x HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n"),
+        )
+        .await;
+    assert_refused(&plain, 400, "bad-request");
 }
 
 #[tokio::test]
