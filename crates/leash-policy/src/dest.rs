@@ -174,8 +174,36 @@ fn parse_prefix(text: &str, max: u8) -> Result<u8, CidrError> {
     }
 }
 
+/// Public DNS services whose names spell an address (`1-2-3-4.sslip.io`, `10.0.0.1.nip.io` answer `1.2.3.4`,
+/// `10.0.0.1`): any subdomain of one of these reaches whatever address its labels say. A blocklist refuses every IP
+/// literal, so such a name is refused too (`ip-literal`): it is an IP literal in another spelling. An allowlist
+/// decides them by its entries like any name (allowing `.nip.io` allows every address it spells).
+pub const ADDRESS_NAME_SUFFIXES: [&str; 7] =
+    ["sslip.io", "nip.io", "xip.io", "nip.direct", "traefik.me", "backname.io", "local.gd"];
+
+/// Whether `name` (canonical) is a proper subdomain of one of [`ADDRESS_NAME_SUFFIXES`]: a name that spells an
+/// address. The service's own name (`sslip.io`, its web site) is not.
+pub fn embeds_an_address(name: &str) -> bool {
+    ADDRESS_NAME_SUFFIXES.iter().any(|suffix| {
+        name.len() > suffix.len() + 1
+            && name.ends_with(suffix)
+            && name.as_bytes().get(name.len() - suffix.len() - 1) == Some(&b'.')
+    })
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn names_that_spell_an_address_are_told_from_their_services_own_and_from_look_alikes() {
+        for name in ["1-2-3-4.sslip.io", "10.0.0.1.nip.io", "app.192-168-1-1.traefik.me", "c0a80101.nip.io"] {
+            assert!(embeds_an_address(name), "{name}");
+        }
+        for name in ["sslip.io", "nip.io", "notsslip.io", "sslip.io.example.com", "pypi.org"] {
+            assert!(!embeds_an_address(name), "{name}");
+        }
+    }
+
     use super::*;
 
     fn internal(s: &str) -> bool {

@@ -357,6 +357,8 @@ impl Policy {
             (Mode::Allowlist, Some(rule)) => decision(Verdict::Allow, Reason::Rule, Some(rule)),
             (Mode::Allowlist, None) => block(Reason::NotAllowed),
             (Mode::Blocklist, Some(rule)) => decision(Verdict::Block, Reason::Rule, Some(rule)),
+            // INVARIANT: a name that spells an address is refused as the address would be (docs/policy.md).
+            (Mode::Blocklist, None) if crate::dest::embeds_an_address(name.as_str()) => block(Reason::IpLiteral),
             (Mode::Blocklist, None) => decision(Verdict::Allow, Reason::Default, None),
         }
     }
@@ -400,6 +402,7 @@ impl Policy {
                 None => block(Reason::NotAllowed),
             },
             (Mode::Blocklist, Some(rule)) => decision(Verdict::Block, Reason::Rule, Some(rule)),
+            (Mode::Blocklist, None) if crate::dest::embeds_an_address(name.as_str()) => block(Reason::IpLiteral),
             (Mode::Blocklist, None) if self.inspect_all || self.rules.first_path_rule(name.as_str()).is_some() => {
                 inspect(Reason::Default, None)
             }

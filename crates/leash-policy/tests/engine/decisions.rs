@@ -346,3 +346,25 @@ fn ask_mode_holds_a_tunnel_to_an_unlisted_host_to_the_client_hello_checks() {
     }
     assert!(!p.may_ask(&d("https://api.example.com/")), "an allowed host is not asked about");
 }
+
+/// A name that spells an address (`1-2-3-4.sslip.io` answers 1.2.3.4) is an IP literal in another spelling: a
+/// blocklist refuses it as it refuses every literal, in a request, a tunnel and a lookup (benchflow refuses them too).
+/// The services' own names are names; an allowlist decides such names by its entries.
+#[test]
+fn a_blocklist_refuses_names_that_spell_an_address_as_it_refuses_ip_literals() {
+    let decide_url_on = |p: &Policy, url: &str| {
+        let target = leash_policy::parse_absolute_target(url).unwrap();
+        render(&p.decide(&Question::of_url(&target), TlsInspection::Available))
+    };
+    let block = policy("network:\n  mode: blocklist\n  blocked_urls: [example.org]\n");
+    for url in ["http://1-2-3-4.sslip.io/", "https://10.0.0.1.nip.io/x", "https://app.203-0-113-9.traefik.me/"] {
+        assert_eq!(decide_url_on(&block, url), "block ip-literal", "{url}");
+    }
+    let host = leash_policy::parse_host("1-2-3-4.sslip.io").unwrap();
+    let d = block.decide(&Question::Connect { target: &host, port: 443 }, TlsInspection::Available);
+    assert_eq!((d.verdict, d.reason), (leash_policy::Verdict::Block, Reason::IpLiteral));
+    assert!(!block.name_is_reachable(&host), "the DNS stub answers it nothing");
+    assert_eq!(decide_url_on(&block, "https://sslip.io/"), "allow default", "the service's own site");
+    let allow = policy("network:\n  mode: allowlist\n  allowed_hosts: [.nip.io]\n");
+    assert_eq!(decide_url_on(&allow, "https://1.2.3.4.nip.io/"), "allow rule .nip.io", "the operator listed them");
+}
