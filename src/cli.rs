@@ -288,9 +288,15 @@ pub struct AttachArgs {
     #[arg(long = "interface", value_name = "NAME")]
     pub interfaces: Vec<String>,
     /// Serve the namespace even with a route out or an IPv6 address other than link-local: something else (a
-    /// Kubernetes NetworkPolicy, a firewall) must then drop its other traffic, which leash cannot check
+    /// Kubernetes NetworkPolicy, a firewall) must then drop its other traffic. leash first runs the containment
+    /// self-test from inside (`leash probe --policed-outside`) and refuses the namespace when anything answers
     #[arg(long)]
     pub allow_routes: bool,
+    /// With --allow-routes: an outside TCP address that answers whenever it is reachable (a service the wall must
+    /// keep the namespace from), tried by the self-test; a second policy that reopens egress is caught there
+    /// (repeatable)
+    #[arg(long, value_name = "ADDR:PORT", requires = "allow_routes")]
+    pub canary: Vec<std::net::SocketAddr>,
     /// With --netns: also stop once processes have been in the namespace and none is left (a microVM's VMM, the
     /// container's processes ended); a named namespace otherwise outlives its processes until its file is removed
     #[arg(long, requires = "netns")]
@@ -589,7 +595,8 @@ impl Containment {
     ICMP echo, every TCP port listening on the loopback that is not expected, the resolvers of /etc/resolv.conf, \
     Docker's 127.0.0.11 and systemd's 127.0.0.53; and connects to each --expect listener, which must answer. One \
     line per probe; exit 0 when everything is shut and every expected listener answers, 1 when anything got \
-    through (the OPEN lines say what).")]
+    through (the OPEN lines say what). With --policed-outside (a pod whose NetworkPolicy is the wall), only \
+    answers count: give --canary addresses that would answer if reachable.")]
 pub struct ProbeArgs {
     /// A TCP listener of leash's that must answer (the proxy's, a service's; repeatable)
     #[arg(long, value_name = "ADDR:PORT")]
@@ -597,6 +604,15 @@ pub struct ProbeArgs {
     /// A UDP socket of leash's (the DNS stub), which the resolver probes leave alone (repeatable)
     #[arg(long, value_name = "ADDR:PORT")]
     pub expect_udp: Vec<std::net::SocketAddr>,
+    /// An outside TCP address that answers whenever it is reachable (a service beyond the sandbox's wall): it must
+    /// not be reached (repeatable)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub canary: Vec<std::net::SocketAddr>,
+    /// This namespace has routes out and something outside it (a NetworkPolicy, the host's firewall) drops what
+    /// leaves: a way out then counts as open only when something answers (a TCP accept or reset, a DNS answer), and
+    /// a --canary is what makes the test bite
+    #[arg(long)]
+    pub policed_outside: bool,
     /// Print only the failed probes
     #[arg(long)]
     pub quiet: bool,

@@ -648,3 +648,97 @@ fn attach_asks_over_the_control_socket_and_refuses_ask_with_a_directory() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--ask is for one namespace"), "{}", stderr(&o));
 }
+
+/// What stands outside a pod in [`a_namespace_with_routes_is_probed_from_inside_and_refused_once_its_wall_is_gone`]:
+/// a canary (TCP, answering whenever reached) and a resolver (UDP, answering any datagram) in the peer namespace,
+/// as a cluster's services and its DNS stand beyond a NetworkPolicy. Killed on drop.
+struct Outside(Child);
+
+impl Outside {
+    const SCRIPT: &'static str = "import socket, threading\n\
+        t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+        t.bind(('198.19.0.1', 8080)); t.listen(16)\n\
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('198.19.0.1', 53))\n\
+        def answer():\n    while True:\n        data, peer = u.recvfrom(512); u.sendto(data[:2] + b'\\x81\\x80' + data[4:], peer)\n\
+        threading.Thread(target=answer, daemon=True).start()\n\
+        print('ready', flush=True)\n\
+        while True:\n    t.accept()[0].close()\n";
+
+    fn start(ns: &Ns) -> Outside {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "python3", "-c", Self::SCRIPT])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+        assert_eq!(ready.trim(), "ready");
+        Outside(child)
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `nft` run inside `ns`.
+fn nft_in(ns: &Ns, script: &str) {
+    let o = Command::new("ip").args(["netns", "exec", &ns.name, "nft", "-f", "-"]).stdin(Stdio::piped()).spawn();
+    let mut child = o.unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    assert!(child.wait().unwrap().success(), "nft in {}: {script}", ns.name);
+}
+
+#[test]
+fn a_namespace_with_routes_is_probed_from_inside_and_refused_once_its_wall_is_gone() {
+    if !can_attach("a_namespace_with_routes_is_probed_from_inside_and_refused_once_its_wall_is_gone") {
+        return;
+    }
+    if Command::new("nft").arg("--version").output().is_err() {
+        assert!(std::env::var_os("LEASH_REQUIRE_SANDBOX").is_none(), "nft (nftables) is needed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = origin();
+    // A pod with a default route through its node, the node's side holding a service and a resolver; the pod's
+    // programs resolve through it. The wall (a NetworkPolicy's drop) is on the node's side, where the pod cannot
+    // see it: every packet the pod sends out leaves, and is dropped there.
+    let (pod, node) = (Ns::add("wp"), Ns::add("wn"));
+    veth(&pod, "vwp", &node, "vwn");
+    pod.ip(&["addr", "add", "198.19.0.2/24", "dev", "vwp"]);
+    node.ip(&["addr", "add", "198.19.0.1/24", "dev", "vwn"]);
+    pod.ip(&["route", "add", "default", "via", "198.19.0.1"]);
+    let _outside = Outside::start(&node);
+    let _resolv = NsResolvConf::write(&pod, "nameserver 198.19.0.1\n");
+    nft_in(
+        &node,
+        "table inet netpol {\n chain inbound {\n type filter hook input priority 0;\n iifname \"vwn\" drop\n }\n}\n",
+    );
+
+    let args = ["--netns", &pod.path(), "--interface", "vwp", "--allow-routes", "--canary", "198.19.0.1:8080"];
+    let mut leash = attach(&args, dir.path(), port);
+    let ok = fetch(&pod.name, Some(PROXY), &allowed_url(port));
+    assert_eq!((ok.status.as_str(), ok.body.as_str()), ("200", "origin"), "{ok:?}");
+    assert!(leash.stderr().contains("ok   tcp canary 198.19.0.1:8080: no answer"), "{}", leash.stderr());
+    assert_eq!(leash.terminate().code(), Some(0), "{}", leash.stderr());
+
+    // A second policy reopens egress: the canary answers, and so does the resolver. Refused, each named.
+    nft_in(&node, "flush ruleset\n");
+    let direct = fetch(&pod.name, None, "http://198.19.0.1:8080/");
+    // Reached: the canary closes at once (curl: empty reply, or reset).
+    assert!(matches!(direct.exit, Some(52 | 56)), "the wall is gone, the canary reached: {direct:?}");
+    let mut command = Command::new(LEASH);
+    command.args(["attach", "--allow", "allowed.test"]).args(args);
+    let o = command.output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(err.contains("found a way out"), "{err}");
+    assert!(err.contains("OPEN tcp canary 198.19.0.1:8080: got through"), "{err}");
+    assert!(err.contains("OPEN dns resolver 198.19.0.1:53: answered"), "{err}");
+    assert!(!err.contains("OPEN leash's listener"), "leash's own listener answered: {err}");
+
+    drop(leash);
+}

@@ -33,7 +33,13 @@ pub fn run(args: AttachArgs) -> Exit {
         Ok(i) => i,
         Err(code) => return code,
     };
-    let target = Target { netns, isolation: isolation(&args), listen: args.listen, transparent: args.transparent };
+    let target = Target {
+        netns,
+        isolation: isolation(&args),
+        canaries: args.canary.clone(),
+        listen: args.listen,
+        transparent: args.transparent,
+    };
     let until_empty = args.until_empty;
     let proxy_args = args.proxy;
     with_stop_signals(move |mut stop| async move {

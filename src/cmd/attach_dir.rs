@@ -257,6 +257,7 @@ fn target(a: &Attachment, base: &Path) -> Target {
     Target {
         netns,
         isolation: Isolation { interfaces: a.interfaces.clone(), allow_routes: a.allow_routes },
+        canaries: a.canaries.clone(),
         listen: a.listen.unwrap_or(DEFAULT_LISTEN),
         transparent: a.transparent,
     }

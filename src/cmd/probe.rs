@@ -6,7 +6,14 @@ use crate::exit::Exit;
 use crate::shared::probe;
 
 pub fn run(args: &ProbeArgs) -> Exit {
-    let expected = probe::Expected { tcp: args.expect.clone(), udp: args.expect_udp.clone() };
+    let wall = if args.policed_outside { probe::Wall::Outside } else { probe::Wall::Here };
+    let expected = probe::Expected {
+        tcp: args.expect.clone(),
+        udp: args.expect_udp.clone(),
+        canaries: args.canary.clone(),
+        wall,
+        resolv_conf: None,
+    };
     if args.stepwise {
         return stepwise(&expected);
     }

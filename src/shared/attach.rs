@@ -10,7 +10,7 @@ use leash_proxy::inside::Plan;
 use leash_sandbox::{Isolation, Netns};
 
 use crate::exit::Exit;
-use crate::shared::services;
+use crate::shared::{probe, services};
 
 /// How often leash looks whether the namespace it serves is still there.
 const GONE_POLL: Duration = Duration::from_millis(250);
@@ -22,6 +22,8 @@ const EMPTIED_POLL: Duration = Duration::from_secs(1);
 pub struct Target {
     pub netns: Netns,
     pub isolation: Isolation,
+    /// With routes allowed: outside addresses the self-test must not reach (see [`probe::Wall::Outside`]).
+    pub canaries: Vec<std::net::SocketAddr>,
     pub listen: std::net::SocketAddrV4,
     pub transparent: bool,
 }
@@ -36,7 +38,8 @@ pub struct Attached {
 
 /// Checks and binds inside `target`: the proxy's listener, the stub and transparent listeners if asked, and the
 /// policy's services (ports on the listening address inside, Unix sockets at their paths). A namespace that is not
-/// isolated, or any bind that fails, is exit 125 with the reason.
+/// isolated, or any bind that fails, is exit 125 with the reason. One served with routes allowed, where leash
+/// cannot see the wall, is first probed from inside ([`self_test`]).
 pub fn attach(target: &Target, policy: &Policy) -> Result<Attached, Exit> {
     let id = leash_sandbox::netns_id(&target.netns).map_err(|e| refuse(&e))?;
     let mut plan = Plan::proxy_at(target.listen).with_services(&services::ports(policy));
@@ -44,9 +47,53 @@ pub fn attach(target: &Target, policy: &Policy) -> Result<Attached, Exit> {
         plan = plan.with_dns_and_transparent(policy, leash_sandbox::MAX_SOCKETS);
     }
     let inside = bind_in_namespace(&target.netns, &target.isolation, &plan).map_err(|e| refuse(&e))?;
+    if target.isolation.allow_routes {
+        self_test(target, &plan)?;
+    }
     let (unix, socket_files) = services::bind_sockets(policy)?;
     services::announce(policy);
     Ok(Attached { inside: inside.with_services(unix), socket_files, id })
+}
+
+/// The containment self-test of a namespace with routes out ([`probe::Wall::Outside`]), from a thread inside it,
+/// after leash's listeners are bound there (they must answer): anything outside that answers — a canary, a
+/// resolver, a documentation address a middlebox answers for — or a listener on its loopback that is not leash's
+/// refuses the namespace, naming each probe. This is what catches a second NetworkPolicy that reopened egress.
+fn self_test(target: &Target, plan: &Plan) -> Result<(), Exit> {
+    let expected = probe::Expected {
+        tcp: plan.tcp().into_iter().map(std::net::SocketAddr::V4).collect(),
+        udp: plan.udp().into_iter().map(std::net::SocketAddr::V4).collect(),
+        canaries: target.canaries.clone(),
+        wall: probe::Wall::Outside,
+        resolv_conf: resolv_conf_of(&target.netns),
+    };
+    let probes = leash_sandbox::run_in_netns(&target.netns, move || probe::run(&expected)).map_err(|e| refuse(&e))?;
+    tracing::info!("containment self-test of {}:\n{}", target.netns, probe::report(&probes));
+    if probe::contained(&probes) {
+        return Ok(());
+    }
+    let open: Vec<probe::Probe> = probes.into_iter().filter(|p| !p.ok).collect();
+    eprint!(
+        "leash: not serving it: the network namespace {} has routes out and its self-test found a way out that \
+         something outside should have dropped:\n{}",
+        target.netns,
+        probe::report(&open)
+    );
+    Err(Exit::SandboxFailed)
+}
+
+/// The resolver configuration the namespace's programs read: `ip netns exec NAME`'s `/etc/netns/NAME/resolv.conf`
+/// for a named namespace, the process's own for `--pid`; `/etc/resolv.conf` where neither is there.
+fn resolv_conf_of(netns: &Netns) -> Option<std::path::PathBuf> {
+    let candidate = match netns {
+        Netns::Process(pid) => std::path::PathBuf::from(format!("/proc/{pid}/root/etc/resolv.conf")),
+        Netns::Path(path) => {
+            let named = path.parent().is_some_and(|dir| dir == std::path::Path::new("/run/netns"));
+            let name = path.file_name().filter(|_| named)?;
+            std::path::Path::new("/etc/netns").join(name).join("resolv.conf")
+        }
+    };
+    candidate.exists().then_some(candidate)
 }
 
 /// Completes once `netns` is no longer the namespace `id` names (its file removed or replaced, or its process

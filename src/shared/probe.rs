@@ -9,12 +9,19 @@
 //! it: the loopback is open), or when a connection neither succeeds nor fails within [`CONNECT_WAIT`] (a packet went
 //! out and nobody answered yet).
 //!
+//! Where the wall is outside the namespace ([`Wall::Outside`]: a namespace with routes out, served by `leash attach
+//! --allow-routes`, whose traffic a Kubernetes NetworkPolicy or the host's firewall drops), a datagram sent or a SYN
+//! left unanswered proves nothing either way: there a way out counts as open only when something answers — a TCP
+//! connection accepted or reset, a DNS query answered. The canaries the operator names (`--canary`), addresses that
+//! answer whenever they are reachable, are what makes that test bite.
+//!
 //! The outside addresses tried are documentation addresses (RFC 5737 `192.0.2.1`, RFC 3849 `2001:db8::1`), never
 //! routed on the internet: a containment that works sends nothing there, and one that does not sends one SYN and one
 //! datagram that no host answers.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How long a connection may take before it counts as a packet that left: a firewall's drop or a missing route
@@ -29,13 +36,32 @@ const OUTSIDE_V6: SocketAddr = SocketAddr::new(IpAddr::V6(Ipv6Addr::new(0x2001, 
 /// systemd-resolved's stub.
 const KNOWN_RESOLVERS: [Ipv4Addr; 2] = [Ipv4Addr::new(127, 0, 0, 11), Ipv4Addr::new(127, 0, 0, 53)];
 
-/// What leash serves to the command, which must answer (and is not a way out).
+/// What leash serves to the command, which must answer (and is not a way out), and what else the test needs to know
+/// of the place it runs in.
 #[derive(Debug, Clone, Default)]
 pub struct Expected {
     /// leash's TCP listeners (the proxy, services).
     pub tcp: Vec<SocketAddr>,
     /// leash's UDP sockets (the DNS stub).
     pub udp: Vec<SocketAddr>,
+    /// Outside TCP addresses that answer whenever they are reachable, tried besides the documentation addresses.
+    pub canaries: Vec<SocketAddr>,
+    /// Where what leaves is stopped, which decides what an attempt can tell.
+    pub wall: Wall,
+    /// The resolver configuration of the place probed (default: `/etc/resolv.conf`).
+    pub resolv_conf: Option<PathBuf>,
+}
+
+/// Where the traffic that must not leave is stopped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Wall {
+    /// In the namespace itself: no route, or a firewall there (leash's per-uid rules). An attempt fails at once or
+    /// something got out.
+    #[default]
+    Here,
+    /// Outside it (a NetworkPolicy, the host's firewall): the namespace has routes out, so an attempt leaves and is
+    /// dropped further on. Only an answer shows a way out.
+    Outside,
 }
 
 /// One probe's result.
@@ -78,19 +104,35 @@ pub fn run_stepwise(expected: &Expected, before: &mut dyn FnMut(&str), after: &m
             (true, NO_ROUTE.to_owned())
         }
     };
+    let outside = expected.wall == Wall::Outside;
     for addr in [OUTSIDE_V4, OUTSIDE_V6] {
+        if outside {
+            attempt(format!("tcp {addr}"), &|| answered(tcp(addr)));
+            continue;
+        }
         attempt(format!("tcp {addr}"), &|| routed(&|| tcp(addr), addr));
         attempt(format!("udp {addr}"), &|| routed(&|| udp(addr), addr));
     }
-    attempt("icmp echo 192.0.2.1".to_owned(), &|| routed(&|| icmp(OUTSIDE_V4.ip()), OUTSIDE_V4));
-    let udp_bound = bound_sockets(&[("/proc/net/udp", false), ("/proc/net/udp6", true)], None);
-    for resolver in resolvers().into_iter().filter(|r| !expected.udp.contains(r)) {
+    for &canary in &expected.canaries {
+        match outside {
+            true => attempt(format!("tcp canary {canary}"), &|| answered(tcp(canary))),
+            false => attempt(format!("tcp canary {canary}"), &|| routed(&|| tcp(canary), canary)),
+        }
+    }
+    if !outside {
+        attempt("icmp echo 192.0.2.1".to_owned(), &|| routed(&|| icmp(OUTSIDE_V4.ip()), OUTSIDE_V4));
+    }
+    let udp_bound = bound_sockets(&[("net/udp", false), ("net/udp6", true)], None);
+    for resolver in resolvers(expected.resolv_conf.as_deref()).into_iter().filter(|r| !expected.udp.contains(r)) {
         // A datagram to a loopback address nothing is bound at goes nowhere: only a resolver there is a way out.
         if resolver.ip().is_loopback() && !udp_bound.contains(&resolver) {
             attempt(format!("udp resolver {resolver}"), &|| (true, "nothing there".to_owned()));
             continue;
         }
-        attempt(format!("udp resolver {resolver}"), &|| routed(&|| udp(resolver), resolver));
+        match outside && !resolver.ip().is_loopback() {
+            true => attempt(format!("dns resolver {resolver}"), &|| dns_answered(resolver)),
+            false => attempt(format!("udp resolver {resolver}"), &|| routed(&|| udp(resolver), resolver)),
+        }
     }
     for addr in loopback_listeners().into_iter().filter(|a| !expected.tcp.contains(a)) {
         attempt(format!("tcp listener {addr}"), &|| judged(tcp(addr), true));
@@ -121,6 +163,43 @@ fn has_route(to: SocketAddr) -> bool {
 pub fn contained(probes: &[Probe]) -> bool {
     probes.iter().all(|p| p.ok)
 }
+
+/// Where the wall is outside ([`Wall::Outside`]): a connection accepted, or reset by the far end, reached something
+/// (a firewall's reset is told apart only by the addresses no host answers); silence or an unreachable verdict
+/// passes.
+fn answered(outcome: io::Result<()>) -> (bool, String) {
+    const ECONNREFUSED: i32 = 111;
+    match &outcome {
+        Ok(()) => (false, describe(&outcome)),
+        Err(e) if e.raw_os_error() == Some(ECONNREFUSED) => (false, "answered with a reset: it was reached".to_owned()),
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => (true, "no answer (dropped, or nobody there)".to_owned()),
+        Err(_) => (true, describe(&outcome)),
+    }
+}
+
+/// Where the wall is outside: a DNS query to `resolver` (the root's NS records), judged by whether an answer comes.
+fn dns_answered(resolver: SocketAddr) -> (bool, String) {
+    let asked = (|| {
+        let local: SocketAddr =
+            if resolver.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.map_err(io::Error::other)?;
+        let socket = UdpSocket::bind(local)?;
+        socket.set_read_timeout(Some(CONNECT_WAIT))?;
+        socket.connect(resolver)?;
+        socket.send(&DNS_QUERY)?;
+        let mut answer = [0u8; 512];
+        socket.recv(&mut answer)
+    })();
+    match asked {
+        Ok(_) => (false, "answered: queries get out".to_owned()),
+        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            (true, "no answer (dropped, or nobody there)".to_owned())
+        }
+        Err(e) => (true, e.to_string()),
+    }
+}
+
+/// A DNS query for the root's NS records: the header (id 0x4c45, recursion desired, one question) and `. NS IN`.
+const DNS_QUERY: [u8; 17] = [0x4c, 0x45, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1];
 
 /// A way out that must be shut: passes on an immediate refusal that means nothing left (on the loopback,
 /// `ECONNREFUSED` means the packet reached the port: it fails there).
@@ -168,7 +247,7 @@ fn udp(addr: SocketAddr) -> io::Result<()> {
     let local: SocketAddr =
         if addr.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.map_err(io::Error::other)?;
     let socket = UdpSocket::bind(local)?;
-    socket.send_to(&[0x4c, 0x45, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1], addr).map(drop)
+    socket.send_to(&DNS_QUERY, addr).map(drop)
 }
 
 /// An ICMP echo through a ping socket (`SOCK_DGRAM`, `IPPROTO_ICMP`), as an unprivileged `ping` sends it.
@@ -182,8 +261,8 @@ fn icmp(to: IpAddr) -> io::Result<()> {
 }
 
 /// The nameservers of /etc/resolv.conf, and the resolvers sandboxes commonly run on their loopback, port 53.
-fn resolvers() -> Vec<SocketAddr> {
-    let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+fn resolvers(conf: Option<&std::path::Path>) -> Vec<SocketAddr> {
+    let conf = std::fs::read_to_string(conf.unwrap_or("/etc/resolv.conf".as_ref())).unwrap_or_default();
     let named = conf.lines().filter_map(|l| l.trim().strip_prefix("nameserver")).filter_map(|a| a.trim().parse().ok());
     let mut all: Vec<SocketAddr> =
         named.chain(KNOWN_RESOLVERS.map(IpAddr::V4)).map(|ip: IpAddr| SocketAddr::new(ip, 53)).collect();
@@ -197,14 +276,16 @@ fn resolvers() -> Vec<SocketAddr> {
 fn loopback_listeners() -> Vec<SocketAddr> {
     /// The kernel's LISTEN state in `/proc/net/tcp`.
     const LISTEN: &str = "0A";
-    bound_sockets(&[("/proc/net/tcp", false), ("/proc/net/tcp6", true)], Some(LISTEN))
+    bound_sockets(&[("net/tcp", false), ("net/tcp6", true)], Some(LISTEN))
 }
 
 /// The local addresses of the sockets in the kernel's `tables` (in `state`, if given), as [`listening_at`] says.
+/// Read through `/proc/thread-self`: `/proc/net` is the main thread's namespace, and `leash attach` probes from a
+/// thread that entered another.
 fn bound_sockets(tables: &[(&str, bool)], state: Option<&str>) -> Vec<SocketAddr> {
     let mut found = Vec::new();
     for (file, v6) in tables {
-        let table = std::fs::read_to_string(file).unwrap_or_default();
+        let table = std::fs::read_to_string(std::path::Path::new("/proc/thread-self").join(file)).unwrap_or_default();
         for line in table.lines().skip(1) {
             // `sl local_address rem_address st ...`.
             let fields: Vec<&str> = line.split_whitespace().collect();
@@ -272,6 +353,31 @@ mod tests {
         assert!(eperm.ok);
         let timeout = shut("silent".into(), Err(io::ErrorKind::TimedOut.into()), false);
         assert!(!timeout.ok, "a connection left unanswered may have left");
+    }
+
+    #[test]
+    fn with_the_wall_outside_only_an_answer_is_a_way_out() {
+        assert!(!answered(Ok(())).0, "a connection accepted");
+        assert!(!answered(Err(io::Error::from_raw_os_error(111))).0, "a reset from the far end");
+        assert!(answered(Err(io::ErrorKind::TimedOut.into())).0, "silence: dropped on the way");
+        assert!(answered(Err(io::Error::from_raw_os_error(101))).0, "no route");
+        assert!(answered(Err(io::Error::from_raw_os_error(113))).0, "an unreachable verdict from a router");
+    }
+
+    #[test]
+    fn a_resolver_that_answers_is_a_way_out_and_one_that_is_silent_is_not() {
+        let resolver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let at = resolver.local_addr().unwrap();
+        let answering = std::thread::spawn(move || {
+            let mut query = [0u8; 512];
+            let (n, from) = resolver.recv_from(&mut query).unwrap();
+            assert_eq!(&query[..n], &DNS_QUERY, "a real query was asked");
+            resolver.send_to(&query[..n], from).unwrap();
+            resolver
+        });
+        assert!(!dns_answered(at).0, "an answer came back");
+        let silent = answering.join().unwrap();
+        assert!(dns_answered(silent.local_addr().unwrap()).0, "no answer within the wait");
     }
 
     // `run` itself is tried only inside namespaces the tests make (tests/inside.rs, tests/attacks/doors.rs): here

@@ -393,6 +393,15 @@ pub fn bind_in_netns(pid: u32, tcp: &[SocketAddrV4], udp: &[SocketAddrV4]) -> Re
     imp::bind_in_netns(pid, tcp, udp).map(|(tcp, udp)| NetnsSockets { tcp, udp })
 }
 
+/// Runs `work` on a dedicated thread that has entered `netns` (refused if it is leash's own), and returns its result;
+/// the thread ends with `work`, so no other thread of leash works in that namespace. Needs `CAP_SYS_ADMIN`.
+pub fn run_in_netns<T: Send + 'static>(
+    netns: &Netns,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, SandboxError> {
+    imp::run_in_netns(netns, work)
+}
+
 /// The interfaces of the network namespace of process `pid`, as listed from inside it.
 pub fn netns_interfaces(pid: u32) -> Result<Vec<String>, SandboxError> {
     imp::netns_interfaces(pid)

@@ -52,6 +52,13 @@ pub(crate) fn bind_in_netns(
     Err(SandboxError::Unsupported { os: std::env::consts::OS })
 }
 
+pub(crate) fn run_in_netns<T: Send + 'static>(
+    _netns: &crate::Netns,
+    _work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, SandboxError> {
+    Err(SandboxError::Unsupported { os: std::env::consts::OS })
+}
+
 pub(crate) fn netns_interfaces(_pid: u32) -> Result<Vec<String>, SandboxError> {
     Err(SandboxError::Unsupported { os: std::env::consts::OS })
 }

@@ -18,6 +18,7 @@ const KEYS: &[&str] = &[
     "listen",
     "interfaces",
     "allow_routes",
+    "canaries",
     "transparent",
     "labels",
     "ca_cert_out",
@@ -39,6 +40,8 @@ pub struct Attachment {
     /// A namespace with a route out (a default or gateway route) is served anyway: something else, a firewall or
     /// a NetworkPolicy, drops what does not go to leash. The interface check stays.
     pub allow_routes: bool,
+    /// With `allow_routes`: outside addresses that answer whenever reachable, which the self-test must not reach.
+    pub canaries: Vec<std::net::SocketAddr>,
     /// The DNS stub and transparent listeners are bound inside too, for programs that ignore proxy variables.
     pub transparent: bool,
     /// Added to every audit line of this attachment as `labels`.
@@ -105,6 +108,7 @@ impl Checker {
             None => None,
         };
         let interfaces = self.words(&fields, "interfaces");
+        let canaries = self.canaries(&fields);
         let labels = self.labels(&fields);
         let attachment = Attachment {
             namespace: namespace?,
@@ -113,11 +117,26 @@ impl Checker {
             listen,
             interfaces,
             allow_routes: self.flag("", &fields, "allow_routes"),
+            canaries,
             transparent: self.flag("", &fields, "transparent"),
             labels,
             ca_cert_out: text(self, "ca_cert_out"),
         };
         Some(attachment)
+    }
+
+    /// `canaries`: `ADDR:PORT` words, IPv4 or IPv6.
+    fn canaries(&mut self, fields: &super::validate::Fields<'_>) -> Vec<std::net::SocketAddr> {
+        let Some((_, node)) = find(fields, "canaries") else { return Vec::new() };
+        let pos = node.pos;
+        let mut found = Vec::new();
+        for word in self.words(fields, "canaries") {
+            match word.parse() {
+                Ok(addr) => found.push(addr),
+                Err(_) => self.error(BadValue, "canaries", pos, format!("`{word}` is not an address and port")),
+            }
+        }
+        found
     }
 
     fn pid(&mut self, node: &Node) -> Option<u32> {
@@ -187,5 +206,14 @@ mod tests {
         assert!(messages.iter().any(|m| m.contains("not an IPv4 address")), "{messages:?}");
         assert!(messages.iter().any(|m| m.contains("unknown key `colour`")), "{messages:?}");
         assert!(messages.iter().any(|m| m.contains("missing `policy`")), "{messages:?}");
+    }
+
+    #[test]
+    fn canaries_are_addresses_with_ports_of_either_family() {
+        let text = "netns: /run/netns/pod\npolicy: p.yaml\nallow_routes: true\ncanaries: [\"10.0.0.1:443\", \"[2001:db8::1]:80\"]\n";
+        let a = load_attachment(text, Format::Yaml).unwrap();
+        assert_eq!(a.canaries, ["10.0.0.1:443".parse().unwrap(), "[2001:db8::1]:80".parse().unwrap()]);
+        let errs = load_attachment("pid: 3\npolicy: p.yaml\ncanaries: [10.0.0.1]\n", Format::Yaml).unwrap_err();
+        assert!(errs.iter().any(|e| e.message.contains("`10.0.0.1` is not an address and port")), "{errs:?}");
     }
 }

@@ -51,6 +51,16 @@ pub(crate) fn bind_in(
     })
 }
 
+/// Runs `work` on a thread inside `netns` (never leash's own) and returns what it returns: the containment self-test
+/// of a namespace leash serves is run from inside it.
+pub(crate) fn run_in_netns<T: Send + 'static>(
+    netns: &Netns,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, SandboxError> {
+    let ns = open_foreign_netns(netns)?;
+    in_netns(netns, ns, move || Ok(work()))
+}
+
 /// The interface names in the network namespace of process `pid`, as seen from inside it.
 pub(crate) fn netns_interfaces(pid: u32) -> Result<Vec<String>, SandboxError> {
     let netns = Netns::Process(pid);
