@@ -153,7 +153,7 @@ pub enum AskCommand {
 /// The policy, audit log, pins and upstream trust of a sandbox's proxy (`leash run`, `leash docker`).
 #[derive(Debug, Args)]
 pub struct SandboxProxyArgs {
-    /// The policy file (.yaml, .yml or .toml); or give --task, or --allow / --block instead
+    /// The policy file (.yaml, .yml, .toml or .json); or give --task, or --allow / --block instead
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
     /// A harness's task file read as the policy: benchflow's task.toml (`[sandbox]`/`[agent]` network_mode,
@@ -277,7 +277,7 @@ pub struct AttachArgs {
     /// The network namespace of this process
     #[arg(long, value_name = "PID", conflicts_with = "dir")]
     pub pid: Option<u32>,
-    /// Serve every attachment file (*.yaml, *.yml, *.toml) in DIR, each with its namespace, policy and labels,
+    /// Serve every attachment file (*.yaml, *.yml, *.toml, *.json) in DIR, each with its namespace, policy and labels,
     /// adding, reloading and removing them as the files appear, change and go
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
@@ -386,7 +386,7 @@ pub struct RunArgs {
     `--env-file leash.env` then `. ./leash.env` (every proxy and CA variable `leash run` sets), or \
     `--ca-cert-out ca.pem` then `curl --cacert ca.pem`. Upstreams are always verified (system roots, plus --upstream-ca).")]
 pub struct ProxyArgs {
-    /// The policy file (.yaml, .yml or .toml), reloaded on SIGHUP; or give --task, or --allow / --block instead
+    /// The policy file (.yaml, .yml, .toml or .json), reloaded on SIGHUP; or give --task, or --allow / --block instead
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"], required_unless_present_any = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
     /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter), reloaded on SIGHUP
@@ -451,7 +451,7 @@ pub struct TlsArgs {
     Every problem is reported as FILE:LINE:COLUMN: ENTRY: MESSAGE, for every profile. \
     Exit status: 0 valid, 1 invalid, 2 unreadable.")]
 pub struct CheckArgs {
-    /// The policy file (.yaml, .yml or .toml)
+    /// The policy file (.yaml, .yml, .toml or .json)
     #[arg(value_name = "FILE", required_unless_present = "task", conflicts_with = "task")]
     pub file: Option<PathBuf>,
     /// A harness's task file (benchflow's task.toml, or task.md's front matter): what each network field becomes,
@@ -469,7 +469,7 @@ pub struct CheckArgs {
     policy error. The decision is the one the proxy takes before DNS; the destination check on the resolved \
     addresses still follows it.")]
 pub struct ExplainArgs {
-    /// The policy file (.yaml, .yml or .toml); or give --task, or --allow / --block instead, as to `leash run`
+    /// The policy file (.yaml, .yml, .toml or .json); or give --task, or --allow / --block instead, as to `leash run`
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"], required_unless_present_any = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
     /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter)

@@ -72,7 +72,10 @@ pub fn read(path: &Path) -> Result<String, Exit> {
 
 pub fn format_of(path: &Path) -> Result<Format, Exit> {
     Format::from_path(path).ok_or_else(|| {
-        eprintln!("leash: cannot tell the format of `{}`: policy files end in .yaml, .yml or .toml", path.display());
+        eprintln!(
+            "leash: cannot tell the format of `{}`: policy files end in .yaml, .yml, .toml or .json",
+            path.display()
+        );
         Exit::Usage
     })
 }
@@ -188,8 +191,9 @@ pub fn allow_always(
 ) -> Result<Loaded, String> {
     let path = held.path();
     let shown = path.display();
-    let format = Format::from_path(path)
-        .ok_or_else(|| format!("cannot tell the format of `{shown}`: policy files end in .yaml, .yml or .toml"))?;
+    let format = Format::from_path(path).ok_or_else(|| {
+        format!("cannot tell the format of `{shown}`: policy files end in .yaml, .yml, .toml or .json")
+    })?;
     let (text, permissions) = held.read().map_err(|e| format!("cannot read policy `{shown}`: {e}"))?;
     let new =
         allow_host(&text, format, profile, entry).map_err(|e| format!("cannot add `{entry}` to `{shown}`: {e}"))?;

@@ -192,10 +192,40 @@ fn run_reads_a_harness_task_and_hides_it_inside() {
 fn check_exits_2_on_unreadable_files_and_unknown_extensions() {
     assert_eq!(leash(&["check", "/nonexistent/policy.yaml"]).status.code(), Some(2));
     let dir = tempfile::tempdir().unwrap();
-    let p = write(dir.path(), "policy.json", "{}");
+    let p = write(dir.path(), "policy.ini", "[network]\nmode = allowlist\n");
     let o = leash(&["check", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains(".yaml, .yml or .toml"));
+    assert!(stderr(&o).contains(".yaml, .yml, .toml or .json"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_json_policy_is_checked_and_decides_as_its_yaml_spelling_and_strict_json_is_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = "{\n  \"network\": {\n    \"mode\": \"blocklist\",\n    \"blocked_urls\": [\"arxiv.org/abs/2401.01234\"]\n  }\n}\n";
+    let p = write(dir.path(), "policy.json", json);
+    let path = p.to_str().unwrap();
+    let o = leash(&["check", path]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("valid (blocklist)"), "{}", stdout(&o));
+    let refused = leash(&["explain", "--policy", path, "https://arxiv.org/abs/2401.01234v2"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
+    let allowed = leash(&["explain", "--policy", path, "https://arxiv.org/abs/2401.99999"]);
+    assert_eq!(allowed.status.code(), Some(0), "{}", stdout(&allowed));
+
+    // What YAML would take and JSON does not: refused with its place.
+    let trailing = write(dir.path(), "trailing.json", "{\"network\": {\"mode\": \"allowlist\",\n}}\n");
+    let o = leash(&["check", trailing.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("trailing.json:2:1: ") && stderr(&o).contains("not JSON"), "{}", stderr(&o));
+    // A mistake in a valid JSON document is named like one in YAML, with its line.
+    let unknown = write(dir.path(), "unknown.json", "{\"network\": {\"mode\": \"allowlist\",\n \"allowed_host\": []}}");
+    let o = leash(&["check", unknown.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("unknown.json:2:2: network.allowed_host: unknown key"), "{}", stderr(&o));
+    // Twice the same key: JSON parsers disagree on which wins, so neither does.
+    let twice = write(dir.path(), "twice.json", "{\"network\": {\"mode\": \"allowlist\", \"mode\": \"blocklist\"}}");
+    let o = leash(&["check", twice.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "a duplicate key is an error: {}", stderr(&o));
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! leash's policy engine: facts in, decision out.
 //!
-//! This crate parses and validates policy files (YAML or TOML), canonicalises hosts and paths, classifies IP
+//! This crate parses and validates policy files (YAML, TOML or JSON), canonicalises hosts and paths, classifies IP
 //! literals and internal addresses, and decides requests. It is pure: it does no I/O of any kind — no sockets, no
 //! DNS, no clock, no files (callers read the file and hand over its text), no async runtime. That is what makes it
 //! easy to test exhaustively and what lets `leash explain` give exactly the proxy's answer.

@@ -1,5 +1,5 @@
 //! Attachment files (`leash attach --dir`): each says which network namespace to serve, with which policy, where
-//! the proxy listens there and what labels its audit lines carry. Read like policy files (YAML or TOML, every
+//! the proxy listens there and what labels its audit lines carry. Read like policy files (YAML, TOML or JSON, every
 //! error with its place); nothing here opens the files it names.
 
 use std::collections::BTreeMap;
@@ -61,11 +61,7 @@ pub enum Namespace {
 
 /// Parse and validate an attachment file's text; every error, each with its place.
 pub fn load_attachment(text: &str, format: Format) -> Result<Attachment, Vec<PolicyError>> {
-    let root = match format {
-        Format::Yaml => super::yaml::parse(text),
-        Format::Toml => super::toml::parse(text),
-    }
-    .map_err(|e| vec![e])?;
+    let root = format.parse(text).map_err(|e| vec![e])?;
     let mut c = Checker { errors: Vec::new(), warnings: Vec::new() };
     let attachment = c.attachment(&root);
     match attachment {

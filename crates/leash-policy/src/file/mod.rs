@@ -1,4 +1,4 @@
-//! Policy files: YAML or TOML text → a raw tree with positions → a validated [`Policy`]. Unknown keys, bad entries
+//! Policy files: YAML, TOML or JSON text → a raw tree with positions → a validated [`Policy`]. Unknown keys, bad entries
 //! and mode mismatches are errors that name the entry, its line and column, and the rule broken, each with a
 //! [`PolicyErrorKind`] a caller may match.
 //!
@@ -19,6 +19,7 @@ mod credentials;
 mod edit;
 mod entries;
 mod inline;
+mod json;
 mod raw;
 mod services;
 mod task;
@@ -34,16 +35,28 @@ pub enum Format {
     Yaml,
     /// `.toml`.
     Toml,
+    /// `.json`: strict JSON (RFC 8259), the same document as its YAML spelling.
+    Json,
 }
 
 impl Format {
-    /// `.yaml`/`.yml` → YAML, `.toml` → TOML.
+    /// `.yaml`/`.yml` → YAML, `.toml` → TOML, `.json` → JSON.
     pub fn from_path(path: &std::path::Path) -> Option<Format> {
         let ext = path.extension()?.to_str()?.to_ascii_lowercase();
         match ext.as_str() {
             "yaml" | "yml" => Some(Format::Yaml),
             "toml" => Some(Format::Toml),
+            "json" => Some(Format::Json),
             _ => None,
+        }
+    }
+
+    /// The text as the raw tree every check reads, with a position for every node.
+    pub(crate) fn parse(self, text: &str) -> Result<raw::Node, PolicyError> {
+        match self {
+            Format::Yaml => yaml::parse(text),
+            Format::Toml => toml::parse(text),
+            Format::Json => json::parse(text),
         }
     }
 }
@@ -53,7 +66,7 @@ impl Format {
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PolicyErrorKind {
-    /// The text is not valid YAML or TOML, or uses what a policy refuses: YAML tags, several documents, non-string
+    /// The text is not valid YAML, TOML or JSON, or uses what a policy refuses: YAML tags, several documents, non-string
     /// keys, aliases to unknown anchors, nesting too deep, aliases that expand too far.
     Syntax,
     /// A key the section does not have (`colour`, `netwrk`).
@@ -149,11 +162,7 @@ pub struct Loaded {
 
 /// Parse and validate the whole file (every profile), then build the policy of `profile` (the top level if None).
 pub fn load(text: &str, format: Format, profile: Option<&str>) -> Result<Loaded, Vec<PolicyError>> {
-    let root = match format {
-        Format::Yaml => yaml::parse(text),
-        Format::Toml => toml::parse(text),
-    }
-    .map_err(|e| vec![e])?;
+    let root = format.parse(text).map_err(|e| vec![e])?;
     let checked = validate::document(&root);
     let mut errors = checked.errors;
     let names: Vec<String> = checked.profiles.iter().map(|(n, _)| n.clone()).collect();

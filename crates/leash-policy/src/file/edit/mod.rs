@@ -58,6 +58,11 @@ pub fn allow_host(text: &str, format: Format, profile: Option<&str>, entry: &str
     let new = match format {
         Format::Yaml => yaml::append(text, &path, entry)?,
         Format::Toml => toml::append(text, &path, entry)?,
+        Format::Json => {
+            let why = "a JSON policy is not edited in place (JSON keeps no comments or layout to preserve): add the \
+                       entry by hand, or keep the policy in YAML";
+            return Err(EditError::Unsupported(why.to_owned()));
+        }
     };
     verify(&old, &new, format, &path, entry)?;
     Ok(new)
@@ -72,11 +77,7 @@ fn section_path(profile: Option<&str>) -> Vec<&str> {
 }
 
 fn parse(text: &str, format: Format) -> Result<Node, EditError> {
-    match format {
-        Format::Yaml => super::yaml::parse(text),
-        Format::Toml => super::toml::parse(text),
-    }
-    .map_err(EditError::Syntax)
+    format.parse(text).map_err(EditError::Syntax)
 }
 
 /// The value under `key` in a mapping node, if the node is one and has it.

@@ -261,3 +261,12 @@ fn the_check_after_an_edit_refuses_text_that_means_more_than_the_entry() {
         assert!(matches!(verify(&old, wrong, Format::Yaml, &["network"], "b.org"), Err(EditError::Unsupported(_))));
     }
 }
+
+#[test]
+fn a_json_policy_is_not_edited_in_place_and_says_so() {
+    let before = "{\"network\": {\"mode\": \"allowlist\", \"allowed_hosts\": [\"pypi.org\"]}}";
+    let e = refused(before, Format::Json, None, "example.org");
+    assert!(matches!(&e, EditError::Unsupported(m) if m.contains("JSON policy is not edited in place")), "{e}");
+    // Already listed: nothing to write, so nothing refused.
+    assert_eq!(allow_host(before, Format::Json, None, "pypi.org").unwrap(), before);
+}
