@@ -38,7 +38,7 @@ pub fn load_file(path: &Path, profile: Option<&str>) -> Result<Loaded, Exit> {
 pub fn load_task(path: &Path) -> Result<(Loaded, Vec<String>), Exit> {
     let text = read(path)?;
     let format = leash_policy::TaskFormat::from_path(path).ok_or_else(|| {
-        eprintln!("leash: cannot tell the kind of task `{}`: task files end in .toml or .md", path.display());
+        eprintln!("leash: cannot tell the kind of task `{}`: task files end in .toml, .md or .json", path.display());
         Exit::Usage
     })?;
     let task = leash_policy::task_policy(&text, format).map_err(|e| {
@@ -86,6 +86,20 @@ pub fn print_errors(path: &Path, errors: &[PolicyError]) {
     }
     let n = errors.len();
     eprintln!("leash: `{}` is invalid ({n} error{})", path.display(), if n == 1 { "" } else { "s" });
+    if errors.iter().any(names_anothers_key) {
+        eprintln!(
+            "leash: its keys are a harness task's or a sandbox runtime's (benchflow's task.toml or task.md, \
+             sandbox-runtime's or Claude Code's settings): read it as it is with --task {}",
+            path.display()
+        );
+    }
+}
+
+/// An unknown key that a file `--task` reads has: benchflow's tables, a sandbox runtime's settings.
+fn names_anothers_key(e: &PolicyError) -> bool {
+    const THEIRS: [&str; 7] =
+        ["sandbox", "agent", "permissions", "filesystem", "network.allowedDomains", "network.deniedDomains", "task"];
+    e.kind == leash_policy::PolicyErrorKind::UnknownKey && THEIRS.contains(&e.entry.as_str())
 }
 
 /// `FILE:LINE:COLUMN: ENTRY: MESSAGE`, the shape editors and CI annotate.

@@ -121,12 +121,64 @@ blocked_urls = [\"https://arxiv.org/abs/2401.01234/\", \"https://github.com/org/
 blocked_hosts = [\"api.semanticscholar.org\"]\n";
 
 #[test]
+fn a_sandbox_runtimes_settings_are_read_as_they_are_and_what_cannot_be_expressed_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // sandbox-runtime's ~/.srt-settings.json as its users write it: filesystem rules beside the network ones.
+    let srt = write(
+        dir.path(),
+        "srt-settings.json",
+        r#"{"network": {"allowedDomains": ["pypi.org", "*.pythonhosted.org", "github.com"],
+             "deniedDomains": ["github.com"], "allowLocalBinding": false},
+            "filesystem": {"denyRead": ["~/.ssh"], "allowWrite": ["."]}}"#,
+    );
+    let path = srt.to_str().unwrap();
+    let as_policy = leash(&["check", path]);
+    assert_eq!(as_policy.status.code(), Some(1));
+    assert!(stderr(&as_policy).contains(&format!("read it as it is with --task {path}")), "{}", stderr(&as_policy));
+    let o = leash(&["check", "--task", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for line in [
+        "network.allowedDomains[1] `*.pythonhosted.org` → allowed_hosts: .pythonhosted.org (every name under \
+         pythonhosted.org, and pythonhosted.org itself, which `*.` leaves out)",
+        "network.deniedDomains[0] `github.com` → github.com left out of allowed_hosts",
+        "network.allowLocalBinding → left alone",
+        "valid (allowlist)",
+    ] {
+        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
+    }
+    let explain = |url: &str| leash(&["explain", "--task", path, url]).status.code();
+    assert_eq!(explain("https://files.pythonhosted.org/packages/x.whl"), Some(0));
+    assert_eq!(explain("https://github.com/org/repo"), Some(1), "denied wins, as in the runtime");
+    assert_eq!(explain("https://example.org/"), Some(1));
+
+    // Claude Code's settings.json, with an exception a leash allowlist cannot hold: refused, the entry named.
+    let claude = write(
+        dir.path(),
+        "settings.json",
+        r#"{"permissions": {"deny": ["WebFetch(domain:jira.corp.example)"]},
+            "sandbox": {"enabled": true, "network": {"allowedDomains": ["*.corp.example"]}}}"#,
+    );
+    let o = leash(&["check", "--task", claude.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains(
+            "sandbox.network: cannot be expressed as a leash policy: permissions.deny[0] \
+                             `jira.corp.example`: an exception to the allowed `*.corp.example`"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn a_harness_task_is_read_as_it_is_with_what_each_field_became() {
     let dir = tempfile::tempdir().unwrap();
     let task = dir.path().join("task.toml");
     std::fs::write(&task, BENCHFLOW_TASK).unwrap();
     // As a policy file it is not one (its keys are the harness's): `--task` reads it as the harness does.
-    assert_eq!(leash(&["check", task.to_str().unwrap()]).status.code(), Some(1));
+    let as_policy = leash(&["check", task.to_str().unwrap()]);
+    assert_eq!(as_policy.status.code(), Some(1));
+    assert!(stderr(&as_policy).contains("read it as it is with --task"), "{}", stderr(&as_policy));
     let o = leash(&["check", "--task", task.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let said = stdout(&o);

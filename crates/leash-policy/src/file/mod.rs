@@ -21,6 +21,7 @@ mod entries;
 mod inline;
 mod json;
 mod raw;
+mod sandbox_settings;
 mod services;
 mod task;
 mod toml;

@@ -1,5 +1,6 @@
 //! A harness's task file read as a policy, as the harness reads it: benchflow's `task.toml` (its `[sandbox]` and
-//! `[agent]` tables) or the YAML front matter of its `task.md` (the same keys, between `---` lines). Everything but
+//! `[agent]` tables) or the YAML front matter of its `task.md` (the same keys, between `---` lines); a `.json` file
+//! is a sandbox runtime's settings, read by `sandbox_settings.rs`. Everything but
 //! the network keys is the harness's and left alone. The result is a leash policy's text, loaded as any policy file
 //! is, and a line per field saying what it became (`leash check --task` prints them).
 //!
@@ -22,14 +23,17 @@ pub enum TaskFormat {
     Toml,
     /// `task.md`: YAML front matter.
     Markdown,
+    /// `.json`: sandbox-runtime's or Claude Code's settings (see `sandbox_settings.rs`).
+    SandboxSettings,
 }
 
 impl TaskFormat {
-    /// `.toml` → TOML, `.md` → Markdown front matter.
+    /// `.toml` → TOML, `.md` → Markdown front matter, `.json` → a sandbox runtime's settings.
     pub fn from_path(path: &std::path::Path) -> Option<TaskFormat> {
         match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
             "toml" => Some(TaskFormat::Toml),
             "md" | "markdown" => Some(TaskFormat::Markdown),
+            "json" => Some(TaskFormat::SandboxSettings),
             _ => None,
         }
     }
@@ -52,6 +56,7 @@ pub fn task_policy(text: &str, format: TaskFormat) -> Result<TaskPolicy, PolicyE
     let root = match format {
         TaskFormat::Toml => super::toml::parse(text)?,
         TaskFormat::Markdown => super::yaml::parse(front_matter(text)?)?,
+        TaskFormat::SandboxSettings => return super::sandbox_settings::settings_policy(&super::json::parse(text)?),
     };
     let (sandbox, agent) = (section(&root, "sandbox"), section(&root, "agent"));
     let agent_mode = agent.and_then(|a| string(a, "network_mode")).filter(|m| !m.is_empty());

@@ -1,0 +1,326 @@
+//! The network rules of Anthropic's sandbox runtime (`srt`, its `~/.srt-settings.json`: `network`) and of Claude
+//! Code's settings (`settings.json`: `sandbox.network`, and its `permissions` rules `WebFetch(domain:NAME)`, which
+//! its sandbox takes as allowed and denied domains too), read as a leash policy with a line per entry saying what it
+//! became. Both are an allowlist: `allowedDomains` lets a name through, `deniedDomains` wins over it.
+//!
+//! What their entries mean, and how each is read here:
+//! - `example.com`: that name only → `allowed_hosts: example.com`.
+//! - `*.example.com`: every name under it, **not** `example.com` itself → `.example.com`, which also admits the
+//!   name itself (leash has no subdomains-only form): said in the entry's line, and refused when that name is denied.
+//! - `NAME:PORT`: that name on that port only. Leash's ports are the policy's, for every host: port 443 or 80 is
+//!   read as the name alone (said so); any other port cannot be expressed.
+//! - `localhost`, IP literals: leash refuses addresses and the loopback by design (declare a `services:` entry for a
+//!   loopback service); cannot be expressed.
+//! - a denied entry: drops the allowed entries it covers whole; one already outside every allowed entry is said to
+//!   be refused anyway; one that would cut an exception out of an allowed wildcard cannot be expressed (a leash
+//!   allowlist has no exceptions). `*` denies everything.
+//!
+//! Whatever cannot be expressed is not guessed at: every such entry is named in one error and nothing is loaded.
+//! Keys other than the two lists (proxy ports, Unix sockets, filesystem rules) are the runtime's own and are listed
+//! as left alone.
+
+use super::raw::{Node, ScalarKind, Value};
+use super::{PolicyError, PolicyErrorKind};
+
+/// A domain pattern of the two lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pattern {
+    /// `example.com`.
+    Exact(String),
+    /// `*.example.com`: the names under `example.com`.
+    Under(String),
+}
+
+impl Pattern {
+    /// Whether every name `other` matches, this matches too.
+    fn covers(&self, other: &Pattern) -> bool {
+        match (self, other) {
+            (Pattern::Exact(a), Pattern::Exact(b)) => a == b,
+            (Pattern::Exact(_), Pattern::Under(_)) => false,
+            (Pattern::Under(d), Pattern::Exact(h)) => is_under(h, d),
+            (Pattern::Under(d), Pattern::Under(e)) => e == d || is_under(e, d),
+        }
+    }
+
+    /// Whether some name matches both.
+    fn overlaps(&self, other: &Pattern) -> bool {
+        self.covers(other) || other.covers(self)
+    }
+
+    fn shown(&self) -> String {
+        match self {
+            Pattern::Exact(h) => h.clone(),
+            Pattern::Under(d) => format!("*.{d}"),
+        }
+    }
+}
+
+/// `name` is strictly under `domain`.
+fn is_under(name: &str, domain: &str) -> bool {
+    name.strip_suffix(domain).is_some_and(|head| head.len() > 1 && head.ends_with('.'))
+}
+
+/// An entry read: the pattern, and a note on what changed on the way.
+type Read = Result<(Pattern, Option<&'static str>), String>;
+
+/// One `allowedDomains`/`deniedDomains` entry.
+fn pattern(entry: &str) -> Read {
+    let entry = entry.trim().to_ascii_lowercase();
+    if entry.starts_with('[') || entry.matches(':').count() > 1 {
+        return Err("an IP address: leash decides by name and refuses address literals".into());
+    }
+    let (name, note) = match entry.rsplit_once(':') {
+        Some((name, "443" | "80")) => {
+            (name.to_owned(), Some("the port dropped: leash's ports are the policy's (80, 443)"))
+        }
+        Some((_, port)) => return Err(format!("port {port} only: leash's ports are the policy's, for every host")),
+        None => (entry.clone(), None),
+    };
+    let name = name.trim_end_matches('.');
+    if name == "localhost" || name.ends_with(".localhost") || name.parse::<std::net::Ipv4Addr>().is_ok() {
+        return Err(
+            "the loopback or an address: leash refuses those (a loopback service is a `services:` entry)".into()
+        );
+    }
+    match name.strip_prefix("*.") {
+        Some(domain) if !domain.is_empty() && !domain.contains('*') => Ok((Pattern::Under(domain.to_owned()), note)),
+        None if !name.is_empty() && !name.contains('*') => Ok((Pattern::Exact(name.to_owned()), note)),
+        _ => Err("a wildcard leash cannot read (only a leading `*.` is)".into()),
+    }
+}
+
+/// Reads the settings document `root` as a policy: its text (YAML) and a line per entry.
+pub(crate) fn settings_policy(root: &Node) -> Result<super::TaskPolicy, PolicyError> {
+    let (network, at) = match (child(root, "sandbox").and_then(|s| child(s, "network")), child(root, "network")) {
+        (Some(n), _) => (n, "sandbox.network"),
+        (None, Some(n)) => (n, "network"),
+        (None, None) => {
+            let message = "no `network` (sandbox-runtime) or `sandbox.network` (Claude Code) section".to_owned();
+            return Err(error(PolicyErrorKind::MissingKey, "network", message));
+        }
+    };
+    let field = |key: &str| format!("{at}.{key}");
+    let mut allowed = labelled(&field("allowedDomains"), strings(network, "allowedDomains", &field("allowedDomains"))?);
+    let mut denied = labelled(&field("deniedDomains"), strings(network, "deniedDomains", &field("deniedDomains"))?);
+    let mut became = vec![format!("{at} → mode: allowlist (what allowedDomains does not name is refused)")];
+    if let Some(permissions) = child(root, "permissions") {
+        allowed.extend(web_fetch_domains(permissions, "allow")?);
+        denied.extend(web_fetch_domains(permissions, "deny")?);
+    }
+    let mut unexpressible = Vec::new();
+    let read = |list: &[(String, String)], out: &mut Vec<String>| -> Vec<(String, Pattern, Option<&'static str>)> {
+        let mut ok = Vec::new();
+        for (label, entry) in list {
+            match pattern(entry) {
+                Ok((p, note)) => ok.push((label.clone(), p, note)),
+                Err(why) => out.push(format!("{label} `{entry}`: {why}")),
+            }
+        }
+        ok
+    };
+    let deny_all: Vec<String> = denied.iter().filter(|(_, d)| d.trim() == "*").map(|(l, _)| l.clone()).collect();
+    denied.retain(|(_, d)| d.trim() != "*");
+    let mut allow = read(&allowed, &mut unexpressible);
+    let deny = read(&denied, &mut unexpressible);
+    if let Some(label) = deny_all.first() {
+        became.push(format!("{label} `*` → every request refused: nothing allowed"));
+        allow.clear();
+    }
+    // Every allowed entry a denied one covers whole goes first; what still meets a denied entry is an exception.
+    let dropped_by = |d: &Pattern| -> Vec<String> {
+        allow.iter().filter(|(_, a, _)| d.covers(a)).map(|(_, a, _)| a.shown()).collect()
+    };
+    let drops: Vec<Vec<String>> = deny.iter().map(|(_, d, _)| dropped_by(d)).collect();
+    allow.retain(|(_, a, _)| !deny.iter().any(|(_, d, _)| d.covers(a)));
+    for ((label, d, _), dropped) in deny.iter().zip(drops) {
+        let entry = format!("{label} `{}`", d.shown());
+        // leash's `.example.com` admits `example.com` too: denying that name cuts into it.
+        let apex = |a: &Pattern| matches!((a, d), (Pattern::Under(x), Pattern::Exact(y)) if x == y);
+        if let Some((_, cut, _)) = allow.iter().find(|(_, a, _)| a.overlaps(d) || apex(a)) {
+            let why =
+                format!("{entry}: an exception to the allowed `{}`, which a leash allowlist cannot hold", cut.shown());
+            unexpressible.push(why);
+            continue;
+        }
+        became.push(match dropped.is_empty() {
+            true => format!("{entry} → refused already (no allowed entry covers it)"),
+            false => format!("{entry} → {} left out of allowed_hosts", dropped.join(", ")),
+        });
+    }
+    if !unexpressible.is_empty() {
+        let message = format!("cannot be expressed as a leash policy: {}", unexpressible.join("; "));
+        return Err(error(PolicyErrorKind::BadValue, at, message));
+    }
+    let mut text = String::from("network:\n  mode: allowlist\n  allowed_hosts:");
+    text.push_str(if allow.is_empty() { " []\n" } else { "\n" });
+    for (label, p, note) in &allow {
+        let (host, what) = match p {
+            Pattern::Exact(h) => (h.clone(), "this host only".to_owned()),
+            Pattern::Under(d) => {
+                (format!(".{d}"), format!("every name under {d}, and {d} itself, which `*.` leaves out"))
+            }
+        };
+        let note = note.map(|n| format!("; {n}")).unwrap_or_default();
+        became.push(format!("{label} `{}` → allowed_hosts: {host} ({what}{note})", p.shown()));
+        text.push_str(&format!("    - '{host}'\n"));
+    }
+    for key in keys(network).into_iter().filter(|k| *k != "allowedDomains" && *k != "deniedDomains") {
+        became.push(format!("{} → left alone: the runtime's own setting, not a rule on names", field(key)));
+    }
+    Ok(super::TaskPolicy { text, became })
+}
+
+/// Each entry with its place: `FIELD[i]`.
+fn labelled(field: &str, entries: Vec<String>) -> Vec<(String, String)> {
+    entries.into_iter().enumerate().map(|(i, e)| (format!("{field}[{i}]"), e)).collect()
+}
+
+/// Claude Code's `permissions.allow`/`permissions.deny` rules that name a domain, `WebFetch(domain:NAME)`: its
+/// sandbox takes them as allowed and denied domains too. Other rules (tools, paths) are not about the network.
+fn web_fetch_domains(permissions: &Node, key: &str) -> Result<Vec<(String, String)>, PolicyError> {
+    let rules = labelled(&format!("permissions.{key}"), strings(permissions, key, &format!("permissions.{key}"))?);
+    let domain = |rule: &str| rule.trim().strip_prefix("WebFetch(domain:")?.strip_suffix(')').map(str::to_owned);
+    Ok(rules.into_iter().filter_map(|(label, rule)| domain(&rule).map(|d| (label, d))).collect())
+}
+
+/// The mapping at `key` of a mapping node, if it is one.
+fn child<'a>(node: &'a Node, key: &str) -> Option<&'a Node> {
+    let Value::Map(entries) = &node.value else { return None };
+    entries.iter().find(|(k, v)| k.name == key && matches!(v.value, Value::Map(_))).map(|(_, v)| v)
+}
+
+fn keys(node: &Node) -> Vec<&str> {
+    let Value::Map(entries) = &node.value else { return Vec::new() };
+    entries.iter().map(|(k, _)| k.name.as_str()).collect()
+}
+
+/// The strings at `key` (none when absent); anything but a list of strings names `field`.
+fn strings(map: &Node, key: &str, field: &str) -> Result<Vec<String>, PolicyError> {
+    let Value::Map(entries) = &map.value else { return Ok(Vec::new()) };
+    let Some((_, node)) = entries.iter().find(|(k, _)| k.name == key) else { return Ok(Vec::new()) };
+    let not_a_list =
+        || error(PolicyErrorKind::BadValue, field, format!("expected a list of strings, found {}", node.kind_name()));
+    let Value::Seq(items) = &node.value else { return Err(not_a_list()) };
+    items
+        .iter()
+        .map(|item| match &item.value {
+            Value::Scalar(ScalarKind::Str, s) => Ok(s.clone()),
+            _ => Err(not_a_list()),
+        })
+        .collect()
+}
+
+fn error(kind: PolicyErrorKind, entry: &str, message: String) -> PolicyError {
+    PolicyError { kind, entry: entry.to_owned(), line: None, column: None, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{load, parse_absolute_target, Format, Question, TlsInspection, Verdict};
+
+    fn import(json: &str) -> Result<super::super::TaskPolicy, PolicyError> {
+        settings_policy(&super::super::json::parse(json).unwrap())
+    }
+
+    fn allowed(task: &super::super::TaskPolicy, url: &str) -> bool {
+        let policy = load(&task.text, Format::Yaml, None).unwrap().policy;
+        let target = parse_absolute_target(url).unwrap();
+        policy.decide(&Question::of_url(&target), TlsInspection::Available).verdict == Verdict::Allow
+    }
+
+    #[test]
+    fn an_srt_allowlist_decides_as_srt_does_and_says_where_it_widens() {
+        let task = import(
+            r#"{"network": {"allowedDomains": ["pypi.org", "*.pythonhosted.org", "github.com:443", "*.npmjs.org"],
+                "deniedDomains": ["registry.npmjs.org", "*.npmjs.org", "evil.example"],
+                "allowUnixSockets": ["/var/run/docker.sock"]},
+               "filesystem": {"denyRead": ["~/.ssh"]}}"#,
+        )
+        .unwrap();
+        for (url, want) in [
+            ("https://pypi.org/simple/", true),
+            ("https://sub.pypi.org/", false),
+            ("https://files.pythonhosted.org/x.whl", true),
+            ("https://github.com/org/repo", true),
+            ("https://registry.npmjs.org/left-pad", false),
+            ("https://evil.example/", false),
+            ("https://example.org/", false),
+        ] {
+            assert_eq!(allowed(&task, url), want, "{url}\n{}", task.text);
+        }
+        let lines = task.became.join("\n");
+        assert!(lines.contains("`*.pythonhosted.org` → allowed_hosts: .pythonhosted.org (every name under"), "{lines}");
+        assert!(lines.contains("pythonhosted.org itself, which `*.` leaves out"), "{lines}");
+        assert!(
+            lines.contains("`github.com` → allowed_hosts: github.com (this host only; the port dropped"),
+            "{lines}"
+        );
+        assert!(lines.contains("deniedDomains[1] `*.npmjs.org` → *.npmjs.org left out of allowed_hosts"), "{lines}");
+        assert!(lines.contains("deniedDomains[2] `evil.example` → refused already"), "{lines}");
+        assert!(lines.contains("network.allowUnixSockets → left alone"), "{lines}");
+    }
+
+    #[test]
+    fn claude_codes_settings_are_read_under_sandbox_network() {
+        let task = import(r#"{"permissions": {}, "sandbox": {"enabled": true, "network": {"allowedDomains": ["api.anthropic.com"]}}}"#)
+            .unwrap();
+        assert!(allowed(&task, "https://api.anthropic.com/v1/messages"));
+        assert!(!allowed(&task, "https://example.org/"));
+        assert!(task.became[0].starts_with("sandbox.network → mode: allowlist"), "{:?}", task.became);
+        // Its WebFetch domain rules count as allowed and denied domains, as its sandbox takes them.
+        let task = import(
+            r#"{"permissions": {"allow": ["Bash(npm test)", "WebFetch(domain:docs.rs)", "WebFetch(domain:*.crates.io)"],
+                                "deny": ["WebFetch(domain:static.crates.io)", "Read(./.env)"]},
+                "sandbox": {"network": {"allowedDomains": ["*.crates.io"]}}}"#,
+        );
+        let e = task.unwrap_err();
+        assert!(
+            e.message.contains("permissions.deny[0] `static.crates.io`: an exception to the allowed `*.crates.io`"),
+            "{e}"
+        );
+        let task = import(
+            r#"{"permissions": {"allow": ["WebFetch(domain:docs.rs)"], "deny": ["WebFetch(domain:evil.example)"]},
+                "sandbox": {"network": {"allowedDomains": ["index.crates.io"]}}}"#,
+        )
+        .unwrap();
+        assert!(allowed(&task, "https://docs.rs/serde") && allowed(&task, "https://index.crates.io/config.json"));
+        assert!(!allowed(&task, "https://evil.example/"));
+        assert!(
+            task.became.iter().any(|l| l.starts_with("permissions.allow[0] `docs.rs` → allowed_hosts: docs.rs")),
+            "{:?}",
+            task.became
+        );
+    }
+
+    #[test]
+    fn a_deny_all_refuses_everything_and_nothing_listed_allows_nothing() {
+        let all = import(r#"{"network": {"allowedDomains": ["pypi.org"], "deniedDomains": ["*"]}}"#).unwrap();
+        assert!(!allowed(&all, "https://pypi.org/"));
+        let none = import(r#"{"network": {}}"#).unwrap();
+        assert!(!allowed(&none, "https://pypi.org/"));
+    }
+
+    #[test]
+    fn what_cannot_be_expressed_is_named_entry_by_entry_and_nothing_is_loaded() {
+        let e = import(
+            r#"{"network": {"allowedDomains": ["localhost", "127.0.0.1", "[::1]:8080", "api.example.com:8443", "*.corp.example", "*.b.example"],
+                "deniedDomains": ["jira.corp.example", "b.example"]}}"#,
+        )
+        .unwrap_err();
+        for named in [
+            "allowedDomains[0] `localhost`",
+            "allowedDomains[1] `127.0.0.1`",
+            "allowedDomains[2] `[::1]:8080`",
+            "allowedDomains[3] `api.example.com:8443`: port 8443 only",
+            "deniedDomains[0] `jira.corp.example`: an exception to the allowed `*.corp.example`",
+            "deniedDomains[1] `b.example`: an exception",
+        ] {
+            assert!(e.message.contains(named), "{named}: {e}");
+        }
+        let missing = import(r#"{"permissions": {"allow": []}}"#).unwrap_err();
+        assert_eq!(missing.kind, PolicyErrorKind::MissingKey, "{missing}");
+        let wrong = import(r#"{"network": {"allowedDomains": "pypi.org"}}"#).unwrap_err();
+        assert_eq!(wrong.entry, "network.allowedDomains", "{wrong}");
+    }
+}
