@@ -326,7 +326,9 @@ pub struct AttachArgs {
     fail at once, allowed ones resolve to 127.0.0.2, where leash also listens for programs that ignore the proxy \
     variables and decides them the same way. \
     The command reaches no host Unix socket but those named with --allow-unix-socket, runs in a session of its own \
-    (no controlling terminal) with its own IPC namespace and keyring, and cannot open AF_VSOCK or other families. \
+    with its own IPC namespace and keyring, and cannot open AF_VSOCK or other families. On a terminal it gets a \
+    pseudo-terminal of its own as its controlling terminal (the caller's settings and size, output filtered of what \
+    acts on the operator's machine), never the caller's; without one it has none. \
     It inherits leash's environment (API keys and tokens included) unless --clean-env is given. The audit log file \
     is hidden inside; without --log the records are kept in a file under ~/.local/state/leash/runs/ (XDG_STATE_HOME) \
     once the command and every process it left have ended, and its path is said on standard error. Last comes a summary of the refused requests, with hints, on standard error (not with \
