@@ -67,9 +67,19 @@ pub enum Command {
         /// The shell to complete for
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff), for `man -l` or a man directory
-    #[command(after_help = "Examples:\n  leash man | man -l -\n  leash man > /usr/local/share/man/man1/leash.1")]
-    Man,
+    /// Print a manual page (roff): leash(1), or a subcommand's; or write them all to a man directory
+    #[command(
+        after_help = "Examples:\n  leash man | man -l -\n  leash man run | man -l -\n  leash man docker run | man -l -\n  \
+    leash man --dir /usr/local/share/man/man1    # leash.1, leash-run.1, leash-docker-run.1, ...; then `man leash-run`"
+    )]
+    Man {
+        /// The subcommand whose page to print (`run`, `docker run`); leash(1) without one
+        #[arg(value_name = "COMMAND", conflicts_with = "dir")]
+        command: Vec<String>,
+        /// Write every page, leash.1 and leash-COMMAND.1 for each subcommand, into DIR (made if missing)
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -40,7 +40,7 @@ fn main() -> ExitCode {
             | cli::Command::Log(_)
             | cli::Command::Policy(_)
             | cli::Command::Completions { .. }
-            | cli::Command::Man
+            | cli::Command::Man { .. }
     ) {
         leash_sandbox::die_on_closed_stdout();
     }
@@ -65,7 +65,7 @@ fn main() -> ExitCode {
         cli::Command::Ask(args) => cmd::ask::run(args),
         cli::Command::Probe(args) => cmd::probe::run(&args),
         cli::Command::Completions { shell } => cmd::docs::completions(shell),
-        cli::Command::Man => cmd::docs::man(),
+        cli::Command::Man { command, dir } => cmd::docs::man(&command, dir.as_deref()),
     };
     code.into()
 }

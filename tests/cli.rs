@@ -1341,13 +1341,28 @@ fn bash_completes_subcommands_and_options_from_the_generated_script() {
 }
 
 #[test]
-fn the_manual_page_covers_every_subcommand_and_renders_with_man() {
+fn every_subcommand_has_its_own_manual_page_and_each_renders_with_man() {
     let o = leash(&["man"]);
     assert_eq!(o.status.code(), Some(0));
-    let page = stdout(&o);
-    for sub in ["proxy", "check", "explain", "run", "docker", "attach", "log", "policy"] {
-        assert!(page.contains(&format!(".TH leash-{sub} 1")), "leash-{sub} has its page");
+    let top = stdout(&o);
+    assert!(top.contains(".TH leash 1 ") && top.contains("leash\\-run"), "leash(1), naming its subcommands: {top}");
+    assert!(!top.contains(".TH leash-run"), "leash(1) is one page, not every page at once");
+    let dir = tempfile::tempdir().unwrap();
+    let o = leash(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for name in ["leash", "leash-proxy", "leash-check", "leash-run", "leash-docker-run", "leash-attach", "leash-policy"]
+    {
+        let page = std::fs::read_to_string(dir.path().join(format!("{name}.1"))).unwrap_or_default();
+        assert!(page.contains(&format!(".TH {name} 1")), "{name}.1 written, its own page: {page:.200}");
     }
+    assert!(!dir.path().join("leash-help.1").exists(), "no page for clap's help subcommand");
+    let o = leash(&["man", "docker", "run"]);
+    assert!(stdout(&o).contains(".TH leash-docker-run 1"), "{}", stderr(&o));
+    let o = leash(&["man", "nosuch"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no page for `nosuch`") && stderr(&o).contains("leash-run"), "{}", stderr(&o));
+    let page = stdout(&leash(&["man", "run"]));
+    assert!(page.contains(".TH leash-run 1"), "{page:.200}");
     assert!(page.contains("allow\\-unix\\-socket"), "options are documented");
     let rendered = Command::new("man")
         .args(["-l", "-"])

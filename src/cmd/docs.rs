@@ -15,23 +15,66 @@ pub fn completions(shell: clap_complete::Shell) -> Exit {
     print(&out)
 }
 
-/// The manual page, `leash(1)` with every subcommand's options, on stdout.
-pub fn man() -> Exit {
+/// A manual page on stdout: leash(1), or the page of the subcommand `path` names (`["docker", "run"]`); with
+/// `dir`, every page written there as `NAME.1`, as `man` finds them.
+pub fn man(path: &[String], dir: Option<&std::path::Path>) -> Exit {
+    if let Some(dir) = dir {
+        return write_all(dir);
+    }
+    let mut command = Cli::command();
+    let mut name = String::from("leash");
+    for word in path {
+        let Some(sub) = command.find_subcommand(word).filter(|c| !c.is_hide_set()).cloned() else {
+            let known: Vec<String> = pages().into_iter().map(|(n, _)| n).filter(|n| n != "leash").collect();
+            eprintln!("leash man: no page for `{}`; the pages: {}", path.join(" "), known.join(", "));
+            return Exit::Usage;
+        };
+        name = format!("{name}-{}", sub.get_name());
+        command = sub;
+    }
     let mut out = Vec::new();
-    let rendered = clap_mangen::Man::new(Cli::command()).render(&mut out);
-    let subcommands = Cli::command().get_subcommands().cloned().collect::<Vec<_>>();
-    let with_subcommands = rendered.and_then(|()| {
-        subcommands.into_iter().filter(|c| !c.is_hide_set()).try_for_each(|sub| {
-            let name = format!("leash-{}", sub.get_name());
-            writeln!(out)?;
-            clap_mangen::Man::new(sub).title(name).render(&mut out)
-        })
-    });
-    match with_subcommands {
+    match clap_mangen::Man::new(command).title(name).render(&mut out) {
         Ok(()) => print(&out),
         Err(e) => {
             eprintln!("leash: cannot render the manual page: {e}");
             Exit::Refused
+        }
+    }
+}
+
+/// Every page: leash(1) and one per subcommand not hidden, nested ones included (`leash-docker-run`).
+fn pages() -> Vec<(String, clap::Command)> {
+    fn walk(name: String, command: clap::Command, into: &mut Vec<(String, clap::Command)>) {
+        let subs: Vec<clap::Command> = command.get_subcommands().filter(|c| !c.is_hide_set()).cloned().collect();
+        into.push((name.clone(), command));
+        for sub in subs.into_iter().filter(|s| s.get_name() != "help") {
+            walk(format!("{name}-{}", sub.get_name()), sub, into);
+        }
+    }
+    let mut all = Vec::new();
+    walk("leash".to_owned(), Cli::command(), &mut all);
+    all
+}
+
+/// `leash man --dir DIR`: each page as `DIR/NAME.1`; the count said on stderr.
+fn write_all(dir: &std::path::Path) -> Exit {
+    let written = std::fs::create_dir_all(dir).and_then(|()| {
+        let all = pages();
+        for (name, command) in &all {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(command.clone()).title(name.clone()).render(&mut out)?;
+            std::fs::write(dir.join(format!("{name}.1")), out)?;
+        }
+        Ok(all.len())
+    });
+    match written {
+        Ok(n) => {
+            eprintln!("leash: wrote {n} manual pages to {}", dir.display());
+            Exit::Ok
+        }
+        Err(e) => {
+            eprintln!("leash: cannot write the manual pages to `{}`: {e}", dir.display());
+            Exit::Usage
         }
     }
 }
