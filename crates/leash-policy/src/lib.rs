@@ -20,6 +20,7 @@ pub mod file;
 pub mod hints;
 pub mod host;
 mod matcher;
+pub mod open_suffix;
 pub mod path;
 mod question;
 pub mod reason;

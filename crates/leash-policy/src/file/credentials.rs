@@ -181,7 +181,12 @@ impl Checker {
             let at = || format!("{entry}[{index}]");
             let Some(text) = self.item_string(item, at) else { continue };
             match host_entry(text).map(HostPattern::credential_host) {
-                Ok(Some(host)) => hosts.push(host),
+                Ok(Some(host)) => match open_to_strangers(&host) {
+                    Some(why) => {
+                        self.error(BadHost, &at(), item.pos, format!("`{text}`: the secret would go there: {why}"))
+                    }
+                    None => hosts.push(host),
+                },
                 Ok(None) => {
                     let message =
                         format!("`{text}` is an address; a credential belongs to names (it is TLS-inspected)");
@@ -289,4 +294,11 @@ impl Checker {
         }
         Some(out)
     }
+}
+
+/// Why a credential may not be bound to `host`: a wildcard over names anyone can register
+/// ([`crate::open_suffix`]).
+fn open_to_strangers(host: &CredentialHost) -> Option<String> {
+    let CredentialHost::Subtree(name) = host else { return None };
+    crate::open_suffix::open_suffix(name.as_str()).map(|kind| crate::open_suffix::why_open(name.as_str(), kind))
 }

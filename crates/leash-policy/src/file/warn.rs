@@ -106,6 +106,14 @@ impl Warnings<'_> {
                 continue;
             }
             first.insert(&rule.pattern, rule.index);
+            if let HostPattern::Subtree(name) = &rule.pattern {
+                if let Some(kind) = crate::open_suffix::open_suffix(name.as_str()) {
+                    self.push(
+                        entry(rule.index),
+                        format!("`{}`: {}", rule.text, crate::open_suffix::why_open(name.as_str(), kind)),
+                    );
+                }
+            }
             let covering = match &rule.pattern {
                 HostPattern::Exact(name) => covering_subtree(&subtrees, name.as_str(), true),
                 HostPattern::Subtree(name) => covering_subtree(&subtrees, name.as_str(), false),
