@@ -17,6 +17,28 @@ pub enum Mode {
     Blocklist,
 }
 
+/// How a refusal is answered (`network.refusals`). It is logged as a refusal either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Refusals {
+    /// 403 with `X-Leash-Reason` and a body naming what was refused and why (the default).
+    #[default]
+    Announced,
+    /// As an origin answers a page it does not have: a request gets 404 with a body that names no policy, a tunnel
+    /// 502 as an unreachable host does; no `X-Leash-Reason`. For evaluations in which the agent must not learn that
+    /// something was hidden.
+    AsNotFound,
+}
+
+impl Refusals {
+    /// The setting as written in a policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusals::Announced => "announced",
+            Refusals::AsNotFound => "as-not-found",
+        }
+    }
+}
+
 /// What leash does with a model API's provider-side tools (`network.provider_tools`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ProviderTools {

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use crate::credentials::Credential;
-use crate::decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Request, Scheme, Verdict, Via};
+use crate::decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Refusals, Request, Scheme, Verdict, Via};
 use crate::dest::{is_internal, Cidr};
 use crate::fasthash::FastMap;
 use crate::host::{parse_host, Host, Name};
@@ -35,6 +35,8 @@ pub struct Policy {
     /// `.x` entries of `model_apis`, without the dot.
     model_subtrees: FastMap<Box<str>, ()>,
     provider_tools: ProviderTools,
+    /// `refusals` (see [`Policy::refusals`]).
+    refusals: Refusals,
     /// Some tunnel may be inspected (see [`Policy::may_inspect`]).
     may_inspect: bool,
     /// Audit mode (see [`Policy::audits`]).
@@ -155,6 +157,11 @@ impl Policy {
     /// are filtered can be allowed. A caller may then do without a CA (`leash run` writes none). Errs towards true.
     pub fn may_inspect(&self) -> bool {
         self.may_inspect
+    }
+
+    /// `network.refusals`: how the proxy answers a refusal (it logs it as one either way).
+    pub fn refusals(&self) -> Refusals {
+        self.refusals
     }
 
     /// `network.provider_tools`: what happens to provider-side tools in requests to model API hosts.
@@ -318,6 +325,7 @@ impl Policy {
             model_exact,
             model_subtrees,
             provider_tools: network.provider_tools,
+            refusals: network.refusals,
             may_inspect,
             audit: network.audit,
             ask: network.ask,

@@ -31,7 +31,7 @@ pub mod url;
 
 pub use admission::{Admission, Route, Treatment, Tunnel};
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
-pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Request, Scheme, Verdict, Via};
+pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Refusals, Request, Scheme, Verdict, Via};
 pub use dest::{is_internal, Cidr, CidrError};
 pub use engine::Policy;
 pub use file::{

@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use crate::credentials::{Credential, CredentialHost};
-use crate::decision::{Mode, ProviderTools};
+use crate::decision::{Mode, ProviderTools, Refusals};
 use crate::dest::Cidr;
 use crate::host::Name;
 use crate::path::CanonicalPath;
@@ -50,6 +50,8 @@ pub(crate) struct Network {
     /// `model_apis`: names only (`Exact` or `Subtree`), added to [`DEFAULT_MODEL_APIS`].
     pub(crate) model_apis: Vec<HostPattern>,
     pub(crate) provider_tools: ProviderTools,
+    /// `refusals`: how a refusal is answered.
+    pub(crate) refusals: Refusals,
     /// `credentials`: secrets leash puts on requests to their hosts.
     pub(crate) credentials: Vec<Credential>,
     /// `upstream_proxy` (with its auth variable and bypass list).
@@ -73,6 +75,7 @@ impl Network {
             inspect_all: false,
             model_apis: Vec::new(),
             provider_tools: ProviderTools::default(),
+            refusals: Refusals::default(),
             credentials: Vec::new(),
             upstream: None,
             services: Vec::new(),

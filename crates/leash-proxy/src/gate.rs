@@ -129,9 +129,13 @@ impl<'s> RequestCtx<'s> {
         }
     }
 
-    /// `answer` to a request for a model API in that API's JSON error shape (its SDK then shows leash's reason);
-    /// any other answer as it is. A tunnel's refusal comes before any request, so it is never shaped.
+    /// `answer` as the policy's `refusals` says (an origin's missing page, see [`Response::as_not_found`]), else, to
+    /// a request for a model API, in that API's JSON error shape (its SDK then shows leash's reason); any other
+    /// answer as it is. A tunnel's refusal comes before any request, so it is never in an API's shape.
     fn shaped(&self, asked: &Asked<'_>, answer: Response) -> Response {
+        if self.snap.refusals() == leash_policy::Refusals::AsNotFound {
+            return answer.as_not_found(asked.path.is_some());
+        }
         let model_api = asked.path.is_some()
             && leash_policy::parse_host(asked.host).is_ok_and(|host| self.snap.is_model_api(&host));
         match model_api {

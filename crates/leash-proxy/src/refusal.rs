@@ -66,6 +66,21 @@ impl Response {
         }
     }
 
+    /// This refusal answered as an origin answers what it does not have (`refusals: as-not-found`): a request gets
+    /// 404 and an HTML body like a web server's own, a tunnel (`request` false) 502 as an unreachable host does; no
+    /// `X-Leash-Reason`, nothing naming leash, the target or a rule. Any other answer stays as it is.
+    pub fn as_not_found(&self, request: bool) -> Response {
+        if self.status != 403 {
+            return self.clone();
+        }
+        let (status, title) = if request { (404, "404 Not Found") } else { (502, "502 Bad Gateway") };
+        let body = format!(
+            "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>\r\n\
+             </body>\r\n</html>\r\n"
+        );
+        Response { status, reason: None, body }
+    }
+
     /// The response bytes; `keep_alive` false adds `Connection: close`.
     pub fn to_bytes(&self, keep_alive: bool) -> Vec<u8> {
         let mut out = format!("HTTP/1.1 {} {}\r\n", self.status, status_text(self.status));
@@ -118,12 +133,13 @@ impl Response {
         Self { body: body.to_string(), ..self }
     }
 
-    /// The body's media type: JSON for [`Response::provider_error`]'s, the one body that is a JSON object (every
-    /// other starts `leash:`), so no other response's header changes.
+    /// The body's media type: JSON for [`Response::provider_error`]'s, the one body that is a JSON object; HTML for
+    /// [`Response::as_not_found`]'s; every other starts `leash:`.
     pub fn content_type(&self) -> &'static str {
-        match self.body.starts_with('{') {
-            true => "application/json",
-            false => "text/plain; charset=utf-8",
+        match self.body.as_bytes().first() {
+            Some(b'{') => "application/json",
+            Some(b'<') => "text/html",
+            _ => "text/plain; charset=utf-8",
         }
     }
 }
@@ -140,6 +156,7 @@ fn status_text(status: u16) -> &'static str {
     match status {
         400 => "Bad Request",
         403 => "Forbidden",
+        404 => "Not Found",
         408 => "Request Timeout",
         431 => "Request Header Fields Too Large",
         502 => "Bad Gateway",

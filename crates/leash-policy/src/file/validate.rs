@@ -9,7 +9,7 @@ use super::PolicyErrorKind::{
     self, BadCidr, BadPort, BadProfileName, BadValue, DuplicateKey, MissingKey, UnknownKey, WrongList, WrongType,
 };
 use super::{warn, PolicyError, Warning};
-use crate::decision::{Mode, ProviderTools};
+use crate::decision::{Mode, ProviderTools, Refusals};
 use crate::dest::Cidr;
 use crate::spec::{HostPattern, HostRule, Network, Oversight, UrlRule, DEFAULT_PORTS, DEFAULT_TUNNEL_PORTS};
 
@@ -26,6 +26,7 @@ pub(crate) const NETWORK_KEYS: &[&str] = &[
     "inspect",
     "model_apis",
     "provider_tools",
+    "refusals",
     "credentials",
     "upstream_proxy",
     "upstream_proxy_auth_env",
@@ -173,6 +174,9 @@ impl Checker {
         let provider_tools = find(&fields, "provider_tools")
             .and_then(|(_, n)| self.provider_tools(&join(prefix, "provider_tools"), n))
             .unwrap_or_default();
+        let refusals = find(&fields, "refusals")
+            .and_then(|(_, n)| self.refusals(&join(prefix, "refusals"), n))
+            .unwrap_or_default();
         let (mode, oversight) = mode?;
         self.mode_mismatch(prefix, mode, &fields);
         // Built even when an entry was refused, so the services' checks report on what did parse: `leash check`
@@ -193,6 +197,7 @@ impl Checker {
             inspect_all,
             model_apis: model_apis.unwrap_or_default(),
             provider_tools,
+            refusals,
             credentials: credentials.unwrap_or_default(),
             upstream,
             services: services.iter().map(|w| w.service.clone()).collect(),
@@ -358,6 +363,18 @@ impl Checker {
             }
         }
         hosts
+    }
+
+    fn refusals(&mut self, entry: &str, node: &Node) -> Option<Refusals> {
+        match self.string(entry, node)? {
+            "announced" => Some(Refusals::Announced),
+            "as-not-found" => Some(Refusals::AsNotFound),
+            other => {
+                let message = format!("`{other}` is not a refusals setting; it is `announced` or `as-not-found`");
+                self.error(BadValue, entry, node.pos, message);
+                None
+            }
+        }
     }
 
     fn provider_tools(&mut self, entry: &str, node: &Node) -> Option<ProviderTools> {

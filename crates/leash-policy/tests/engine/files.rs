@@ -29,7 +29,7 @@ fn every_error_has_its_entry_line_and_column() {
             "9:15 network.ports[1]: `0` is not a port; ports are 1-65535",
             "9:18 network.ports[2]: expected a port number, found a string",
             "10:3 network.colour: unknown key `colour`; expected one of `mode`, `allowed_hosts`, `allowed_urls`, \
-         `blocked_urls`, `ports`, `tunnel_ports`, `allow_destinations`, `inspect`, `model_apis`, `provider_tools`, `credentials`, `upstream_proxy`, `upstream_proxy_auth_env`, `upstream_proxy_bypass`, `upstream_proxy_ca`, `services`",
+         `blocked_urls`, `ports`, `tunnel_ports`, `allow_destinations`, `inspect`, `model_apis`, `provider_tools`, `refusals`, `credentials`, `upstream_proxy`, `upstream_proxy_auth_env`, `upstream_proxy_bypass`, `upstream_proxy_ca`, `services`",
         ]
     );
 }
@@ -323,7 +323,8 @@ fn formats_follow_the_extension() {
     assert_eq!(Format::from_path(Path::new("p.yaml")), Some(Format::Yaml));
     assert_eq!(Format::from_path(Path::new("dir/p.YML")), Some(Format::Yaml));
     assert_eq!(Format::from_path(Path::new("p.toml")), Some(Format::Toml));
-    assert_eq!(Format::from_path(Path::new("p.json")), None);
+    assert_eq!(Format::from_path(Path::new("p.json")), Some(Format::Json));
+    assert_eq!(Format::from_path(Path::new("p.ini")), None);
     assert_eq!(Format::from_path(Path::new("policy")), None);
 }
 
@@ -356,4 +357,18 @@ fn ask_mode_is_an_allowlist_that_asks_with_an_allowlists_errors() {
     );
     let profile = "network:\n  mode: allowlist\nprofiles:\n  agent:\n    network: {mode: ask, blocked_urls: [x.org]}\n";
     assert_eq!(errors(profile, Format::Yaml).len(), 1, "a profile in ask mode is checked too");
+}
+
+#[test]
+fn refusals_are_announced_unless_the_policy_says_as_not_found_and_a_wrong_value_is_named() {
+    let load = |text: &str| leash_policy::load(text, Format::Yaml, None);
+    let announced = load("network:\n  mode: blocklist\n  blocked_urls: [a.com]\n").unwrap().policy;
+    assert_eq!(announced.refusals(), leash_policy::Refusals::Announced);
+    let quiet =
+        load("network:\n  mode: allowlist\n  allowed_hosts: [a.com]\n  refusals: as-not-found\n").unwrap().policy;
+    assert_eq!(quiet.refusals(), leash_policy::Refusals::AsNotFound);
+    assert_eq!(
+        errors("network:\n  mode: blocklist\n  refusals: silent\n", Format::Yaml),
+        ["3:13 network.refusals: `silent` is not a refusals setting; it is `announced` or `as-not-found`"]
+    );
 }

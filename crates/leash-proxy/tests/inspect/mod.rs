@@ -9,6 +9,7 @@ mod h2;
 mod kept_sessions;
 mod non_interference;
 mod provider_tools;
+mod unannounced;
 
 use std::sync::Arc;
 use std::time::Duration;
