@@ -32,6 +32,7 @@ import select
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -170,8 +171,7 @@ class LeashProxy:
         self.relays = []
         self.bf_log = log.path
         cert_dir = pathlib.Path(certs.cert_dir)
-        work = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"leash-bf-{os.getpid()}-{id(self)}"
-        work.mkdir(parents=True)
+        work = pathlib.Path(tempfile.mkdtemp(prefix="leash-bf-"))
         self.leash_log = work / "audit.jsonl"
         blocked = [h + ("" if p == "/" else p) for h, p in policy.prefixes] + sorted(policy.hosts)
         resolve, allowed = [], []

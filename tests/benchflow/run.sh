@@ -46,9 +46,9 @@ mkdir src && tar -xzf dl/benchflow-$version.tar.gz -C src
 bf=src/benchflow-$version
 # benchflow itself (its tests import it) without its model-provider dependencies (litellm, google-cloud-aiplatform),
 # which no chosen module imports; then what those modules and the package's import chain need.
-pip install --no-deps "./$bf"
 pip install pytest pytest-asyncio cryptography pyyaml pydantic 'agent-client-protocol>=0.10' httpx anyio rich \
   packaging tomli-w typer
+pip install --no-deps "./$bf"
 
 results=$work/results.txt notlive=$work/notlive.txt
 : >"$results"
