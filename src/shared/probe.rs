@@ -384,7 +384,9 @@ mod tests {
     // it would send its probes to the documentation addresses from the host.
     #[test]
     fn a_listening_loopback_port_is_found_in_the_kernels_table() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        // An address of the loopback no other test binds: a port freed here and taken by another test at once
+        // would otherwise still be listed.
+        let listener = std::net::TcpListener::bind("127.0.0.93:0").unwrap();
         let addr = listener.local_addr().unwrap();
         assert!(loopback_listeners().contains(&addr), "{addr} listed");
         let wildcard = std::net::TcpListener::bind("0.0.0.0:0").unwrap();

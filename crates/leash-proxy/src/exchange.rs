@@ -1,5 +1,5 @@
 //! One request/response exchange with an upstream: the head and body go up while the response comes down (so
-//! `Expect: 100-continue` and early responses work), 1xx responses are passed on, a 101 that answers the WebSocket
+//! early responses work), 1xx responses are passed on, a 101 that answers the WebSocket
 //! the request asked for switches to a relay (a watched one on a credential's host: `upgrade.rs`), any other is
 //! refused.
 //! A client that goes away while its final response is being relayed ends the exchange, not as a failure: its
@@ -25,7 +25,7 @@ use crate::request::Plan;
 use crate::shared::Shared;
 use crate::upgrade::{self, SwitchRefused};
 use crate::websocket_relay::{self, BadFrames};
-use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead};
+use crate::wire::http_head::{parse_response_head, response_framing, BodyFraming, RequestHead, ResponseHead, Version};
 use crate::wire::websocket::FrameError;
 
 /// A completed exchange.
@@ -171,9 +171,16 @@ where
     let (relayed, body_sent) = if plan.framing == BodyFraming::None {
         let mut down = upstream.source();
         let watch = (watches.redact.clone(), watches.via_proxy.as_deref());
-        (relay_response(sh, &mut down, &mut client.io, (head, keep), watch).await?, Some(0))
+        (relay_response(sh, &mut down, &mut client.io, (head, keep, false), watch).await?, Some(0))
     } else {
-        with_body(sh, client, upstream, head, plan, watches).await?
+        let continued = expects_continue(head);
+        if continued {
+            // The request is decided and its head is upstream: the client may send its body (RFC 9110 §10.1.1;
+            // an origin that never answers 100 itself would otherwise leave a waiting client waiting).
+            let sent = client.io.write_all(CONTINUE).await.and(client.io.flush().await);
+            sent.map_err(ExchangeError::Midway)?;
+        }
+        with_body(sh, client, upstream, head, plan, watches, continued).await?
     };
     let up = request.len() as u64 + body_sent.unwrap_or(0);
     if relayed.client_gone {
@@ -191,6 +198,15 @@ where
     Ok(done(relayed.status, up, relayed.down, reusable, complete && keep))
 }
 
+/// leash's own interim answer to a request that expects one.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// An HTTP/1.1 request with `Expect: 100-continue` (any case), whose client waits for a 100 before its body; an
+/// HTTP/1.0 request's expectation is ignored, as RFC 9110 §10.1.1 says.
+fn expects_continue(head: &RequestHead) -> bool {
+    head.version == Version::Http11 && head.values("expect").any(|v| v.eq_ignore_ascii_case(b"100-continue"))
+}
+
 fn done(status: u16, up: u64, down: u64, upstream_reusable: bool, client_keep_alive: bool) -> Exchanged {
     Exchanged { status, up, down, upstream_reusable, client_keep_alive }
 }
@@ -203,6 +219,7 @@ async fn with_body<S, U>(
     head: &RequestHead,
     plan: &Plan<'_>,
     watches: &Watches,
+    continued: bool,
 ) -> Result<(Relayed, Option<u64>), ExchangeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -226,7 +243,7 @@ where
         }
     };
     let watch = (watches.redact.clone(), watches.via_proxy.as_deref());
-    let recv = relay_response(sh, &mut down, &mut client_wr, (head, plan.client_keep_alive), watch);
+    let recv = relay_response(sh, &mut down, &mut client_wr, (head, plan.client_keep_alive, continued), watch);
     tokio::pin!(send, recv);
     let mut sent = None;
     loop {
@@ -254,12 +271,13 @@ where
     Ok(sent)
 }
 
-/// Read response heads (passing 1xx on), then the final head and its body.
+/// Read response heads (passing 1xx on, but for a 100 when leash has sent the client its own), then the final head
+/// and its body.
 async fn relay_response<R, W>(
     sh: &Shared,
     down: &mut Source<'_, R>,
     client: &mut W,
-    (request, client_keep_alive): (&RequestHead, bool),
+    (request, client_keep_alive, continued): (&RequestHead, bool, bool),
     (redact, via_proxy): (Option<Redactor>, Option<&str>),
 ) -> Result<Relayed, ExchangeError>
 where
@@ -277,6 +295,9 @@ where
             .await
             .map_err(|e| head_error(e, first))?;
         first = false;
+        if head.status == 100 && continued {
+            continue;
+        }
         if (100..200).contains(&head.status) && head.status != 101 {
             let bytes = client_head_bytes(&head, false, redact.as_ref());
             client.write_all(&bytes).await.map_err(ExchangeError::Midway)?;

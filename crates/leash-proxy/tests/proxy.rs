@@ -1423,10 +1423,47 @@ async fn expect_100_continue_is_passed_on_before_the_body() {
         w.port()
     ))
     .await;
-    assert_eq!(c.response().await.status, 100, "the upstream's 100 Continue arrives before the body is sent");
+    assert_eq!(c.response().await.status, 100, "a 100 Continue arrives before the body is sent");
     c.send("hello").await;
-    assert_eq!(c.response().await.status, 200);
+    assert_eq!(c.response().await.status, 200, "one 100 only: the origin's own is not passed on after leash's");
     assert_eq!(w.up.only_request().body.text(), "hello");
+}
+
+#[tokio::test]
+async fn expect_100_continue_is_answered_once_decided_when_the_origin_sends_none_and_the_body_streams() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An origin that never sends 100 (many do not): it reads the head, then the body as it comes.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (prefix_tx, prefix_rx) = tokio::sync::oneshot::channel();
+    let origin = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            head.push(s.read_u8().await.unwrap());
+        }
+        let mut body = [0u8; 6];
+        s.read_exact(&mut body[..3]).await.unwrap();
+        let _ = prefix_tx.send(body[..3].to_vec());
+        s.read_exact(&mut body[3..]).await.unwrap();
+        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n").await.unwrap();
+        s.write_all(&body).await.unwrap();
+        String::from_utf8_lossy(&head).to_ascii_lowercase()
+    });
+    let leash = support::leash::Leash::start(&allowlist(&["allowed.test"], &[port], &[443])).await;
+    let mut c = Raw::connect(leash.addr).await;
+    c.send(format!(
+        "POST http://allowed.test:{port}/upload HTTP/1.1\r\nHost: allowed.test:{port}\r\n\
+         Expect: 100-Continue\r\nContent-Length: 6\r\n\r\n"
+    ))
+    .await;
+    assert_eq!(c.response().await.status, 100, "leash's 100, the request decided and its head upstream");
+    c.send("abc").await;
+    assert_eq!(within("the body's first part upstream", prefix_rx).await.unwrap(), b"abc", "the body streams");
+    c.send("def").await;
+    let r = c.response().await;
+    assert_eq!((r.status, r.text().as_str()), (200, "abcdef"));
+    assert!(within("origin", origin).await.unwrap().contains("expect: 100-continue"), "the expectation went up");
 }
 
 #[tokio::test]
