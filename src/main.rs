@@ -11,6 +11,8 @@ mod shared;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+use crate::exit::Failure;
 use tracing_subscriber::filter::LevelFilter;
 
 fn main() -> ExitCode {
@@ -46,7 +48,7 @@ fn main() -> ExitCode {
     }
     shared::open_files::raise_fd_limit();
     let code = match cli.command {
-        cli::Command::Proxy(args) => cmd::proxy::run(args),
+        cli::Command::Proxy(args) => cmd::proxy::run(args).unwrap_or_else(Failure::report),
         cli::Command::Check(args) => cmd::check::run(&args),
         cli::Command::Explain(args) => cmd::explain::run(&args),
         cli::Command::Run(args) => cmd::run::run(args),

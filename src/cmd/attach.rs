@@ -11,7 +11,7 @@ use leash_proxy::Inspection;
 use leash_sandbox::{Isolation, Netns};
 
 use crate::cli::AttachArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::attach::{attach, emptied, gone, harden, Target};
 use crate::shared::sandboxed::{config, proxy_parts, with_stop_signals, ProxyParts};
 
@@ -24,12 +24,14 @@ pub fn run(args: AttachArgs) -> Exit {
         (None, Some(pid)) => Netns::Process(pid),
         (None, None) => return usage("give --netns PATH, --pid PID or --dir DIR"),
     };
-    let parts = match proxy_parts(&args.proxy, false) {
+    let parts = match proxy_parts(&args.proxy, false).map_err(Failure::report) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
     let (ca_out, bundle_out) = (args.ca_cert_out.as_deref(), args.ca_bundle_out.as_deref());
-    let inspection = match crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca) {
+    let inspection = match crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca)
+        .map_err(Failure::report)
+    {
         Ok(i) => i,
         Err(code) => return code,
     };
@@ -66,7 +68,9 @@ async fn serve(
     };
     let mut config = config((policy, pins, secrets), Arc::new(audit), Some(inspection));
     // leash's terminal is its own here (no command shares it): questions are asked there too.
-    let ask = match crate::shared::ask::start_for(proxy_args, &mut config, leash_sandbox::Prompter::direct(), None) {
+    let ask = match crate::shared::ask::start_for(proxy_args, &mut config, leash_sandbox::Prompter::direct(), None)
+        .map_err(Failure::report)
+    {
         Ok(ask) => ask,
         Err(code) => return code,
     };

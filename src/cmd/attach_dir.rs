@@ -17,7 +17,7 @@ use leash_proxy::{AuditLog, ConnectionBound, Inspection, PolicyHandle};
 use leash_sandbox::{Isolation, Netns};
 
 use crate::cli::{AttachArgs, TlsArgs};
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::attach::{attach, gone, harden, Target};
 use crate::shared::sandboxed::{audit_mode, config, parse_pins, with_stop_signals, Pins, Secured};
 
@@ -35,12 +35,12 @@ pub fn run(dir: &Path, args: AttachArgs) -> Exit {
         eprintln!("leash attach: `{}` is not a directory", dir.display());
         return Exit::Usage;
     }
-    let pins = match parse_pins(&args.proxy.resolve) {
+    let pins = match parse_pins(&args.proxy.resolve).map_err(Failure::report) {
         Ok(p) => p,
         Err(code) => return code,
     };
     let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
-    let inspection = match crate::shared::tls::inspection(&tls) {
+    let inspection = match crate::shared::tls::inspection(&tls).map_err(Failure::report) {
         Ok(i) => i,
         Err(code) => return code,
     };

@@ -4,16 +4,16 @@
 use leash_policy::{Mode, ServiceKind};
 
 use crate::cli::CheckArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::policy_file::load_file;
 
 pub fn run(args: &CheckArgs) -> Exit {
     let (file, loaded) = match (&args.file, &args.task) {
-        (Some(file), _) => match load_file(file, None) {
+        (Some(file), _) => match load_file(file, None).map_err(Failure::report) {
             Ok(l) => (file, l),
             Err(code) => return code,
         },
-        (None, Some(task)) => match crate::policy_file::load_task(task) {
+        (None, Some(task)) => match crate::policy_file::load_task(task).map_err(Failure::report) {
             Ok((l, became)) => {
                 println!("{}: read as a task:", task.display());
                 for line in became {

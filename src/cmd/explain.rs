@@ -8,7 +8,7 @@ use leash_policy::{
 };
 
 use crate::cli::ExplainArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::policy_file::load_file;
 
 pub fn run(args: &ExplainArgs) -> Exit {
@@ -20,9 +20,9 @@ pub fn run(args: &ExplainArgs) -> Exit {
     // Exit 1 means "refused", so a policy that does not load (invalid, unknown profile) is 2, like a usage error:
     // a script asking `explain` must never read a broken policy as a refusal.
     let loaded = match (&args.policy, &args.task) {
-        (Some(path), _) => load_file(path, args.profile.as_deref()).map(|l| l.policy).map_err(drop),
-        (None, Some(task)) => crate::policy_file::load_task(task).map(|(l, _)| l.policy).map_err(drop),
-        (None, None) => crate::policy_file::inline(&args.allow, &args.block).map_err(drop),
+        (Some(path), _) => load_file(path, args.profile.as_deref()).map(|l| l.policy).map_err(Failure::report),
+        (None, Some(task)) => crate::policy_file::load_task(task).map(|(l, _)| l.policy).map_err(Failure::report),
+        (None, None) => crate::policy_file::inline(&args.allow, &args.block).map_err(Failure::report),
     };
     let Ok(policy) = loaded else { return Exit::Usage };
     let explained = match service_asked(&policy, url) {

@@ -17,7 +17,7 @@ use leash_policy::{load, parse_host, Format, Host, Reason, Verdict};
 
 use crate::cli::{PolicySuggestArgs, SuggestMode};
 use crate::exit::Exit;
-use crate::policy_file::print_errors;
+use crate::policy_file::invalid;
 use crate::shared::audit_read::{read_logs, LogFile, Record};
 
 /// Refusal reasons that no suggestion may turn into an allow: the destination check and the IP-literal rule must
@@ -46,8 +46,7 @@ pub fn suggest(args: &PolicySuggestArgs) -> Exit {
     };
     // The suggestion is meant to pass `leash check`: a text that does not load is a bug here, not the user's.
     if let Err(errors) = load(&text, Format::Yaml, None) {
-        print_errors(Path::new("the suggested policy"), &errors);
-        return Exit::Refused;
+        return invalid(Path::new("the suggested policy"), &errors).report();
     }
     write_out(args.output.as_deref(), &text)
 }

@@ -9,7 +9,7 @@ use leash_policy::Policy;
 use leash_proxy::inside::Plan;
 use leash_sandbox::{Isolation, Netns};
 
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::{probe, services};
 
 /// How often leash looks whether the namespace it serves is still there.
@@ -50,7 +50,7 @@ pub fn attach(target: &Target, policy: &Policy) -> Result<Attached, Exit> {
     if target.isolation.allow_routes {
         self_test(target, &plan)?;
     }
-    let (unix, socket_files) = services::bind_sockets(policy)?;
+    let (unix, socket_files) = services::bind_sockets(policy).map_err(Failure::report)?;
     services::announce(policy);
     Ok(Attached { inside: inside.with_services(unix), socket_files, id })
 }
