@@ -57,8 +57,8 @@ fn main() -> ExitCode {
             cmd::docker::attach(args)
         }
         cli::Command::Attach(args) => match args.dir.clone() {
-            Some(dir) => cmd::attach_dir::run(&dir, args),
-            None => cmd::attach::run(args),
+            Some(dir) => cmd::attach_dir::run(&dir, args).unwrap_or_else(Failure::report),
+            None => cmd::attach::run(args).unwrap_or_else(Failure::report),
         },
         cli::Command::Log(cli::LogArgs { command: cli::LogCommand::Summary(args) }) => {
             cmd::log::summary(&args).unwrap_or_else(Failure::report)

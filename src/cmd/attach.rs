@@ -15,26 +15,16 @@ use crate::exit::{Exit, Failure};
 use crate::shared::attach::{attach, emptied, gone, harden, Target};
 use crate::shared::sandboxed::{config, proxy_parts, with_stop_signals, ProxyParts};
 
-pub fn run(args: AttachArgs) -> Exit {
-    if let Err(code) = harden() {
-        return code;
-    }
+pub fn run(args: AttachArgs) -> Result<Exit, Failure> {
+    harden()?;
     let netns = match (&args.netns, args.pid) {
         (Some(path), _) => Netns::Path(path.clone()),
         (None, Some(pid)) => Netns::Process(pid),
-        (None, None) => return usage("give --netns PATH, --pid PID or --dir DIR"),
+        (None, None) => return Err(usage("give --netns PATH, --pid PID or --dir DIR")),
     };
-    let parts = match proxy_parts(&args.proxy, false).map_err(Failure::report) {
-        Ok(parts) => parts,
-        Err(code) => return code,
-    };
+    let parts = proxy_parts(&args.proxy, false)?;
     let (ca_out, bundle_out) = (args.ca_cert_out.as_deref(), args.ca_bundle_out.as_deref());
-    let inspection = match crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca)
-        .map_err(Failure::report)
-    {
-        Ok(i) => i,
-        Err(code) => return code,
-    };
+    let inspection = crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca)?;
     let target = Target {
         netns,
         isolation: isolation(&args),
@@ -44,9 +34,9 @@ pub fn run(args: AttachArgs) -> Exit {
     };
     let until_empty = args.until_empty;
     let proxy_args = args.proxy;
-    with_stop_signals(move |mut stop| async move {
+    Ok(with_stop_signals(move |mut stop| async move {
         serve(target, until_empty, (parts, &proxy_args), inspection, &mut stop).await
-    })
+    }))
 }
 
 fn isolation(args: &AttachArgs) -> Isolation {
@@ -93,7 +83,6 @@ async fn serve(
     Exit::Ok
 }
 
-fn usage(why: &str) -> Exit {
-    eprintln!("leash attach: {why}");
-    Exit::Usage
+fn usage(why: &str) -> Failure {
+    Failure::new(Exit::Usage, format!("leash attach: {why}"))
 }

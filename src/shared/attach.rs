@@ -147,9 +147,6 @@ fn refuse(e: &leash_sandbox::SandboxError) -> Exit {
 
 /// Makes leash non-dumpable (`leash_sandbox::harden_self`) before it binds anything in a namespace it does not
 /// control: what runs there can neither ptrace leash nor read its memory, the CA key included.
-pub fn harden() -> Result<(), Exit> {
-    leash_sandbox::harden_self().map_err(|e| {
-        eprintln!("leash: {e}");
-        Exit::SandboxFailed
-    })
+pub fn harden() -> Result<(), Failure> {
+    leash_sandbox::harden_self().map_err(Failure::sandbox_failed)
 }
