@@ -11,6 +11,8 @@ mod shared;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+use crate::exit::Failure;
 use tracing_subscriber::filter::LevelFilter;
 
 fn main() -> ExitCode {
@@ -46,26 +48,28 @@ fn main() -> ExitCode {
     }
     shared::open_files::raise_fd_limit();
     let code = match cli.command {
-        cli::Command::Proxy(args) => cmd::proxy::run(args),
-        cli::Command::Check(args) => cmd::check::run(&args),
-        cli::Command::Explain(args) => cmd::explain::run(&args),
+        cli::Command::Proxy(args) => cmd::proxy::run(args).unwrap_or_else(Failure::report),
+        cli::Command::Check(args) => cmd::check::run(&args).unwrap_or_else(Failure::report),
+        cli::Command::Explain(args) => cmd::explain::run(&args).unwrap_or_else(Failure::report),
         cli::Command::Run(args) => cmd::run::run(args),
         cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Run(args) }) => cmd::docker::run(args),
         cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Attach(args) }) => {
             cmd::docker::attach(args)
         }
         cli::Command::Attach(args) => match args.dir.clone() {
-            Some(dir) => cmd::attach_dir::run(&dir, args),
-            None => cmd::attach::run(args),
+            Some(dir) => cmd::attach_dir::run(&dir, args).unwrap_or_else(Failure::report),
+            None => cmd::attach::run(args).unwrap_or_else(Failure::report),
         },
-        cli::Command::Log(cli::LogArgs { command: cli::LogCommand::Summary(args) }) => cmd::log::summary(&args),
-        cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Suggest(args) }) => {
-            cmd::policy::suggest(&args)
+        cli::Command::Log(cli::LogArgs { command: cli::LogCommand::Summary(args) }) => {
+            cmd::log::summary(&args).unwrap_or_else(Failure::report)
         }
-        cli::Command::Ask(args) => cmd::ask::run(args),
-        cli::Command::Probe(args) => cmd::probe::run(&args),
-        cli::Command::Completions { shell } => cmd::docs::completions(shell),
-        cli::Command::Man { command, dir } => cmd::docs::man(&command, dir.as_deref()),
+        cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Suggest(args) }) => {
+            cmd::policy::suggest(&args).unwrap_or_else(Failure::report)
+        }
+        cli::Command::Ask(args) => cmd::ask::run(args).unwrap_or_else(Failure::report),
+        cli::Command::Probe(args) => cmd::probe::run(&args).unwrap_or_else(Failure::report),
+        cli::Command::Completions { shell } => cmd::docs::completions(shell).unwrap_or_else(Failure::report),
+        cli::Command::Man { command, dir } => cmd::docs::man(&command, dir.as_deref()).unwrap_or_else(Failure::report),
     };
     code.into()
 }

@@ -1,4 +1,4 @@
-//! Reading a policy file for any subcommand: the format from the extension, the text from disk, the errors printed
+//! Reading a policy file for any subcommand: the format from the extension, the text from disk, the errors put
 //! the same way everywhere (`FILE:LINE:COLUMN: ENTRY: MESSAGE`). And writing one: ask mode's "always" answer adds a
 //! host to the file ([`allow_always`]), validated as `leash check` validates and replaced atomically, through a
 //! descriptor of its directory held from start ([`HeldPolicy`]).
@@ -13,86 +13,73 @@ use rustix::fs::{Mode, OFlags};
 
 use leash_policy::{allow_host, load, Format, Loaded, PolicyError};
 
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 
-/// Load `path` (and `profile`), printing every problem. `Err` carries the exit code to use.
-pub fn load_file(path: &Path, profile: Option<&str>) -> Result<Loaded, Exit> {
+/// Load `path` (and `profile`); a failure carries every problem, one per line.
+pub fn load_file(path: &Path, profile: Option<&str>) -> Result<Loaded, Failure> {
     let text = read(path)?;
     let format = format_of(path)?;
-    let loaded = load(&text, format, profile).map_err(|errors| {
-        print_errors(path, &errors);
-        Exit::Refused
-    })?;
+    let loaded = load(&text, format, profile).map_err(|errors| invalid(path, &errors))?;
     // `upstream_proxy_ca` names a file the policy crate does not read: read it now, so a bad one is a load error.
-    leash_proxy::tls::check_upstream_proxy(&loaded.policy).map_err(|e| {
-        eprintln!("{}: network.upstream_proxy_ca: {e}", path.display());
-        Exit::Refused
-    })?;
+    leash_proxy::tls::check_upstream_proxy(&loaded.policy)
+        .map_err(|e| Failure::new(Exit::Refused, format!("{}: network.upstream_proxy_ca: {e}", path.display())))?;
     Ok(loaded)
 }
 
 /// A harness's task file (`--task`: benchflow's `task.toml`, or `task.md`'s front matter) read as a policy, with a
-/// line per network field saying what it became. A task leash cannot read as the harness does is printed (naming
-/// the field) and exit 1, as an invalid policy file is to `leash check` (the commands that run map it to 2); an
+/// line per network field saying what it became. A task leash cannot read as the harness does fails (naming the
+/// field) with exit 1, as an invalid policy file does to `leash check` (the commands that run map it to 2); an
 /// unreadable file, or one of another kind, exit 2.
-pub fn load_task(path: &Path) -> Result<(Loaded, Vec<String>), Exit> {
+pub fn load_task(path: &Path) -> Result<(Loaded, Vec<String>), Failure> {
     let text = read(path)?;
     let format = leash_policy::TaskFormat::from_path(path).ok_or_else(|| {
-        eprintln!("leash: cannot tell the kind of task `{}`: task files end in .toml, .md or .json", path.display());
-        Exit::Usage
+        Failure::usage(format!(
+            "cannot tell the kind of task `{}`: task files end in .toml, .md or .json",
+            path.display()
+        ))
     })?;
-    let task = leash_policy::task_policy(&text, format).map_err(|e| {
-        eprintln!("{}", located(path, &e));
-        Exit::Refused
-    })?;
+    let task = leash_policy::task_policy(&text, format).map_err(|e| Failure::new(Exit::Refused, located(path, &e)))?;
     let loaded = load(&task.text, Format::Yaml, None).map_err(|errors| {
-        for e in &errors {
-            eprintln!("{}: read as a task: {}: {}", path.display(), e.entry, e.message);
-        }
-        Exit::Refused
+        let lines: Vec<String> =
+            errors.iter().map(|e| format!("{}: read as a task: {}: {}", path.display(), e.entry, e.message)).collect();
+        Failure::new(Exit::Refused, lines.join("\n"))
     })?;
     Ok((loaded, task.became))
 }
 
-/// The policy of `--allow`/`--block`, or its errors printed (as `the command line:ENTRY: MESSAGE`) and exit 2.
-pub fn inline(allow: &[String], block: &[String]) -> Result<leash_policy::Policy, Exit> {
-    leash_policy::Policy::from_inline(allow, block).map_err(|errors| {
-        print_errors(Path::new("the command line"), &errors);
-        Exit::Usage
-    })
+/// The policy of `--allow`/`--block`, or its errors (as `the command line:ENTRY: MESSAGE`) and exit 2.
+pub fn inline(allow: &[String], block: &[String]) -> Result<leash_policy::Policy, Failure> {
+    leash_policy::Policy::from_inline(allow, block)
+        .map_err(|errors| invalid(Path::new("the command line"), &errors).with_exit(Exit::Usage))
 }
 
-/// The file's text, or a printed error and exit 2.
-pub fn read(path: &Path) -> Result<String, Exit> {
-    std::fs::read_to_string(path).map_err(|e| {
-        eprintln!("leash: cannot read policy `{}`: {e}", path.display());
-        Exit::Usage
-    })
+/// The file's text, or exit 2.
+pub fn read(path: &Path) -> Result<String, Failure> {
+    std::fs::read_to_string(path).map_err(|e| Failure::usage(format!("cannot read policy `{}`: {e}", path.display())))
 }
 
-pub fn format_of(path: &Path) -> Result<Format, Exit> {
+pub fn format_of(path: &Path) -> Result<Format, Failure> {
     Format::from_path(path).ok_or_else(|| {
-        eprintln!(
-            "leash: cannot tell the format of `{}`: policy files end in .yaml, .yml, .toml or .json",
+        Failure::usage(format!(
+            "cannot tell the format of `{}`: policy files end in .yaml, .yml, .toml or .json",
             path.display()
-        );
-        Exit::Usage
+        ))
     })
 }
 
-pub fn print_errors(path: &Path, errors: &[PolicyError]) {
-    for e in errors {
-        eprintln!("{}", located(path, e));
-    }
+/// `errors` in `path`, each with its place, then a count (and a hint where the keys are another tool's), exit 1.
+pub fn invalid(path: &Path, errors: &[PolicyError]) -> Failure {
+    let mut lines: Vec<String> = errors.iter().map(|e| located(path, e)).collect();
     let n = errors.len();
-    eprintln!("leash: `{}` is invalid ({n} error{})", path.display(), if n == 1 { "" } else { "s" });
+    lines.push(format!("leash: `{}` is invalid ({n} error{})", path.display(), if n == 1 { "" } else { "s" }));
     if errors.iter().any(names_anothers_key) {
-        eprintln!(
+        lines.push(format!(
             "leash: its keys are a harness task's or a sandbox runtime's (benchflow's task.toml or task.md, \
              sandbox-runtime's or Claude Code's settings): read it as it is with --task {}",
             path.display()
-        );
+        ));
     }
+    Failure::new(Exit::Refused, lines.join("\n"))
 }
 
 /// An unknown key that a file `--task` reads has: benchflow's tables, a sandbox runtime's settings.

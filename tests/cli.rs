@@ -242,7 +242,13 @@ fn run_reads_a_harness_task_and_hides_it_inside() {
 
 #[test]
 fn check_exits_2_on_unreadable_files_and_unknown_extensions() {
-    assert_eq!(leash(&["check", "/nonexistent/policy.yaml"]).status.code(), Some(2));
+    let o = leash(&["check", "/nonexistent/policy.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    // Said once, by `main`, whatever helper found it.
+    assert_eq!(
+        stderr(&o),
+        "leash: cannot read policy `/nonexistent/policy.yaml`: No such file or directory (os error 2)\n"
+    );
     let dir = tempfile::tempdir().unwrap();
     let p = write(dir.path(), "policy.ini", "[network]\nmode = allowlist\n");
     let o = leash(&["check", p.to_str().unwrap()]);

@@ -9,32 +9,24 @@ use std::path::{Path, PathBuf};
 use leash_proxy::ask::Question;
 
 use crate::cli::{AskClientArgs, AskCommand};
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::ask::protocol::{line, Notice, Reply, Request};
 use crate::shared::ask::socket::default_dir;
 use crate::shared::ask::terminal::{describe, parse, printable};
 
-pub fn run(args: AskClientArgs) -> Exit {
-    let socket = match args.socket.or(args.socket_path).map_or_else(only_socket, Ok) {
-        Ok(path) => path,
-        Err(why) => {
-            eprintln!("leash ask: {why}");
-            return Exit::Usage;
-        }
-    };
+pub fn run(args: AskClientArgs) -> Result<Exit, Failure> {
+    let socket = args
+        .socket
+        .or(args.socket_path)
+        .map_or_else(only_socket, Ok)
+        .map_err(|why| Failure::new(Exit::Usage, format!("leash ask: {why}")))?;
     let done = match args.command {
         Some(AskCommand::List { json }) => list(&socket, json),
         Some(AskCommand::Answer { id, answer, scope }) => answer_one(&socket, id, answer, scope),
         Some(AskCommand::Watch) => watch(&socket),
         None => interactive(&socket),
     };
-    match done {
-        Ok(exit) => exit,
-        Err(e) => {
-            eprintln!("leash ask: {}: {e}", socket.display());
-            Exit::Refused
-        }
-    }
+    done.map_err(|e| Failure::new(Exit::Refused, format!("leash ask: {}: {e}", socket.display())))
 }
 
 /// The one control socket in the default directory; none or several is an error that says what to do.

@@ -11,28 +11,20 @@ use leash_proxy::Inspection;
 use leash_sandbox::{Isolation, Netns};
 
 use crate::cli::AttachArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::attach::{attach, emptied, gone, harden, Target};
 use crate::shared::sandboxed::{config, proxy_parts, with_stop_signals, ProxyParts};
 
-pub fn run(args: AttachArgs) -> Exit {
-    if let Err(code) = harden() {
-        return code;
-    }
+pub fn run(args: AttachArgs) -> Result<Exit, Failure> {
+    harden()?;
     let netns = match (&args.netns, args.pid) {
         (Some(path), _) => Netns::Path(path.clone()),
         (None, Some(pid)) => Netns::Process(pid),
-        (None, None) => return usage("give --netns PATH, --pid PID or --dir DIR"),
+        (None, None) => return Err(usage("give --netns PATH, --pid PID or --dir DIR")),
     };
-    let parts = match proxy_parts(&args.proxy, false) {
-        Ok(parts) => parts,
-        Err(code) => return code,
-    };
+    let parts = proxy_parts(&args.proxy, false)?;
     let (ca_out, bundle_out) = (args.ca_cert_out.as_deref(), args.ca_bundle_out.as_deref());
-    let inspection = match crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca) {
-        Ok(i) => i,
-        Err(code) => return code,
-    };
+    let inspection = crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca)?;
     let target = Target {
         netns,
         isolation: isolation(&args),
@@ -42,9 +34,9 @@ pub fn run(args: AttachArgs) -> Exit {
     };
     let until_empty = args.until_empty;
     let proxy_args = args.proxy;
-    with_stop_signals(move |mut stop| async move {
+    Ok(with_stop_signals(move |mut stop| async move {
         serve(target, until_empty, (parts, &proxy_args), inspection, &mut stop).await
-    })
+    }))
 }
 
 fn isolation(args: &AttachArgs) -> Isolation {
@@ -66,7 +58,9 @@ async fn serve(
     };
     let mut config = config((policy, pins, secrets), Arc::new(audit), Some(inspection));
     // leash's terminal is its own here (no command shares it): questions are asked there too.
-    let ask = match crate::shared::ask::start_for(proxy_args, &mut config, leash_sandbox::Prompter::direct(), None) {
+    let ask = match crate::shared::ask::start_for(proxy_args, &mut config, leash_sandbox::Prompter::direct(), None)
+        .map_err(Failure::report)
+    {
         Ok(ask) => ask,
         Err(code) => return code,
     };
@@ -89,7 +83,6 @@ async fn serve(
     Exit::Ok
 }
 
-fn usage(why: &str) -> Exit {
-    eprintln!("leash attach: {why}");
-    Exit::Usage
+fn usage(why: &str) -> Failure {
+    Failure::new(Exit::Usage, format!("leash attach: {why}"))
 }

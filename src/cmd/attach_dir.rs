@@ -17,7 +17,7 @@ use leash_proxy::{AuditLog, ConnectionBound, Inspection, PolicyHandle};
 use leash_sandbox::{Isolation, Netns};
 
 use crate::cli::{AttachArgs, TlsArgs};
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::attach::{attach, gone, harden, Target};
 use crate::shared::sandboxed::{audit_mode, config, parse_pins, with_stop_signals, Pins, Secured};
 
@@ -27,23 +27,15 @@ const SCAN_EVERY: Duration = Duration::from_secs(1);
 /// Where an attachment's proxy listens when its file does not say.
 const DEFAULT_LISTEN: std::net::SocketAddrV4 = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 3128);
 
-pub fn run(dir: &Path, args: AttachArgs) -> Exit {
-    if let Err(code) = harden().and_then(|()| refuse_policy_options(&args)) {
-        return code;
-    }
+pub fn run(dir: &Path, args: AttachArgs) -> Result<Exit, Failure> {
+    harden()?;
+    refuse_policy_options(&args)?;
     if !dir.is_dir() {
-        eprintln!("leash attach: `{}` is not a directory", dir.display());
-        return Exit::Usage;
+        return Err(usage(&format!("`{}` is not a directory", dir.display())));
     }
-    let pins = match parse_pins(&args.proxy.resolve) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
+    let pins = parse_pins(&args.proxy.resolve)?;
     let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
-    let inspection = match crate::shared::tls::inspection(&tls) {
-        Ok(i) => i,
-        Err(code) => return code,
-    };
+    let inspection = crate::shared::tls::inspection(&tls)?;
     let agent = Agent {
         dir: dir.to_owned(),
         log: args.proxy.log.clone(),
@@ -53,11 +45,11 @@ pub fn run(dir: &Path, args: AttachArgs) -> Exit {
         bound: node_bound(),
         next_scope: std::sync::atomic::AtomicU32::new(1),
     };
-    with_stop_signals(move |mut stop| async move {
+    Ok(with_stop_signals(move |mut stop| async move {
         println!("watching {}", agent.dir.display());
         agent.watch(&mut stop).await;
         Exit::Ok
-    })
+    }))
 }
 
 /// What every attachment shares.
@@ -313,7 +305,7 @@ fn attachment_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Refuses proxy options that `--dir` takes from each attachment file instead.
-pub fn refuse_policy_options(args: &AttachArgs) -> Result<(), Exit> {
+pub fn refuse_policy_options(args: &AttachArgs) -> Result<(), Failure> {
     let p = &args.proxy;
     if p.policy.is_some() || !p.allow.is_empty() || !p.block.is_empty() || p.profile.is_some() {
         return Err(usage("with --dir, each attachment file names its policy: drop --policy, --allow and --block"));
@@ -329,7 +321,6 @@ pub fn refuse_policy_options(args: &AttachArgs) -> Result<(), Exit> {
     Ok(())
 }
 
-fn usage(why: &str) -> Exit {
-    eprintln!("leash attach: {why}");
-    Exit::Usage
+fn usage(why: &str) -> Failure {
+    Failure::new(Exit::Usage, format!("leash attach: {why}"))
 }

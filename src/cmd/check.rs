@@ -4,26 +4,21 @@
 use leash_policy::{Mode, ServiceKind};
 
 use crate::cli::CheckArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::policy_file::load_file;
 
-pub fn run(args: &CheckArgs) -> Exit {
+pub fn run(args: &CheckArgs) -> Result<Exit, Failure> {
     let (file, loaded) = match (&args.file, &args.task) {
-        (Some(file), _) => match load_file(file, None) {
-            Ok(l) => (file, l),
-            Err(code) => return code,
-        },
-        (None, Some(task)) => match crate::policy_file::load_task(task) {
-            Ok((l, became)) => {
-                println!("{}: read as a task:", task.display());
-                for line in became {
-                    println!("  {line}");
-                }
-                (task, l)
+        (Some(file), _) => (file, load_file(file, None)?),
+        (None, Some(task)) => {
+            let (l, became) = crate::policy_file::load_task(task)?;
+            println!("{}: read as a task:", task.display());
+            for line in became {
+                println!("  {line}");
             }
-            Err(code) => return code,
-        },
-        (None, None) => return Exit::Usage,
+            (task, l)
+        }
+        (None, None) => return Ok(Exit::Usage),
     };
     let args = Checked { file };
     for w in &loaded.warnings {
@@ -38,8 +33,8 @@ pub fn run(args: &CheckArgs) -> Exit {
             }
         }
         Err(why) => {
-            eprintln!("{}: {why}; leash would not start with this policy", args.file.display());
-            return Exit::Refused;
+            let message = format!("{}: {why}; leash would not start with this policy", args.file.display());
+            return Err(Failure::new(Exit::Refused, message));
         }
     }
     let mode = match loaded.policy.mode() {
@@ -54,7 +49,7 @@ pub fn run(args: &CheckArgs) -> Exit {
     for line in reach_lines(&loaded.policy) {
         println!("  {line}");
     }
-    Exit::Ok
+    Ok(Exit::Ok)
 }
 
 /// The file checked, under the name the messages use.

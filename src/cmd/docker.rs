@@ -31,7 +31,7 @@ use leash_proxy::inside::Plan;
 use leash_proxy::{Inspection, UpstreamTrust};
 
 use crate::cli::{DockerAttachArgs, DockerRunArgs, SandboxProxyArgs};
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::ask::socket::Bound;
 use crate::shared::sandboxed::{
     config, keep_deferred_log, mode_env, proxy_parts, runs_dir, secret_files, with_stop_signals, ProxyParts,
@@ -56,13 +56,18 @@ pub fn run(args: DockerRunArgs) -> Exit {
         }
     };
     // The container's output reaches leash's standard error through the docker client.
-    let parts = match proxy_parts(&args.proxy, true) {
+    let parts = match proxy_parts(&args.proxy, true).map_err(Failure::report) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
     // INVARIANT: ask mode's control socket exists before the binds are checked, so the check knows its directory:
     // a container that reached it would answer its own questions.
-    let ask_socket = match parts.policy.asks().then(|| crate::shared::ask::bind_socket(&args.proxy.ask)).transpose() {
+    let ask_socket = match parts
+        .policy
+        .asks()
+        .then(|| crate::shared::ask::bind_socket(&args.proxy.ask).map_err(Failure::report))
+        .transpose()
+    {
         Ok(socket) => socket,
         Err(code) => return code,
     };
@@ -120,7 +125,7 @@ async fn run_container(
     let mut env = vec![mode_env(&policy)];
     env.extend(placeholder_env(&policy, &secrets.secrets));
     env.extend(services::no_proxy_env(&policy).into_iter().map(|(k, v)| (lossy(k), lossy(v))));
-    let (unix_services, mounts) = match services::bind_sockets_in(&policy, &gate.dir) {
+    let (unix_services, mounts) = match services::bind_sockets_in(&policy, &gate.dir).map_err(Failure::report) {
         Ok(bound) => bound,
         Err(code) => return code,
     };
@@ -137,7 +142,7 @@ async fn run_container(
     let audit = Arc::new(audit.with_container(container.id()));
     let mut config = config((policy, pins, secrets), audit.clone(), Some(inspection));
     // The container shares leash's terminal through the docker client: questions go to the control socket only.
-    let ask = match crate::shared::ask::start_for(&proxy_args, &mut config, None, ask_socket) {
+    let ask = match crate::shared::ask::start_for(&proxy_args, &mut config, None, ask_socket).map_err(Failure::report) {
         Ok(ask) => ask,
         Err(code) => return code,
     };
@@ -165,12 +170,14 @@ pub fn attach(args: DockerAttachArgs) -> Exit {
         eprintln!("leash: {e}");
         return Exit::SandboxFailed;
     }
-    let parts = match proxy_parts(&args.proxy, false) {
+    let parts = match proxy_parts(&args.proxy, false).map_err(Failure::report) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
     let (ca_out, bundle_out) = (args.ca_cert_out.as_deref(), args.ca_bundle_out.as_deref());
-    let inspection = match crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca) {
+    let inspection = match crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca)
+        .map_err(Failure::report)
+    {
         Ok(i) => i,
         Err(code) => return code,
     };

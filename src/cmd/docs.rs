@@ -6,10 +6,10 @@ use std::io::Write;
 use clap::CommandFactory;
 
 use crate::cli::Cli;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 
 /// The completion script for `shell` on stdout.
-pub fn completions(shell: clap_complete::Shell) -> Exit {
+pub fn completions(shell: clap_complete::Shell) -> Result<Exit, Failure> {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "leash", &mut out);
     print(&out)
@@ -17,7 +17,7 @@ pub fn completions(shell: clap_complete::Shell) -> Exit {
 
 /// A manual page on stdout: leash(1), or the page of the subcommand `path` names (`["docker", "run"]`); with
 /// `dir`, every page written there as `NAME.1`, as `man` finds them.
-pub fn man(path: &[String], dir: Option<&std::path::Path>) -> Exit {
+pub fn man(path: &[String], dir: Option<&std::path::Path>) -> Result<Exit, Failure> {
     if let Some(dir) = dir {
         return write_all(dir);
     }
@@ -26,20 +26,18 @@ pub fn man(path: &[String], dir: Option<&std::path::Path>) -> Exit {
     for word in path {
         let Some(sub) = command.find_subcommand(word).filter(|c| !c.is_hide_set()).cloned() else {
             let known: Vec<String> = pages().into_iter().map(|(n, _)| n).filter(|n| n != "leash").collect();
-            eprintln!("leash man: no page for `{}`; the pages: {}", path.join(" "), known.join(", "));
-            return Exit::Usage;
+            let why = format!("no page for `{}`; the pages: {}", path.join(" "), known.join(", "));
+            return Err(Failure::new(Exit::Usage, format!("leash man: {why}")));
         };
         name = format!("{name}-{}", sub.get_name());
         command = sub;
     }
     let mut out = Vec::new();
-    match clap_mangen::Man::new(command).title(name).render(&mut out) {
-        Ok(()) => print(&out),
-        Err(e) => {
-            eprintln!("leash: cannot render the manual page: {e}");
-            Exit::Refused
-        }
-    }
+    clap_mangen::Man::new(command)
+        .title(name)
+        .render(&mut out)
+        .map_err(|e| Failure::refused(format!("cannot render the manual page: {e}")))?;
+    print(&out)
 }
 
 /// Every page: leash(1) and one per subcommand not hidden, nested ones included (`leash-docker-run`).
@@ -57,7 +55,7 @@ fn pages() -> Vec<(String, clap::Command)> {
 }
 
 /// `leash man --dir DIR`: each page as `DIR/NAME.1`; the count said on stderr.
-fn write_all(dir: &std::path::Path) -> Exit {
+fn write_all(dir: &std::path::Path) -> Result<Exit, Failure> {
     let written = std::fs::create_dir_all(dir).and_then(|()| {
         let all = pages();
         for (name, command) in &all {
@@ -67,25 +65,17 @@ fn write_all(dir: &std::path::Path) -> Exit {
         }
         Ok(all.len())
     });
-    match written {
-        Ok(n) => {
-            eprintln!("leash: wrote {n} manual pages to {}", dir.display());
-            Exit::Ok
-        }
-        Err(e) => {
-            eprintln!("leash: cannot write the manual pages to `{}`: {e}", dir.display());
-            Exit::Usage
-        }
-    }
+    let n =
+        written.map_err(|e| Failure::usage(format!("cannot write the manual pages to `{}`: {e}", dir.display())))?;
+    eprintln!("leash: wrote {n} manual pages to {}", dir.display());
+    Ok(Exit::Ok)
 }
 
-fn print(bytes: &[u8]) -> Exit {
+fn print(bytes: &[u8]) -> Result<Exit, Failure> {
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
-        Ok(()) => Exit::Ok,
-        Err(e) => {
-            eprintln!("leash: cannot write to standard output: {e}");
-            Exit::Refused
-        }
-    }
+    stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .map(|()| Exit::Ok)
+        .map_err(|e| Failure::refused(format!("cannot write to standard output: {e}")))
 }

@@ -8,23 +8,23 @@ use leash_policy::{
 };
 
 use crate::cli::ExplainArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::policy_file::load_file;
 
-pub fn run(args: &ExplainArgs) -> Exit {
+pub fn run(args: &ExplainArgs) -> Result<Exit, Failure> {
     let (method, url) = match args.request.as_slice() {
         [url] => ("GET", url.as_str()),
         [method, url] => (method.as_str(), url.as_str()),
-        _ => return usage("give [METHOD] URL"),
+        _ => return Err(usage("give [METHOD] URL")),
     };
     // Exit 1 means "refused", so a policy that does not load (invalid, unknown profile) is 2, like a usage error:
     // a script asking `explain` must never read a broken policy as a refusal.
-    let loaded = match (&args.policy, &args.task) {
-        (Some(path), _) => load_file(path, args.profile.as_deref()).map(|l| l.policy).map_err(drop),
-        (None, Some(task)) => crate::policy_file::load_task(task).map(|(l, _)| l.policy).map_err(drop),
-        (None, None) => crate::policy_file::inline(&args.allow, &args.block).map_err(drop),
-    };
-    let Ok(policy) = loaded else { return Exit::Usage };
+    let policy = match (&args.policy, &args.task) {
+        (Some(path), _) => load_file(path, args.profile.as_deref()).map(|l| l.policy),
+        (None, Some(task)) => crate::policy_file::load_task(task).map(|(l, _)| l.policy),
+        (None, None) => crate::policy_file::inline(&args.allow, &args.block),
+    }
+    .map_err(|f| f.with_exit(Exit::Usage))?;
     let explained = match service_asked(&policy, url) {
         Some((service, path)) => explain_service(service, method, path),
         None if method.eq_ignore_ascii_case("CONNECT") => explain_connect(&policy, url),
@@ -33,9 +33,9 @@ pub fn run(args: &ExplainArgs) -> Exit {
     match explained {
         Ok(mut e) => {
             e.lines.extend(crate::shared::summary::explain_hint_lines(&policy, method, url, &e.decision));
-            print(&e)
+            Ok(print(&e))
         }
-        Err(msg) => usage(&msg),
+        Err(msg) => Err(usage(&msg)),
     }
 }
 
@@ -234,9 +234,8 @@ fn print(e: &Explained) -> Exit {
     }
 }
 
-fn usage(msg: &str) -> Exit {
-    eprintln!("leash explain: {msg}");
-    Exit::Usage
+fn usage(msg: &str) -> Failure {
+    Failure::new(Exit::Usage, format!("leash explain: {msg}"))
 }
 
 #[cfg(test)]

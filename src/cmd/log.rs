@@ -14,14 +14,11 @@ use leash_proxy::audit::verdict_word;
 use serde_json::{json, Value};
 
 use crate::cli::LogSummaryArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::audit_read::{read_logs, LogFile, Record};
 
-pub fn summary(args: &LogSummaryArgs) -> Exit {
-    let files = match read_logs("log summary", &args.logs) {
-        Ok(files) => files,
-        Err(code) => return code,
-    };
+pub fn summary(args: &LogSummaryArgs) -> Result<Exit, Failure> {
+    let files = read_logs("log summary", &args.logs)?;
     let rows = rows(&files);
     if args.json {
         println!("{}", document(&files, &rows));
@@ -29,7 +26,7 @@ pub fn summary(args: &LogSummaryArgs) -> Exit {
         print!("{}", table(&rows));
         println!("{}", totals_line(&Totals::of(&rows), files.len()));
     }
-    Exit::Ok
+    Ok(Exit::Ok)
 }
 
 /// Everything recorded for one host and port (lookups by the DNS stub apart from requests).

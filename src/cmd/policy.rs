@@ -16,8 +16,8 @@ use std::path::Path;
 use leash_policy::{load, parse_host, Format, Host, Reason, Verdict};
 
 use crate::cli::{PolicySuggestArgs, SuggestMode};
-use crate::exit::Exit;
-use crate::policy_file::print_errors;
+use crate::exit::{Exit, Failure};
+use crate::policy_file::invalid;
 use crate::shared::audit_read::{read_logs, LogFile, Record};
 
 /// Refusal reasons that no suggestion may turn into an allow: the destination check and the IP-literal rule must
@@ -28,17 +28,14 @@ const NEVER_ALLOW: [Reason; 2] = [Reason::IpLiteral, Reason::InternalDestination
 const DEFAULT_PORTS: [u16; 2] = [80, 443];
 const DEFAULT_TUNNEL_PORTS: [u16; 1] = [443];
 
-pub fn suggest(args: &PolicySuggestArgs) -> Exit {
+pub fn suggest(args: &PolicySuggestArgs) -> Result<Exit, Failure> {
     if let Some(out) = &args.output {
         if Format::from_path(out) != Some(Format::Yaml) {
-            eprintln!("leash policy suggest: `{}`: the suggestion is YAML; name the file .yaml or .yml", out.display());
-            return Exit::Usage;
+            let why = format!("`{}`: the suggestion is YAML; name the file .yaml or .yml", out.display());
+            return Err(Failure::new(Exit::Usage, format!("leash policy suggest: {why}")));
         }
     }
-    let files = match read_logs("policy suggest", &args.logs) {
-        Ok(files) => files,
-        Err(code) => return code,
-    };
+    let files = read_logs("policy suggest", &args.logs)?;
     let usage = Usage::of(&files);
     let text = match args.mode {
         SuggestMode::Allowlist => allowlist(&usage),
@@ -46,24 +43,19 @@ pub fn suggest(args: &PolicySuggestArgs) -> Exit {
     };
     // The suggestion is meant to pass `leash check`: a text that does not load is a bug here, not the user's.
     if let Err(errors) = load(&text, Format::Yaml, None) {
-        print_errors(Path::new("the suggested policy"), &errors);
-        return Exit::Refused;
+        return Err(invalid(Path::new("the suggested policy"), &errors));
     }
     write_out(args.output.as_deref(), &text)
 }
 
-fn write_out(output: Option<&Path>, text: &str) -> Exit {
+fn write_out(output: Option<&Path>, text: &str) -> Result<Exit, Failure> {
     let Some(path) = output else {
         print!("{text}");
-        return Exit::Ok;
+        return Ok(Exit::Ok);
     };
-    match std::fs::write(path, text) {
-        Ok(()) => Exit::Ok,
-        Err(e) => {
-            eprintln!("leash policy suggest: cannot write `{}`: {e}", path.display());
-            Exit::Usage
-        }
-    }
+    std::fs::write(path, text)
+        .map(|()| Exit::Ok)
+        .map_err(|e| Failure::new(Exit::Usage, format!("leash policy suggest: cannot write `{}`: {e}", path.display())))
 }
 
 /// How one host was met in the logs (requests only; lookups are not counted).

@@ -2,10 +2,10 @@
 //! harness checking a sandbox or pod: one line per probe, exit 1 when anything got through.
 
 use crate::cli::ProbeArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::probe;
 
-pub fn run(args: &ProbeArgs) -> Exit {
+pub fn run(args: &ProbeArgs) -> Result<Exit, Failure> {
     let wall = if args.policed_outside { probe::Wall::Outside } else { probe::Wall::Here };
     let expected = probe::Expected {
         tcp: args.expect.clone(),
@@ -15,16 +15,16 @@ pub fn run(args: &ProbeArgs) -> Exit {
         resolv_conf: None,
     };
     if args.stepwise {
-        return stepwise(&expected);
+        return Ok(stepwise(&expected));
     }
     let probes = probe::run(&expected);
     let shown: Vec<probe::Probe> = probes.iter().filter(|p| !args.quiet || !p.ok).cloned().collect();
     print!("{}", probe::report(&shown));
     if probe::contained(&probes) {
-        Exit::Ok
+        Ok(Exit::Ok)
     } else {
-        eprintln!("leash probe: not contained: {} way(s) out are open", probes.iter().filter(|p| !p.ok).count());
-        Exit::Refused
+        let open = probes.iter().filter(|p| !p.ok).count();
+        Err(Failure::new(Exit::Refused, format!("leash probe: not contained: {open} way(s) out are open")))
     }
 }
 

@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::ProxyArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::policy_file::{check_same_resources, load_file, located};
 use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::client_env::write_env_file;
@@ -20,80 +20,42 @@ use crate::shared::secrets;
 use crate::shared::services;
 use crate::shared::tls::inspection;
 
-pub fn run(args: ProxyArgs) -> Exit {
+pub fn run(args: ProxyArgs) -> Result<Exit, Failure> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
         builder.worker_threads(usize::from(threads));
     }
-    let runtime = match builder.enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leash: cannot start the async runtime: {e}");
-            return Exit::Refused;
-        }
-    };
+    let runtime =
+        builder.enable_all().build().map_err(|e| Failure::refused(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(serve(args))
 }
 
-async fn serve(args: ProxyArgs) -> Exit {
+async fn serve(args: ProxyArgs) -> Result<Exit, Failure> {
     let policy = match (&args.policy, &args.task) {
-        (Some(path), _) => load_file(path, args.profile.as_deref()).map(|l| l.policy),
-        (None, Some(task)) => crate::policy_file::load_task(task).map(|(l, _)| l.policy),
-        (None, None) => crate::policy_file::inline(&args.allow, &args.block),
+        (Some(path), _) => load_file(path, args.profile.as_deref())?.policy,
+        (None, Some(task)) => crate::policy_file::load_task(task)?.0.policy,
+        (None, None) => crate::policy_file::inline(&args.allow, &args.block)?,
     };
-    let policy = match policy.and_then(|policy| ask::ask_mode(audit_mode(policy, args.audit), &args.ask)) {
-        Ok(policy) => policy,
-        Err(code) => return code,
-    };
-    let ask_socket = match policy.asks().then(|| ask::bind_socket(&args.ask)).transpose() {
-        Ok(socket) => socket,
-        Err(code) => return code,
-    };
-    let secrets = match secrets::read_or_exit(&policy) {
-        Ok(s) => Arc::new(s),
-        Err(code) => return code,
-    };
+    let policy = ask::ask_mode(audit_mode(policy, args.audit), &args.ask)?;
+    let ask_socket = policy.asks().then(|| ask::bind_socket(&args.ask)).transpose()?;
+    let secrets = Arc::new(secrets::read_or_exit(&policy)?);
     let placeholders = secrets::placeholder_lines(&policy, &secrets);
-    let upstream_auth = match secrets::upstream_auth_or_exit(&policy) {
-        Ok(auth) => auth,
-        Err(code) => return code,
-    };
-    let pins = match parse_pins(&args.resolve) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let audit = match open_log(args.log.as_ref()) {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
-    let listener = match tokio::net::TcpListener::bind(args.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("leash: cannot listen on {}: {e}", args.listen);
-            return Exit::Usage;
-        }
-    };
-    let metrics_listener = match bind_metrics(args.metrics, &listener).await {
-        Ok(l) => l,
-        Err(code) => return code,
-    };
-    let (service_sockets, socket_files) = match bind_services(&policy, &listener, args.metrics) {
-        Ok(bound) => bound,
-        Err(code) => return code,
-    };
-    let inspection = match inspection(&args.tls) {
-        Ok(i) => i,
-        Err(code) => return code,
-    };
+    let upstream_auth = secrets::upstream_auth_or_exit(&policy)?;
+    let pins = parse_pins(&args.resolve)?;
+    let audit = open_log(args.log.as_ref())?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| Failure::usage(format!("cannot listen on {}: {e}", args.listen)))?;
+    let metrics_listener = bind_metrics(args.metrics, &listener).await?;
+    let (service_sockets, socket_files) = bind_services(&policy, &listener, args.metrics)?;
+    let inspection = inspection(&args.tls)?;
     // Said only where a tunnel may be inspected: with a policy that never inspects, no client needs the CA (the CA
     // is still made, for a policy a SIGHUP may load).
     if args.tls.ca_cert_out.is_none() && args.tls.ca_bundle_out.is_none() && policy.may_inspect() {
         tracing::info!("TLS inspection: the run's CA certificate is not written anywhere (--ca-cert-out FILE)");
     }
     if let (Some(file), Ok(addr)) = (&args.env_file, listener.local_addr()) {
-        if let Err(code) = write_env_file(file, addr, (&inspection, &args.tls), &policy, &secrets) {
-            return code;
-        }
+        write_env_file(file, addr, (&inspection, &args.tls), &policy, &secrets)?;
     }
     let policy = PolicyHandle::new(policy);
     let mut config = ProxyConfig {
@@ -110,15 +72,10 @@ async fn serve(args: ProxyArgs) -> Exit {
         release_free_memory: Some(leash_sandbox::release_free_memory),
         ask: None,
     };
-    let ask = match ask_socket.map(|socket| ask_front(&args, socket, &config)).transpose() {
-        Ok(front) => front.map(Arc::new),
-        Err(code) => return code,
-    };
+    let ask = ask_socket.map(|socket| ask_front(&args, socket, &config)).transpose()?.map(Arc::new);
     config.ask = ask.as_ref().map(|front| front.asking.clone());
     if let Some(front) = &ask {
-        if let Err(code) = start_asking(front) {
-            return code;
-        }
+        start_asking(front)?;
     }
     let Signals { term, int, hup } = Signals::install();
     if let Ok(addr) = listener.local_addr() {
@@ -144,27 +101,18 @@ async fn serve(args: ProxyArgs) -> Exit {
     if let Some(summary) = ask.as_ref().and_then(|front| front.summary()) {
         eprint!("{summary}");
     }
-    match served {
-        Ok(()) => Exit::Ok,
-        Err(e) => {
-            eprintln!("leash: {e}");
-            Exit::Refused
-        }
-    }
+    served.map(|()| Exit::Ok).map_err(Failure::refused)
 }
 
 /// Ask mode's front ends for the proxy: the bound control socket, and the policy file an `always` answer changes.
-fn ask_front(args: &ProxyArgs, socket: ask::socket::Bound, config: &ProxyConfig) -> Result<AskFront, Exit> {
+fn ask_front(args: &ProxyArgs, socket: ask::socket::Bound, config: &ProxyConfig) -> Result<AskFront, Failure> {
     let source = PolicySource::hold(args.policy.as_deref(), args.profile.as_deref(), args.ask.ask)?;
     Ok(AskFront::new(&args.ask, socket, config.policy.clone(), source, config.metrics.clone()))
 }
 
 /// Serve the control socket, and ask at leash's own terminal when it has one (no command shares it here).
-fn start_asking(front: &Arc<AskFront>) -> Result<(), Exit> {
-    let fail = |e: std::io::Error| {
-        eprintln!("leash: ask mode: cannot serve the control socket: {e}");
-        Exit::Refused
-    };
+fn start_asking(front: &Arc<AskFront>) -> Result<(), Failure> {
+    let fail = |e: std::io::Error| Failure::refused(format!("ask mode: cannot serve the control socket: {e}"));
     ask::socket::Bound::serve(front).map_err(fail)?;
     let prompter = leash_sandbox::Prompter::direct();
     front.announce(prompter.is_some());
@@ -182,12 +130,11 @@ struct Modes {
 }
 
 /// The audit log: the file given (mode 0600, appended), else standard output. Failing to open it stops leash.
-pub(crate) fn open_log(path: Option<&PathBuf>) -> Result<Arc<AuditLog>, Exit> {
+pub(crate) fn open_log(path: Option<&PathBuf>) -> Result<Arc<AuditLog>, Failure> {
     match path {
         None => Ok(Arc::new(AuditLog::stdout())),
         Some(p) => AuditLog::open(p).map(Arc::new).map_err(|e| {
-            eprintln!("leash: cannot open the audit log `{}`: {e}; not starting without it", p.display());
-            Exit::Usage
+            Failure::usage(format!("cannot open the audit log `{}`: {e}; not starting without it", p.display()))
         }),
     }
 }
@@ -263,9 +210,11 @@ async fn reload_on_hangup(
             Source::Policy(path, profile) => (path, reload(path, profile.as_deref())),
             Source::Task(task) => (
                 task,
-                crate::policy_file::load_task(task)
-                    .map(|(l, _)| l.policy)
-                    .map_err(|_| "the task is unreadable as a policy (said above)".to_owned()),
+                crate::policy_file::load_task(task).map(|(l, _)| l.policy).map_err(|failure| {
+                    // Said in full (every line, with its place) before the one line saying the old policy stays.
+                    eprintln!("{failure}");
+                    "the task is unreadable as a policy (said above)".to_owned()
+                }),
             ),
         };
         let reloaded = reloaded.and_then(|p| with_modes(p, modes));
@@ -311,16 +260,17 @@ fn reload(path: &std::path::Path, profile: Option<&str>) -> Result<leash_policy:
 }
 
 /// Bind `--metrics`, if given. The address is the operator's: the proxy's own, where clients are sent, is refused.
-async fn bind_metrics(addr: Option<SocketAddr>, proxy: &TcpListener) -> Result<Option<TcpListener>, Exit> {
+async fn bind_metrics(addr: Option<SocketAddr>, proxy: &TcpListener) -> Result<Option<TcpListener>, Failure> {
     let Some(addr) = addr else { return Ok(None) };
     if let Some(listening) = proxy.local_addr().ok().filter(|l| overlaps(addr, *l)) {
-        eprintln!("leash: --metrics `{addr}` would be the proxy's own address ({listening}); give the metrics another");
-        return Err(Exit::Usage);
+        return Err(Failure::usage(format!(
+            "--metrics `{addr}` would be the proxy's own address ({listening}); give the metrics another"
+        )));
     }
-    TcpListener::bind(addr).await.map(Some).map_err(|e| {
-        eprintln!("leash: cannot serve metrics on `{addr}`: {e}");
-        Exit::Usage
-    })
+    TcpListener::bind(addr)
+        .await
+        .map(Some)
+        .map_err(|e| Failure::usage(format!("cannot serve metrics on `{addr}`: {e}")))
 }
 
 /// Whether sockets bound at `a` and `b` would take each other's connections: one port, one address or every one.
@@ -334,22 +284,18 @@ fn bind_services(
     policy: &leash_policy::Policy,
     proxy: &TcpListener,
     metrics: Option<SocketAddr>,
-) -> Result<(Vec<leash_proxy::ServiceSocket>, services::SocketFiles), Exit> {
-    let proxy = proxy.local_addr().map_err(|e| {
-        eprintln!("leash: cannot read the proxy's own address: {e}");
-        Exit::Usage
-    })?;
+) -> Result<(Vec<leash_proxy::ServiceSocket>, services::SocketFiles), Failure> {
+    let proxy = proxy.local_addr().map_err(|e| Failure::usage(format!("cannot read the proxy's own address: {e}")))?;
     let mut sockets = Vec::new();
     for (name, port) in services::ports(policy) {
         let addr = SocketAddr::new(proxy.ip(), port);
         if overlaps(addr, proxy) || metrics.is_some_and(|m| overlaps(addr, m)) {
-            eprintln!("leash: service `{name}` would listen on {addr}, which the proxy or its metrics take already");
-            return Err(Exit::Usage);
+            return Err(Failure::usage(format!(
+                "service `{name}` would listen on {addr}, which the proxy or its metrics take already"
+            )));
         }
-        let listener = std::net::TcpListener::bind(addr).map_err(|e| {
-            eprintln!("leash: service `{name}`: cannot listen on {addr}: {e}");
-            Exit::Usage
-        })?;
+        let listener = std::net::TcpListener::bind(addr)
+            .map_err(|e| Failure::usage(format!("service `{name}`: cannot listen on {addr}: {e}")))?;
         tracing::info!("service {name}: listening on {addr}");
         sockets.push(leash_proxy::ServiceSocket { name, listener: leash_proxy::ServiceListener::Tcp(listener) });
     }

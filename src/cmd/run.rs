@@ -10,7 +10,7 @@ use leash_proxy::ProxyConfig;
 use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{Containment, RunArgs, TlsArgs};
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::sandboxed::{
     config, hidden_files, host_inputs, keep_deferred_log, mode_env, proxy_parts, secret_files, Pins, ProxyParts,
@@ -68,7 +68,7 @@ fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -
             return Attempt::Done(code);
         }
     }
-    let ProxyParts { policy, pins, audit, secrets } = match proxy_parts(&args.proxy, true) {
+    let ProxyParts { policy, pins, audit, secrets } = match proxy_parts(&args.proxy, true).map_err(Failure::report) {
         Ok(parts) => parts,
         Err(code) => return Attempt::Done(code),
     };
@@ -79,7 +79,8 @@ fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -
         Ok(source) => source,
         Err(code) => return Attempt::Done(code),
     };
-    let ask_socket = match policy.asks().then(|| ask::bind_socket(&args.proxy.ask)).transpose() {
+    let ask_socket = match policy.asks().then(|| ask::bind_socket(&args.proxy.ask).map_err(Failure::report)).transpose()
+    {
         Ok(socket) => socket,
         Err(code) => return Attempt::Done(code),
     };
@@ -118,7 +119,7 @@ fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -
     spec.keep_in_shm.extend(ca_files.iter().map(CaFiles::dir).filter(in_shm).map(std::path::Path::to_path_buf));
     crate::shared::secrets::sandbox_env(&policy, &secrets.secrets, &mut spec.env);
     // The services' sockets exist before the sandbox does: it is let connect to exactly those files.
-    let (unix_services, socket_files) = match services::bind_sockets(&policy) {
+    let (unix_services, socket_files) = match services::bind_sockets(&policy).map_err(Failure::report) {
         Ok(bound) => bound,
         Err(code) => return Attempt::Done(code),
     };
@@ -192,6 +193,7 @@ fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -
 /// The policy file an `always` answer changes, held now.
 fn hold_policy(args: &RunArgs) -> Result<PolicySource, Exit> {
     PolicySource::hold(args.proxy.policy.as_deref(), args.proxy.profile.as_deref(), args.proxy.ask.ask)
+        .map_err(Failure::report)
 }
 
 /// Ask mode's front ends for the run: the bound control socket, and the policy file an `always` answer changes.
@@ -226,7 +228,7 @@ fn proxy_config(
 ) -> Result<ProxyConfig, Exit> {
     let Some(ca_files) = ca_files else { return Ok(config(parts, audit, None)) };
     let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
-    let inspection = crate::shared::tls::inspection(&tls)?;
+    let inspection = crate::shared::tls::inspection(&tls).map_err(Failure::report)?;
     // INVARIANT: the roots upstreams are verified against are read before the command starts.
     inspection.load_system_roots();
     if let Err(e) = ca_files.write(&inspection) {

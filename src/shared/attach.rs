@@ -9,7 +9,7 @@ use leash_policy::Policy;
 use leash_proxy::inside::Plan;
 use leash_sandbox::{Isolation, Netns};
 
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::{probe, services};
 
 /// How often leash looks whether the namespace it serves is still there.
@@ -50,7 +50,7 @@ pub fn attach(target: &Target, policy: &Policy) -> Result<Attached, Exit> {
     if target.isolation.allow_routes {
         self_test(target, &plan)?;
     }
-    let (unix, socket_files) = services::bind_sockets(policy)?;
+    let (unix, socket_files) = services::bind_sockets(policy).map_err(Failure::report)?;
     services::announce(policy);
     Ok(Attached { inside: inside.with_services(unix), socket_files, id })
 }
@@ -147,9 +147,6 @@ fn refuse(e: &leash_sandbox::SandboxError) -> Exit {
 
 /// Makes leash non-dumpable (`leash_sandbox::harden_self`) before it binds anything in a namespace it does not
 /// control: what runs there can neither ptrace leash nor read its memory, the CA key included.
-pub fn harden() -> Result<(), Exit> {
-    leash_sandbox::harden_self().map_err(|e| {
-        eprintln!("leash: {e}");
-        Exit::SandboxFailed
-    })
+pub fn harden() -> Result<(), Failure> {
+    leash_sandbox::harden_self().map_err(Failure::sandbox_failed)
 }

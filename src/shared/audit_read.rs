@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use leash_policy::Verdict;
 use leash_proxy::audit::{AuditLine, DecisionEntry, LineKind, OutcomeEntry};
 
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 
 /// One decision line, with the outcome line that shares its `id` when there was one. Its strings are printable
 /// (see [`printable`]); a service's `host` is `service:NAME`.
@@ -48,13 +48,12 @@ impl Record {
 }
 
 /// Read every file (`-` is standard input), telling on stderr how many lines each had that were not records. A file
-/// that cannot be read is reported and gives `Err(Exit::Usage)`.
-pub fn read_logs(command: &str, paths: &[PathBuf]) -> Result<Vec<LogFile>, Exit> {
+/// that cannot be read is a usage failure naming it.
+pub fn read_logs(command: &str, paths: &[PathBuf]) -> Result<Vec<LogFile>, Failure> {
     let mut files = Vec::with_capacity(paths.len());
     for path in paths {
         let file = read_log(path).map_err(|e| {
-            eprintln!("leash {command}: cannot read audit log `{}`: {e}", path.display());
-            Exit::Usage
+            Failure::new(Exit::Usage, format!("leash {command}: cannot read audit log `{}`: {e}", path.display()))
         })?;
         report_leftovers(command, &file);
         files.push(file);

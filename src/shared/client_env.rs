@@ -11,7 +11,7 @@ use leash_policy::Policy;
 use leash_proxy::{credentials::Secrets, Inspection};
 
 use crate::cli::TlsArgs;
-use crate::exit::Exit;
+use crate::exit::Failure;
 use crate::shared::sandboxed::mode_env;
 use crate::shared::secrets::sandbox_env;
 use crate::shared::services::no_proxy_env;
@@ -38,7 +38,7 @@ pub fn write_env_file(
     (inspection, tls): (&Inspection, &TlsArgs),
     policy: &Policy,
     secrets: &Secrets,
-) -> Result<(), Exit> {
+) -> Result<(), Failure> {
     let beside = |suffix: &str| {
         let mut name = file.as_os_str().to_owned();
         name.push(suffix);
@@ -49,10 +49,7 @@ pub fn write_env_file(
     // The file is sourced from anywhere: a relative path would name another file in another directory.
     let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
     let (ca_named, bundle_named) = (absolute(ca.clone()), absolute(bundle.clone()));
-    let failed = |path: &Path, e: std::io::Error| {
-        eprintln!("leash: cannot write `{}`: {e}", path.display());
-        Exit::Usage
-    };
+    let failed = |path: &Path, e: std::io::Error| Failure::usage(format!("cannot write `{}`: {e}", path.display()));
     if tls.ca_cert_out.is_none() {
         write_atomically(&ca, &|tmp| write_public(tmp, inspection.ca_pem())).map_err(|e| failed(&ca, e))?;
     }

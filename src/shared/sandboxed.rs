@@ -12,20 +12,17 @@ use leash_proxy::credentials::Secrets;
 use leash_proxy::{AuditLog, Inspection, Limits, OwnAddrs, PolicyHandle, ProxyConfig, SystemResolver};
 
 use crate::cli::SandboxProxyArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::policy_file::load_file;
 
 /// `--resolve` answers, by name.
 pub type Pins = HashMap<Box<str>, Vec<IpAddr>>;
 
 /// The `--resolve NAME:IP` pins; a malformed one is exit 2.
-pub fn parse_pins(specs: &[String]) -> Result<Pins, Exit> {
+pub fn parse_pins(specs: &[String]) -> Result<Pins, Failure> {
     let mut pins = Pins::new();
     for spec in specs {
-        let (name, ip) = leash_proxy::resolve::parse_pin(spec).map_err(|e| {
-            eprintln!("leash: --resolve {e}");
-            Exit::Usage
-        })?;
+        let (name, ip) = leash_proxy::resolve::parse_pin(spec).map_err(|e| Failure::usage(format!("--resolve {e}")))?;
         pins.entry(name).or_default().push(ip);
     }
     Ok(pins)
@@ -37,10 +34,10 @@ pub fn parse_pins(specs: &[String]) -> Result<Pins, Exit> {
 /// or read away by it.
 ///
 /// An invalid policy is exit 2, like a usage error: 1 is an ordinary status of the wrapped command.
-pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<ProxyParts, Exit> {
+pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<ProxyParts, Failure> {
     let policy = match (&args.policy, &args.task) {
-        (Some(path), _) => load_file(path, args.profile.as_deref()).map_err(|_| Exit::Usage)?.policy,
-        (None, Some(task)) => crate::policy_file::load_task(task).map_err(|_| Exit::Usage)?.0.policy,
+        (Some(path), _) => load_file(path, args.profile.as_deref()).map_err(|f| f.with_exit(Exit::Usage))?.policy,
+        (None, Some(task)) => crate::policy_file::load_task(task).map_err(|f| f.with_exit(Exit::Usage))?.0.policy,
         (None, None) => crate::policy_file::inline(&args.allow, &args.block)?,
     };
     if args.policy.is_none() && args.task.is_none() && args.allow.is_empty() && args.block.is_empty() {
@@ -53,13 +50,11 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<Proxy
     let pins = parse_pins(&args.resolve)?;
     let audit = match &args.log {
         None if stderr_shared => AuditLog::deferred(&leash_sandbox::scratch_dir()).map_err(|e| {
-            eprintln!("leash: cannot keep the audit log until the command ends: {e}; pass --log FILE");
-            Exit::SandboxFailed
+            Failure::sandbox_failed(format!("cannot keep the audit log until the command ends: {e}; pass --log FILE"))
         })?,
         None => AuditLog::stderr(),
         Some(path) => AuditLog::open(path).map_err(|e| {
-            eprintln!("leash: cannot open the audit log `{}`: {e}; not starting without it", path.display());
-            Exit::Usage
+            Failure::usage(format!("cannot open the audit log `{}`: {e}; not starting without it", path.display()))
         })?,
     };
     Ok(ProxyParts { policy, pins, audit, secrets: Secured { secrets, upstream_auth } })
@@ -273,8 +268,7 @@ pub fn with_stop_signals<F: std::future::Future<Output = Exit>>(
         match leash_docker::serve::StopSignals::install() {
             Ok(stop) => work(stop).await,
             Err(e) => {
-                eprintln!("leash: cannot install the SIGINT/SIGTERM/SIGHUP handlers: {e}");
-                Exit::SandboxFailed
+                Failure::sandbox_failed(format!("cannot install the SIGINT/SIGTERM/SIGHUP handlers: {e}")).report()
             }
         }
     })

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use leash_policy::{Policy, SecretSource};
 use leash_proxy::credentials::{Secret, Secrets};
 
-use crate::exit::Exit;
+use crate::exit::Failure;
 
 /// Placeholders have at least this many random hex digits after `leash-NAME-`.
 const MIN_RANDOM_HEX: usize = 16;
@@ -108,19 +108,13 @@ fn upstream_user_password(policy: &Policy) -> Result<Option<String>, String> {
 }
 
 /// [`upstream_auth`] for a command: the message on stderr and exit 2.
-pub fn upstream_auth_or_exit(policy: &Policy) -> Result<Option<Arc<str>>, Exit> {
-    upstream_auth(policy).map_err(|why| {
-        eprintln!("leash: {why}; not starting without it");
-        Exit::Usage
-    })
+pub fn upstream_auth_or_exit(policy: &Policy) -> Result<Option<Arc<str>>, Failure> {
+    upstream_auth(policy).map_err(|why| Failure::usage(format!("{why}; not starting without it")))
 }
 
 /// [`read`] for a command: the message on stderr and exit 2 (the command never runs).
-pub fn read_or_exit(policy: &Policy) -> Result<Secrets, Exit> {
-    read(policy).map_err(|why| {
-        eprintln!("leash: {why}; not starting without it");
-        Exit::Usage
-    })
+pub fn read_or_exit(policy: &Policy) -> Result<Secrets, Failure> {
+    read(policy).map_err(|why| Failure::usage(format!("{why}; not starting without it")))
 }
 
 /// Why a secret cannot be used as it is, if it cannot (never quoting it). leash matches the value byte for byte,

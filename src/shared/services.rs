@@ -9,7 +9,7 @@ use std::sync::Arc;
 use leash_policy::{Policy, ServiceListen};
 use leash_proxy::{ServiceListener, ServiceSocket};
 
-use crate::exit::Exit;
+use crate::exit::Failure;
 
 /// The services that listen on a TCP port, as (name, port), in the policy's order.
 pub fn ports(policy: &Policy) -> Vec<(Arc<str>, u16)> {
@@ -43,13 +43,12 @@ impl Drop for SocketFiles {
 
 /// Binds every service's Unix socket at its path (mode 0600: the command runs as leash's user). Something already
 /// at a path is not replaced: it may be another program's socket or a file; that is exit 2 with the path named.
-pub fn bind_sockets(policy: &Policy) -> Result<(Vec<ServiceSocket>, SocketFiles), Exit> {
+pub fn bind_sockets(policy: &Policy) -> Result<(Vec<ServiceSocket>, SocketFiles), Failure> {
     let (mut sockets, mut files) = (Vec::new(), SocketFiles::default());
     for service in policy.services() {
         let ServiceListen::Socket(path) = &service.listen else { continue };
         let listener = bind(path, 0o600).map_err(|why| {
-            eprintln!("leash: service `{}`: cannot listen on `{}`: {why}", service.name, path.display());
-            Exit::Usage
+            Failure::usage(format!("service `{}`: cannot listen on `{}`: {why}", service.name, path.display()))
         })?;
         files.paths.push(path.clone());
         sockets.push(ServiceSocket { name: service.name.clone(), listener: ServiceListener::Unix(listener) });
@@ -63,14 +62,13 @@ pub type Mount = (PathBuf, PathBuf);
 /// For a container (`leash docker run`): every service's Unix socket bound in `dir` (leash's own directory for the
 /// run, removed with it), mode 0666 because the container's user may be any; with the mounts that put each where
 /// its service listens inside, as (host path, container path).
-pub fn bind_sockets_in(policy: &Policy, dir: &Path) -> Result<(Vec<ServiceSocket>, Vec<Mount>), Exit> {
+pub fn bind_sockets_in(policy: &Policy, dir: &Path) -> Result<(Vec<ServiceSocket>, Vec<Mount>), Failure> {
     let (mut sockets, mut mounts) = (Vec::new(), Vec::new());
     for service in policy.services() {
         let ServiceListen::Socket(inside) = &service.listen else { continue };
         let host = dir.join(format!("service-{}.sock", service.name));
         let listener = bind(&host, 0o666).map_err(|why| {
-            eprintln!("leash: service `{}`: cannot listen on `{}`: {why}", service.name, host.display());
-            Exit::SandboxFailed
+            Failure::sandbox_failed(format!("service `{}`: cannot listen on `{}`: {why}", service.name, host.display()))
         })?;
         sockets.push(ServiceSocket { name: service.name.clone(), listener: ServiceListener::Unix(listener) });
         mounts.push((host, inside.clone()));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use leash_proxy::{Inspection, UpstreamTrust};
 
 use crate::cli::TlsArgs;
-use crate::exit::Exit;
+use crate::exit::Failure;
 
 /// [`inspection`] for a command whose clients it does not start (`leash attach`, `leash docker attach`): the CA
 /// written to `--ca-cert-out` and the bundle to `--ca-bundle-out`, for the caller to hand them.
@@ -15,7 +15,7 @@ pub fn inspection_for_clients(
     ca_cert_out: Option<&Path>,
     ca_bundle_out: Option<&Path>,
     upstream_ca: &[PathBuf],
-) -> Result<Arc<Inspection>, Exit> {
+) -> Result<Arc<Inspection>, Failure> {
     let args = TlsArgs {
         ca_cert_out: ca_cert_out.map(Path::to_owned),
         ca_bundle_out: ca_bundle_out.map(Path::to_owned),
@@ -26,17 +26,12 @@ pub fn inspection_for_clients(
 
 /// TLS inspection: a new CA for this run, upstream trust, and the CA (or bundle) written where asked. Any failure
 /// stops leash: a policy with path rules cannot be enforced over HTTPS without it.
-pub fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Exit> {
+pub fn inspection(args: &TlsArgs) -> Result<Arc<Inspection>, Failure> {
     let trust = UpstreamTrust { system_roots: true, extra_ca_files: args.upstream_ca.clone() };
-    let inspection = Inspection::new(&trust).map_err(|e| {
-        eprintln!("leash: cannot set up TLS inspection: {e}");
-        Exit::Usage
-    })?;
+    let inspection =
+        Inspection::new(&trust).map_err(|e| Failure::usage(format!("cannot set up TLS inspection: {e}")))?;
     let written = |path: &Path, result: std::io::Result<()>| {
-        result.map_err(|e| {
-            eprintln!("leash: cannot write `{}`: {e}", path.display());
-            Exit::Usage
-        })
+        result.map_err(|e| Failure::usage(format!("cannot write `{}`: {e}", path.display())))
     };
     if let Some(path) = &args.ca_cert_out {
         written(path, write_atomically(path, &|tmp| write_public(tmp, inspection.ca_pem())))?;

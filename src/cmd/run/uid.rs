@@ -16,7 +16,7 @@ use leash_sandbox::uid::{Admitted, Capabilities, Firewall, Flaw, OwnNetns, RunAs
 
 use super::{check_upstream_ca, child_env, inherited_env, proxy_config};
 use crate::cli::{Containment, RunArgs};
-use crate::exit::Exit;
+use crate::exit::{Exit, Failure};
 use crate::shared::sandboxed::{keep_deferred_log, mode_env, proxy_parts, ProxyParts};
 use crate::shared::services;
 use crate::shared::trust::CaFiles;
@@ -132,7 +132,7 @@ pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
         eprintln!("leash: --allow-unix-socket is for the userns containment: here the command reaches Unix sockets by their permissions");
         return Exit::Usage;
     }
-    let ProxyParts { policy, pins, audit, secrets } = match proxy_parts(&args.proxy, true) {
+    let ProxyParts { policy, pins, audit, secrets } = match proxy_parts(&args.proxy, true).map_err(Failure::report) {
         Ok(parts) => parts,
         Err(code) => return code,
     };
@@ -152,7 +152,7 @@ pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
         Ok(bound) => bound,
         Err(code) => return code,
     };
-    let (unix_services, socket_files) = match services::bind_sockets(&policy) {
+    let (unix_services, socket_files) = match services::bind_sockets(&policy).map_err(Failure::report) {
         Ok(bound) => bound,
         Err(code) => return code,
     };

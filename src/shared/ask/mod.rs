@@ -21,7 +21,7 @@ use leash_proxy::ask::{Answer, AnsweredBy, Asking};
 use leash_proxy::{Metrics, PolicyHandle};
 
 use crate::cli::AskArgs;
-use crate::exit::Exit;
+use crate::exit::Failure;
 use crate::policy_file::HeldPolicy;
 
 /// Where the policy an `always` answer is written into comes from.
@@ -36,12 +36,11 @@ pub struct PolicySource {
 impl PolicySource {
     /// The policy file at `policy` held now, before any command runs (see [`HeldPolicy`]); a file that cannot be
     /// held stops leash (it was just read).
-    pub fn hold(policy: Option<&Path>, profile: Option<&str>, ask_flag: bool) -> Result<PolicySource, Exit> {
+    pub fn hold(policy: Option<&Path>, profile: Option<&str>, ask_flag: bool) -> Result<PolicySource, Failure> {
         let file = policy
             .map(|path| {
                 let held = HeldPolicy::open(path).map_err(|e| {
-                    eprintln!("leash: ask mode: cannot hold the policy file `{}`: {e}", path.display());
-                    Exit::Usage
+                    Failure::usage(format!("ask mode: cannot hold the policy file `{}`: {e}", path.display()))
                 })?;
                 Ok((held, profile.map(str::to_owned)))
             })
@@ -117,29 +116,26 @@ impl AskFront {
 /// The control socket (at `--ask-socket` or the default place), bound before anything of the sandbox exists: a
 /// socket that cannot be made stops the run (no question may wait where nobody can answer it), and its directory
 /// is hidden inside the sandbox.
-pub fn bind_socket(args: &AskArgs) -> Result<socket::Bound, Exit> {
+pub fn bind_socket(args: &AskArgs) -> Result<socket::Bound, Failure> {
     let path = match &args.ask_socket {
         Some(path) => path.clone(),
         None => socket::default_path().map_err(|e| {
-            eprintln!("leash: ask mode: cannot make a directory for the control socket: {e}; pass --ask-socket");
-            Exit::SandboxFailed
+            Failure::sandbox_failed(format!(
+                "ask mode: cannot make a directory for the control socket: {e}; pass --ask-socket"
+            ))
         })?,
     };
     socket::Bound::bind(&path).map_err(|e| {
-        eprintln!("leash: ask mode: cannot listen on the control socket `{}`: {e}", path.display());
-        Exit::SandboxFailed
+        Failure::sandbox_failed(format!("ask mode: cannot listen on the control socket `{}`: {e}", path.display()))
     })
 }
 
 /// `policy` in ask mode when `--ask` asks for it; a policy that cannot be (a blocklist, audit mode) is a usage error.
-pub fn ask_mode(policy: leash_policy::Policy, args: &AskArgs) -> Result<leash_policy::Policy, Exit> {
+pub fn ask_mode(policy: leash_policy::Policy, args: &AskArgs) -> Result<leash_policy::Policy, Failure> {
     if !args.ask {
         return Ok(policy);
     }
-    policy.into_ask().ok_or_else(|| {
-        eprintln!("leash: --ask needs an allowlist: a blocklist refuses nothing as not-allowed, and audit mode refuses nothing to ask about");
-        Exit::Usage
-    })
+    policy.into_ask().ok_or_else(|| Failure::usage("--ask needs an allowlist: a blocklist refuses nothing as not-allowed, and audit mode refuses nothing to ask about"))
 }
 
 /// Ask mode for a sandbox's proxy served from leash's runtime (`docker run`, `attach`), when its policy asks: the
@@ -150,7 +146,7 @@ pub fn start_for(
     config: &mut leash_proxy::ProxyConfig,
     prompter: Option<leash_sandbox::Prompter>,
     bound: Option<socket::Bound>,
-) -> Result<Option<Arc<AskFront>>, Exit> {
+) -> Result<Option<Arc<AskFront>>, Failure> {
     if !config.policy.current().asks() {
         return Ok(None);
     }
@@ -161,10 +157,7 @@ pub fn start_for(
     };
     let front = Arc::new(AskFront::new(&args.ask, socket, config.policy.clone(), source, config.metrics.clone()));
     config.ask = Some(front.asking.clone());
-    let fail = |e: std::io::Error| {
-        eprintln!("leash: ask mode: cannot serve the control socket: {e}");
-        Exit::SandboxFailed
-    };
+    let fail = |e: std::io::Error| Failure::sandbox_failed(format!("ask mode: cannot serve the control socket: {e}"));
     socket::Bound::serve(&front).map_err(fail)?;
     front.announce(prompter.is_some());
     if let Some(prompter) = prompter {
