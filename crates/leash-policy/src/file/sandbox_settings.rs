@@ -19,7 +19,8 @@
 //! Keys other than the two lists (proxy ports, Unix sockets, filesystem rules) are the runtime's own and are listed
 //! as left alone.
 
-use super::raw::{Node, ScalarKind, Value};
+use super::raw::{Node, Value};
+use super::task::{error, section as child, strings};
 use super::{PolicyError, PolicyErrorKind};
 
 /// A domain pattern of the two lists.
@@ -100,8 +101,10 @@ pub(crate) fn settings_policy(root: &Node) -> Result<super::TaskPolicy, PolicyEr
         }
     };
     let field = |key: &str| format!("{at}.{key}");
-    let mut allowed = labelled(&field("allowedDomains"), strings(network, "allowedDomains", &field("allowedDomains"))?);
-    let mut denied = labelled(&field("deniedDomains"), strings(network, "deniedDomains", &field("deniedDomains"))?);
+    let mut allowed =
+        labelled(&field("allowedDomains"), strings(Some(network), "allowedDomains", &field("allowedDomains"))?);
+    let mut denied =
+        labelled(&field("deniedDomains"), strings(Some(network), "deniedDomains", &field("deniedDomains"))?);
     let mut became = vec![format!("{at} → mode: allowlist (what allowedDomains does not name is refused)")];
     if let Some(permissions) = child(root, "permissions") {
         allowed.extend(web_fetch_domains(permissions, "allow")?);
@@ -178,40 +181,15 @@ fn labelled(field: &str, entries: Vec<String>) -> Vec<(String, String)> {
 /// Claude Code's `permissions.allow`/`permissions.deny` rules that name a domain, `WebFetch(domain:NAME)`: its
 /// sandbox takes them as allowed and denied domains too. Other rules (tools, paths) are not about the network.
 fn web_fetch_domains(permissions: &Node, key: &str) -> Result<Vec<(String, String)>, PolicyError> {
-    let rules = labelled(&format!("permissions.{key}"), strings(permissions, key, &format!("permissions.{key}"))?);
+    let rules =
+        labelled(&format!("permissions.{key}"), strings(Some(permissions), key, &format!("permissions.{key}"))?);
     let domain = |rule: &str| rule.trim().strip_prefix("WebFetch(domain:")?.strip_suffix(')').map(str::to_owned);
     Ok(rules.into_iter().filter_map(|(label, rule)| domain(&rule).map(|d| (label, d))).collect())
-}
-
-/// The mapping at `key` of a mapping node, if it is one.
-fn child<'a>(node: &'a Node, key: &str) -> Option<&'a Node> {
-    let Value::Map(entries) = &node.value else { return None };
-    entries.iter().find(|(k, v)| k.name == key && matches!(v.value, Value::Map(_))).map(|(_, v)| v)
 }
 
 fn keys(node: &Node) -> Vec<&str> {
     let Value::Map(entries) = &node.value else { return Vec::new() };
     entries.iter().map(|(k, _)| k.name.as_str()).collect()
-}
-
-/// The strings at `key` (none when absent); anything but a list of strings names `field`.
-fn strings(map: &Node, key: &str, field: &str) -> Result<Vec<String>, PolicyError> {
-    let Value::Map(entries) = &map.value else { return Ok(Vec::new()) };
-    let Some((_, node)) = entries.iter().find(|(k, _)| k.name == key) else { return Ok(Vec::new()) };
-    let not_a_list =
-        || error(PolicyErrorKind::BadValue, field, format!("expected a list of strings, found {}", node.kind_name()));
-    let Value::Seq(items) = &node.value else { return Err(not_a_list()) };
-    items
-        .iter()
-        .map(|item| match &item.value {
-            Value::Scalar(ScalarKind::Str, s) => Ok(s.clone()),
-            _ => Err(not_a_list()),
-        })
-        .collect()
-}
-
-fn error(kind: PolicyErrorKind, entry: &str, message: String) -> PolicyError {
-    PolicyError { kind, entry: entry.to_owned(), line: None, column: None, message }
 }
 
 #[cfg(test)]

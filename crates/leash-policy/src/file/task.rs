@@ -121,8 +121,8 @@ fn front_matter(text: &str) -> Result<&str, PolicyError> {
     Ok(rest.get(..end + 1).unwrap_or(rest))
 }
 
-/// The mapping at `key` of the root, if it is one.
-fn section<'a>(root: &'a Node, key: &str) -> Option<&'a Node> {
+/// The mapping at `key` of the root (or of any mapping node), if it is one.
+pub(super) fn section<'a>(root: &'a Node, key: &str) -> Option<&'a Node> {
     let Value::Map(entries) = &root.value else { return None };
     entries.iter().find(|(k, v)| k.name == key && matches!(v.value, Value::Map(_))).map(|(_, v)| v)
 }
@@ -137,7 +137,7 @@ fn string(map: &Node, key: &str) -> Option<String> {
 }
 
 /// The strings listed at `key` of `table` (none when absent); anything but a list of strings names `field`.
-fn strings(table: Option<&Node>, key: &str, field: &str) -> Result<Vec<String>, PolicyError> {
+pub(super) fn strings(table: Option<&Node>, key: &str, field: &str) -> Result<Vec<String>, PolicyError> {
     let Some(Value::Map(entries)) = table.map(|t| &t.value) else { return Ok(Vec::new()) };
     let Some((_, node)) = entries.iter().find(|(k, _)| k.name == key) else { return Ok(Vec::new()) };
     let not_a_list =
@@ -186,7 +186,7 @@ fn quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
-fn error(kind: PolicyErrorKind, entry: &str, message: String) -> PolicyError {
+pub(super) fn error(kind: PolicyErrorKind, entry: &str, message: String) -> PolicyError {
     PolicyError { kind, entry: entry.to_owned(), line: None, column: None, message }
 }
 
