@@ -86,7 +86,7 @@ pub struct Noticed {
     pub failures: Vec<((String, String), u64)>,
     /// `(host, tool)` → count.
     pub stripped: Vec<((String, String), u64)>,
-    /// Counted past [`MAX_NOTICED`] destinations each, not told apart: failures, then tools stripped.
+    /// Counted past `MAX_NOTICED` destinations each, not told apart: failures, then tools stripped.
     pub untold: (u64, u64),
 }
 
