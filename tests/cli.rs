@@ -257,6 +257,27 @@ fn check_exits_2_on_unreadable_files_and_unknown_extensions() {
 }
 
 #[test]
+fn explain_says_how_an_unannounced_refusal_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "quiet.yaml",
+        "network:\n  mode: blocklist\n  blocked_urls: [arxiv.org/abs/2401.01234]\n  refusals: as-not-found\n",
+    );
+    let o = leash(&["explain", "--policy", p.to_str().unwrap(), "https://arxiv.org/abs/2401.01234v2"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("answered as a missing page (refusals: as-not-found): 404 Not Found"),
+        "{}",
+        stdout(&o)
+    );
+    let allowed = leash(&["explain", "--policy", p.to_str().unwrap(), "https://arxiv.org/abs/2401.99999"]);
+    assert!(!stdout(&allowed).contains("missing page"), "only refusals: {}", stdout(&allowed));
+    let announced = leash(&["explain", "--block", "arxiv.org/abs/2401.01234", "https://arxiv.org/abs/2401.01234"]);
+    assert!(!stdout(&announced).contains("missing page"), "{}", stdout(&announced));
+}
+
+#[test]
 fn a_json_policy_is_checked_and_decides_as_its_yaml_spelling_and_strict_json_is_required() {
     let dir = tempfile::tempdir().unwrap();
     let json = "{\n  \"network\": {\n    \"mode\": \"blocklist\",\n    \"blocked_urls\": [\"arxiv.org/abs/2401.01234\"]\n  }\n}\n";

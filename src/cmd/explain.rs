@@ -150,6 +150,9 @@ fn after_decision(policy: &Policy, admission: &Admission<'_>, host: &Host) -> Ve
     if policy.may_ask(d) {
         lines.push(ASK_LINE.to_owned());
     }
+    if d.verdict == Verdict::Block && policy.refusals() == leash_policy::Refusals::AsNotFound {
+        lines.push(UNANNOUNCED_LINE.to_owned());
+    }
     // leash itself resolves the host when no upstream proxy does.
     if admission.treatment.is_some_and(|t| t.route.through().is_none()) {
         lines.push(format!(
@@ -163,6 +166,10 @@ fn after_decision(policy: &Policy, admission: &Admission<'_>, host: &Host) -> Ve
 /// Said under a refusal ask mode holds (a `not-allowed` one, no other): what happens to the request instead.
 const ASK_LINE: &str = "held: a person is asked (ask mode): allow once, for the run or always (written to the policy \
                         file), or deny; refused (ask-timeout) if nobody answers in time";
+
+/// Said under a refusal the policy answers as an origin's missing page (`refusals: as-not-found`).
+const UNANNOUNCED_LINE: &str = "answered as a missing page (refusals: as-not-found): 404 Not Found to a request, 502 \
+                                Bad Gateway to a tunnel, nothing naming leash or the rule; logged as a block";
 
 /// Where an allowed request goes out: through the upstream proxy (which then resolves the name), or directly.
 fn upstream_line(admission: &Admission<'_>, host: &Host) -> Option<String> {
