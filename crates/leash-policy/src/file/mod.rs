@@ -18,6 +18,7 @@ mod attachment;
 mod credentials;
 mod edit;
 mod entries;
+mod foreign;
 mod inline;
 mod json;
 mod raw;

@@ -19,8 +19,8 @@
 //! Keys other than the two lists (proxy ports, Unix sockets, filesystem rules) are the runtime's own and are listed
 //! as left alone.
 
+use super::foreign::{error, section as child, strings};
 use super::raw::{Node, Value};
-use super::task::{error, section as child, strings};
 use super::{PolicyError, PolicyErrorKind};
 
 /// A domain pattern of the two lists.

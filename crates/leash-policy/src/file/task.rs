@@ -13,6 +13,7 @@
 //! - `blocked_urls`: a URL prefix, scheme optional (leash blocks the path over `http` and `https` alike, which is
 //!   stricter), its query and fragment ignored (as benchflow does), a trailing `/` dropped (as both do).
 
+use super::foreign::{error, section, strings};
 use super::raw::{Node, ScalarKind, Value};
 use super::{PolicyError, PolicyErrorKind};
 
@@ -121,12 +122,6 @@ fn front_matter(text: &str) -> Result<&str, PolicyError> {
     Ok(rest.get(..end + 1).unwrap_or(rest))
 }
 
-/// The mapping at `key` of the root (or of any mapping node), if it is one.
-pub(super) fn section<'a>(root: &'a Node, key: &str) -> Option<&'a Node> {
-    let Value::Map(entries) = &root.value else { return None };
-    entries.iter().find(|(k, v)| k.name == key && matches!(v.value, Value::Map(_))).map(|(_, v)| v)
-}
-
 /// The string at `key` of a mapping.
 fn string(map: &Node, key: &str) -> Option<String> {
     let Value::Map(entries) = &map.value else { return None };
@@ -134,27 +129,6 @@ fn string(map: &Node, key: &str) -> Option<String> {
         Value::Scalar(ScalarKind::Str, s) => Some(s.clone()),
         _ => None,
     })
-}
-
-/// The strings listed at `key` of `table` (none when absent); anything but a list of strings names `field`.
-pub(super) fn strings(table: Option<&Node>, key: &str, field: &str) -> Result<Vec<String>, PolicyError> {
-    let Some(Value::Map(entries)) = table.map(|t| &t.value) else { return Ok(Vec::new()) };
-    let Some((_, node)) = entries.iter().find(|(k, _)| k.name == key) else { return Ok(Vec::new()) };
-    let not_a_list =
-        || error(PolicyErrorKind::BadValue, field, format!("expected a list of strings, found {}", node.kind_name()));
-    let Value::Seq(items) = &node.value else {
-        return match node.value {
-            Value::Scalar(ScalarKind::Null, _) => Ok(Vec::new()),
-            _ => Err(not_a_list()),
-        };
-    };
-    items
-        .iter()
-        .map(|item| match &item.value {
-            Value::Scalar(ScalarKind::Str, s) => Ok(s.clone()),
-            _ => Err(not_a_list()),
-        })
-        .collect()
 }
 
 /// A `blocked_urls` entry as leash writes it (`host/path`), and what was changed on the way.
@@ -184,10 +158,6 @@ fn blocked_url(url: &str, entry: &str) -> Result<(String, Vec<&'static str>), Po
 /// A YAML single-quoted scalar.
 fn quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
-}
-
-pub(super) fn error(kind: PolicyErrorKind, entry: &str, message: String) -> PolicyError {
-    PolicyError { kind, entry: entry.to_owned(), line: None, column: None, message }
 }
 
 #[cfg(test)]
