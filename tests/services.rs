@@ -139,6 +139,13 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// `N` distinct free ports: every listener is held until all are chosen (one at a time, the kernel may hand the
+/// same port out twice, and a proxy whose service names its own port refuses to start).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<TcpListener> = (0..N).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
@@ -655,7 +662,7 @@ fn host_curl(args: &[&str]) -> String {
 fn proxy_serves_a_service_on_its_own_address_and_logs_each_request() {
     let dir = tempfile::tempdir().unwrap();
     let mcp = Mcp::start(dir.path(), "mcp");
-    let (proxy_port, service_port) = (free_port(), free_port());
+    let [proxy_port, service_port] = free_ports();
     let entry = format!(
         "    - {{name: mcp, listen: {service_port}, target: '127.0.0.1:{}', kind: http, paths: [/mcp]}}\n",
         mcp.port
@@ -696,7 +703,7 @@ fn proxy_refuses_to_start_with_a_service_on_its_own_port() {
 fn proxy_reload_applies_new_paths_to_the_next_connection_but_refuses_to_move_a_listener() {
     let dir = tempfile::tempdir().unwrap();
     let mcp = Mcp::start(dir.path(), "mcp");
-    let (proxy_port, service_port, elsewhere) = (free_port(), free_port(), free_port());
+    let [proxy_port, service_port, elsewhere] = free_ports();
     let entry = |listen: u16, paths: &str| {
         format!(
             "    - {{name: mcp, listen: {listen}, target: '127.0.0.1:{}', kind: http, paths: [{paths}]}}\n",
