@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 const LEASH: &str = env!("CARGO_BIN_EXE_leash");
@@ -435,12 +435,15 @@ fn gvisor_run(bundle: &tempfile::TempDir) -> Output {
     let state = bundle.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
     let name = format!("leash-test-{}", std::process::id());
+    // Standard input a pipe, not the default /dev/null: runsc hands the container its stdio files and changes
+    // their owner (the host's /dev/null became nobody's).
     Command::new("timeout")
         .args(["120", "runsc", "--root"])
         .arg(&state)
         .args(["--net-raw", "--network=none", "run", "--bundle"])
         .arg(bundle.path())
         .arg(name)
+        .stdin(Stdio::piped())
         .output()
         .unwrap()
 }
@@ -455,9 +458,13 @@ fn under_gvisor_the_per_uid_firewall_is_iptables_and_its_self_test_still_refuses
     let script =
         format!("{ROOT_DAEMON}\n/leash run --user 1000 --allow ok.test -- sh -c \"{agent}\"; echo \"exit $?\"");
     let Some(bundle) = gvisor_bundle(&script) else { return };
+    let owner =
+        |m: std::fs::Metadata| (std::os::unix::fs::MetadataExt::uid(&m), std::os::unix::fs::MetadataExt::gid(&m));
+    let dev_null = owner(std::fs::metadata("/dev/null").unwrap());
     let out = gvisor_run(&bundle);
     let (said, err) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(said, "1000\n403\ndirect-shut\nexit 0\n", "{err}");
+    assert_eq!(owner(std::fs::metadata("/dev/null").unwrap()), dev_null, "the host's /dev/null is left as it was");
     assert!(err.contains("using uid-firewall") && err.contains("no REJECT"), "{err}");
     // Every packet of the loopback admitted, with the root daemon listening there: refused before the command runs.
     let flawed = format!("{ROOT_DAEMON}\nLEASH_DANGER_TEST_FIREWALL_FLAW=all-loopback /leash run --user 1000 --allow ok.test -- echo ran; echo \"exit $?\"");
