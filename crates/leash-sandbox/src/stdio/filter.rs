@@ -200,20 +200,18 @@ impl OutputFilter {
             // S8C1T: the terminal would answer in 8-bit controls from now on.
             b'G' if self.held == [ESC, b' '] => self.reset(),
             0x30..=0x7e => self.pass_held(byte, out),
-            // A control inside a sequence is carried out where it stands, as a terminal does.
-            0x00..=0x1f => {
-                if byte != ENQ {
-                    out.push(byte);
-                }
-            }
-            // Too many intermediates, DEL or a byte above ASCII: the sequence is dropped, and a byte above ASCII read
-            // as text.
-            _ => {
-                self.reset();
-                if byte >= 0x80 {
-                    self.text(byte, out);
-                }
-            }
+            0x00..=0x1f => control_within(byte, out),
+            // Too many intermediates, DEL or a byte above ASCII.
+            _ => self.abandon(byte, out),
+        }
+    }
+
+    /// A byte that ends a sequence unfinished (DEL, a byte above ASCII): the sequence is dropped, and a byte above
+    /// ASCII read as text.
+    fn abandon(&mut self, byte: u8, out: &mut Vec<u8>) {
+        self.reset();
+        if byte >= 0x80 {
+            self.text(byte, out);
         }
     }
 
@@ -228,17 +226,8 @@ impl OutputFilter {
                 }
                 self.reset();
             }
-            0x00..=0x1f => {
-                if byte != ENQ {
-                    out.push(byte);
-                }
-            }
-            _ => {
-                self.reset();
-                if byte >= 0x80 {
-                    self.text(byte, out);
-                }
-            }
+            0x00..=0x1f => control_within(byte, out),
+            _ => self.abandon(byte, out),
         }
         // Past the bound the sequence is dropped at its final byte; what it held is not kept meanwhile.
         if self.held.len() > CSI_MAX + 2 {
@@ -294,6 +283,14 @@ impl OutputFilter {
         self.held.clear();
         self.utf8 = None;
         self.state = State::Ground;
+    }
+}
+
+/// A control byte inside a sequence: carried out where it stands, as a terminal does (ENQ, which asks the terminal
+/// for its answerback, dropped).
+fn control_within(byte: u8, out: &mut Vec<u8>) {
+    if byte != ENQ {
+        out.push(byte);
     }
 }
 
