@@ -171,6 +171,10 @@ pub struct SandboxProxyArgs {
     /// sandbox-runtime's `network`, Claude Code's `sandbox.network`; `leash check --task` says what each became)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
+    /// The operator's boundary: a policy file whose refusals always apply and whose allows cap this run's policy
+    /// (no run policy, `--audit` or ask-mode answer widens it); default: the LEASH_BOUNDARY variable
+    #[arg(long, value_name = "FILE", env = "LEASH_BOUNDARY")]
+    pub boundary: Option<PathBuf>,
     /// Learn a policy: let through what its host and path rules would refuse, logged as `would-block` with the
     /// reason; ports, IP literals and internal destinations are still refused (like `mode: audit`)
     #[arg(long)]
@@ -405,6 +409,10 @@ pub struct ProxyArgs {
     /// or Claude Code's settings .json), reloaded on SIGHUP
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
+    /// The operator's boundary: a policy file whose refusals always apply and whose allows cap this run's policy
+    /// (no run policy, `--audit` or ask-mode answer widens it); default: the LEASH_BOUNDARY variable
+    #[arg(long, value_name = "FILE", env = "LEASH_BOUNDARY")]
+    pub boundary: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
@@ -471,6 +479,10 @@ pub struct CheckArgs {
     /// settings .json): what each network field becomes, and the policy it makes checked
     #[arg(long, value_name = "FILE")]
     pub task: Option<PathBuf>,
+    /// Also check that the policy lies within this boundary: every entry that allows what the boundary refuses
+    /// is an error (a run under that boundary would refuse it)
+    #[arg(long, value_name = "BOUNDARY")]
+    pub within: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -489,6 +501,10 @@ pub struct ExplainArgs {
     /// settings .json)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
+    /// The operator's boundary: a policy file whose refusals always apply and whose allows cap this run's policy
+    /// (no run policy, `--audit` or ask-mode answer widens it); default: the LEASH_BOUNDARY variable
+    #[arg(long, value_name = "FILE", env = "LEASH_BOUNDARY")]
+    pub boundary: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,

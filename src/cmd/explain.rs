@@ -25,6 +25,7 @@ pub fn run(args: &ExplainArgs) -> Result<Exit, Failure> {
         (None, None) => crate::policy_file::inline(&args.allow, &args.block),
     }
     .map_err(|f| f.with_exit(Exit::Usage))?;
+    let policy = crate::policy_file::bounded(policy, args.boundary.as_deref())?;
     let explained = match service_asked(&policy, url) {
         Some((service, path)) => explain_service(service, method, path),
         None if method.eq_ignore_ascii_case("CONNECT") => explain_connect(&policy, url),
@@ -141,9 +142,14 @@ const TLS: TlsInspection =
 fn after_decision(policy: &Policy, admission: &Admission<'_>, host: &Host) -> Vec<String> {
     let d = &admission.decision;
     let mut lines = vec![format!("{}: {}", d.reason, d.reason.describe())];
-    if let Some(rule) = &d.rule {
-        lines.push(format!("matching entry: `{rule}`"));
+    match (&d.rule, policy.boundary()) {
+        (Some(rule), Some(b)) if d.reason == Reason::Boundary => {
+            lines.push(format!("matching entry of the boundary {}: `{rule}`", b.label()))
+        }
+        (Some(rule), _) => lines.push(format!("matching entry: `{rule}`")),
+        (None, _) => {}
     }
+    lines.extend(boundary_line(policy, d));
     if d.verdict == Verdict::WouldBlock {
         lines.push("audit mode: the policy would refuse this; it is let through and logged as would-block".to_owned());
     }
@@ -161,6 +167,20 @@ fn after_decision(policy: &Policy, admission: &Admission<'_>, host: &Host) -> Ve
         ));
     }
     lines
+}
+
+/// Under a boundary, who decided: the boundary, which no run policy can lift (its own `explain --policy` says why),
+/// or the run's policy, which the boundary let decide.
+fn boundary_line(policy: &Policy, d: &Decision) -> Option<String> {
+    let b = policy.boundary()?;
+    Some(match d.reason {
+        Reason::Boundary => format!(
+            "the boundary {} refuses this whatever the run's policy says (`leash explain --policy {}` says why)",
+            b.label(),
+            b.label()
+        ),
+        _ => format!("within the boundary {}: it lets this on, and the run's policy decided", b.label()),
+    })
 }
 
 /// Said under a refusal ask mode holds (a `not-allowed` one, no other): what happens to the request instead.

@@ -36,6 +36,7 @@ async fn serve(args: ProxyArgs) -> Result<Exit, Failure> {
         (None, Some(task)) => crate::policy_file::load_task(task)?.0.policy,
         (None, None) => crate::policy_file::inline(&args.allow, &args.block)?,
     };
+    let policy = crate::policy_file::bounded(policy, args.boundary.as_deref())?;
     let policy = ask::ask_mode(audit_mode(policy, args.audit), &args.ask)?;
     let ask_socket = policy.asks().then(|| ask::bind_socket(&args.ask)).transpose()?;
     let secrets = Arc::new(secrets::read_or_exit(&policy)?);
@@ -219,9 +220,8 @@ async fn reload_on_hangup(
         };
         let reloaded = reloaded.and_then(|p| with_modes(p, modes));
         let running = policy.current();
-        match reloaded.and_then(|p| check_same_resources(&running, &p).map(|()| p)) {
-            Ok(p) => {
-                policy.store(p);
+        match reloaded.and_then(|p| check_same_resources(&running, &p).map(|()| p)).and_then(|p| policy.store(p)) {
+            Ok(()) => {
                 metrics.count_reload(true);
                 tracing::info!("reloaded the policy from `{}`", path.display());
             }

@@ -40,6 +40,7 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<Proxy
         (None, Some(task)) => crate::policy_file::load_task(task).map_err(|f| f.with_exit(Exit::Usage))?.0.policy,
         (None, None) => crate::policy_file::inline(&args.allow, &args.block)?,
     };
+    let policy = crate::policy_file::bounded(policy, args.boundary.as_deref())?;
     if args.policy.is_none() && args.task.is_none() && args.allow.is_empty() && args.block.is_empty() {
         tracing::warn!("no policy (--policy FILE, --allow HOST or --block RULE): every request is refused");
     }

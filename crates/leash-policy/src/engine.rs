@@ -6,6 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
+use crate::boundary::{quieter_refusals, stricter_tools, Boundary};
 use crate::credentials::Credential;
 use crate::decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Refusals, Request, Scheme, Verdict, Via};
 use crate::dest::{is_internal, Cidr};
@@ -49,6 +50,20 @@ pub struct Policy {
     upstream: Option<UpstreamProxy>,
     /// `services`: the operator's own services (see [`Policy::services`]).
     services: Vec<Service>,
+    /// The operator's boundary this policy is held inside (see [`Policy::within`]).
+    boundary: Option<Arc<Boundary>>,
+    /// An allowlist's allowing entries, each as a request it admits (`leash check --within` asks a boundary).
+    allows: Vec<AllowedEntry>,
+}
+
+/// One entry of an allowlist as the request it admits: its host (the name a `.x` entry covers), and its path.
+#[derive(Debug, Clone)]
+pub(crate) struct AllowedEntry {
+    pub(crate) text: Arc<str>,
+    pub(crate) host: Name,
+    pub(crate) path: Option<CanonicalPath>,
+    /// A `.x` entry: it covers every subdomain of `host` too.
+    pub(crate) subtree: bool,
 }
 
 impl Policy {
@@ -156,7 +171,7 @@ impl Policy {
     /// False when no tunnel can ever be inspected: no `inspect: all`, no path rule, and no model API host whose tools
     /// are filtered can be allowed. A caller may then do without a CA (`leash run` writes none). Errs towards true.
     pub fn may_inspect(&self) -> bool {
-        self.may_inspect
+        self.may_inspect || self.boundary.as_ref().is_some_and(|b| b.policy.may_inspect())
     }
 
     /// `network.refusals`: how the proxy answers a refusal (it logs it as one either way).
@@ -196,6 +211,9 @@ impl Policy {
     /// `allowed_urls` entry names it and `allowed_hosts` does not already allow it whole. Such a host's tunnels are
     /// inspected (so are a model API's, see [`Policy::filters_provider_tools`], and every one under `inspect: all`).
     pub fn host_has_path_rules(&self, host: &Host) -> bool {
+        if self.boundary.as_ref().is_some_and(|b| b.policy.host_has_path_rules(host)) {
+            return true;
+        }
         let Host::Name(name) = host else { return false };
         match self.mode {
             Mode::Allowlist if self.rules.host_rule(name.as_str()).is_some() => false,
@@ -262,7 +280,11 @@ impl Policy {
     /// inside one of `own`: what this host's kernel delivers locally, whole prefixes included, and where the proxy
     /// listens) and not inside `allow_destinations`. No address at all is refused too: there is nothing checked to
     /// dial.
+    /// Under a boundary, an address must be exempt in both: the boundary's `allow_destinations` caps the run's.
     pub fn check_destination(&self, addrs: &[IpAddr], own: &[Cidr]) -> Result<(), Reason> {
+        if let Some(boundary) = &self.boundary {
+            boundary.policy.check_destination(addrs, own)?;
+        }
         if addrs.is_empty() {
             return Err(Reason::InternalDestination);
         }
@@ -301,6 +323,10 @@ impl Policy {
             }
         }
         rules.finish();
+        let allows = match network.mode {
+            Mode::Allowlist => allowed_entries(&network),
+            Mode::Blocklist => Vec::new(),
+        };
         let (model_exact, model_subtrees) = model_sets(&network.model_apis);
         let filters_models = network.provider_tools != ProviderTools::Allow;
         let may_inspect = !network.credentials.is_empty()
@@ -332,7 +358,34 @@ impl Policy {
             credentials: network.credentials,
             upstream: network.upstream,
             services: network.services,
+            boundary: None,
+            allows,
         }
+    }
+
+    /// This policy inside `boundary`, unchecked (see [`Policy::within`]): the boundary's stricter settings for
+    /// provider tools and refusals apply to the run too.
+    pub(crate) fn bounded_by(self, boundary: Arc<Boundary>) -> Policy {
+        let provider_tools = stricter_tools(self.provider_tools, boundary.policy.provider_tools);
+        // Errs towards true, as `may_inspect` may: a model API the run allowed unread is now read.
+        let may_inspect = self.may_inspect || provider_tools != self.provider_tools;
+        let refusals = quieter_refusals(self.refusals, boundary.policy.refusals);
+        Policy { provider_tools, may_inspect, refusals, boundary: Some(boundary), ..self }
+    }
+
+    /// The boundary this policy is held inside, if any.
+    pub fn boundary(&self) -> Option<&Arc<Boundary>> {
+        self.boundary.as_ref()
+    }
+
+    /// An allowlist's allowing entries (empty for a blocklist).
+    pub(crate) fn allowed_entries(&self) -> &[AllowedEntry] {
+        &self.allows
+    }
+
+    /// Whether `model_apis` added a host to [`DEFAULT_MODEL_APIS`].
+    pub(crate) fn declares_model_apis(&self) -> bool {
+        self.model_exact.len() > DEFAULT_MODEL_APIS.len() || !self.model_subtrees.is_empty()
     }
 
     /// A plain-HTTP request to a credential's host: the credential would travel in clear, so it is refused unless
@@ -423,7 +476,8 @@ impl Policy {
     /// such a name and NXDOMAINs every other. A host with path rules is reachable (each request is then decided on
     /// its path); an IP literal, listed dotted quads included, is never reachable as a name.
     pub fn name_is_reachable(&self, host: &Host) -> bool {
-        self.decide_lookup(host).verdict != Verdict::Block
+        let outside = self.boundary.as_ref().is_some_and(|b| b.policy.decide_lookup(host).verdict == Verdict::Block);
+        !outside && self.decide_lookup(host).verdict != Verdict::Block
     }
 
     /// The decision on a name alone, as [`Policy::name_is_reachable`] takes it, with the rule and reason an audit
@@ -466,6 +520,25 @@ fn model_sets(entries: &[HostPattern]) -> (FastMap<Box<str>, ()>, FastMap<Box<st
         };
     }
     (exact, subtrees)
+}
+
+/// An allowlist's `allowed_hosts` names and `allowed_urls` entries, as the requests they admit.
+fn allowed_entries(network: &Network) -> Vec<AllowedEntry> {
+    let hosts = network.hosts.iter().filter_map(|rule| {
+        let (host, subtree) = match &rule.pattern {
+            HostPattern::Exact(name) => (name.clone(), false),
+            HostPattern::Subtree(name) => (name.clone(), true),
+            HostPattern::Ipv4(_) => return None,
+        };
+        Some(AllowedEntry { text: rule.text.clone(), host, path: None, subtree })
+    });
+    let urls = network.urls.iter().map(|rule| AllowedEntry {
+        text: rule.text.clone(),
+        host: rule.host.clone(),
+        path: rule.path.clone(),
+        subtree: false,
+    });
+    hosts.chain(urls).collect()
 }
 
 /// An allowlist's `allowed_hosts` names as (name, covers subdomains); its `allowed_urls` all carry a path.

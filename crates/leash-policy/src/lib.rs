@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod boundary;
 pub mod credentials;
 pub mod decision;
 pub mod dest;
@@ -30,6 +31,7 @@ pub mod upstream;
 pub mod url;
 
 pub use admission::{Admission, Route, Treatment, Tunnel};
+pub use boundary::Boundary;
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
 pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Refusals, Request, Scheme, Verdict, Via};
 pub use dest::{is_internal, Cidr, CidrError};

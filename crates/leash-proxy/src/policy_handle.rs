@@ -38,9 +38,17 @@ impl PolicyHandle {
         self.0.load_full()
     }
 
-    /// Replace the policy for every request decided from now on.
-    pub fn store(&self, policy: Policy) {
-        let generation = self.0.load().generation + 1;
-        self.0.store(Arc::new(Snapshot { policy, generation }));
+    /// Replace the policy for every request decided from now on. A policy in force inside a boundary
+    /// (`--boundary`) stays inside it: the new one is held inside the same boundary, or refused (with every reason)
+    /// and the old one kept.
+    pub fn store(&self, policy: Policy) -> Result<(), String> {
+        let current = self.0.load();
+        let policy = match (policy.boundary(), current.policy.boundary()) {
+            // INVARIANT: no reload, `always` answer or switch takes a policy out of its boundary.
+            (None, Some(boundary)) => policy.within(boundary.clone()).map_err(|problems| problems.join("; "))?,
+            _ => policy,
+        };
+        self.0.store(Arc::new(Snapshot { policy, generation: current.generation + 1 }));
+        Ok(())
     }
 }

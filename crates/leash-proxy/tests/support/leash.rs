@@ -282,7 +282,7 @@ impl Leash {
 
     /// Replace the policy (what SIGHUP does).
     pub fn reload(&self, yaml: &str) {
-        self.policy.store(policy(yaml));
+        self.policy.store(policy(yaml)).unwrap();
     }
 
     /// The audit log's lines so far.
