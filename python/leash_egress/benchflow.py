@@ -134,7 +134,7 @@ async def start_egress_denylist(
         _loopback_gateway_port(model_gateway_url)
     loop = asyncio.get_running_loop()
     sandbox = _EnvSandbox(env, loop)
-    previous = _RUNNING.pop(id(env), None)
+    _, previous = _RUNNING.pop(id(env), (None, None))
     work = functools.partial(_start, sandbox, denylist_policy(denylist), previous, timeout_sec)
     proxy = await loop.run_in_executor(None, work)
     _RUNNING[id(env)] = (env, proxy)
@@ -249,9 +249,7 @@ class _EnvSandbox:
     def _wait(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    def exec(
-        self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None
-    ) -> ExecResult:
+    def exec(self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None) -> ExecResult:
         command = " ".join(shlex.quote(a) for a in argv)
         if env:
             command = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + command

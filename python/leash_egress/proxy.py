@@ -250,9 +250,7 @@ def _wait_ready(sandbox: Sandbox, workdir: str, timeout: float) -> str:
                 return address
         time.sleep(POLL_SECONDS)
     stage = "answer /healthz" if address else "print its ready line"
-    raise LeashError(
-        f"leash proxy did not {stage} within {timeout:g} s", None, _read_text(sandbox, workdir, "stderr")
-    )
+    raise LeashError(f"leash proxy did not {stage} within {timeout:g} s", None, _read_text(sandbox, workdir, "stderr"))
 
 
 def _healthz(sandbox: Sandbox, address: str) -> bool:
@@ -264,8 +262,7 @@ def _healthz(sandbox: Sandbox, address: str) -> bool:
         f"if command -v wget >/dev/null 2>&1; then exec wget -q -T 2 -Y off -O /dev/null {url}; fi; "
         "for py in python3 python; do if command -v $py >/dev/null 2>&1; then exec $py -c "
         + shlex.quote(
-            "import sys, urllib.request as u; "
-            "u.build_opener(u.ProxyHandler({})).open(sys.argv[1], timeout=2).read()"
+            "import sys, urllib.request as u; u.build_opener(u.ProxyHandler({})).open(sys.argv[1], timeout=2).read()"
         )
         + f" {url}; fi; done; exit {NO_HTTP_CLIENT}"
     )

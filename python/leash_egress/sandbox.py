@@ -32,9 +32,7 @@ class Sandbox(Protocol):
     """The calls a harness supplies; every path is inside the sandbox, every command runs as the sandbox's root
     (or whoever may start leash there: docs/inside.md says what each containment needs)."""
 
-    def exec(
-        self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None
-    ) -> ExecResult:
+    def exec(self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None) -> ExecResult:
         """Runs ``argv`` and waits for it, or with ``detach`` starts it to keep running after this call returns
         (``docker exec -d``, a provider's background process) and returns at once."""
         ...
@@ -54,9 +52,7 @@ class LocalSandbox:
     def __init__(self) -> None:
         self._detached: List[subprocess.Popen] = []
 
-    def exec(
-        self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None
-    ) -> ExecResult:
+    def exec(self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None) -> ExecResult:
         # Reap detached commands that have ended (leash once stopped), so none is left a zombie.
         self._detached = [process for process in self._detached if process.poll() is None]
         full_env = None
@@ -98,25 +94,19 @@ class DockerSandbox:
         self.user = user
         self.docker = docker
 
-    def exec(
-        self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None
-    ) -> ExecResult:
+    def exec(self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None) -> ExecResult:
         cmd = [self.docker, "exec", "-u", self.user]
         if detach:
             cmd.append("-d")
         for name, value in (env or {}).items():
             cmd += ["-e", f"{name}={value}"]
-        done = subprocess.run(
-            cmd + [self.container] + list(argv), capture_output=True, timeout=EXEC_TIMEOUT_SECONDS
-        )
+        done = subprocess.run(cmd + [self.container] + list(argv), capture_output=True, timeout=EXEC_TIMEOUT_SECONDS)
         return ExecResult(done.returncode, _text(done.stdout), _text(done.stderr))
 
     def put_file(self, path: str, data: bytes, mode: int) -> None:
         script = 'cat > "$1" && chmod "$2" "$1"'
         cmd = [self.docker, "exec", "-i", "-u", self.user, self.container, "sh", "-c", script, "sh", path]
-        done = subprocess.run(
-            cmd + [format(mode, "o")], input=data, capture_output=True, timeout=EXEC_TIMEOUT_SECONDS
-        )
+        done = subprocess.run(cmd + [format(mode, "o")], input=data, capture_output=True, timeout=EXEC_TIMEOUT_SECONDS)
         if done.returncode != 0:
             raise OSError(f"cannot write `{path}` in container {self.container}: {_text(done.stderr).strip()}")
 

@@ -178,11 +178,21 @@ class LocalProxyTests(unittest.TestCase):
 
 
 class LocalRunTests(unittest.TestCase):
-    """`leash run` through the local adapter: leash's own sandbox (user namespaces) on this machine."""
+    """`leash run` through the local adapter: leash's own sandbox (user namespaces) on this machine; skipped loudly
+    where the kernel refuses them, unless LEASH_REQUIRE_SANDBOX=1 (CI)."""
 
     def setUp(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="leash-py-")
         self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def run_sandboxed(self, policy: Policy, argv: list, **options) -> leash_egress.RunResult:
+        try:
+            return run(LocalSandbox(), policy, argv, workdir=f"{self.dir}/work", **options)
+        except LeashError as refused:
+            if refused.exit_code != 125 or os.environ.get("LEASH_REQUIRE_SANDBOX"):
+                raise
+            print(f"SKIPPED: no sandbox here ({refused.message})", file=sys.stderr)
+            self.skipTest("no sandbox here")
 
     def test_the_command_runs_filtered_and_its_requests_are_returned(self) -> None:
         if not shutil.which("curl"):
@@ -193,18 +203,15 @@ class LocalRunTests(unittest.TestCase):
             f"curl -s -w ' %{{http_code}}' http://allowed.test:{origin.port}/a; "
             "curl -s -o /dev/null -w ' %{http_code}' http://refused.test/b; exit 7"
         )
-        result = run(
-            LocalSandbox(),
-            allow_loopback_policy("allowed.test", origin.port),
-            ["sh", "-c", script],
-            args=["--resolve", "allowed.test:127.0.0.1"],
-            workdir=f"{self.dir}/work",
-        )
-        if result.exit_code == 125:
-            self.skipTest(f"no sandbox here: {result.stderr}")
+        policy = allow_loopback_policy("allowed.test", origin.port)
+        result = self.run_sandboxed(policy, ["sh", "-c", script], args=["--resolve", "allowed.test:127.0.0.1"])
         self.assertEqual((result.exit_code, result.stdout), (7, "hello from /a 200 403"), result.stderr)
         self.assertNotIn(leash_egress.proxy.STARTED_MARK, result.stderr)
         self.assertEqual([e["decision"] for e in decisions(result.audit)], ["allow", "block"])
+
+    def test_a_command_that_exits_125_itself_is_its_own_status_not_a_refusal(self) -> None:
+        result = self.run_sandboxed(allow_loopback_policy("a.test"), ["sh", "-c", "echo ran; exit 125"])
+        self.assertEqual((result.exit_code, result.stdout), (125, "ran\n"))
 
     def test_a_command_leash_will_not_start_raises_instead_of_running(self) -> None:
         marker = pathlib.Path(self.dir, "ran")
@@ -288,12 +295,17 @@ class DockerProxyTests(DockerTestCase):
         self.assertEqual(len(self.box.leash_processes()), 1)
         curl = "curl -s -w ' %{http_code}' -x " + proxy.env["HTTP_PROXY"]
         # As the agent's uid: it reads the CA and the env file, not the policy or the log.
-        said = self.box.sh(f"{curl} http://allowed.test:{ORIGIN_PORT}/paper; {curl} -o /dev/null http://refused.test/x", "1000")
+        said = self.box.sh(
+            f"{curl} http://allowed.test:{ORIGIN_PORT}/paper; {curl} -o /dev/null http://refused.test/x", "1000"
+        )
         self.assertEqual(said.stdout, "paper\n 200 403", said.stderr)
         secret = self.box.sh("cat /opt/leash/policy.json /opt/leash/audit.jsonl; . /opt/leash-public/leash.env", "1000")
         self.assertIn("Permission denied", secret.stderr)
         entries = proxy.stop()
-        self.assertEqual([(e["decision"], e["host"]) for e in decisions(entries)], [("allow", "allowed.test"), ("block", "refused.test")])
+        self.assertEqual(
+            [(e["decision"], e["host"]) for e in decisions(entries)],
+            [("allow", "allowed.test"), ("block", "refused.test")],
+        )
         self.assertEqual(self.box.leash_processes(), [])
 
     def test_a_policy_leash_refuses_in_the_container_raises_and_leaves_nothing_running(self) -> None:
@@ -313,13 +325,19 @@ class DockerBenchflowTests(DockerTestCase):
 
         async def rollout_with_agent() -> dict:
             await bf.start_egress_denylist(env, "agent", denylist)
+            # benchflow starts it again before each connection: the first one is ended, one leash runs.
+            await bf.start_egress_denylist(env, "agent", denylist)
+            self.assertEqual(len(self.box.leash_processes()), 1)
             agent = bf.denylist_agent_env({})
-            curl = f"curl -s -o /dev/null -w '%{{http_code}} ' --cacert {agent['CURL_CA_BUNDLE']} -x {agent['HTTPS_PROXY']}"
-            said = (await env.exec(
-                f"{curl} https://paper.test/abs/2401.01234; {curl} https://paper.test/abs/2401.01234v2; "
-                f"{curl} http://blocked.test/; {curl} https://paper.test/abs/9999.00001",
-                user="1000",
-            )).stdout
+            curl = "curl -s -o /dev/null -w '%{http_code} '"
+            curl += f" --cacert {agent['CURL_CA_BUNDLE']} -x {agent['HTTPS_PROXY']}"
+            said = (
+                await env.exec(
+                    f"{curl} https://paper.test/abs/2401.01234; {curl} https://paper.test/abs/2401.01234v2; "
+                    f"{curl} http://blocked.test/; {curl} https://paper.test/abs/9999.00001",
+                    user="1000",
+                )
+            ).stdout
             await bf.stop_egress_denylist(env, rollout)
             return said
 
@@ -329,7 +347,9 @@ class DockerBenchflowTests(DockerTestCase):
         codes = said.split()
         self.assertEqual(codes[:3], ["403", "403", "403"], said)
         self.assertNotEqual(codes[3], "403", said)
-        blocked = [json.loads(line) for line in (rollout / "trajectory" / bf.TRAJECTORY_LOG_NAME).read_text().splitlines()]
+        blocked = [
+            json.loads(line) for line in (rollout / "trajectory" / bf.TRAJECTORY_LOG_NAME).read_text().splitlines()
+        ]
         self.assertEqual([b["action"] for b in blocked], ["blocked"] * 3)
         self.assertEqual(blocked[0]["url"], "https://paper.test/abs/2401.01234")
         self.assertTrue(blocked[0]["rule"].startswith("url:paper.test/abs/2401.01234"), blocked[0])
