@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import shlex
 import tempfile
 import urllib.parse
@@ -32,7 +33,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 from .errors import LeashError
 from .policy import Policy
 from .proxy import Proxy, read_audit_log, start_proxy, stop_leftover
-from .sandbox import ExecResult
+from .sandbox import CONTROL_TIMEOUT_SECONDS, ExecResult
 
 __all__ = [
     "CA_BUNDLE_PATH",
@@ -59,8 +60,6 @@ CA_CERT_PATH = f"{CA_DIR}/ca.crt"
 CA_BUNDLE_PATH = f"{CA_DIR}/ca-bundle.crt"
 PROXY_URL = f"http://127.0.0.1:{EGRESS_PORT}"
 NO_PROXY = "127.0.0.1,localhost,::1"
-# One exec into benchflow's sandbox (its own calls use 10 to 30 s).
-EXEC_TIMEOUT_SECONDS = 60
 
 # The proxy of each sandbox this process started, for stop (benchflow passes only the env).
 _RUNNING: Dict[int, Tuple[Any, Proxy]] = {}
@@ -193,7 +192,7 @@ def _start(sandbox: "_EnvSandbox", policy: Policy, previous: Optional[Proxy], ti
         f"cp {q(CA_CERT_PATH)} /usr/local/share/ca-certificates/benchflow-egress.crt && "
         "update-ca-certificates >/dev/null 2>&1; fi; exit $status"
     )
-    result = sandbox.exec(["sh", "-c", install])
+    result = sandbox.exec(["sh", "-c", install], timeout=CONTROL_TIMEOUT_SECONDS)
     if result.exit_code != 0:
         _stop_quietly(proxy)
         raise LeashError("cannot install leash's CA where benchflow's agents read it", result.exit_code, result.stderr)
@@ -249,7 +248,14 @@ class _EnvSandbox:
     def _wait(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
-    def exec(self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        detach: bool = False,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
         command = " ".join(shlex.quote(a) for a in argv)
         if env:
             command = "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " " + command
@@ -257,7 +263,9 @@ class _EnvSandbox:
             # In the background of the exec's shell, which returns at once (no `nohup`: not every image has it, and
             # an exec without a terminal sends no SIGHUP).
             command = f"{command} </dev/null >/dev/null 2>&1 &"
-        result = self._wait(self.env.exec(command, user="root", timeout_sec=EXEC_TIMEOUT_SECONDS))
+        # benchflow's exec takes whole seconds.
+        limit = None if timeout is None else max(1, math.ceil(timeout))
+        result = self._wait(self.env.exec(command, user="root", timeout_sec=limit))
         code = getattr(result, "return_code", getattr(result, "exit_code", 0))
         return ExecResult(code, getattr(result, "stdout", "") or "", getattr(result, "stderr", "") or "")
 

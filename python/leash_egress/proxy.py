@@ -16,10 +16,13 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 from .errors import LeashError, find_leash
 from .policy import Policy
-from .sandbox import ExecResult, Sandbox
+from .sandbox import CONTROL_TIMEOUT_SECONDS, ExecResult, Sandbox
 
 WORKDIR = "/opt/leash"
 PUBLIC_DIR = "/opt/leash-public"
+# The audit logs in the workdir: the proxy's (appended to by every start there), and the last run's.
+PROXY_LOG = "audit.jsonl"
+RUN_LOG = "run-audit.jsonl"
 # leash binds and prints its ready line within a second; a loaded sandbox's exec round trips take most of this.
 READY_TIMEOUT_SECONDS = 30.0
 # leash lets in-flight requests finish for 10 s after SIGTERM (docs/commands.md); a little more for the log's flush.
@@ -120,10 +123,11 @@ def start_proxy(
     """
     _prepare(sandbox, policy, workdir, leash, extra_dirs=(public_dir,))
     argv = [f"{workdir}/leash", "proxy"] + policy.args(workdir) + ["--listen", listen]
-    argv += ["--log", f"{workdir}/audit.jsonl", "--env-file", f"{public_dir}/leash.env"]
+    argv += ["--log", f"{workdir}/{PROXY_LOG}", "--env-file", f"{public_dir}/leash.env"]
     argv += ["--ca-cert-out", f"{public_dir}/ca.pem", "--ca-bundle-out", f"{public_dir}/ca-bundle.pem"]
     argv += list(args)
-    _check(sandbox.exec(["sh", "-c", _background(workdir, argv)], detach=True), "cannot start leash in the sandbox")
+    started = sandbox.exec(["sh", "-c", _background(workdir, argv)], detach=True, timeout=CONTROL_TIMEOUT_SECONDS)
+    _check(started, "cannot start leash in the sandbox")
     try:
         address = _wait_ready(sandbox, workdir, timeout)
         env = parse_env_file(sandbox.get_file(f"{public_dir}/leash.env").decode())
@@ -144,28 +148,32 @@ def run(
     env: Optional[Dict[str, str]] = None,
     workdir: str = WORKDIR,
     leash: Optional[str] = None,
+    timeout: Optional[float] = None,
 ) -> RunResult:
     """Runs ``argv`` in ``sandbox`` under ``leash run`` and waits for it; returns its status, output and the audit
     log.
 
     ``user`` (``--user``, the agent's uid) and ``containment`` (``--containment``) are as docs/inside.md says;
-    ``args`` are more ``leash run`` options; ``env`` is added to the environment ``leash`` is started with. Raises
+    ``args`` are more ``leash run`` options; ``env`` is added to the environment ``leash`` is started with;
+    ``timeout`` is handed to the sandbox's ``exec`` (None: no limit). Returns only this run's audit lines. Raises
     :class:`LeashError` when the command never ran: leash could not set up containment (125), or refused its
     options or policy (2) — told apart from the command's own status by a line the command's wrapper prints first.
     """
     _prepare(sandbox, policy, workdir, leash)
-    cmd = [f"{workdir}/leash", "run"] + policy.args(workdir) + ["--log", f"{workdir}/audit.jsonl"]
+    log = f"{workdir}/{RUN_LOG}"
+    _check(_sh(sandbox, f"rm -f {shlex.quote(log)}"), f"cannot remove the log of an earlier run in {workdir}")
+    cmd = [f"{workdir}/leash", "run"] + policy.args(workdir) + ["--log", log]
     if user is not None:
         cmd += ["--user", user]
     if containment is not None:
         cmd += ["--containment", containment]
     # The command, behind a wrapper that says it started (on stderr, removed from what is returned).
     cmd += list(args) + ["--", "sh", "-c", f'echo "{STARTED_MARK}" >&2; exec "$@"', "sh"] + list(argv)
-    result = sandbox.exec(cmd, env=env)
+    result = sandbox.exec(cmd, env=env, timeout=timeout)
     before, mark, after = result.stderr.partition(STARTED_MARK + "\n")
     if not mark:
         raise LeashError("leash run did not start the command", result.exit_code, result.stderr)
-    return RunResult(result.exit_code, result.stdout, before + after, read_audit_log(sandbox, workdir))
+    return RunResult(result.exit_code, result.stdout, before + after, read_audit_log(sandbox, workdir, RUN_LOG))
 
 
 def stop_leftover(sandbox: Sandbox, workdir: str = WORKDIR, timeout: float = STOP_TIMEOUT_SECONDS) -> bool:
@@ -177,7 +185,7 @@ def stop_leftover(sandbox: Sandbox, workdir: str = WORKDIR, timeout: float = STO
         f'p=$(cat {w}/pid 2>/dev/null); [ -n "$p" ] && [ ! -s {w}/exit ] && '
         f'[ "$(readlink /proc/$p/exe 2>/dev/null)" = {shlex.quote(workdir + "/leash")} ]'
     )
-    if sandbox.exec(["sh", "-c", running]).exit_code != 0:
+    if _sh(sandbox, running).exit_code != 0:
         return False
     _stop(sandbox, workdir, timeout)
     return True
@@ -216,7 +224,7 @@ def _prepare(sandbox: Sandbox, policy: Policy, workdir: str, leash: Optional[str
         f'echo "a leash started earlier in {workdir} is still running (pid $p): stop it first" >&2; exit 3; fi; '
         f"rm -f {q(workdir)}/pid {q(workdir)}/exit {q(workdir)}/stdout {q(workdir)}/stderr"
     )
-    _check(sandbox.exec(["sh", "-c", script]), f"cannot prepare {workdir} in the sandbox")
+    _check(_sh(sandbox, script), f"cannot prepare {workdir} in the sandbox")
     with open(leash or find_leash(), "rb") as binary:
         sandbox.put_file(f"{workdir}/leash", binary.read(), 0o755)
     sandbox.put_file(f"{workdir}/{policy.file_name}", policy.content, 0o600)
@@ -240,7 +248,7 @@ def _wait_ready(sandbox: Sandbox, workdir: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     address = None
     while time.monotonic() < deadline:
-        said = sandbox.exec(["sh", "-c", look]).stdout.strip()
+        said = _sh(sandbox, look).stdout.strip()
         if said.startswith("exited "):
             code = int(said.split()[1])
             raise LeashError("leash proxy did not start", code, _read_text(sandbox, workdir, "stderr"))
@@ -266,28 +274,30 @@ def _healthz(sandbox: Sandbox, address: str) -> bool:
         )
         + f" {url}; fi; done; exit {NO_HTTP_CLIENT}"
     )
-    code = sandbox.exec(["sh", "-c", probe]).exit_code
+    code = _sh(sandbox, probe).exit_code
     return code in (0, NO_HTTP_CLIENT)
 
 
 def _stop(sandbox: Sandbox, workdir: str, timeout: float) -> Optional[int]:
     """SIGTERM to the workdir's leash, then its exit status once recorded; SIGKILL after ``timeout`` (then raises)."""
     w = shlex.quote(workdir)
-    sandbox.exec(["sh", "-c", f"[ -s {w}/exit ] || kill -TERM $(cat {w}/pid) 2>/dev/null; true"])
+    _sh(sandbox, f"[ -s {w}/exit ] || kill -TERM $(cat {w}/pid) 2>/dev/null; true")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status = sandbox.exec(["sh", "-c", f"cat {w}/exit 2>/dev/null"]).stdout.strip()
+        status = _sh(sandbox, f"cat {w}/exit 2>/dev/null").stdout.strip()
         if status:
             return int(status)
         time.sleep(POLL_SECONDS)
-    sandbox.exec(["sh", "-c", f"kill -KILL $(cat {w}/pid) 2>/dev/null; true"])
+    _sh(sandbox, f"kill -KILL $(cat {w}/pid) 2>/dev/null; true")
     raise LeashError(f"leash did not stop within {timeout:g} s after SIGTERM: killed", None, "")
 
 
-def read_audit_log(sandbox: Sandbox, workdir: str = WORKDIR) -> List[Dict[str, Any]]:
-    """The audit log of the leash started in ``workdir``, one dict per line; empty before its first request."""
-    path = f"{workdir}/audit.jsonl"
-    if sandbox.exec(["test", "-e", path]).exit_code != 0:  # no request yet: leash has not written the file
+def read_audit_log(sandbox: Sandbox, workdir: str = WORKDIR, name: str = PROXY_LOG) -> List[Dict[str, Any]]:
+    """The audit log ``leash proxy`` (or, with ``name=RUN_LOG``, the last ``leash run``) started in ``workdir``
+    writes, one dict per line; empty before its first request. leash appends: a proxy's log keeps the lines of
+    earlier proxies started in the same workdir."""
+    path = f"{workdir}/{name}"
+    if _sh(sandbox, f"test -e {shlex.quote(path)}").exit_code != 0:  # no request yet: leash wrote no file
         return []
     return parse_audit_log(sandbox.get_file(path).decode())
 
@@ -297,6 +307,11 @@ def _read_text(sandbox: Sandbox, workdir: str, name: str) -> str:
         return sandbox.get_file(f"{workdir}/{name}").decode("utf-8", "replace")
     except Exception:
         return ""
+
+
+def _sh(sandbox: Sandbox, script: str) -> ExecResult:
+    """One of this package's own short calls into the sandbox."""
+    return sandbox.exec(["sh", "-c", script], timeout=CONTROL_TIMEOUT_SECONDS)
 
 
 def _check(result: ExecResult, what: str) -> None:

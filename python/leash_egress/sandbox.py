@@ -16,8 +16,11 @@ import subprocess
 import tarfile
 from typing import List, Mapping, NamedTuple, Optional, Protocol, Sequence
 
-# How long one call into the sandbox may take before it counts as failed: a busy container answers in seconds.
-EXEC_TIMEOUT_SECONDS = 120
+# How long one of this package's own calls into the sandbox (a `cat`, a `kill`, a look at leash's output) may take
+# before it counts as failed: a busy container answers in seconds.
+CONTROL_TIMEOUT_SECONDS = 60
+# A file moved in or out: the binary is 10 MB (a debug build 200 MB), seconds through `docker exec`.
+TRANSFER_TIMEOUT_SECONDS = 300
 
 
 class ExecResult(NamedTuple):
@@ -32,9 +35,18 @@ class Sandbox(Protocol):
     """The calls a harness supplies; every path is inside the sandbox, every command runs as the sandbox's root
     (or whoever may start leash there: docs/inside.md says what each containment needs)."""
 
-    def exec(self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        detach: bool = False,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
         """Runs ``argv`` and waits for it, or with ``detach`` starts it to keep running after this call returns
-        (``docker exec -d``, a provider's background process) and returns at once."""
+        (``docker exec -d``, a provider's background process) and returns at once. ``env`` is added to the
+        command's environment. ``timeout``: seconds the call may take before it raises (None: no limit; this
+        package passes one for each of its own short calls, and :func:`~leash_egress.run` passes its own)."""
         ...
 
     def put_file(self, path: str, data: bytes, mode: int) -> None:
@@ -52,7 +64,14 @@ class LocalSandbox:
     def __init__(self) -> None:
         self._detached: List[subprocess.Popen] = []
 
-    def exec(self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        detach: bool = False,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
         # Reap detached commands that have ended (leash once stopped), so none is left a zombie.
         self._detached = [process for process in self._detached if process.poll() is None]
         full_env = None
@@ -70,7 +89,7 @@ class LocalSandbox:
             )
             self._detached.append(process)
             return ExecResult(0, "", "")
-        done = subprocess.run(list(argv), env=full_env, capture_output=True, timeout=EXEC_TIMEOUT_SECONDS)
+        done = subprocess.run(list(argv), env=full_env, capture_output=True, timeout=timeout)
         return ExecResult(done.returncode, _text(done.stdout), _text(done.stderr))
 
     def put_file(self, path: str, data: bytes, mode: int) -> None:
@@ -94,26 +113,35 @@ class DockerSandbox:
         self.user = user
         self.docker = docker
 
-    def exec(self, argv: Sequence[str], *, detach: bool = False, env: Optional[Mapping[str, str]] = None) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        detach: bool = False,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> ExecResult:
         cmd = [self.docker, "exec", "-u", self.user]
         if detach:
             cmd.append("-d")
         for name, value in (env or {}).items():
             cmd += ["-e", f"{name}={value}"]
-        done = subprocess.run(cmd + [self.container] + list(argv), capture_output=True, timeout=EXEC_TIMEOUT_SECONDS)
+        done = subprocess.run(cmd + [self.container] + list(argv), capture_output=True, timeout=timeout)
         return ExecResult(done.returncode, _text(done.stdout), _text(done.stderr))
 
     def put_file(self, path: str, data: bytes, mode: int) -> None:
         script = 'cat > "$1" && chmod "$2" "$1"'
         cmd = [self.docker, "exec", "-i", "-u", self.user, self.container, "sh", "-c", script, "sh", path]
-        done = subprocess.run(cmd + [format(mode, "o")], input=data, capture_output=True, timeout=EXEC_TIMEOUT_SECONDS)
+        done = subprocess.run(
+            cmd + [format(mode, "o")], input=data, capture_output=True, timeout=TRANSFER_TIMEOUT_SECONDS
+        )
         if done.returncode != 0:
             raise OSError(f"cannot write `{path}` in container {self.container}: {_text(done.stderr).strip()}")
 
     def get_file(self, path: str) -> bytes:
         # `docker cp` to stdout gives a tar stream of the one file.
         done = subprocess.run(
-            [self.docker, "cp", f"{self.container}:{path}", "-"], capture_output=True, timeout=EXEC_TIMEOUT_SECONDS
+            [self.docker, "cp", f"{self.container}:{path}", "-"], capture_output=True, timeout=TRANSFER_TIMEOUT_SECONDS
         )
         if done.returncode != 0:
             raise OSError(f"cannot read `{path}` in container {self.container}: {_text(done.stderr).strip()}")
