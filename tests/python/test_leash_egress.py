@@ -299,8 +299,10 @@ class DockerProxyTests(DockerTestCase):
             f"{curl} http://allowed.test:{ORIGIN_PORT}/paper; {curl} -o /dev/null http://refused.test/x", "1000"
         )
         self.assertEqual(said.stdout, "paper\n 200 403", said.stderr)
-        secret = self.box.sh("cat /opt/leash/policy.json /opt/leash/audit.jsonl; . /opt/leash-public/leash.env", "1000")
-        self.assertIn("Permission denied", secret.stderr)
+        for private in ("/opt/leash/policy.json", "/opt/leash/audit.jsonl"):
+            self.assertNotEqual(self.box.sh(f"cat {private}", "1000").returncode, 0, private)
+        for public in ("/opt/leash-public/leash.env", proxy.ca_cert, proxy.ca_bundle):
+            self.assertEqual(self.box.sh(f"cat {public} >/dev/null", "1000").returncode, 0, public)
         entries = proxy.stop()
         self.assertEqual(
             [(e["decision"], e["host"]) for e in decisions(entries)],
