@@ -1,10 +1,12 @@
 """leash started inside a sandbox through the harness's callbacks: ``leash proxy`` beside the agent
 (:func:`start_proxy`), or the agent's command under ``leash run`` (:func:`run`).
 
-Both upload the static ``leash`` binary and the policy into a directory only root may read (``workdir``, mode 700),
-so the agent's uid reads neither the policy nor the audit log. Both fail closed: when leash refuses to start (an
-invalid policy, a containment the sandbox cannot give, a port taken), they raise :class:`LeashError` with leash's
-exit code and message, and nothing is left running unfiltered.
+Both upload the static ``leash`` binary and the policy into a directory only root may list (``workdir``, mode
+711: the agent's uid may run the binary, as ``leash run`` runs its containment self-test as that uid), every other
+file there mode 600, so the agent's uid reads neither the policy nor the audit log nor leash's output.
+
+Both fail closed: when leash refuses to start (an invalid policy, a containment the sandbox cannot give, a port
+taken), they raise :class:`LeashError` with leash's exit code and message, and nothing is left running unfiltered.
 """
 
 from __future__ import annotations
@@ -112,8 +114,8 @@ def start_proxy(
 
     ``listen`` is its address inside the sandbox (port 0: any free one; :attr:`Proxy.address` says which).
     ``args`` are more ``leash proxy`` options (``["--resolve", "NAME:ADDR"]``, ``["--upstream-ca", PATH]``).
-    ``workdir`` (mode 700: the binary, the policy, the audit log, leash's output) and ``public_dir`` (mode 755: the
-    CA and the env file the agent reads) are made if missing. ``leash`` is the local binary to upload
+    ``workdir`` (mode 711: the binary; mode 600: the policy, the audit log, leash's output) and ``public_dir``
+    (mode 755: the CA and the env file the agent reads) are made if missing. ``leash`` is the local binary to upload
     (:func:`find_leash` by default).
 
     Ready means leash printed its ``listening on`` line and answered ``GET /healthz`` from inside the sandbox
@@ -211,10 +213,10 @@ def parse_env_file(text: str) -> Dict[str, str]:
 
 
 def _prepare(sandbox: Sandbox, policy: Policy, workdir: str, leash: Optional[str], extra_dirs=()) -> None:
-    """The workdir (700) and other directories (755) made, a leash still running there refused, binary and policy
+    """The workdir (711) and other directories (755) made, a leash still running there refused, binary and policy
     uploaded."""
     q = shlex.quote
-    script = f"mkdir -p {q(workdir)} && chmod 700 {q(workdir)}"
+    script = f"mkdir -p {q(workdir)} && chmod 711 {q(workdir)}"
     for directory in extra_dirs:
         script += f" && mkdir -p {q(directory)} && chmod 755 {q(directory)}"
     # A leash started earlier in this workdir and still running (its pid is running this workdir's binary).
@@ -235,7 +237,10 @@ def _background(workdir: str, argv: Sequence[str]) -> str:
     its exit status: what lets a detached start be watched and stopped through later exec calls."""
     w = shlex.quote(workdir)
     command = " ".join(shlex.quote(a) for a in argv)
-    return f"{command} </dev/null >{w}/stdout 2>{w}/stderr & echo $! >{w}/pid; wait $!; echo $? >{w}/exit"
+    # leash's output files made root's alone first (a umask for leash itself would reach the CA and env file it
+    # writes for the agent).
+    private = f"(umask 077 && : >{w}/stdout && : >{w}/stderr) || exit 1"
+    return f"{private}; {command} </dev/null >{w}/stdout 2>{w}/stderr & echo $! >{w}/pid; wait $!; echo $? >{w}/exit"
 
 
 def _wait_ready(sandbox: Sandbox, workdir: str, timeout: float) -> str:

@@ -240,11 +240,12 @@ def docker_ready() -> str:
 
 
 class Container:
-    """A `--network none` container of the test image, removed on close."""
+    """A `--network none` container of the test image (with `docker_args`), removed on close."""
 
-    def __init__(self) -> None:
+    def __init__(self, docker_args: tuple = ()) -> None:
+        run_args = ["docker", "run", "-d", "--rm", "--network", "none", "--label", "leash.test=python", *docker_args]
         started = subprocess.run(
-            ["docker", "run", "-d", "--rm", "--network", "none", "--label", "leash.test=python", IMAGE, "sleep", "600"],
+            [*run_args, IMAGE, "sleep", "600"],
             capture_output=True,
             text=True,
             timeout=TIMEOUT,
@@ -268,6 +269,8 @@ class Container:
 
 
 class DockerTestCase(unittest.TestCase):
+    DOCKER_ARGS: tuple = ()
+
     def setUp(self) -> None:
         why = docker_ready()
         if why:
@@ -275,7 +278,7 @@ class DockerTestCase(unittest.TestCase):
                 self.fail(f"Docker unavailable ({why}) and LEASH_REQUIRE_DOCKER is set")
             print(f"SKIPPED: Docker is unavailable ({why}); Docker tests did not run", file=sys.stderr)
             self.skipTest(why)
-        self.box = Container()
+        self.box = Container(self.DOCKER_ARGS)
         self.addCleanup(self.box.close)
         # An origin inside the container (its only network is loopback): python3's http.server.
         self.box.sh("mkdir -p /srv/www && echo paper > /srv/www/paper")
@@ -299,7 +302,7 @@ class DockerProxyTests(DockerTestCase):
             f"{curl} http://allowed.test:{ORIGIN_PORT}/paper; {curl} -o /dev/null http://refused.test/x", "1000"
         )
         self.assertEqual(said.stdout, "paper\n 200 403", said.stderr)
-        for private in ("/opt/leash/policy.json", "/opt/leash/audit.jsonl"):
+        for private in ("/opt/leash/policy.json", "/opt/leash/audit.jsonl", "/opt/leash/stdout", "/opt/leash/stderr"):
             self.assertNotEqual(self.box.sh(f"cat {private}", "1000").returncode, 0, private)
         for public in ("/opt/leash-public/leash.env", proxy.ca_cert, proxy.ca_bundle):
             self.assertEqual(self.box.sh(f"cat {public} >/dev/null", "1000").returncode, 0, public)
@@ -316,6 +319,37 @@ class DockerProxyTests(DockerTestCase):
             start_proxy(DockerSandbox(self.box.id), bad)
         self.assertIn("allowed_hosts", raised.exception.message)
         self.assertEqual(self.box.leash_processes(), [])
+
+
+class DockerRunTests(DockerTestCase):
+    """`leash run` uploaded into a container: the containment the container allows, or a refusal (docs/inside.md)."""
+
+    # What `netns` needs, and nothing in the image (docs/inside.md's platform table).
+    DOCKER_ARGS = ("--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN")
+
+    def test_with_the_capabilities_netns_needs_the_agent_runs_as_its_uid_and_only_through_leash(self) -> None:
+        curl = "curl -s -o /dev/null -w '%{http_code} '"
+        script = f"{curl} http://allowed.test:{ORIGIN_PORT}/paper; {curl} http://refused.test/; id -u"
+        result = run(
+            DockerSandbox(self.box.id),
+            allow_loopback_policy("allowed.test", ORIGIN_PORT),
+            ["sh", "-c", script],
+            user="1000",
+            args=["--resolve", "allowed.test:127.0.0.1"],
+        )
+        self.assertEqual((result.exit_code, result.stdout), (0, "200 403 1000\n"), result.stderr)
+        decided = [(e["decision"], e["host"], e.get("containment")) for e in decisions(result.audit)]
+        self.assertEqual(decided, [("allow", "allowed.test", "netns"), ("block", "refused.test", "netns")])
+        self.assertEqual(self.box.leash_processes(), [])
+
+    def test_under_dockers_defaults_run_raises_naming_what_to_grant_and_the_command_never_runs(self) -> None:
+        plain = Container()
+        self.addCleanup(plain.close)
+        with self.assertRaises(LeashError) as raised:
+            run(DockerSandbox(plain.id), allow_loopback_policy("a.test"), ["touch", "/tmp/ran"], user="1000")
+        self.assertEqual(raised.exception.exit_code, 125)
+        self.assertIn("NET_ADMIN", raised.exception.message)
+        self.assertNotEqual(plain.sh("test -e /tmp/ran").returncode, 0)
 
 
 class DockerBenchflowTests(DockerTestCase):
