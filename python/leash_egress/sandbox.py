@@ -50,7 +50,8 @@ class Sandbox(Protocol):
         ...
 
     def put_file(self, path: str, data: bytes, mode: int) -> None:
-        """Writes ``data`` to ``path`` with permission bits ``mode``, replacing what was there."""
+        """Writes ``data`` to ``path`` with permission bits ``mode``, replacing what was there; never readable by
+        anyone ``mode`` does not let read, not even while it is written (the policy is uploaded with 0o600)."""
         ...
 
     def get_file(self, path: str) -> bytes:
@@ -130,7 +131,8 @@ class DockerSandbox:
         return ExecResult(done.returncode, _text(done.stdout), _text(done.stderr))
 
     def put_file(self, path: str, data: bytes, mode: int) -> None:
-        script = 'cat > "$1" && chmod "$2" "$1"'
+        # umask 077: the file is never readable by others on its way to `mode` (the policy is 600 in a 711 dir).
+        script = 'umask 077 && cat > "$1" && chmod "$2" "$1"'
         cmd = [self.docker, "exec", "-i", "-u", self.user, self.container, "sh", "-c", script, "sh", path]
         done = subprocess.run(
             cmd + [format(mode, "o")], input=data, capture_output=True, timeout=TRANSFER_TIMEOUT_SECONDS
