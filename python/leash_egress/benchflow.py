@@ -28,7 +28,7 @@ import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import LeashError
 from .policy import Policy
@@ -206,7 +206,7 @@ def _stop_quietly(proxy: Proxy) -> None:
         pass
 
 
-def _stop_collect(sandbox: "_EnvSandbox", proxy: Optional[Proxy]) -> list:
+def _stop_collect(sandbox: "_EnvSandbox", proxy: Optional[Proxy]) -> List[Dict[str, Any]]:
     """In the worker thread: the proxy stopped (or whatever leash runs in the runtime dir) and its log read."""
     try:
         if proxy is not None:

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import tempfile
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Tuple
 
 from .errors import LeashError, find_leash
 
@@ -71,7 +71,7 @@ class Policy:
         return f"Policy({self.option} {self.file_name}, {len(self.content)} bytes)"
 
 
-def _extension(path: "os.PathLike[str] | str", allowed: tuple) -> str:
+def _extension(path: "os.PathLike[str] | str", allowed: Tuple[str, ...]) -> str:
     ext = os.path.splitext(os.fspath(path))[1].lower()
     if ext not in allowed:
         raise ValueError(f"`{os.fspath(path)}`: expected a file ending in {', '.join(allowed)}")

@@ -212,7 +212,9 @@ def parse_env_file(text: str) -> Dict[str, str]:
     return env
 
 
-def _prepare(sandbox: Sandbox, policy: Policy, workdir: str, leash: Optional[str], extra_dirs=()) -> None:
+def _prepare(
+    sandbox: Sandbox, policy: Policy, workdir: str, leash: Optional[str], extra_dirs: Sequence[str] = ()
+) -> None:
     """The workdir (711) and other directories (755) made, a leash still running there refused, binary and policy
     uploaded."""
     q = shlex.quote

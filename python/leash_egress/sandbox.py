@@ -63,7 +63,7 @@ class LocalSandbox:
     """This machine as the sandbox: commands run with :mod:`subprocess`, files are local files."""
 
     def __init__(self) -> None:
-        self._detached: List[subprocess.Popen] = []
+        self._detached: List[subprocess.Popen[bytes]] = []
 
     def exec(
         self,
