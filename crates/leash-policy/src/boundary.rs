@@ -15,20 +15,11 @@
 
 use std::sync::Arc;
 
-use crate::decision::{Decision, Mode, ProviderTools, Refusals, Verdict};
-use crate::engine::Policy;
+use crate::decision::{Decision, Mode, Verdict};
+use crate::engine::{Boundary, Policy};
 use crate::host::{parse_host, Host};
 use crate::path::CanonicalPath;
 use crate::question::{Question, TlsInspection};
-use crate::reason::Reason;
-
-/// A validated boundary: a policy holding rules only, and the name messages give it (its file, as the caller
-/// read it).
-#[derive(Debug)]
-pub struct Boundary {
-    pub(crate) policy: Policy,
-    label: Arc<str>,
-}
 
 impl Boundary {
     /// `policy` as a boundary named `label` (its file's path), or every reason it cannot be one.
@@ -60,12 +51,6 @@ impl Boundary {
     /// The boundary's own policy, as it decides alone (what `explain` shows beside a `boundary` refusal).
     pub fn policy(&self) -> &Policy {
         &self.policy
-    }
-
-    /// The refusal a run's request gets when the boundary refused it (`outer`): reason `boundary`, the boundary's
-    /// entry as the rule. Never one audit mode lets through or ask mode asks about (`boundary` is not a rule reason).
-    pub(crate) fn refusal(outer: Decision) -> Decision {
-        Decision { verdict: Verdict::Block, reason: Reason::Boundary, rule: outer.rule }
     }
 
     /// Whether a run's `service` is one the boundary declares (the same target): a service relays around the
@@ -148,27 +133,5 @@ impl Policy {
             return Err(outside);
         }
         Ok(self.bounded_by(boundary))
-    }
-}
-
-/// The stricter of two `provider_tools` settings: `refuse` over `strip` over `allow`.
-pub(crate) fn stricter_tools(a: ProviderTools, b: ProviderTools) -> ProviderTools {
-    let rank = |t| match t {
-        ProviderTools::Allow => 0,
-        ProviderTools::Strip => 1,
-        ProviderTools::Refuse => 2,
-    };
-    if rank(b) > rank(a) {
-        b
-    } else {
-        a
-    }
-}
-
-/// The quieter of two `refusals` settings: a boundary that hides its refusals hides the run's too.
-pub(crate) fn quieter_refusals(run: Refusals, boundary: Refusals) -> Refusals {
-    match boundary {
-        Refusals::AsNotFound => Refusals::AsNotFound,
-        Refusals::Announced => run,
     }
 }

@@ -6,7 +6,6 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use crate::boundary::{quieter_refusals, stricter_tools, Boundary};
 use crate::credentials::Credential;
 use crate::decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Refusals, Request, Scheme, Verdict, Via};
 use crate::dest::{is_internal, Cidr};
@@ -54,6 +53,14 @@ pub struct Policy {
     boundary: Option<Arc<Boundary>>,
     /// An allowlist's allowing entries, each as a request it admits (`leash check --within` asks a boundary).
     allows: Vec<AllowedEntry>,
+}
+
+/// A validated boundary (see [`crate::boundary`]): a policy holding rules only, and the name messages give it (its
+/// file, as the caller read it). Made by [`Boundary::new`]; a run's policy is held inside one by [`Policy::within`].
+#[derive(Debug)]
+pub struct Boundary {
+    pub(crate) policy: Policy,
+    pub(crate) label: Arc<str>,
 }
 
 /// One entry of an allowlist as the request it admits: its host (the name a `.x` entry covers), and its path.
@@ -366,10 +373,10 @@ impl Policy {
     /// This policy inside `boundary`, unchecked (see [`Policy::within`]): the boundary's stricter settings for
     /// provider tools and refusals apply to the run too.
     pub(crate) fn bounded_by(self, boundary: Arc<Boundary>) -> Policy {
-        let provider_tools = stricter_tools(self.provider_tools, boundary.policy.provider_tools);
+        let provider_tools = self.provider_tools.stricter(boundary.policy.provider_tools);
         // Errs towards true, as `may_inspect` may: a model API the run allowed unread is now read.
         let may_inspect = self.may_inspect || provider_tools != self.provider_tools;
-        let refusals = quieter_refusals(self.refusals, boundary.policy.refusals);
+        let refusals = self.refusals.quieter(boundary.policy.refusals);
         Policy { provider_tools, may_inspect, refusals, boundary: Some(boundary), ..self }
     }
 

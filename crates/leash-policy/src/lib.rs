@@ -31,10 +31,10 @@ pub mod upstream;
 pub mod url;
 
 pub use admission::{Admission, Route, Treatment, Tunnel};
-pub use boundary::Boundary;
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
 pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Refusals, Request, Scheme, Verdict, Via};
 pub use dest::{is_internal, Cidr, CidrError};
+pub use engine::Boundary;
 pub use engine::Policy;
 pub use file::{
     allow_host, load, load_attachment, task_policy, Attachment, EditError, Format, Loaded, Namespace, PolicyError,

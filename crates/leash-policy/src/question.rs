@@ -3,9 +3,8 @@
 //! TLS inspection is refused where there is none, and an `https://` URL is the tunnel to its host and then, when
 //! that tunnel is inspected, the request inside it.
 
-use crate::boundary::Boundary;
 use crate::decision::{ClientHelloFacts, Decision, Request, Scheme, Verdict, Via};
-use crate::engine::Policy;
+use crate::engine::{Boundary, Policy};
 use crate::host::Host;
 use crate::path::CanonicalPath;
 use crate::reason::Reason;
@@ -104,7 +103,7 @@ impl Policy {
         if outer.verdict == Verdict::Block {
             // INVARIANT: a boundary's refusal is final: reason `boundary`, which audit mode does not lift and ask mode
             // does not ask about.
-            return Boundary::refusal(outer);
+            return Decision { verdict: Verdict::Block, reason: Reason::Boundary, rule: outer.rule };
         }
         let inner = self.decide_own(question, tls);
         let tunnel = matches!(question, Question::Connect { .. } | Question::ClientHello { .. });
