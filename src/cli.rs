@@ -535,8 +535,11 @@ pub struct LogSummaryArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  leash policy suggest audit.jsonl --output policy.yaml\n\n\
-    `leash policy suggest --help` says what the suggestion holds.")]
+#[command(
+    after_help = "Examples:\n  leash policy suggest audit.jsonl --output policy.yaml\n  leash policy presets python\n\n\
+    `leash policy suggest --help` says what the suggestion holds, `leash policy presets --help` how presets are \
+    written."
+)]
 pub struct PolicyArgs {
     #[command(subcommand)]
     pub command: PolicyCommand,
@@ -546,6 +549,24 @@ pub struct PolicyArgs {
 pub enum PolicyCommand {
     /// Suggest a minimal policy that allows what audit logs show was used
     Suggest(PolicySuggestArgs),
+    /// List the host presets (`+python`, `+github`, ...) `allowed_hosts` takes, or show one with what each host is for
+    Presets(PolicyPresetsArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  leash policy presets\n  leash policy presets python\n  \
+    leash run --allow +python -- pip install requests\n\n\
+    A preset is written `+NAME` (the newest version this leash knows) or `+NAME@VERSION` (pinned) beside hosts in \
+    `allowed_hosts` or after --allow:\n\n  network:\n    mode: allowlist\n    allowed_hosts: [+python@1, +github, \
+    api.example.com]\n\n\
+    Each adds its hosts as exact entries (never a subdomain wildcard); a version's hosts never change, a change is \
+    a new version. `leash check` says what each preset in a policy added; `leash explain` names the preset when one \
+    of its hosts decides. Exit status: 0; 2 for an unknown preset.")]
+pub struct PolicyPresetsArgs {
+    /// A preset to show (`python`, `+python`, `python@1`): its hosts and what clients fetch from each; every version
+    /// of every preset without one
+    #[arg(value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -170,6 +170,181 @@ fn a_sandbox_runtimes_settings_are_read_as_they_are_and_what_cannot_be_expressed
     );
 }
 
+// ---- presets
+
+#[test]
+fn check_names_each_preset_with_the_version_it_stands_for_and_the_hosts_it_added() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "p.yaml",
+        "network:\n  mode: allowlist\n  allowed_hosts:\n    - +python\n    - +github@1\n    - api.example.com\n",
+    );
+    let o = leash(&["check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for line in [
+        "network.allowed_hosts[0] `+python` is +python@1 (the newest; pin it with `+python@1`): adds pypi.org, \
+         files.pythonhosted.org",
+        "network.allowed_hosts[1] `+github@1` is +github@1: adds github.com, api.github.com, codeload.github.com",
+    ] {
+        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
+    }
+    // The same in TOML and JSON, where every entry is a quoted string.
+    let toml = write(dir.path(), "p.toml", "[network]\nmode = \"allowlist\"\nallowed_hosts = [\"+python@1\"]\n");
+    let json = write(dir.path(), "p.json", r#"{"network": {"mode": "allowlist", "allowed_hosts": ["+node"]}}"#);
+    assert!(stdout(&leash(&["check", toml.to_str().unwrap()])).contains("`+python@1` is +python@1: adds pypi.org"));
+    assert!(stdout(&leash(&["check", json.to_str().unwrap()])).contains("`+node` is +node@1"));
+}
+
+#[test]
+fn a_mistyped_preset_or_version_is_an_error_with_what_was_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "p.yaml",
+        "network:\n  mode: allowlist\n  allowed_hosts: [+pyhton, +python@2, +kubernetes]\n  model_apis: [+openai]\n",
+    );
+    let o = leash(&["check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    for said in [
+        ":3:19: network.allowed_hosts[0]: `+pyhton` is not a preset; did you mean `+python`?",
+        "network.allowed_hosts[1]: `+python@2`: `python` has no version `2`; did you mean `+python@1`?",
+        "network.allowed_hosts[2]: `+kubernetes` is not a preset; the presets are `+python`, `+node`",
+        "network.model_apis[0]: `+openai` is a preset; presets go in `allowed_hosts`",
+    ] {
+        assert!(stderr(&o).contains(said), "`{said}` in:\n{}", stderr(&o));
+    }
+    let o = leash(&["explain", "--allow", "+pyhton", "https://pypi.org/"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--allow[0]: `+pyhton` is not a preset; did you mean `+python`?"), "{o:?}");
+}
+
+#[test]
+fn explain_names_the_preset_whose_host_decides_and_refuses_what_it_leaves_out() {
+    let policy = "network:\n  mode: allowlist\n  allowed_hosts: [+python]\n";
+    let (code, out) = explain(policy, &["https://files.pythonhosted.org/packages/x.whl"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out.lines().next(), Some("allow rule files.pythonhosted.org (+python@1)"));
+    for outside in ["https://upload.pypi.org/legacy/", "https://pythonhosted.org/", "https://x.files.pythonhosted.org/"]
+    {
+        assert_eq!(explain(policy, &[outside]).0, Some(1), "{outside}: presets add exact hosts");
+    }
+    // The user's own entry for a host a preset also adds is the one named.
+    let both = "network:\n  mode: allowlist\n  allowed_hosts: [+python, pypi.org]\n";
+    assert_eq!(explain(both, &["https://pypi.org/simple/"]).1.lines().next(), Some("allow rule pypi.org"));
+    let o = leash(&["explain", "--allow", "+github", "https://codeload.github.com/o/r/tar.gz/main"]);
+    assert_eq!(stdout(&o).lines().next(), Some("allow rule codeload.github.com (+github@1)"), "{o:?}");
+}
+
+#[test]
+fn policy_presets_lists_every_preset_and_shows_one_with_what_each_host_is_for() {
+    let o = leash(&["policy", "presets"]);
+    assert_eq!(o.status.code(), Some(0));
+    for said in
+        ["+python@1", "pypi.org, files.pythonhosted.org", "+docker-hub@1", "+gemini@1", "(what `+rust` stands for)"]
+    {
+        assert!(stdout(&o).contains(said), "`{said}` in:\n{}", stdout(&o));
+    }
+    let o = leash(&["policy", "presets", "+rust"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).starts_with("+rust@1: crates.io"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("  index.crates.io   the sparse index cargo reads"), "{}", stdout(&o));
+    let o = leash(&["policy", "presets", "rsut"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("did you mean `+rust`?"), "{}", stderr(&o));
+    let help = stdout(&leash(&["policy", "presets", "--help"]));
+    assert!(help.contains("allowed_hosts: [+python@1, +github, api.example.com]"), "{help}");
+}
+
+/// A package index on the host's loopback that answers as PyPI does for one project: `/simple/NAME/` (asked of
+/// pypi.org) links its wheel on files.pythonhosted.org, `/packages/...` serves that wheel.
+fn local_pypi(dir: &Path) -> (common::Served, u16) {
+    let script = r#"
+import http.server, io, zipfile
+def wheel():
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("leash_preset_probe/__init__.py", "")
+        info = "leash_preset_probe-1.0.dist-info/"
+        z.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: leash-preset-probe\nVersion: 1.0\n")
+        z.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: leash-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(info + "RECORD", "")
+    return out.getvalue()
+WHEEL = wheel()
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        port = self.server.server_address[1]
+        host = self.headers.get("Host", "")
+        if self.path.startswith("/simple/leash-preset-probe/") and host == f"pypi.org:{port}":
+            name = "leash_preset_probe-1.0-py3-none-any.whl"
+            body = f'<a href="http://files.pythonhosted.org:{port}/packages/{name}">{name}</a>'.encode()
+            kind = "text/html"
+        elif self.path.startswith("/packages/") and host == f"files.pythonhosted.org:{port}":
+            body, kind = WHEEL, "application/octet-stream"
+        else:
+            self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+    common::Served::start(Command::new("python3").args(["-c", script]).current_dir(dir))
+}
+
+#[test]
+fn pip_installs_through_the_python_preset_and_hosts_outside_it_are_refused() {
+    let pip = Command::new("python3").args(["-m", "pip", "--version"]).output();
+    if !pip.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: no pip for python3 on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_index, port) = local_pypi(dir.path());
+    let policy = write(
+        dir.path(),
+        "p.yaml",
+        &format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [+python]\n  ports: [{port}]\n  \
+             allow_destinations: [127.0.0.1/32]\n"
+        ),
+    );
+    let log = dir.path().join("audit.jsonl");
+    let resolve = ["--resolve", "pypi.org:127.0.0.1", "--resolve", "files.pythonhosted.org:127.0.0.1"];
+    let resolve_more = ["--resolve", "upload.pypi.org:127.0.0.1", "--resolve", "pythonhosted.org:127.0.0.1"];
+    let proxy = Proxy::start(&policy, &log, &[&resolve[..], &resolve_more].concat());
+    let out = dir.path().join("out");
+    let o = Command::new("python3")
+        .args(["-m", "pip", "download", "--isolated", "--no-deps", "--no-cache-dir", "--disable-pip-version-check"])
+        .args(["--retries", "0", "--timeout", "10", "-d"])
+        .arg(&out)
+        .args(["--index-url", &format!("http://pypi.org:{port}/simple/")])
+        .args(["--trusted-host", "pypi.org", "--trusted-host", "files.pythonhosted.org"])
+        .args(["--proxy", &format!("http://{}", proxy.addr), "leash-preset-probe"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "pip: {}{}", stdout(&o), stderr(&o));
+    assert!(out.join("leash_preset_probe-1.0-py3-none-any.whl").exists());
+    // A sibling of the preset's hosts (PyPI's upload host) and the parent of its file host are not in it.
+    assert_eq!(proxy.curl(&format!("http://upload.pypi.org:{port}/simple/leash-preset-probe/")), "403");
+    assert_eq!(proxy.curl(&format!("http://pythonhosted.org:{port}/packages/")), "403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    let lines = log_lines(&log);
+    let rule =
+        |host: &str| lines.iter().find(|l| l["host"] == host && l["decision"] == "allow").map(|l| l["rule"].clone());
+    assert_eq!(rule("pypi.org"), Some("pypi.org (+python@1)".into()), "{lines:?}");
+    assert_eq!(rule("files.pythonhosted.org"), Some("files.pythonhosted.org (+python@1)".into()), "{lines:?}");
+    let refused: Vec<_> = lines.iter().filter(|l| l["decision"] == "block").map(|l| &l["host"]).collect();
+    assert_eq!(refused, ["upload.pypi.org", "pythonhosted.org"], "{lines:?}");
+}
+
 #[test]
 fn a_harness_task_is_read_as_it_is_with_what_each_field_became() {
     let dir = tempfile::tempdir().unwrap();

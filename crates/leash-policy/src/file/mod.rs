@@ -10,6 +10,7 @@ use std::fmt;
 
 pub use attachment::{load_attachment, Attachment, Namespace};
 pub use edit::{allow_host, EditError};
+pub use presets::{newest_preset, preset_named, HostPreset, PresetUse, HOST_PRESETS};
 pub use task::{task_policy, TaskFormat, TaskPolicy};
 
 use crate::engine::Policy;
@@ -21,6 +22,7 @@ mod entries;
 mod foreign;
 mod inline;
 mod json;
+mod presets;
 mod raw;
 mod sandbox_settings;
 mod services;
@@ -160,6 +162,9 @@ pub struct Loaded {
     pub policy: Policy,
     /// Valid but surprising entries, in the order of the file.
     pub warnings: Vec<Warning>,
+    /// The presets the section in force names in `allowed_hosts`, in the order of the file (`leash check` says what
+    /// each added).
+    pub presets: Vec<PresetUse>,
 }
 
 /// Parse and validate the whole file (every profile), then build the policy of `profile` (the top level if None).
@@ -168,6 +173,11 @@ pub fn load(text: &str, format: Format, profile: Option<&str>) -> Result<Loaded,
     let checked = validate::document(&root);
     let mut errors = checked.errors;
     let names: Vec<String> = checked.profiles.iter().map(|(n, _)| n.clone()).collect();
+    let section = match profile {
+        None => "network.".to_owned(),
+        Some(name) => format!("profiles.{name}.network."),
+    };
+    let presets = checked.presets.into_iter().filter(|u| u.entry.starts_with(&section)).collect();
     let chosen = match profile {
         None => checked.top,
         Some(name) => match checked.profiles.into_iter().find(|(n, _)| n == name) {
@@ -186,7 +196,7 @@ pub fn load(text: &str, format: Format, profile: Option<&str>) -> Result<Loaded,
             let mut warnings = checked.warnings;
             warnings.extend(warn::unused_credentials(profile, &policy));
             warnings.extend(warn::upstream_proxy(profile, &policy));
-            Ok(Loaded { policy, warnings })
+            Ok(Loaded { policy, warnings, presets })
         }
         // A section with errors has no network; its errors are in `errors`.
         _ => Err(errors),

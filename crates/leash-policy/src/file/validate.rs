@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::entries::{host_entry, model_api_entry, url_entry, List, UrlEntry};
+use super::presets::{self, PresetUse};
 use super::raw::{Key, Node, Pos, ScalarKind, Value};
 use super::PolicyErrorKind::{
     self, BadCidr, BadPort, BadProfileName, BadValue, DuplicateKey, MissingKey, UnknownKey, WrongList, WrongType,
@@ -45,13 +46,21 @@ pub(crate) struct Checked {
     pub(crate) profiles_pos: Option<Pos>,
     pub(crate) errors: Vec<PolicyError>,
     pub(crate) warnings: Vec<Warning>,
+    /// Every preset written in an `allowed_hosts` list, in every section, with the entry that names it.
+    pub(crate) presets: Vec<PresetUse>,
 }
 
 /// Check a whole document.
 pub(crate) fn document(root: &Node) -> Checked {
-    let mut c = Checker { errors: Vec::new(), warnings: Vec::new() };
-    let mut checked =
-        Checked { top: None, profiles: Vec::new(), profiles_pos: None, errors: Vec::new(), warnings: Vec::new() };
+    let mut c = Checker::default();
+    let mut checked = Checked {
+        top: None,
+        profiles: Vec::new(),
+        profiles_pos: None,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+        presets: Vec::new(),
+    };
     if matches!(root.value, Value::Scalar(ScalarKind::Null, _)) {
         c.error(MissingKey, "network", root.pos, "the policy is empty; it needs a `network` section".to_owned());
     } else if let Some(fields) = c.map("", root, TOP_KEYS) {
@@ -69,12 +78,16 @@ pub(crate) fn document(root: &Node) -> Checked {
     }
     checked.errors = c.errors;
     checked.warnings = c.warnings;
+    checked.presets = c.presets;
     checked
 }
 
+#[derive(Default)]
 pub(super) struct Checker {
     pub(super) errors: Vec<PolicyError>,
     pub(super) warnings: Vec<Warning>,
+    /// The presets `allowed_hosts` lists named, each with its entry (`leash check` says what each added).
+    pub(super) presets: Vec<PresetUse>,
 }
 
 pub(super) type Fields<'n> = Vec<(&'n Key, &'n Node)>;
@@ -291,6 +304,16 @@ impl Checker {
             let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
+            if presets::is_preset(text) {
+                match presets::lookup(text) {
+                    Ok(preset) => {
+                        rules.extend(presets::rules(preset, index));
+                        self.presets.push(PresetUse { entry: entry(), written: text.to_owned(), preset });
+                    }
+                    Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
+                }
+                continue;
+            }
             match host_entry(text) {
                 Ok(pattern) => rules.push(HostRule { pattern, text: Arc::from(text), index }),
                 Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
@@ -307,6 +330,11 @@ impl Checker {
             let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
+            if presets::is_preset(text) {
+                let e = presets::not_here(text, name);
+                self.error(e.kind, &entry(), node.pos, e.message);
+                continue;
+            }
             match url_entry(text, list) {
                 Ok(UrlEntry::Rule(rule)) => rules.push(UrlRule { index, ..rule }),
                 Ok(UrlEntry::Ipv4) => {
@@ -357,6 +385,11 @@ impl Checker {
             let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
+            if presets::is_preset(text) {
+                let e = presets::not_here(text, "model_apis");
+                self.error(e.kind, &entry(), node.pos, e.message);
+                continue;
+            }
             match model_api_entry(text) {
                 Ok(pattern) => hosts.push(pattern),
                 Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
@@ -419,7 +452,7 @@ fn unknown_key(name: &str, allowed: &[&str]) -> String {
 }
 
 /// Levenshtein distance over bytes (keys are short ASCII words).
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(super) fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, &ca) in a.iter().enumerate() {
