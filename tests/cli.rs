@@ -256,6 +256,39 @@ fn policy_presets_lists_every_preset_and_shows_one_with_what_each_host_is_for() 
     assert!(help.contains("allowed_hosts: [+python@1, +github, api.example.com]"), "{help}");
 }
 
+#[test]
+fn a_github_agentic_workflow_is_read_with_its_ecosystems_as_presets() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = write(
+        dir.path(),
+        "triage.md",
+        "---\non:\n  issues:\n    types: [opened]\nengine: claude\nnetwork:\n  allowed:\n    - defaults\n    - python\n    \
+         - \"api.example.com\"\n---\n\n# Triage\n\nLabel the issue.\n",
+    );
+    let path = md.to_str().unwrap();
+    let o = leash(&["check", "--task", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for line in [
+        "network.allowed[0] `defaults` → nothing",
+        "network.allowed[1] `python` → allowed_hosts: +python@1 (pypi.org, files.pythonhosted.org); narrower than \
+         gh-aw's `python`",
+        "network.allowed[2] `api.example.com` → allowed_hosts: .api.example.com",
+        "engine `claude` → allowed_hosts: +anthropic@1",
+        "`+python@1` is +python@1: adds pypi.org, files.pythonhosted.org",
+        "valid (allowlist)",
+    ] {
+        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
+    }
+    let explain = |url: &str| leash(&["explain", "--task", path, url]).status.code();
+    assert_eq!(explain("https://files.pythonhosted.org/x.whl"), Some(0));
+    assert_eq!(explain("https://eu.api.example.com/"), Some(0), "gh-aw's domains cover their subdomains");
+    assert_eq!(explain("https://archive.ubuntu.com/"), Some(1));
+    let java = write(dir.path(), "java.md", "---\non: daily\nnetwork:\n  allowed: [defaults, java]\n---\n");
+    let o = leash(&["check", "--task", java.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("network.allowed[1] `java`: leash has no preset for gh-aw's `java`"), "{o:?}");
+}
+
 /// A package index on the host's loopback that answers as PyPI does for one project: `/simple/NAME/` (asked of
 /// pypi.org) links its wheel on files.pythonhosted.org, `/packages/...` serves that wheel.
 fn local_pypi(dir: &Path) -> (common::Served, u16) {

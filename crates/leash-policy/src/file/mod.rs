@@ -20,6 +20,7 @@ mod credentials;
 mod edit;
 mod entries;
 mod foreign;
+mod gh_aw;
 mod inline;
 mod json;
 mod presets;
