@@ -27,6 +27,7 @@ mod presets;
 mod raw;
 mod sandbox_settings;
 mod services;
+mod spelling;
 mod task;
 mod toml;
 mod validate;

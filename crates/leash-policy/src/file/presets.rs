@@ -229,12 +229,11 @@ fn unknown_name(text: &str, name: &str) -> String {
         let message = format!("`{text}` is not a preset: a preset is `+NAME` or `+NAME@VERSION`");
         return format!("{message}; the presets are {}", listed(&names));
     }
-    let closest = names.iter().map(|n| (super::validate::edit_distance(name, n), *n)).min();
-    match closest {
-        Some((distance, close)) if distance <= (close.len() / 3).max(2) => {
+    match super::spelling::closest(name, &names) {
+        Some(close) => {
             format!("`{text}` is not a preset; did you mean `+{close}`? (`leash policy presets` lists them)")
         }
-        _ => format!("`{text}` is not a preset; the presets are {}", listed(&names)),
+        None => format!("`{text}` is not a preset; the presets are {}", listed(&names)),
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::entries::{host_entry, model_api_entry, url_entry, List, UrlEntry};
 use super::presets::{self, PresetUse};
 use super::raw::{Key, Node, Pos, ScalarKind, Value};
+use super::spelling::closest;
 use super::PolicyErrorKind::{
     self, BadCidr, BadPort, BadProfileName, BadValue, DuplicateKey, MissingKey, UnknownKey, WrongList, WrongType,
 };
@@ -439,37 +440,19 @@ impl Checker {
 /// "unknown key" with the closest allowed key when one is a likely slip (`allowed_host` → `allowed_hosts`), else
 /// every allowed key.
 fn unknown_key(name: &str, allowed: &[&str]) -> String {
-    let closest = allowed.iter().map(|k| (edit_distance(name, k), *k)).min();
-    match closest {
-        Some((distance, key)) if distance <= (key.len() / 3).max(2) => {
-            format!("unknown key `{name}`; did you mean `{key}`?")
-        }
-        _ => {
+    match closest(name, allowed) {
+        Some(key) => format!("unknown key `{name}`; did you mean `{key}`?"),
+        None => {
             let expected = allowed.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
             format!("unknown key `{name}`; expected one of {expected}")
         }
     }
 }
 
-/// Levenshtein distance over bytes (keys are short ASCII words).
-pub(super) fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, &ca) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let replaced = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = replaced.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{edit_distance, unknown_key};
+    use super::super::spelling::edit_distance;
+    use super::unknown_key;
 
     #[test]
     fn an_unknown_key_close_to_a_known_one_is_named() {
