@@ -378,6 +378,154 @@ fn pip_installs_through_the_python_preset_and_hosts_outside_it_are_refused() {
     assert_eq!(refused, ["upload.pypi.org", "pythonhosted.org"], "{lines:?}");
 }
 
+/// A server on the host's loopback that answers as many hosts at once: `GET /PATH` asked of `HOST:PORT` serves the file
+/// `root/HOST/PATH` (`index` for a directory), anything else 404; so a request reaching a file reached it under that
+/// file's host name.
+fn files_by_host(root: &Path) -> (common::Served, u16) {
+    let script = r#"
+import http.server, os, sys
+ROOT = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        host = self.headers.get("Host", "").rsplit(":", 1)[0]
+        path = os.path.normpath(os.path.join(ROOT, host, self.path.split("?")[0].lstrip("/")))
+        if os.path.isdir(path):
+            path = os.path.join(path, "index")
+        if not path.startswith(ROOT + "/") or not os.path.isfile(path):
+            self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); return
+        body = open(path, "rb").read()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json" if path.endswith("index") else "application/octet-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+    common::Served::start(Command::new("python3").args(["-c", script]).arg(root))
+}
+
+/// A preset's allowlist on `port`, with the loopback (where [`files_by_host`] listens) exempt, and a proxy under it
+/// that resolves each of `names` to the loopback.
+fn preset_proxy(dir: &Path, preset: &str, port: u16, names: &[&str]) -> (Proxy, PathBuf) {
+    let policy = write(
+        dir,
+        "preset.yaml",
+        &format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [{preset}]\n  ports: [{port}]\n  \
+             allow_destinations: [127.0.0.1/32]\n"
+        ),
+    );
+    let log = dir.join("audit.jsonl");
+    let resolve: Vec<String> = names.iter().flat_map(|n| ["--resolve".to_owned(), format!("{n}:127.0.0.1")]).collect();
+    let resolve: Vec<&str> = resolve.iter().map(String::as_str).collect();
+    (Proxy::start(&policy, &log, &resolve), log)
+}
+
+/// `(decision, host, rule)` of each request line of an audit log, outcomes left out.
+fn decisions(log: &Path) -> Vec<(String, String, String)> {
+    let text = |l: &serde_json::Value, k: &str| l[k].as_str().unwrap_or_default().to_owned();
+    log_lines(log)
+        .iter()
+        .filter(|l| l.get("status").is_none())
+        .map(|l| (text(l, "decision"), text(l, "host"), text(l, "rule")))
+        .collect()
+}
+
+#[test]
+fn npm_fetches_through_the_node_preset_and_hosts_outside_it_are_refused() {
+    if !Command::new("npm").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: no npm on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hosts");
+    let (_server, port) = files_by_host(&root);
+    // The package as the npm registry serves it: its document, and its tarball (package/package.json).
+    let package = root.join("registry.npmjs.org/leash-preset-probe");
+    std::fs::create_dir_all(package.join("-")).unwrap();
+    let tarball = format!("http://registry.npmjs.org:{port}/leash-preset-probe/-/leash-preset-probe-1.0.0.tgz");
+    let document = format!(
+        r#"{{"name":"leash-preset-probe","dist-tags":{{"latest":"1.0.0"}},"versions":{{"1.0.0":{{"name":"leash-preset-probe","version":"1.0.0","dist":{{"tarball":"{tarball}"}}}}}}}}"#
+    );
+    std::fs::write(package.join("index"), document).unwrap();
+    let made = Command::new("python3")
+        .args(["-c", "import io, sys, tarfile\nwith tarfile.open(sys.argv[1], 'w:gz') as t:\n    data = b'{\"name\": \"leash-preset-probe\", \"version\": \"1.0.0\"}'\n    info = tarfile.TarInfo('package/package.json'); info.size = len(data)\n    t.addfile(info, io.BytesIO(data))\n"])
+        .arg(package.join("-/leash-preset-probe-1.0.0.tgz"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let names = ["registry.npmjs.org", "npmjs.org", "registry.npmjs.com"];
+    let (proxy, log) = preset_proxy(dir.path(), "+node", port, &names);
+    let (userrc, globalrc) = (write(dir.path(), "npmrc", ""), write(dir.path(), "global-npmrc", ""));
+    let o = Command::new("npm")
+        .args(["pack", "leash-preset-probe@1.0.0", "--registry", &format!("http://registry.npmjs.org:{port}/")])
+        .args(["--proxy", &format!("http://{}", proxy.addr), "--no-audit", "--no-fund", "--no-update-notifier"])
+        .arg("--cache")
+        .arg(dir.path().join("npm-cache"))
+        .env("npm_config_userconfig", &userrc)
+        .env("npm_config_globalconfig", &globalrc)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "npm: {}{}", stdout(&o), stderr(&o));
+    assert!(dir.path().join("leash-preset-probe-1.0.0.tgz").exists(), "{}", stdout(&o));
+    // The registry's parent and its other name are not in the preset.
+    assert_eq!(proxy.curl(&format!("http://npmjs.org:{port}/leash-preset-probe")), "403");
+    assert_eq!(proxy.curl(&format!("http://registry.npmjs.com:{port}/leash-preset-probe")), "403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    let rule = "registry.npmjs.org (+node@1)".to_owned();
+    let seen = decisions(&log);
+    assert!(seen.iter().filter(|d| d.1 == "registry.npmjs.org").count() >= 2, "document and tarball: {seen:?}");
+    for (decision, host, used) in &seen {
+        match host.as_str() {
+            "registry.npmjs.org" => assert_eq!((decision.as_str(), used), ("allow", &rule), "{seen:?}"),
+            _ => assert_eq!(decision, "block", "{seen:?}"),
+        }
+    }
+}
+
+#[test]
+fn git_clones_through_the_github_preset_and_hosts_outside_it_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hosts");
+    let (_server, port) = files_by_host(&root);
+    // A repository served as github.com serves one to git over HTTP (the dumb protocol: its files as they are).
+    let script = "set -e; git init -q work; cd work; echo hello > README; git add README; \
+                  git -c user.name=t -c user.email=t@example.com commit -qm first; \
+                  git clone -q --bare . ../hosts/github.com/octo/probe.git; \
+                  cd ../hosts/github.com/octo/probe.git; git update-server-info";
+    let made =
+        Command::new("sh").args(["-c", script]).current_dir(dir.path()).env("GIT_CONFIG_GLOBAL", "/dev/null").status();
+    assert!(made.unwrap().success());
+    let (proxy, log) = preset_proxy(dir.path(), "+github@1", port, &["github.com", "gist.github.com"]);
+    let o = Command::new("git")
+        .args(["-c", &format!("http.proxy=http://{}", proxy.addr), "clone", "-q"])
+        .arg(format!("http://github.com:{port}/octo/probe.git"))
+        .arg(dir.path().join("clone"))
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git: {}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(dir.path().join("clone/README")).unwrap(), "hello\n");
+    assert_eq!(proxy.curl(&format!("http://gist.github.com:{port}/octo/probe.git/info/refs")), "403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    let seen = decisions(&log);
+    assert!(
+        seen.iter().any(|d| d == &("allow".into(), "github.com".into(), "github.com (+github@1)".into())),
+        "{seen:?}"
+    );
+    assert!(seen.contains(&("block".into(), "gist.github.com".into(), String::new())), "{seen:?}");
+}
+
 #[test]
 fn a_harness_task_is_read_as_it_is_with_what_each_field_became() {
     let dir = tempfile::tempdir().unwrap();
