@@ -167,8 +167,9 @@ pub struct SandboxProxyArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
     /// A harness's task file read as the policy: benchflow's task.toml (`[sandbox]`/`[agent]` network_mode,
-    /// allowed_hosts, blocked_urls, blocked_hosts), task.md's front matter, or a sandbox runtime's settings (.json:
-    /// sandbox-runtime's `network`, Claude Code's `sandbox.network`; `leash check --task` says what each became)
+    /// allowed_hosts, blocked_urls, blocked_hosts), task.md's front matter, a GitHub Agentic Workflow's .md
+    /// (`network:`), Codex's config.toml, or a sandbox runtime's settings (.json: sandbox-runtime's `network`, Claude
+    /// Code's `sandbox.network`; `leash check --task` says what each became)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
     /// Learn a policy: let through what its host and path rules would refuse, logged as `would-block` with the
@@ -401,8 +402,8 @@ pub struct ProxyArgs {
     /// The policy file (.yaml, .yml, .toml or .json), reloaded on SIGHUP; or give --task, or --allow / --block instead
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"], required_unless_present_any = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
-    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, or sandbox-runtime's
-    /// or Claude Code's settings .json), reloaded on SIGHUP
+    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, a GitHub Agentic
+    /// Workflow's .md, Codex's config.toml, or sandbox-runtime's or Claude Code's settings .json), reloaded on SIGHUP
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one
@@ -467,8 +468,9 @@ pub struct CheckArgs {
     /// The policy file (.yaml, .yml, .toml or .json)
     #[arg(value_name = "FILE", required_unless_present = "task", conflicts_with = "task")]
     pub file: Option<PathBuf>,
-    /// A harness's task file (benchflow's task.toml, task.md's front matter, or sandbox-runtime's or Claude Code's
-    /// settings .json): what each network field becomes, and the policy it makes checked
+    /// A harness's task file (benchflow's task.toml, task.md's front matter, a GitHub Agentic Workflow's .md, Codex's
+    /// config.toml, or sandbox-runtime's or Claude Code's settings .json): what each network field becomes, and the
+    /// policy it makes checked
     #[arg(long, value_name = "FILE")]
     pub task: Option<PathBuf>,
 }
@@ -485,8 +487,8 @@ pub struct ExplainArgs {
     /// The policy file (.yaml, .yml, .toml or .json); or give --task, or --allow / --block instead, as to `leash run`
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"], required_unless_present_any = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
-    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, or a sandbox runtime's
-    /// settings .json)
+    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, a GitHub Agentic
+    /// Workflow's .md, Codex's config.toml, or a sandbox runtime's settings .json)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one

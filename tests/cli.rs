@@ -289,6 +289,43 @@ fn a_github_agentic_workflow_is_read_with_its_ecosystems_as_presets() {
     assert!(stderr(&o).contains("network.allowed[1] `java`: leash has no preset for gh-aw's `java`"), "{o:?}");
 }
 
+#[test]
+fn a_codex_config_is_read_with_its_network_proxy_domains() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "config.toml",
+        "model = \"gpt-5-codex\"\napproval_policy = \"on-request\"\nsandbox_mode = \"workspace-write\"\n\n\
+         [sandbox_workspace_write]\nnetwork_access = true\n\n[features.network_proxy]\nenabled = true\n\
+         domains = { \"**.pypi.org\" = \"allow\", \"files.pythonhosted.org\" = \"allow\", \"evil.example\" = \"deny\" }\n",
+    );
+    let path = config.to_str().unwrap();
+    let as_policy = leash(&["check", path]);
+    assert_eq!(as_policy.status.code(), Some(1));
+    assert!(stderr(&as_policy).contains(&format!("read it as it is with --task {path}")), "{}", stderr(&as_policy));
+    let o = leash(&["check", "--task", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for line in [
+        "sandbox_mode = `workspace-write`: with sandbox_workspace_write.network_access = true: the network on",
+        "features.network_proxy → its domains decide (deny wins)",
+        "`**.pypi.org` → allowed_hosts: .pypi.org (pypi.org and every name under it)",
+        "valid (allowlist)",
+    ] {
+        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
+    }
+    let explain = |url: &str| leash(&["explain", "--task", path, url]).status.code();
+    assert_eq!(explain("https://test.pypi.org/simple/"), Some(0));
+    assert_eq!(explain("https://evil.example/"), Some(1));
+    let limited = write(
+        dir.path(),
+        "limited.toml",
+        "sandbox_mode = \"danger-full-access\"\n[features.network_proxy]\nenabled = true\nmode = \"limited\"\n",
+    );
+    let o = leash(&["check", "--task", limited.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("`limited` (GET, HEAD and OPTIONS only)"), "{o:?}");
+}
+
 /// A package index on the host's loopback that answers as PyPI does for one project: `/simple/NAME/` (asked of
 /// pypi.org) links its wheel on files.pythonhosted.org, `/packages/...` serves that wheel.
 fn local_pypi(dir: &Path) -> (common::Served, u16) {

@@ -16,7 +16,9 @@ pub use task::{task_policy, TaskFormat, TaskPolicy};
 use crate::engine::Policy;
 
 mod attachment;
+mod codex;
 mod credentials;
+mod domains;
 mod edit;
 mod entries;
 mod foreign;

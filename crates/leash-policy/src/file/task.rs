@@ -1,7 +1,8 @@
 //! A harness's task file read as a policy, as the harness reads it: benchflow's `task.toml` (its `[sandbox]` and
 //! `[agent]` tables) or the YAML front matter of its `task.md` (the same keys, between `---` lines); a `.json` file
 //! is a sandbox runtime's settings, read by `sandbox_settings.rs`; a `.md` whose front matter is a GitHub Agentic
-//! Workflow's (top-level `network` or `on`, no `sandbox` or `agent`) is read by `gh_aw.rs`. Everything but
+//! Workflow's (top-level `network` or `on`, no `sandbox` or `agent`) is read by `gh_aw.rs`, a `.toml` that is a Codex
+//! `config.toml` (its `sandbox_mode`, `default_permissions`, `features`, ...) by `codex.rs`. Everything but
 //! the network keys is the harness's and left alone. The result is a leash policy's text, loaded as any policy file
 //! is, and a line per field saying what it became (`leash check --task` prints them).
 //!
@@ -21,7 +22,7 @@ use super::{PolicyError, PolicyErrorKind};
 /// Which kind of task file, by its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskFormat {
-    /// `task.toml`.
+    /// `task.toml` (or a Codex `config.toml`, told apart by its keys).
     Toml,
     /// `task.md`: YAML front matter (a benchflow task's, or a GitHub Agentic Workflow's `network:`).
     Markdown,
@@ -56,7 +57,14 @@ const MODES: [&str; 5] = ["public", "no-network", "allowlist", "denylist", "bloc
 /// Reads `text` (a task file in `format`) as a policy; an error names the task's field.
 pub fn task_policy(text: &str, format: TaskFormat) -> Result<TaskPolicy, PolicyError> {
     let root = match format {
-        TaskFormat::Toml => super::toml::parse(text)?,
+        TaskFormat::Toml => {
+            let root = super::toml::parse(text)?;
+            // Codex's config.toml is TOML too; its keys tell it apart.
+            if super::codex::is_codex_config(&root) {
+                return super::codex::config_policy(&root);
+            }
+            root
+        }
         TaskFormat::Markdown => {
             let root = super::yaml::parse(front_matter(text)?)?;
             // A GitHub Agentic Workflow is a `.md` with front matter too; its keys tell it apart.
