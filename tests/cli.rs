@@ -528,6 +528,72 @@ fn npm_fetches_through_the_node_preset_and_hosts_outside_it_are_refused() {
 }
 
 #[test]
+fn cargo_fetches_through_the_rust_preset_and_hosts_outside_it_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hosts");
+    let (_server, port) = files_by_host(&root);
+    // A sparse registry as crates.io serves one: config.json and the index on index.crates.io, the crate file on
+    // static.crates.io, its checksum in the index.
+    let script = r#"
+import hashlib, io, json, os, sys, tarfile
+root, port = sys.argv[1], sys.argv[2]
+crate = io.BytesIO()
+with tarfile.open(fileobj=crate, mode="w:gz") as t:
+    for name, data in [("leash-preset-probe-0.1.0/Cargo.toml",
+                        b'[package]\nname = "leash-preset-probe"\nversion = "0.1.0"\nedition = "2021"\n'),
+                       ("leash-preset-probe-0.1.0/src/lib.rs", b"")]:
+        info = tarfile.TarInfo(name); info.size = len(data); t.addfile(info, io.BytesIO(data))
+data = crate.getvalue()
+os.makedirs(f"{root}/index.crates.io/le/as")
+os.makedirs(f"{root}/static.crates.io/crates/leash-preset-probe/0.1.0")
+open(f"{root}/static.crates.io/crates/leash-preset-probe/0.1.0/download", "wb").write(data)
+config = {"dl": f"http://static.crates.io:{port}/crates", "api": f"http://crates.io:{port}"}
+open(f"{root}/index.crates.io/config.json", "w").write(json.dumps(config))
+line = {"name": "leash-preset-probe", "vers": "0.1.0", "deps": [], "cksum": hashlib.sha256(data).hexdigest(),
+        "features": {}, "yanked": False}
+open(f"{root}/index.crates.io/le/as/leash-preset-probe", "w").write(json.dumps(line) + "\n")
+"#;
+    let made = Command::new("python3").args(["-c", script]).arg(&root).arg(port.to_string()).status().unwrap();
+    assert!(made.success());
+    let names = ["index.crates.io", "static.crates.io", "crates.io", "doc.crates.io"];
+    let (proxy, log) = preset_proxy(dir.path(), "+rust", port, &names);
+    let (home, project) = (dir.path().join("cargo-home"), dir.path().join("project"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    let config = format!(
+        "[source.crates-io]\nreplace-with = \"mirror\"\n[source.mirror]\nregistry = \"sparse+http://index.crates.io:{port}/\"\n\
+         [http]\nproxy = \"http://{}\"\n[net]\nretry = 0\n",
+        proxy.addr
+    );
+    write(&home, "config.toml", &config);
+    let manifest = "[package]\nname = \"probe-user\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
+                    [dependencies]\nleash-preset-probe = \"0.1.0\"\n";
+    write(&project, "Cargo.toml", manifest);
+    write(&project.join("src"), "lib.rs", "");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let o = Command::new(cargo)
+        .arg("fetch")
+        .current_dir(&project)
+        .env("CARGO_HOME", &home)
+        .env_remove("CARGO_HTTP_PROXY")
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "cargo: {}", stderr(&o));
+    assert!(stderr(&o).contains("Downloaded leash-preset-probe v0.1.0"), "{}", stderr(&o));
+    assert_eq!(proxy.curl(&format!("http://doc.crates.io:{port}/config.json")), "403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    let seen = decisions(&log);
+    for (host, rule) in
+        [("index.crates.io", "index.crates.io (+rust@1)"), ("static.crates.io", "static.crates.io (+rust@1)")]
+    {
+        assert!(seen.iter().any(|d| d == &("allow".into(), host.into(), rule.into())), "{host}: {seen:?}");
+    }
+    assert!(seen.contains(&("block".into(), "doc.crates.io".into(), String::new())), "{seen:?}");
+}
+
+#[test]
 fn git_clones_through_the_github_preset_and_hosts_outside_it_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("hosts");
