@@ -178,7 +178,8 @@ fn check_names_each_preset_with_the_version_it_stands_for_and_the_hosts_it_added
     let p = write(
         dir.path(),
         "p.yaml",
-        "network:\n  mode: allowlist\n  allowed_hosts:\n    - +python\n    - +github@1\n    - api.example.com\n",
+        "network:\n  mode: allowlist\n  allowed_hosts:\n    - +python\n    - +github@1\n    - api.example.com\n\
+         profiles:\n  build:\n    network: { mode: allowlist, allowed_hosts: [+rust] }\n",
     );
     let o = leash(&["check", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -186,6 +187,8 @@ fn check_names_each_preset_with_the_version_it_stands_for_and_the_hosts_it_added
         "network.allowed_hosts[0] `+python` is +python@1 (the newest; pin it with `+python@1`): adds pypi.org, \
          files.pythonhosted.org",
         "network.allowed_hosts[1] `+github@1` is +github@1: adds github.com, api.github.com, codeload.github.com",
+        "profiles.build.network.allowed_hosts[0] `+rust` is +rust@1 (the newest; pin it with `+rust@1`): adds \
+         index.crates.io, static.crates.io, crates.io",
     ] {
         assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
     }

@@ -166,8 +166,8 @@ pub struct Loaded {
     pub policy: Policy,
     /// Valid but surprising entries, in the order of the file.
     pub warnings: Vec<Warning>,
-    /// The presets the section in force names in `allowed_hosts`, in the order of the file (`leash check` says what
-    /// each added).
+    /// The presets every section names in `allowed_hosts` (each with its entry: `profiles.x.network.allowed_hosts[0]`),
+    /// in the order of the file; `leash check` says what each added.
     pub presets: Vec<PresetUse>,
 }
 
@@ -177,11 +177,7 @@ pub fn load(text: &str, format: Format, profile: Option<&str>) -> Result<Loaded,
     let checked = validate::document(&root);
     let mut errors = checked.errors;
     let names: Vec<String> = checked.profiles.iter().map(|(n, _)| n.clone()).collect();
-    let section = match profile {
-        None => "network.".to_owned(),
-        Some(name) => format!("profiles.{name}.network."),
-    };
-    let presets = checked.presets.into_iter().filter(|u| u.entry.starts_with(&section)).collect();
+    let presets = checked.presets;
     let chosen = match profile {
         None => checked.top,
         Some(name) => match checked.profiles.into_iter().find(|(n, _)| n == name) {
