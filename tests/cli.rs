@@ -235,6 +235,10 @@ fn explain_names_the_preset_whose_host_decides_and_refuses_what_it_leaves_out() 
     // The user's own entry for a host a preset also adds is the one named.
     let both = "network:\n  mode: allowlist\n  allowed_hosts: [+python, pypi.org]\n";
     assert_eq!(explain(both, &["https://pypi.org/simple/"]).1.lines().next(), Some("allow rule pypi.org"));
+    // A host a preset has, refused by a policy that names only some of it: the preset is the hint.
+    let o = leash(&["explain", "--allow", "pypi.org", "https://files.pythonhosted.org/packages/x.whl"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("hint: `files.pythonhosted.org` is one of the preset +python@1's hosts"), "{o:?}");
     let o = leash(&["explain", "--allow", "+github", "https://codeload.github.com/o/r/tar.gz/main"]);
     assert_eq!(stdout(&o).lines().next(), Some("allow rule codeload.github.com (+github@1)"), "{o:?}");
 }
