@@ -194,10 +194,12 @@ pub(crate) fn lookup(text: &str) -> Result<&'static HostPreset, EntryError> {
         None => {
             let versions: Vec<String> =
                 HOST_PRESETS.iter().filter(|p| p.name == name).map(|p| format!("`+{name}@{}`", p.version)).collect();
-            let message = format!(
-                "`{text}`: `{name}` has no version `{version}`; did you mean {}? (`+{name}` is the newest)",
-                versions.join(" or ")
-            );
+            let what = match version {
+                "" => "no version follows `@`".to_owned(),
+                _ => format!("`{name}` has no version `{version}`"),
+            };
+            let message =
+                format!("`{text}`: {what}; did you mean {}? (`+{name}` is the newest)", versions.join(" or "));
             Err(EntryError { kind: BadValue, message })
         }
     }
@@ -290,7 +292,7 @@ mod tests {
             "`+python@7`: `python` has no version `7`; did you mean `+python@1`? (`+python` is the newest)"
         );
         assert!(err("+python@v1").contains("no version `v1`"));
-        assert!(err("+python@").contains("no version ``"));
+        assert!(err("+python@").contains("`+python@`: no version follows `@`; did you mean `+python@1`?"));
         assert!(err("+kubernetes").contains("the presets are `+python`, `+node`"));
         assert!(err("+").contains("a preset is `+NAME` or `+NAME@VERSION`"));
         assert!(err("+Python").contains("a preset is `+NAME`"));
