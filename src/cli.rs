@@ -181,7 +181,7 @@ pub struct SandboxProxyArgs {
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
-    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    /// Allow this host (`.example.com`: it and every subdomain) or preset (`+python`); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]
     pub allow: Vec<String>,
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
@@ -409,7 +409,7 @@ pub struct ProxyArgs {
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
-    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    /// Allow this host (`.example.com`: it and every subdomain) or preset (`+python`); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]
     pub allow: Vec<String>,
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
@@ -479,7 +479,8 @@ pub struct CheckArgs {
 #[command(after_help = "Examples:\n  leash explain --policy policy.yaml http://pypi.org/simple/\n  \
     leash explain --policy policy.yaml POST https://api.example.com/v1/messages\n  \
     leash explain --policy policy.yaml CONNECT arxiv.org:443\n  \
-    leash explain --allow pypi.org --allow .pythonhosted.org https://files.pythonhosted.org/x.whl\n\n\
+    leash explain --allow pypi.org --allow .pythonhosted.org https://files.pythonhosted.org/x.whl\n  \
+    leash explain --allow +python https://files.pythonhosted.org/x.whl\n\n\
     The first line is `allow|block|inspect REASON [RULE]`. Exit status: 0 allowed, 1 refused, 2 usage or \
     policy error. The decision is the one the proxy takes before DNS; the destination check on the resolved \
     addresses still follows it.")]
@@ -494,7 +495,7 @@ pub struct ExplainArgs {
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
-    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    /// Allow this host (`.example.com`: it and every subdomain) or preset (`+python`); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]
     pub allow: Vec<String>,
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
