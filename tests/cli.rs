@@ -601,6 +601,42 @@ open(f"{root}/index.crates.io/le/as/leash-preset-probe", "w").write(json.dumps(l
 }
 
 #[test]
+fn a_tunnel_to_a_preset_host_passes_under_its_rule_and_one_outside_the_preset_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = common::https_material_for(dir.path(), &["codeload.github.com"]);
+    let origin = HttpsOrigin::start(dir.path());
+    let policy = write(
+        dir.path(),
+        "p.yaml",
+        &format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [+github@1]\n  tunnel_ports: [{}]\n  \
+             allow_destinations: [127.0.0.1/32]\n",
+            origin.port
+        ),
+    );
+    let log = dir.path().join("audit.jsonl");
+    let resolve = ["--resolve", "codeload.github.com:127.0.0.1", "--resolve", "gist.github.com:127.0.0.1"];
+    let proxy = Proxy::start(&policy, &log, &resolve);
+    let curl = |host: &str| {
+        let o = Command::new("curl")
+            .args(["-s", "--max-time", "10", "--cacert", ca.to_str().unwrap(), "-x", &format!("http://{}", proxy.addr)])
+            .args(["-w", " %{http_connect}"])
+            .arg(format!("https://{host}:{}/octo/probe/tar.gz/main", origin.port))
+            .output()
+            .unwrap();
+        stdout(&o)
+    };
+    assert_eq!(curl("codeload.github.com"), "origin-tls /octo/probe/tar.gz/main 200");
+    assert_eq!(curl("gist.github.com"), " 403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    let seen = decisions(&log);
+    let allowed = ("allow".to_owned(), "codeload.github.com".to_owned(), "codeload.github.com (+github@1)".to_owned());
+    assert!(seen.contains(&allowed), "{seen:?}");
+    assert!(seen.contains(&("block".into(), "gist.github.com".into(), String::new())), "{seen:?}");
+}
+
+#[test]
 fn git_clones_through_the_github_preset_and_hosts_outside_it_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("hosts");
