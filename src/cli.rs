@@ -167,8 +167,9 @@ pub struct SandboxProxyArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
     /// A harness's task file read as the policy: benchflow's task.toml (`[sandbox]`/`[agent]` network_mode,
-    /// allowed_hosts, blocked_urls, blocked_hosts), task.md's front matter, or a sandbox runtime's settings (.json:
-    /// sandbox-runtime's `network`, Claude Code's `sandbox.network`; `leash check --task` says what each became)
+    /// allowed_hosts, blocked_urls, blocked_hosts), task.md's front matter, a GitHub Agentic Workflow's .md
+    /// (`network:`), Codex's config.toml, or a sandbox runtime's settings (.json: sandbox-runtime's `network`, Claude
+    /// Code's `sandbox.network`; `leash check --task` says what each became)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
     /// The operator's boundary: a policy file whose refusals always apply and whose allows cap this run's policy
@@ -184,7 +185,7 @@ pub struct SandboxProxyArgs {
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
-    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    /// Allow this host (`.example.com`: it and every subdomain) or preset (`+python`); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]
     pub allow: Vec<String>,
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
@@ -405,8 +406,8 @@ pub struct ProxyArgs {
     /// The policy file (.yaml, .yml, .toml or .json), reloaded on SIGHUP; or give --task, or --allow / --block instead
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"], required_unless_present_any = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
-    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, or sandbox-runtime's
-    /// or Claude Code's settings .json), reloaded on SIGHUP
+    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, a GitHub Agentic
+    /// Workflow's .md, Codex's config.toml, or sandbox-runtime's or Claude Code's settings .json), reloaded on SIGHUP
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
     /// The operator's boundary: a policy file whose refusals always apply and whose allows cap this run's policy
@@ -416,7 +417,7 @@ pub struct ProxyArgs {
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
-    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    /// Allow this host (`.example.com`: it and every subdomain) or preset (`+python`); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]
     pub allow: Vec<String>,
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
@@ -475,8 +476,9 @@ pub struct CheckArgs {
     /// The policy file (.yaml, .yml, .toml or .json)
     #[arg(value_name = "FILE", required_unless_present = "task", conflicts_with = "task")]
     pub file: Option<PathBuf>,
-    /// A harness's task file (benchflow's task.toml, task.md's front matter, or sandbox-runtime's or Claude Code's
-    /// settings .json): what each network field becomes, and the policy it makes checked
+    /// A harness's task file (benchflow's task.toml, task.md's front matter, a GitHub Agentic Workflow's .md, Codex's
+    /// config.toml, or sandbox-runtime's or Claude Code's settings .json): what each network field becomes, and the
+    /// policy it makes checked
     #[arg(long, value_name = "FILE")]
     pub task: Option<PathBuf>,
     /// Also check that the policy lies within this boundary: every entry that allows what the boundary refuses
@@ -489,7 +491,8 @@ pub struct CheckArgs {
 #[command(after_help = "Examples:\n  leash explain --policy policy.yaml http://pypi.org/simple/\n  \
     leash explain --policy policy.yaml POST https://api.example.com/v1/messages\n  \
     leash explain --policy policy.yaml CONNECT arxiv.org:443\n  \
-    leash explain --allow pypi.org --allow .pythonhosted.org https://files.pythonhosted.org/x.whl\n\n\
+    leash explain --allow pypi.org --allow .pythonhosted.org https://files.pythonhosted.org/x.whl\n  \
+    leash explain --allow +python https://files.pythonhosted.org/x.whl\n\n\
     The first line is `allow|block|inspect REASON [RULE]`. Exit status: 0 allowed, 1 refused, 2 usage or \
     policy error. The decision is the one the proxy takes before DNS; the destination check on the resolved \
     addresses still follows it.")]
@@ -497,8 +500,8 @@ pub struct ExplainArgs {
     /// The policy file (.yaml, .yml, .toml or .json); or give --task, or --allow / --block instead, as to `leash run`
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"], required_unless_present_any = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
-    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, or a sandbox runtime's
-    /// settings .json)
+    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, a GitHub Agentic
+    /// Workflow's .md, Codex's config.toml, or a sandbox runtime's settings .json)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
     /// The operator's boundary: a policy file whose refusals always apply and whose allows cap this run's policy
@@ -508,7 +511,7 @@ pub struct ExplainArgs {
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
-    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    /// Allow this host (`.example.com`: it and every subdomain) or preset (`+python`); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]
     pub allow: Vec<String>,
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
@@ -551,8 +554,11 @@ pub struct LogSummaryArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  leash policy suggest audit.jsonl --output policy.yaml\n\n\
-    `leash policy suggest --help` says what the suggestion holds.")]
+#[command(
+    after_help = "Examples:\n  leash policy suggest audit.jsonl --output policy.yaml\n  leash policy presets python\n\n\
+    `leash policy suggest --help` says what the suggestion holds, `leash policy presets --help` how presets are \
+    written."
+)]
 pub struct PolicyArgs {
     #[command(subcommand)]
     pub command: PolicyCommand,
@@ -562,6 +568,24 @@ pub struct PolicyArgs {
 pub enum PolicyCommand {
     /// Suggest a minimal policy that allows what audit logs show was used
     Suggest(PolicySuggestArgs),
+    /// List the host presets (`+python`, `+github`, ...) `allowed_hosts` takes, or show one with what each host is for
+    Presets(PolicyPresetsArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  leash policy presets\n  leash policy presets python\n  \
+    leash run --allow +python -- pip install requests\n\n\
+    A preset is written `+NAME` (the newest version this leash knows) or `+NAME@VERSION` (pinned) beside hosts in \
+    `allowed_hosts` or after --allow:\n\n  network:\n    mode: allowlist\n    allowed_hosts: [+python@1, +github, \
+    api.example.com]\n\n\
+    Each adds its hosts as exact entries (never a subdomain wildcard); a version's hosts never change, a change is \
+    a new version. `leash check` says what each preset in a policy added; `leash explain` names the preset when one \
+    of its hosts decides. Exit status: 0; 2 for an unknown preset.")]
+pub struct PolicyPresetsArgs {
+    /// A preset to show (`python`, `+python`, `python@1`): its hosts and what clients fetch from each; every version
+    /// of every preset without one
+    #[arg(value_name = "NAME")]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Args)]

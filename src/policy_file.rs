@@ -97,18 +97,32 @@ pub fn invalid(path: &Path, errors: &[PolicyError]) -> Failure {
     lines.push(format!("leash: `{}` is invalid ({n} error{})", path.display(), if n == 1 { "" } else { "s" }));
     if errors.iter().any(names_anothers_key) {
         lines.push(format!(
-            "leash: its keys are a harness task's or a sandbox runtime's (benchflow's task.toml or task.md, \
-             sandbox-runtime's or Claude Code's settings): read it as it is with --task {}",
+            "leash: its keys are a harness task's or another tool's (benchflow's task.toml or task.md, a GitHub \
+             Agentic Workflow, Codex's config.toml, sandbox-runtime's or Claude Code's settings): read it as it is \
+             with --task {}",
             path.display()
         ));
     }
     Failure::new(Exit::Refused, lines.join("\n"))
 }
 
-/// An unknown key that a file `--task` reads has: benchflow's tables, a sandbox runtime's settings.
+/// An unknown key that a file `--task` reads has: benchflow's tables, a sandbox runtime's settings, a GitHub Agentic
+/// Workflow's trigger, Codex's sandbox settings.
 fn names_anothers_key(e: &PolicyError) -> bool {
-    const THEIRS: [&str; 7] =
-        ["sandbox", "agent", "permissions", "filesystem", "network.allowedDomains", "network.deniedDomains", "task"];
+    const THEIRS: [&str; 12] = [
+        "sandbox",
+        "agent",
+        "permissions",
+        "filesystem",
+        "network.allowedDomains",
+        "network.deniedDomains",
+        "task",
+        "sandbox_mode",
+        "sandbox_workspace_write",
+        "default_permissions",
+        "features",
+        "on",
+    ];
     e.kind == leash_policy::PolicyErrorKind::UnknownKey && THEIRS.contains(&e.entry.as_str())
 }
 

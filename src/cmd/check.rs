@@ -53,7 +53,7 @@ pub fn run(args: &CheckArgs) -> Result<Exit, Failure> {
         check_within(args.file, &loaded.policy, boundary)?;
     }
     println!("{}: valid ({mode})", args.file.display());
-    for line in reach_lines(&loaded.policy) {
+    for line in preset_lines(&loaded.presets).into_iter().chain(reach_lines(&loaded.policy)) {
         println!("  {line}");
     }
     if let Some(boundary) = &within {
@@ -96,6 +96,27 @@ fn check_within(file: &Path, policy: &Policy, boundary: &Arc<Boundary>) -> Resul
 /// The file checked, under the name the messages use.
 struct Checked<'a> {
     file: &'a std::path::Path,
+}
+
+/// What each preset in `allowed_hosts` added: its version (said when the entry does not pin one) and its hosts.
+fn preset_lines(presets: &[leash_policy::PresetUse]) -> Vec<String> {
+    presets
+        .iter()
+        .map(|used| {
+            let hosts: Vec<&str> = used.preset.hosts.iter().map(|(host, _)| *host).collect();
+            let version = match used.written.contains('@') {
+                true => String::new(),
+                false => format!(" (the newest; pin it with `{}`)", used.preset.spelled()),
+            };
+            format!(
+                "{} `{}` is {}{version}: adds {}",
+                used.entry,
+                used.written,
+                used.preset.spelled(),
+                hosts.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// What the policy reaches besides the proxy's rules: the upstream proxy requests go out through, and each service.

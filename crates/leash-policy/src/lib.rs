@@ -37,8 +37,9 @@ pub use dest::{is_internal, Cidr, CidrError};
 pub use engine::Boundary;
 pub use engine::Policy;
 pub use file::{
-    allow_host, load, load_attachment, task_policy, Attachment, EditError, Format, Loaded, Namespace, PolicyError,
-    PolicyErrorKind, TaskFormat, TaskPolicy, Warning,
+    allow_host, load, load_attachment, newest_preset, preset_named, task_policy, Attachment, EditError, Format,
+    HostPreset, Loaded, Namespace, PolicyError, PolicyErrorKind, PresetUse, TaskFormat, TaskPolicy, Warning,
+    HOST_PRESETS,
 };
 pub use hints::{Hint, PortList, Refused, RequestKind};
 pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostError, Name};
