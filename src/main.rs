@@ -66,6 +66,9 @@ fn main() -> ExitCode {
         cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Suggest(args) }) => {
             cmd::policy::suggest(&args).unwrap_or_else(Failure::report)
         }
+        cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Switch(args) }) => {
+            cmd::switch::run(&args).unwrap_or_else(Failure::report)
+        }
         cli::Command::Ask(args) => cmd::ask::run(args).unwrap_or_else(Failure::report),
         cli::Command::Probe(args) => cmd::probe::run(&args).unwrap_or_else(Failure::report),
         cli::Command::Completions { shell } => cmd::docs::completions(shell).unwrap_or_else(Failure::report),

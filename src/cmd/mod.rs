@@ -13,3 +13,4 @@ pub mod policy;
 pub mod probe;
 pub mod proxy;
 pub mod run;
+pub mod switch;
