@@ -118,7 +118,7 @@ fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -
     spec.hide_paths.extend(crate::shared::consoles::callers_terminals());
     // INVARIANT: the control socket's directory is not visible inside: the command cannot even see the questions.
     spec.hide_paths.extend(ask_socket.iter().filter_map(|s| std::fs::canonicalize(s.dir()).ok()));
-    // INVARIANT: no more can the command reach the control socket: it would put a policy of its own in force.
+    // INVARIANT: the control socket's directory (`--control`) is not visible inside: the command cannot switch the policy.
     spec.hide_paths.extend(control_socket.iter().filter_map(|s| std::fs::canonicalize(s.dir()).ok()));
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
     // The sandbox has a /dev/shm of its own: the CA's directory, where it is below the host's, is kept visible there.

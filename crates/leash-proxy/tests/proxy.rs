@@ -2176,7 +2176,6 @@ async fn open_tunnel(
     ca: &TestCa,
     (host, port): (&str, u16),
 ) -> support::http::Wire<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    use tokio::io::AsyncWriteExt as _;
     let (c, status) = connect(leash.addr, &format!("{host}:{port}")).await;
     assert_eq!(status, 200, "the tunnel to {host} is open");
     let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
