@@ -1,7 +1,7 @@
 //! The policy in force and its versions: one handle shared by every door, swapped whole (a reload on SIGHUP, a
 //! switch over the control socket, ask mode's `always`), read as one snapshot per request. A swap also asks the new
-//! policy again about every connection that outlived the decision letting it on ([`crate::standing`]) and cuts
-//! those it refuses, and tells whoever watches ([`PolicyHandle::changes`]: the pools of idle upstream connections).
+//! policy again about every connection that outlived the decision letting it on (`standing.rs`) and cuts those it
+//! refuses, and tells whoever watches ([`PolicyHandle::changes`]: the pools of idle upstream connections).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -19,7 +19,7 @@ struct Inner {
     current: ArcSwap<Snapshot>,
     /// The open connections to ask again at a swap. Swaps take this lock too, so a connection registering is either
     /// seen by a swap's sweep or sees the swap's generation itself.
-    standing: Mutex<Standing>,
+    standing: Arc<Mutex<Standing>>,
     /// The generation in force, for those who act on a swap.
     changed: watch::Sender<u64>,
 }
@@ -55,7 +55,7 @@ impl PolicyHandle {
     pub fn new(policy: Policy) -> Self {
         Self(Arc::new(Inner {
             current: ArcSwap::from_pointee(Snapshot { policy, generation: 0 }),
-            standing: Mutex::default(),
+            standing: Arc::default(),
             changed: watch::Sender::new(0),
         }))
     }
@@ -66,7 +66,8 @@ impl PolicyHandle {
     }
 
     /// Replace the policy for every request decided from now on, and cut every open tunnel and request in flight it
-    /// refuses (see [`crate::standing`]).
+    /// refuses: a spliced tunnel it refuses or would inspect, an inspected tunnel to a host it refuses, a plain-HTTP
+    /// request still relaying that it refuses.
     pub fn store(&self, policy: Policy) -> Swapped {
         let mut standing = self.standing();
         let generation = self.0.current.load().generation + 1;
@@ -90,21 +91,16 @@ impl PolicyHandle {
         let mut standing = self.standing();
         let now = self.0.current.load();
         let id = match now.generation == decided.generation || recheck.stands(&now.policy, tls) {
-            true => standing.add(recheck, tls, cut.clone()),
+            true => Some(standing.add(recheck, tls, cut.clone())),
             false => {
                 cut.notify_one();
-                u64::MAX
+                None
             }
         };
-        Registration { id, cut, handle: self.clone() }
-    }
-
-    pub(crate) fn forget(&self, id: u64) {
-        self.standing().forget(id);
+        Registration { id, cut, standing: self.0.standing.clone() }
     }
 
     fn standing(&self) -> MutexGuard<'_, Standing> {
-        // A poisoned lock only means a swap panicked mid-sweep; the registry itself is still whole.
-        self.0.standing.lock().unwrap_or_else(|p| p.into_inner())
+        crate::standing::lock(&self.0.standing)
     }
 }

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use leash_policy::{
     CanonicalPath, ClientHelloFacts, Host, Policy, Question, Request, Scheme, TlsInspection, Verdict, Via,
@@ -129,11 +129,17 @@ impl Standing {
     }
 }
 
+/// The registry, locked: a poisoned lock only means a swap panicked mid-sweep; the registry itself is still whole.
+pub(crate) fn lock(standing: &Mutex<Standing>) -> MutexGuard<'_, Standing> {
+    standing.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A connection's place among the registered ones, held while it is open (dropping it forgets the entry).
 pub(crate) struct Registration {
-    pub(crate) id: u64,
+    /// Its number in `standing`; `None` when it was cut before it was added.
+    pub(crate) id: Option<u64>,
     pub(crate) cut: Arc<Notify>,
-    pub(crate) handle: crate::policy_handle::PolicyHandle,
+    pub(crate) standing: Arc<Mutex<Standing>>,
 }
 
 impl Registration {
@@ -145,7 +151,9 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.handle.forget(self.id);
+        if let Some(id) = self.id {
+            lock(&self.standing).forget(id);
+        }
     }
 }
 
