@@ -489,3 +489,47 @@ fn a_run_switched_to_a_locked_policy_cuts_what_it_refuses_and_its_command_cannot
         "the held tunnel's outcome says why it ended: {lines:#?}"
     );
 }
+
+#[test]
+fn a_command_of_another_uid_cannot_reach_the_control_socket_and_one_of_leashs_own_uid_is_refused_one() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| stdout(&o).trim() == "0");
+    if !root {
+        eprintln!("SKIPPED: not root; the --user control socket test did not run");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    // Every directory above the socket's own is open to the command's uid: only the socket's (0700) keeps it out.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ctl = dir.path().join("ctl/s.sock");
+    let private = dir.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    let log = private.join("audit.jsonl");
+    // In the advisory containment without --user the command would be leash's own uid.
+    let o = Command::new(LEASH)
+        .args(["run", "--advisory", "--allow", "a.test", "--control"])
+        .arg(&ctl)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--control needs --user"), "{}", stderr(&o));
+    let script = r#"import os, socket, sys
+print("parent:", os.access(os.path.dirname(os.path.dirname(sys.argv[1])), os.X_OK))
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); print("control: reached")
+except OSError as e:
+    print("control: refused", e.errno)"#;
+    let o = Command::new(LEASH)
+        .args(["run", "--advisory", "--user", "4242", "--allow", "a.test", "--log"])
+        .arg(&log)
+        .arg("--control")
+        .arg(&ctl)
+        .args(["--", "python3", "-c", script])
+        .arg(&ctl)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "parent: True\ncontrol: refused 13\n", "{}", stderr(&o));
+}
