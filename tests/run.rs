@@ -451,6 +451,17 @@ fn a_run_switched_to_a_locked_policy_cuts_what_it_refuses_and_its_command_cannot
         "{}",
         stderr(&refused)
     );
+    // A port the sandbox holds no transparent listener for needs another sandbox: refused, saying so.
+    let wider = dir.path().join("wider.yaml");
+    let text = std::fs::read_to_string(&setup).unwrap().replace("\n  ports: [", "\n  ports: [8089, ");
+    std::fs::write(&wider, text).unwrap();
+    let refused = switch(&wider);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("listeners the sandbox was not built with (127.0.0.2:8089)"),
+        "{}",
+        stderr(&refused)
+    );
     writeln!(go, "bad").unwrap();
     until("after a bad switch:");
     let switched = switch(&locked);
