@@ -350,8 +350,8 @@ impl<'a> Tunnel<'a> {
     }
 
     /// Relay until both sides end, in a task of its own: socket to socket over TCP; in user space through a TLS
-    /// session with the upstream proxy. The task owns only the two sockets, what the outcome line needs and the
-    /// connection's place in the bounds, so an idle tunnel does not keep the connection task's state (the request
+    /// session with the upstream proxy. The task owns only the two sockets, what the outcome line needs, the
+    /// connection's place in the bounds and among what a swap re-decides, so an idle tunnel does not keep the connection task's state (the request
     /// head, the ClientHello, the inspecting paths' futures) for as long as it is open.
     ///
     /// A new policy that refuses the tunnel (`standing` cut) ends it at once: both sockets are closed, the outcome
