@@ -104,3 +104,40 @@ impl PolicyHandle {
         crate::standing::lock(&self.0.standing)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use leash_policy::{load, parse_host, Format};
+
+    use super::*;
+    use crate::standing::Hello;
+
+    fn allowing(host: &str) -> Policy {
+        load(&format!("network:\n  mode: allowlist\n  allowed_hosts: [{host}]\n"), Format::Yaml, None).unwrap().policy
+    }
+
+    fn tunnel_to(host: &str) -> Recheck {
+        Recheck::Spliced { target: parse_host(host).unwrap(), port: 443, hello: Hello::ServerName(host.into()) }
+    }
+
+    fn is_cut(registration: &Registration) -> bool {
+        let waiting = registration.cut.notified();
+        tokio::pin!(waiting);
+        waiting.as_mut().enable()
+    }
+
+    #[test]
+    fn a_connection_decided_before_a_swap_but_registered_after_it_is_asked_again_at_once() {
+        let handle = PolicyHandle::new(allowing("a.test"));
+        let decided = handle.current();
+        let swapped = handle.store(allowing("b.test"));
+        assert_eq!(swapped, Swapped { generation: 1, cut: 0 }, "nothing was registered yet");
+        let late = handle.register(tunnel_to("a.test"), &decided, TlsInspection::Available);
+        assert!(is_cut(&late), "a.test was decided on the old policy, which the new one does not keep");
+        let still = handle.register(tunnel_to("b.test"), &decided, TlsInspection::Available);
+        assert!(!is_cut(&still), "b.test stands under the new policy");
+        assert_eq!(handle.store(allowing("c.test")).cut, 1, "b.test was registered, and is cut by the next swap");
+        drop((late, still));
+        assert_eq!(handle.store(allowing("d.test")).cut, 0, "a dropped registration is forgotten");
+    }
+}
