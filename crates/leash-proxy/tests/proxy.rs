@@ -2186,13 +2186,13 @@ async fn open_tunnel(
     wire
 }
 
-/// `GET /` on an open TLS session; its status, or how the session ended.
+/// `GET /` with `Host: authority` on an open TLS session; its status, or how the session ended.
 async fn tunnel_get(
     wire: &mut support::http::Wire<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
-    host: &str,
+    authority: &str,
 ) -> std::io::Result<u16> {
     use tokio::io::AsyncWriteExt as _;
-    wire.io.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes()).await?;
+    wire.io.write_all(format!("GET / HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes()).await?;
     wire.io.flush().await?;
     let resp = within("an answer in the tunnel", support::client::read_response(wire, "GET")).await?;
     Ok(resp.status)
@@ -2241,6 +2241,35 @@ async fn a_switch_cuts_a_spliced_tunnel_to_a_host_the_new_policy_inspects() {
 }
 
 #[tokio::test]
+async fn a_switch_cuts_an_inspected_tunnel_to_a_host_it_refuses_and_keeps_one_it_still_inspects() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let inspected = |hosts: &[&str]| format!("{}  inspect: all\n", allowlist(hosts, &[80], &[tls.port()]));
+    let leash = Leash::builder(&inspected(&["bl.test", "allowed.test"])).inspecting(&ca.pem).start().await;
+    // The client trusts leash's CA: the tunnels are inspected.
+    let open = |host: &'static str| {
+        let (leash, tls_port) = (&leash, tls.port());
+        async move {
+            let (c, status) = connect(leash.addr, &format!("{host}:{tls_port}")).await;
+            assert_eq!(status, 200);
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(leash.trusting_client()));
+            let tls = within("TLS with leash", connector.connect(name, c.wire.io)).await.unwrap();
+            let mut wire = support::http::Wire::new(tls);
+            // Inside an inspected tunnel the Host names the tunnel's host and port.
+            assert_eq!(tunnel_get(&mut wire, &format!("{host}:{tls_port}")).await.unwrap(), 200);
+            wire
+        }
+    };
+    let (mut to_refused, mut to_kept) = (open("bl.test").await, open("allowed.test").await);
+    assert_eq!(leash.reload(&inspected(&["allowed.test"])).cut, 1);
+    let authority = |host: &str| format!("{host}:{}", tls.port());
+    assert!(tunnel_get(&mut to_refused, &authority("bl.test")).await.is_err(), "the tunnel to bl.test is closed");
+    let kept = tunnel_get(&mut to_kept, &authority("allowed.test")).await.unwrap();
+    assert_eq!(kept, 200, "allowed.test's tunnel goes on");
+}
+
+#[tokio::test]
 async fn a_switch_cuts_a_plain_download_in_flight_to_a_host_it_refuses() {
     let gate = Arc::new(tokio::sync::Notify::new());
     let g = gate.clone();
@@ -2259,6 +2288,26 @@ async fn a_switch_cuts_a_plain_download_in_flight_to_a_host_it_refuses() {
     let o = w.leash.outcome(&d["id"]).await;
     assert_eq!(o["error"], "policy-switch", "{o}");
     assert_eq!(w.get("a.test", "/again").await.status, 403);
+}
+
+#[tokio::test]
+async fn a_switch_cuts_a_websocket_relayed_to_a_host_it_refuses() {
+    let switching =
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\nws-hello".to_vec();
+    let up = Upstream::with(move |_| Reply::Raw(switching.clone())).await;
+    let w = World::with(up, |p| allowlist(&["a.test", "b.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    let lines = ["Connection: upgrade", "Upgrade: websocket"];
+    c.send(support::client::request("GET", &w.url("a.test", "/chat"), &lines, "")).await;
+    let head = within("101", c.wire.head()).await.unwrap().unwrap();
+    assert!(head.start.contains("101"), "{}", head.start);
+    while c.wire.buf.len() < b"ws-hello".len() {
+        within("relayed bytes", c.wire.fill()).await.unwrap();
+    }
+    assert_eq!(w.leash.reload(&allowlist(&["b.test"], &[w.port()], &[443])).cut, 1);
+    assert!(c.closed_within(Duration::from_secs(5)).await, "the WebSocket is cut");
+    let d = w.leash.decision("/chat").await;
+    assert_eq!(w.leash.outcome(&d["id"]).await["error"], "policy-switch");
 }
 
 #[tokio::test]
