@@ -694,6 +694,18 @@ fn a_proxy_switched_over_its_control_socket_stays_switched_after_a_sighup() {
     proxy.signal("TERM");
     assert_eq!(proxy.wait_with_stderr().0, Some(0));
     assert!(!control.exists(), "the socket is removed at the end");
+    let switches: Vec<(String, String, String, u64)> = log_lines(&log)
+        .iter()
+        .filter(|l| l["event"] == "policy-switch")
+        .map(|l| {
+            let name = |k: &str| l[k].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+            (l["by"].as_str().unwrap().to_owned(), name("from"), name("to"), l["generation"].as_u64().unwrap())
+        })
+        .collect();
+    let want = [("control-socket", "setup.yaml", "locked.yaml", 1), ("sighup", "locked.yaml", "locked.yaml", 2)];
+    let want: Vec<_> =
+        want.iter().map(|(b, f, t, g)| ((*b).to_owned(), (*f).to_owned(), (*t).to_owned(), *g)).collect();
+    assert_eq!(switches, want, "both swaps on record");
     // Ask mode's `always` writes the file leash started with: no switching there.
     let other = dir.path().join("ctl2/s.sock");
     let o = leash(&[

@@ -3,10 +3,10 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use leash_proxy::{AuditLog, Limits, Metrics, PolicyHandle, ProxyConfig, SystemResolver};
+use leash_proxy::{AuditLog, Limits, Metrics, PolicyHandle, ProxyConfig, Swapped, SystemResolver};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -15,7 +15,7 @@ use crate::exit::{Exit, Failure};
 use crate::policy_file::{check_same_resources, load_file, located};
 use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::client_env::write_env_file;
-use crate::shared::control::{Control, Fits, InForce};
+use crate::shared::control::{record_swap, Control, Fits, InForce, Peer};
 use crate::shared::sandboxed::{audit_mode, parse_pins};
 use crate::shared::secrets;
 use crate::shared::services;
@@ -79,8 +79,9 @@ async fn serve(args: ProxyArgs) -> Result<Exit, Failure> {
     if let Some(front) = &ask {
         start_asking(front)?;
     }
+    let start = InForce::at_start(args.policy.as_deref().or(args.task.as_deref()), &args.allow, &args.block);
     let control = control_socket.map(|socket| {
-        let start = InForce::at_start(args.policy.as_deref().or(args.task.as_deref()), &args.allow, &args.block);
+        let start = start.clone();
         // Every listener a policy may need is the proxy's own, and it always has a CA: services and credentials are
         // all a switch must keep (`check_same_resources`).
         let fits: Fits = Box::new(|_| Ok(()));
@@ -106,7 +107,7 @@ async fn serve(args: ProxyArgs) -> Result<Exit, Failure> {
         (None, Some(task)) => Some(Source::Task(task.clone())),
         (None, None) => None,
     };
-    tokio::spawn(reload_on_hangup(reloads, hup, (source, modes), control));
+    tokio::spawn(reload_on_hangup(reloads, hup, (source, modes), (control, start)));
     let listeners = leash_proxy::Listeners { proxy: listener, transparent: Vec::new(), services: service_sockets };
     let served = leash_proxy::serve_listeners(listeners, config, shutdown_signal(term, int)).await;
     drop(socket_files);
@@ -213,7 +214,7 @@ async fn reload_on_hangup(
     reloads: Reloads,
     hup: std::io::Result<tokio::signal::unix::Signal>,
     (source, modes): (Option<Source>, Modes),
-    control: Option<Arc<Control>>,
+    (control, mut in_force): (Option<Arc<Control>>, InForce),
 ) {
     let Reloads { policy, audit, metrics } = reloads;
     let Ok(mut hup) = hup else {
@@ -246,9 +247,14 @@ async fn reload_on_hangup(
         let running = policy.current();
         match reloaded.and_then(|p| check_same_resources(&running, &p).map(|()| p)) {
             Ok(p) => {
-                policy.store(p);
+                let swapped = policy.store(p);
                 metrics.count_reload(true);
-                tracing::info!("reloaded the policy from `{}`", path.display());
+                tracing::info!(
+                    "reloaded the policy from `{}`: {} open connection(s) it refuses cut",
+                    path.display(),
+                    swapped.cut
+                );
+                in_force = record_reload(&audit, (control.as_deref(), in_force), path, swapped);
             }
             Err(why) => {
                 metrics.count_reload(false);
@@ -256,6 +262,25 @@ async fn reload_on_hangup(
             }
         }
     }
+}
+
+/// Write a SIGHUP reload's `policy-switch` line (it may have cut connections, whose outcomes say so); the policy in
+/// force now, which `control` (if any) also learns.
+fn record_reload(
+    audit: &AuditLog,
+    (control, before): (Option<&Control>, InForce),
+    path: &Path,
+    swapped: Swapped,
+) -> InForce {
+    let from = control.map_or(before, Control::in_force);
+    let to = InForce::reloaded(path, from.switched_to.clone());
+    if let Err(e) = record_swap(audit, (&from, &to), swapped, ("sighup", Peer::default())) {
+        tracing::error!("{e}");
+    }
+    if let Some(control) = control {
+        control.reloaded(to.clone());
+    }
+    to
 }
 
 /// Where the policy a SIGHUP reloads comes from.

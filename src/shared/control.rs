@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use leash_policy::Policy;
 use leash_proxy::audit::{SwitchEntry, SWITCH_EVENT};
-use leash_proxy::{AuditLog, PolicyHandle};
+use leash_proxy::{AuditLog, PolicyHandle, Swapped};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -80,6 +80,12 @@ pub struct InForce {
 }
 
 impl InForce {
+    /// The policy in `path` as just reloaded (its bytes read again for the digest), `switched_to` kept.
+    pub fn reloaded(path: &Path, switched_to: Option<(PathBuf, Option<String>)>) -> InForce {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        InForce { label: shown(path), sha256: SwitchEntry::digest(&bytes), switched_to }
+    }
+
     /// The policy leash started with: `file` (a policy or task file), else the inline `allow` and `block`.
     pub fn at_start(file: Option<&Path>, allow: &[String], block: &[String]) -> InForce {
         match file {
@@ -185,20 +191,7 @@ impl Control {
         let swapped = self.policy.store(policy);
         let to =
             InForce { label: shown(path), sha256, switched_to: Some((path.to_path_buf(), profile.map(str::to_owned))) };
-        let line = SwitchEntry {
-            time: leash_proxy::audit::now_rfc3339().into(),
-            event: SWITCH_EVENT.into(),
-            from: in_force.label.as_str().into(),
-            from_sha256: in_force.sha256.as_str().into(),
-            to: to.label.as_str().into(),
-            to_sha256: to.sha256.as_str().into(),
-            generation: swapped.generation,
-            by: "control-socket".into(),
-            by_uid: by.uid,
-            by_pid: by.pid,
-            cut: swapped.cut,
-        };
-        let recorded = self.audit.switch(&line);
+        let recorded = record_swap(&self.audit, (&in_force, &to), swapped, ("control-socket", by));
         tracing::warn!(
             "policy switched to `{}` (generation {}): {} open connection(s) it refuses cut",
             to.label,
@@ -215,6 +208,11 @@ impl Control {
         };
         *in_force = to;
         reply
+    }
+
+    /// A SIGHUP reloaded the policy in force from its file, now `to` (the next switch's line names it).
+    pub fn reloaded(&self, to: InForce) {
+        *self.in_force.lock().unwrap_or_else(|p| p.into_inner()) = to;
     }
 
     /// The policy in `path`, validated as `leash check` validates it and checked against the run; with its digest.
@@ -244,6 +242,30 @@ impl Control {
         (self.fits)(&policy)?;
         Ok((policy, SwitchEntry::digest(&bytes)))
     }
+}
+
+/// Write the `policy-switch` line of a swap `from` one policy `to` another, asked for `by` (`control-socket` and the
+/// peer, or `sighup`).
+pub fn record_swap(
+    audit: &AuditLog,
+    (from, to): (&InForce, &InForce),
+    swapped: Swapped,
+    (by, peer): (&str, Peer),
+) -> Result<(), leash_proxy::audit::AuditError> {
+    let line = SwitchEntry {
+        time: leash_proxy::audit::now_rfc3339().into(),
+        event: SWITCH_EVENT.into(),
+        from: from.label.as_str().into(),
+        from_sha256: from.sha256.as_str().into(),
+        to: to.label.as_str().into(),
+        to_sha256: to.sha256.as_str().into(),
+        generation: swapped.generation,
+        by: by.into(),
+        by_uid: peer.uid,
+        by_pid: peer.pid,
+        cut: swapped.cut,
+    };
+    audit.switch(&line)
 }
 
 /// A path as a line names it.

@@ -153,7 +153,7 @@ pub struct SwitchEntry<'a> {
     pub to_sha256: Cow<'a, str>,
     /// The new policy's generation (1 for the first switch).
     pub generation: u64,
-    /// Who asked: `control-socket`.
+    /// Who asked: `control-socket` (`leash policy switch`), or `sighup` (`leash proxy` reloading its file).
     pub by: Cow<'a, str>,
     /// The asking process's uid, as the kernel gave it on the control socket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
