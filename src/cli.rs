@@ -387,6 +387,10 @@ pub struct RunArgs {
     /// no_new_privs); needed by the netns and uid-firewall containments
     #[arg(long, value_name = "USER|UID[:GID]")]
     pub user: Option<String>,
+    /// Listen on this control socket (its directory must be the user's own, mode 0700; hidden from the command), over
+    /// which `leash policy switch` puts another policy in force while the command runs (docs/run.md, "Phases")
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -446,6 +450,10 @@ pub struct ProxyArgs {
     /// shell to source (`. FILE`) before starting clients; the CA files go beside it unless --ca-*-out name them
     #[arg(long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
+    /// Listen on this control socket (its directory must be the user's own, mode 0700), over which `leash policy
+    /// switch` puts another policy in force (docs/run.md, "Phases"); a SIGHUP then reloads the policy switched to
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
     /// Threads serving connections (default: one per CPU leash may use). On a small machine leash shares with the
     /// clients it serves, fewer threads can cost less CPU per request (docs/commands.md); more serve more at once
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -570,6 +578,8 @@ pub enum PolicyCommand {
     Suggest(PolicySuggestArgs),
     /// List the host presets (`+python`, `+github`, ...) `allowed_hosts` takes, or show one with what each host is for
     Presets(PolicyPresetsArgs),
+    /// Put another policy in force in a running `leash run` or `leash proxy` started with --control
+    Switch(PolicySwitchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -586,6 +596,29 @@ pub struct PolicyPresetsArgs {
     /// of every preset without one
     #[arg(value_name = "NAME")]
     pub name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example, set up online and then lock down:\n  \
+    leash run --policy setup.yaml --control /run/user/1000/leash/ctl.sock -- ./agent.sh &\n  \
+    leash policy switch --control /run/user/1000/leash/ctl.sock locked.yaml\n\n\
+    leash reads FILE and validates it as `leash check` does; a file with any problem, or one that needs what the run \
+    was not built with (other credentials, services or transparent ports, TLS inspection in a run started without \
+    it, ask mode), is refused and the policy in force stays. Otherwise the new policy is put in force at once, for \
+    every request decided from then on, and every open tunnel and request in flight it refuses is cut (a tunnel it \
+    would now inspect too: nothing in it was read); the audit log gets a `policy-switch` line. Exit status: 0 \
+    switched; 1 refused (why on stderr) or the socket cannot be reached; 2 usage. The protocol (one JSON line each \
+    way) is in docs/run.md, \"Phases\".")]
+pub struct PolicySwitchArgs {
+    /// The control socket of the run (its --control)
+    #[arg(long, value_name = "SOCKET")]
+    pub control: PathBuf,
+    /// Use this profile's `network` instead of the file's top-level one
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// The policy to put in force (.yaml, .yml, .toml or .json)
+    #[arg(value_name = "FILE")]
+    pub policy: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -69,6 +69,9 @@ fn main() -> ExitCode {
         cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Presets(args) }) => {
             cmd::presets::show(&args).unwrap_or_else(Failure::report)
         }
+        cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Switch(args) }) => {
+            cmd::switch::run(&args).unwrap_or_else(Failure::report)
+        }
         cli::Command::Ask(args) => cmd::ask::run(args).unwrap_or_else(Failure::report),
         cli::Command::Probe(args) => cmd::probe::run(&args).unwrap_or_else(Failure::report),
         cli::Command::Completions { shell } => cmd::docs::completions(shell).unwrap_or_else(Failure::report),

@@ -1157,6 +1157,73 @@ fn proxy_allows_refuses_and_logs_then_stops_cleanly_on_sigterm() {
     assert_eq!(std::fs::metadata(&log).unwrap().permissions().mode() & 0o777, 0o600);
 }
 
+/// The generation a control socket says is in force.
+fn generation(control: &Path) -> Option<u64> {
+    use std::io::Write as _;
+    let mut stream = std::os::unix::net::UnixStream::connect(control).ok()?;
+    stream.write_all(b"{\"op\":\"status\"}\n").ok()?;
+    let mut reply = String::new();
+    BufReader::new(stream).read_line(&mut reply).ok()?;
+    serde_json::from_str::<serde_json::Value>(&reply).ok()?["generation"].as_u64()
+}
+
+#[test]
+fn a_proxy_switched_over_its_control_socket_stays_switched_after_a_sighup() {
+    let port = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let setup = write(dir.path(), "setup.yaml", &loopback_allowlist("docs.test, b.test", port));
+    let locked = write(dir.path(), "locked.yaml", &loopback_allowlist("b.test", port));
+    let (control, log) = (dir.path().join("ctl/s.sock"), dir.path().join("audit.jsonl"));
+    let pins = ["--resolve", "docs.test:127.0.0.1", "--resolve", "b.test:127.0.0.1"];
+    let proxy = Proxy::start(&setup, &log, &[&["--control", control.to_str().unwrap()], &pins[..]].concat());
+    assert_eq!(proxy.curl(&format!("http://docs.test:{port}/setup")), "200");
+    let o = leash(&["policy", "switch", "--control", control.to_str().unwrap(), locked.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("(generation 1)"), "{}", stdout(&o));
+    assert_eq!(proxy.curl(&format!("http://docs.test:{port}/locked")), "403");
+    assert_eq!(proxy.curl(&format!("http://b.test:{port}/locked")), "200");
+    // A log rotation's SIGHUP reloads the file switched to, not the one leash started with.
+    proxy.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while generation(&control) != Some(2) {
+        assert!(Instant::now() < deadline, "the SIGHUP reload never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(proxy.curl(&format!("http://docs.test:{port}/reloaded")), "403", "still locked after the SIGHUP");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(control.parent().unwrap()).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "only leash's user may reach the socket");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    assert!(!control.exists(), "the socket is removed at the end");
+    let switches: Vec<(String, String, String, u64)> = log_lines(&log)
+        .iter()
+        .filter(|l| l["event"] == "policy-switch")
+        .map(|l| {
+            let name = |k: &str| l[k].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+            (l["by"].as_str().unwrap().to_owned(), name("from"), name("to"), l["generation"].as_u64().unwrap())
+        })
+        .collect();
+    let want = [("control-socket", "setup.yaml", "locked.yaml", 1), ("sighup", "locked.yaml", "locked.yaml", 2)];
+    let want: Vec<_> =
+        want.iter().map(|(b, f, t, g)| ((*b).to_owned(), (*f).to_owned(), (*t).to_owned(), *g)).collect();
+    assert_eq!(switches, want, "both swaps on record");
+    // Ask mode's `always` writes the file leash started with: no switching there.
+    let other = dir.path().join("ctl2/s.sock");
+    let o = leash(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--ask",
+        "--allow",
+        "a.test",
+        "--control",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("ask mode"), "{}", stderr(&o));
+}
+
 #[test]
 fn proxy_takes_inline_rules_like_the_other_commands_and_a_sighup_keeps_them() {
     let dir = tempfile::tempdir().unwrap();

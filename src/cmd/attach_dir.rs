@@ -285,7 +285,7 @@ fn reload_if_changed(path: &Path, r: &mut Running, audit: bool) {
     r.policy_version = now;
     match load_policy(&r.policy_file, r.profile.as_deref(), audit) {
         Ok(p) if p.credentials() == r.policy.current().credentials() => match r.policy.store(p) {
-            Ok(()) => tracing::info!("attachment `{}`: reloaded its policy", path.display()),
+            Ok(_) => tracing::info!("attachment `{}`: reloaded its policy", path.display()),
             Err(why) => tracing::error!("attachment `{}`: keeping the old policy: {why}", path.display()),
         },
         Ok(_) => tracing::error!("attachment `{}`: its policy's credentials changed; keeping the old", path.display()),

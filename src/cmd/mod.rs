@@ -14,3 +14,4 @@ pub mod presets;
 pub mod probe;
 pub mod proxy;
 pub mod run;
+pub mod switch;

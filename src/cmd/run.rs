@@ -11,7 +11,8 @@ use leash_sandbox::{Sandbox, SandboxSpec};
 
 use crate::cli::{Containment, RunArgs, TlsArgs};
 use crate::exit::{Exit, Failure};
-use crate::shared::ask::{self, AskFront, PolicySource};
+use crate::shared::ask::{self, socket, AskFront, PolicySource};
+use crate::shared::control::{Control, Fits, InForce};
 use crate::shared::sandboxed::{
     config, hidden_files, host_inputs, keep_deferred_log, mode_env, proxy_parts, secret_files, Pins, ProxyParts,
     Secured,
@@ -84,6 +85,10 @@ fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -
         Ok(socket) => socket,
         Err(code) => return Attempt::Done(code),
     };
+    let control_socket = match bind_control(args, &policy) {
+        Ok(socket) => socket,
+        Err(code) => return Attempt::Done(code),
+    };
     // The CA files are named now, so the command's environment can point at them; they are written while the
     // sandbox's namespaces are built, and exist before the command starts. A policy that never inspects needs no
     // CA (an `--upstream-ca` is still read, so a bad one is refused as always).
@@ -113,6 +118,8 @@ fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -
     spec.hide_paths.extend(crate::shared::consoles::callers_terminals());
     // INVARIANT: the control socket's directory is not visible inside: the command cannot even see the questions.
     spec.hide_paths.extend(ask_socket.iter().filter_map(|s| std::fs::canonicalize(s.dir()).ok()));
+    // INVARIANT: the control socket's directory (`--control`) is not visible inside: the command cannot switch the policy.
+    spec.hide_paths.extend(control_socket.iter().filter_map(|s| std::fs::canonicalize(s.dir()).ok()));
     spec.env.extend(ca_files.iter().flat_map(CaFiles::env));
     // The sandbox has a /dev/shm of its own: the CA's directory, where it is below the host's, is kept visible there.
     let in_shm = |dir: &&std::path::Path| dir.parent() == Some(std::path::Path::new("/dev/shm"));
@@ -150,6 +157,13 @@ fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -
         Err(code) => return Attempt::Done(code),
     };
     let ask = ask_socket.zip(ask_source).map(|(socket, source)| Arc::new(ask_front(args, socket, source, &config)));
+    let sandbox_plan = |policy: &leash_policy::Policy| {
+        Plan::proxy_at(PROXY_INSIDE)
+            .with_services(&services::ports(policy))
+            .with_dns_and_transparent(policy, leash_sandbox::MAX_SOCKETS)
+    };
+    let control = control_socket
+        .map(|socket| make_control(args, socket, &config, fits_run(sandbox_plan, &plan, ca_files.is_some())));
     config.ask = ask.as_ref().map(|front| front.asking.clone());
     // The runtime is built while the init starts the command. One thread: starting, waking and ending worker
     // threads was a sixth of `leash run -- true` (6.7 -> 5.7 ms), and one sandbox's traffic fits one core (tunnels are
@@ -177,6 +191,13 @@ fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -
             return Attempt::Done(finish(sandbox.signal(9).and_then(|()| sandbox.wait())));
         }
     }
+    if let Some(control) = &control {
+        let _entered = runtime.enter();
+        if let Err(e) = Control::serve(control) {
+            eprintln!("leash: cannot serve the control socket: {e}; stopping the command");
+            return Attempt::Done(finish(sandbox.signal(9).and_then(|()| sandbox.wait())));
+        }
+    }
     let policy = config.policy.clone();
     let exit = supervise(sandbox, (config, &plan, unix_services), (hold, relay), runtime);
     keep_deferred_log(&audit, args.quiet);
@@ -185,9 +206,55 @@ fn in_user_namespaces(args: &RunArgs, user: Option<leash_sandbox::uid::RunAs>) -
         eprint!("{summary}");
     }
     drop(ask);
+    drop(control);
     drop(ca_files);
     drop(socket_files);
     Attempt::Done(exit)
+}
+
+/// `--control`'s socket, bound before anything of the sandbox exists (its directory is hidden inside); not in ask
+/// mode, whose `always` answers write the policy file the run started with.
+pub(super) fn bind_control(args: &RunArgs, policy: &leash_policy::Policy) -> Result<Option<socket::Bound>, Exit> {
+    let Some(path) = &args.control else { return Ok(None) };
+    if policy.asks() {
+        eprintln!("leash: --control cannot be used in ask mode: its `always` answers write the policy file the run started with");
+        return Err(Exit::Usage);
+    }
+    Control::bind(path).map(Some).map_err(Failure::report)
+}
+
+/// The run's control: switches of `config`'s policy, on its audit log, that `fits` the run.
+pub(super) fn make_control(args: &RunArgs, socket: socket::Bound, config: &ProxyConfig, fits: Fits) -> Arc<Control> {
+    let proxy = &args.proxy;
+    let start = InForce::at_start(proxy.policy.as_deref().or(proxy.task.as_deref()), &proxy.allow, &proxy.block);
+    Arc::new(Control::new(socket, (config.policy.clone(), config.audit.clone()), start, proxy.audit, fits))
+}
+
+/// What a new policy must keep of a run built from `bound` (the listeners `plan_of` lays out for a policy): it may
+/// need fewer transparent listeners, never one the sandbox does not hold (services and credentials are checked
+/// apart); and it inspects TLS only where the run has a CA (`has_ca`), which the command trusts from its start.
+pub(super) fn fits_run(
+    plan_of: impl Fn(&leash_policy::Policy) -> Plan + Send + Sync + 'static,
+    bound: &Plan,
+    has_ca: bool,
+) -> Fits {
+    let (tcp, udp) = (bound.tcp(), bound.udp());
+    Box::new(move |new| {
+        let wanted = plan_of(new);
+        let missing: Vec<String> = wanted.tcp().iter().filter(|a| !tcp.contains(a)).map(ToString::to_string).collect();
+        if !missing.is_empty() || wanted.udp().iter().any(|a| !udp.contains(a)) {
+            return Err(format!(
+                "its ports need listeners the sandbox was not built with ({}): start a new run with it",
+                missing.join(", ")
+            ));
+        }
+        if new.may_inspect() && !has_ca {
+            return Err("it inspects TLS, and this run has no CA (its first policy never inspects), which the \
+                        command would have to trust from its start: start a new run with it"
+                .into());
+        }
+        Ok(())
+    })
 }
 
 /// The policy file an `always` answer changes, held now.

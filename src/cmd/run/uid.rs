@@ -14,9 +14,10 @@ use leash_proxy::inside::{Bound, Plan, PROXY_INSIDE};
 use leash_proxy::ProxyConfig;
 use leash_sandbox::uid::{Admitted, Capabilities, Firewall, Flaw, OwnNetns, RunAs};
 
-use super::{check_upstream_ca, child_env, inherited_env, proxy_config};
+use super::{bind_control, check_upstream_ca, child_env, fits_run, inherited_env, make_control, proxy_config};
 use crate::cli::{Containment, RunArgs};
 use crate::exit::{Exit, Failure};
+use crate::shared::control::Control;
 use crate::shared::sandboxed::{keep_deferred_log, mode_env, proxy_parts, ProxyParts};
 use crate::shared::services;
 use crate::shared::trust::CaFiles;
@@ -141,6 +142,15 @@ pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
             return code;
         }
     }
+    if args.control.is_some() && user.is_none() {
+        // Its directory is closed to every uid but leash's, which is the command's here.
+        eprintln!("leash: --control needs --user here: the command would run as leash's own uid and reach the socket");
+        return Exit::Usage;
+    }
+    let control_socket = match bind_control(args, &policy) {
+        Ok(socket) => socket,
+        Err(code) => return code,
+    };
     // Every line says which containment stood behind it, and an advisory one that it enforced nothing.
     let audit = Arc::new(audit.with_containment(mode.word()));
     let mut plan = Plan::proxy_at(PROXY_INSIDE).with_services(&services::ports(&policy));
@@ -197,14 +207,24 @@ pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
             "leash: advisory: the command is only pointed at the proxy and could go around it; nothing is enforced"
         );
     }
+    let plan_of = move |policy: &leash_policy::Policy| {
+        let plan = Plan::proxy_at(PROXY_INSIDE).with_services(&services::ports(policy));
+        if in_netns {
+            return plan.with_dns_and_transparent(policy, leash_sandbox::MAX_SOCKETS);
+        }
+        plan
+    };
+    let control =
+        control_socket.map(|socket| make_control(args, socket, &config, fits_run(plan_of, &plan, ca_files.is_some())));
     let policy = config.policy.clone();
     let exit = serve_while(
         args,
         (user, netns.as_ref().map(|(n, r)| (*n, r.c_path()))),
         env,
         bound.with_services(unix_services),
-        config,
+        (config, control.as_ref()),
     );
+    drop(control);
     drop(netns);
     drop(firewall);
     keep_deferred_log(&audit, args.quiet);
@@ -452,7 +472,7 @@ fn serve_while(
     (user, netns): (Option<RunAs>, Option<(&OwnNetns, std::ffi::CString)>),
     env: Vec<(OsString, OsString)>,
     bound: Bound,
-    config: ProxyConfig,
+    (config, control): (ProxyConfig, Option<&Arc<Control>>),
 ) -> Exit {
     let mut command = args.command.iter();
     let mut cmd = Command::new(command.next().cloned().unwrap_or_default());
@@ -473,6 +493,13 @@ fn serve_while(
             return Exit::SandboxFailed;
         }
     };
+    if let Some(control) = control {
+        let _entered = runtime.enter();
+        if let Err(e) = Control::serve(control) {
+            eprintln!("leash: the command was not run: cannot serve the control socket: {e}");
+            return Exit::SandboxFailed;
+        }
+    }
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {

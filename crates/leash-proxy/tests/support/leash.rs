@@ -293,9 +293,9 @@ impl Leash {
         format!("http://{}", self.addr)
     }
 
-    /// Replace the policy (what SIGHUP does).
-    pub fn reload(&self, yaml: &str) {
-        self.policy.store(policy(yaml)).unwrap();
+    /// Replace the policy (what SIGHUP and `leash policy switch` do): what it did, open connections cut included.
+    pub fn reload(&self, yaml: &str) -> leash_proxy::Swapped {
+        self.policy.store(policy(yaml)).unwrap()
     }
 
     /// The audit log's lines so far.
