@@ -12,6 +12,7 @@ taken), they raise :class:`LeashError` with leash's exit code and message, and n
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
@@ -33,6 +34,10 @@ STOP_TIMEOUT_SECONDS = 15.0
 POLL_SECONDS = 0.1
 # The readiness probe's exit status when the sandbox has no HTTP client: the ready line is then the only signal.
 NO_HTTP_CLIENT = 64
+# `leash proxy --control`'s socket, in a directory of leash's own (mode 0700) inside the workdir.
+CONTROL_SOCKET = "control/ctl.sock"
+# What `leash policy switch` prints once the new policy is in force.
+SWITCHED = re.compile(r"\(generation (\d+)\): (\d+) open connection")
 # The line the wrapper of `run` writes on stderr just before the command: its absence means the command never ran.
 STARTED_MARK = "leash-egress: command started"
 
@@ -65,6 +70,29 @@ class Proxy:
         """The system roots plus that CA, inside the sandbox."""
         self.exit_code: Optional[int] = None
         """leash's exit status once it has ended (after :meth:`stop`)."""
+        self.control = f"{workdir}/{CONTROL_SOCKET}"
+        """leash's control socket inside the sandbox (``--control``), in a directory only root may enter."""
+        self._switches = 0
+
+    def switch_policy(self, policy: Policy) -> Dict[str, int]:
+        """Puts ``policy`` in force while leash runs — set up online, then lock down (docs/run.md, "Phases"): leash
+        validates it first (the policy in force stays if it is refused), then swaps it in for every request decided
+        from then on and cuts every open tunnel and request in flight it refuses. Returns ``{"generation": N,
+        "cut": K}``; raises :class:`LeashError` with leash's message when it refuses the policy.
+
+        Takes a policy (:meth:`Policy.from_dict` or :meth:`Policy.from_file`), not a task file.
+        """
+        if policy.option != "--policy":
+            raise ValueError("a switch takes a policy (Policy.from_dict or from_file), not a task file")
+        self._switches += 1
+        path = f"{self.workdir}/phase-{self._switches}-{policy.file_name}"
+        self.sandbox.put_file(path, policy.content, 0o600)
+        argv = [f"{self.workdir}/leash", "policy", "switch", "--control", self.control, path]
+        done = self.sandbox.exec(argv, timeout=CONTROL_TIMEOUT_SECONDS)
+        said = SWITCHED.search(done.stdout)
+        if done.exit_code != 0 or said is None:
+            raise LeashError("leash refused the policy switch", done.exit_code, done.stderr or done.stdout)
+        return {"generation": int(said.group(1)), "cut": int(said.group(2))}
 
     def audit_log(self) -> List[Dict[str, Any]]:
         """The audit log so far, one dict per line (docs/audit-log.md has every field)."""
@@ -114,6 +142,7 @@ def start_proxy(
 
     ``listen`` is its address inside the sandbox (port 0: any free one; :attr:`Proxy.address` says which).
     ``args`` are more ``leash proxy`` options (``["--resolve", "NAME:ADDR"]``, ``["--upstream-ca", PATH]``).
+    leash listens on a control socket in the workdir (:meth:`Proxy.switch_policy`).
     ``workdir`` (mode 711: the binary; mode 600: the policy, the audit log, leash's output) and ``public_dir``
     (mode 755: the CA and the env file the agent reads) are made if missing. ``leash`` is the local binary to upload
     (:func:`find_leash` by default).
@@ -127,6 +156,7 @@ def start_proxy(
     argv = [f"{workdir}/leash", "proxy"] + policy.args(workdir) + ["--listen", listen]
     argv += ["--log", f"{workdir}/{PROXY_LOG}", "--env-file", f"{public_dir}/leash.env"]
     argv += ["--ca-cert-out", f"{public_dir}/ca.pem", "--ca-bundle-out", f"{public_dir}/ca-bundle.pem"]
+    argv += ["--control", f"{workdir}/{CONTROL_SOCKET}"]
     argv += list(args)
     started = sandbox.exec(["sh", "-c", _background(workdir, argv)], detach=True, timeout=CONTROL_TIMEOUT_SECONDS)
     _check(started, "cannot start leash in the sandbox")

@@ -153,6 +153,27 @@ class LocalProxyTests(unittest.TestCase):
         self.assertEqual(decided, [("allow", "allowed.test", "/paper"), ("block", "refused.test", "/x")])
         self.assertEqual(decisions(entries)[1]["reason"], "not-allowed")
 
+    def test_a_switch_locks_the_proxy_down_and_a_refused_one_keeps_the_policy_in_force(self) -> None:
+        proxy = start_proxy(
+            LocalSandbox(),
+            allow_loopback_policy("allowed.test", self.origin.port),
+            args=["--resolve", "allowed.test:127.0.0.1"],
+            **self.dirs,
+        )
+        self.addCleanup(proxy.stop)
+        url = f"http://allowed.test:{self.origin.port}/setup"
+        self.assertEqual(fetch(proxy.env["HTTP_PROXY"], url)[0], 200)
+        with self.assertRaises(LeashError) as raised:
+            proxy.switch_policy(Policy.from_dict({"network": {"mode": "allowlist", "alowed_hosts": []}}))
+        self.assertEqual(raised.exception.exit_code, 1)
+        self.assertIn("alowed_hosts", raised.exception.message)
+        self.assertEqual(fetch(proxy.env["HTTP_PROXY"], url)[0], 200, "a refused switch keeps the policy in force")
+        locked = Policy.from_dict({"network": {"mode": "allowlist", "allowed_hosts": ["elsewhere.test"]}})
+        self.assertEqual(proxy.switch_policy(locked)["generation"], 1)
+        self.assertEqual(fetch(proxy.env["HTTP_PROXY"], url)[0], 403, "locked down")
+        switches = [e for e in proxy.audit_log() if e.get("event") == "policy-switch"]
+        self.assertEqual(len(switches), 1, switches)
+
     def test_leash_refusing_to_start_raises_with_its_exit_code_and_message(self) -> None:
         taken = Origin()  # a port something already listens on
         self.addCleanup(taken.close)
