@@ -235,3 +235,41 @@ fn a_sandboxed_command_cannot_reach_what_the_boundary_refuses() {
         .collect();
     assert!(reasons.iter().all(|r| r == "boundary") && !reasons.is_empty(), "{reasons:?}");
 }
+
+#[test]
+fn a_policy_switch_stays_inside_the_boundary() {
+    let port = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let org = write(
+        dir.path(),
+        "org.yaml",
+        &format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [.corp.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"
+        ),
+    );
+    let run = write(dir.path(), "run.yaml", "network:\n  mode: allowlist\n  allowed_hosts: [jira.corp.test]\n");
+    let open = write(
+        dir.path(),
+        "open.yaml",
+        &format!("network:\n  mode: blocklist\n  blocked_urls: []\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"),
+    );
+    let (log, control) = (dir.path().join("audit.jsonl"), dir.path().join("ctl").join("ctl.sock"));
+    let args = [
+        "--policy",
+        run.to_str().unwrap(),
+        "--boundary",
+        org.to_str().unwrap(),
+        "--control",
+        control.to_str().unwrap(),
+        "--resolve",
+        "evil.test:127.0.0.1",
+        "--resolve",
+        "wiki.corp.test:127.0.0.1",
+    ];
+    let proxy = Proxy::start(&args, &log);
+    assert_eq!(proxy.curl(&format!("http://wiki.corp.test:{port}/")), "403", "the run's own policy refuses it");
+    let o = leash(&["policy", "switch", "--control", control.to_str().unwrap(), open.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(proxy.curl(&format!("http://wiki.corp.test:{port}/")), "200", "the switch widened the run's policy");
+    assert_eq!(proxy.curl(&format!("http://evil.test:{port}/")), "403", "but not past the boundary");
+}
