@@ -98,6 +98,12 @@ fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
         Err(e) => return Ok(refused(Reason::BadHost, format!("`{target}` is not a host:port ({e})"))),
     };
     let port = authority.port.ok_or_else(|| format!("`{target}` needs a port, e.g. `{target}:443`"))?;
+    if let Some(service) = policy.service_at(&authority.host, port) {
+        let mut e = explain_service(service, "CONNECT", "/")?;
+        e.decision = service.decide_connection();
+        e.lines.insert(0, format!("CONNECT {target}: the sandbox's loopback port of service `{}`: the tunnel is a connection to the service, as by its port", service.name));
+        return Ok(e);
+    }
     let admission = policy.admit(&Question::Connect { target: &authority.host, port }, TLS);
     let mut lines = vec![format!(
         "CONNECT {target}: decided on the CONNECT target, then on the TLS server name (SNI), which must name the same host"

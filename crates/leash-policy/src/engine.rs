@@ -149,6 +149,19 @@ impl Policy {
         self.services.iter().find(|s| s.listen == crate::services::ServiceListen::Port(port))
     }
 
+    /// The service a CONNECT to `host:port` means: the one listening on `port` when `host` is the sandbox's own
+    /// loopback (`localhost`, `127.0.0.1`, `[::1]`). A client that tunnels to a loopback gateway through the proxy
+    /// whatever `NO_PROXY` says (Gemini's) reaches the service it would have reached by the port, and nothing else:
+    /// any other address stays an IP literal.
+    pub fn service_at(&self, host: &Host, port: u16) -> Option<&Service> {
+        let loopback = match host {
+            Host::Name(name) => name.as_str() == "localhost",
+            Host::Ipv4(ip) => *ip == Ipv4Addr::LOCALHOST,
+            Host::IpLiteral(literal) => &**literal == "[::1]",
+        };
+        loopback.then(|| self.service_on_port(port)).flatten()
+    }
+
     /// This policy in audit mode. Every name is then reachable, model APIs among them: their tunnels are inspected.
     pub fn into_audit(self) -> Policy {
         let may_inspect = self.may_inspect || self.provider_tools != ProviderTools::Allow;

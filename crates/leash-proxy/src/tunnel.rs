@@ -49,6 +49,15 @@ pub(crate) async fn handle(
             return;
         }
     };
+    // A tunnel to a loopback gateway the policy serves as a service: its connection, decided and logged as the service.
+    if let Some(service) = ctx.snap.service_at(&target, port) {
+        let name = service.name.clone();
+        if client.io.write_all(ESTABLISHED).await.is_ok() {
+            crate::service::tunneled(sh, &name, client, peer, port).await;
+        }
+        drop(held);
+        return;
+    }
     let host_text = target.as_str().into_owned();
     let asked = Asked { method: TUNNEL_METHOD, host: &host_text, port, path: None };
     // A name carrying a credential would take it out in a DNS query and the TLS server name, whatever is allowed.
