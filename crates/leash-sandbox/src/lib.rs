@@ -94,6 +94,8 @@ mod error;
 #[cfg(target_os = "linux")]
 mod linux;
 mod memory;
+#[cfg(unix)]
+pub mod self_test;
 mod stdio;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
@@ -165,6 +167,10 @@ pub struct SandboxSpec {
     pub stdout: Option<OwnedFd>,
     /// The command's stderr; `None` inherits leash's.
     pub stderr: Option<OwnedFd>,
+    /// A containment self-test to run in the command's place first, as the command would run ([`self_test`]): the
+    /// command starts only once it passed. `None`: the command starts at once.
+    #[cfg(unix)]
+    pub self_test: Option<self_test::SelfTest>,
     /// A pseudo-terminal for the command, made by init in the sandbox's devpts: its controlling terminal, in the
     /// session of its own it starts (`TIOCSCTTY`), and the stdio it stands in for; [`relay_stdio`] asks for one when
     /// leash's stdio is a terminal, and [`StdioRelay::attach`] relays it. `None`: no controlling terminal.
