@@ -1,7 +1,8 @@
 //! The containment self-test: from the process it runs in (a sandboxed command's uid and namespaces), every way out
 //! that must be shut is tried, and leash's own listeners must answer. `leash probe` runs it for any sandbox or pod;
-//! `leash run` runs it as the command would run before starting the command in the per-uid containment, and refuses
-//! the run, naming the probe, when anything got through.
+//! `leash run` runs it as the command would run before starting the command, in every containment (in the
+//! user-namespace sandbox in the command's place, `cmd/probe.rs`), and refuses the run, naming the probe, when
+//! anything got through.
 //!
 //! A probe passes when the attempt fails at once for a reason that means nothing left: `EPERM`/`EACCES` (a firewall's
 //! drop, a seccomp or socket refusal), `ENETUNREACH`/`EHOSTUNREACH`/`EADDRNOTAVAIL` (no route), `EAFNOSUPPORT` (no
@@ -50,6 +51,21 @@ pub struct Expected {
     pub wall: Wall,
     /// The resolver configuration of the place probed (default: `/etc/resolv.conf`).
     pub resolv_conf: Option<PathBuf>,
+    /// How leash's own TCP listeners are shown to answer.
+    pub reach: Reach,
+}
+
+/// How leash's own TCP listeners ([`Expected::tcp`]) are shown to answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reach {
+    /// A connection to each: where a firewall or a namespace leash did not make stands between, it must let them
+    /// through.
+    #[default]
+    Connect,
+    /// Each is found listening in this namespace's table, and left alone: in leash's own sandbox, which binds them
+    /// itself and where a connection would be one leash then serves (a TCP service's is relayed to its target and
+    /// logged).
+    Listed,
 }
 
 /// Where the traffic that must not leave is stopped.
@@ -134,13 +150,18 @@ pub fn run_stepwise(expected: &Expected, before: &mut dyn FnMut(&str), after: &m
             false => attempt(format!("udp resolver {resolver}"), &|| routed(&|| udp(resolver), resolver)),
         }
     }
-    for addr in loopback_listeners().into_iter().filter(|a| !expected.tcp.contains(a)) {
+    let listening = loopback_listeners();
+    for &addr in listening.iter().filter(|a| !expected.tcp.contains(a)) {
         attempt(format!("tcp listener {addr}"), &|| judged(tcp(addr), true));
     }
     for addr in &expected.tcp {
-        attempt(format!("leash's listener {addr}"), &|| match tcp(*addr) {
-            Ok(()) => (true, "answers".to_owned()),
-            Err(e) => (false, describe(&Err(e))),
+        attempt(format!("leash's listener {addr}"), &|| match expected.reach {
+            Reach::Listed if listening.contains(addr) => (true, "listening".to_owned()),
+            Reach::Listed => (false, "not listening here".to_owned()),
+            Reach::Connect => match tcp(*addr) {
+                Ok(()) => (true, "answers".to_owned()),
+                Err(e) => (false, describe(&Err(e))),
+            },
         });
     }
     probes
