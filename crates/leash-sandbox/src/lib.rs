@@ -47,6 +47,13 @@
 //! closed in init and marked close-on-exec for the command; stdio that is a socket is relayed, never handed over
 //! (`stdio.rs`).
 //!
+//! # The self-test
+//! With `SandboxSpec::self_test`, the command's process, once all of the above is in place, executes the caller's
+//! self-test program first ([`self_test`]): it runs exactly as the command would, reports its verdict on a pipe the
+//! caller reads (the only descriptor it inherits besides stdio), and executes the command when it passed. `start`
+//! returns once the command's own `execve` succeeded; a self-test that found a way out ends the sandbox instead
+//! ([`SandboxError::SelfTest`]), and the command never runs.
+//!
 //! # The seccomp filter, and Unix sockets
 //! The filter (`linux/seccomp.rs` says each rule and why) refuses socket families that leave the network namespace
 //! (`AF_VSOCK` reaches the hypervisor; only Unix, IPv4, IPv6 and netlink are allowed), Unix datagram sockets,
