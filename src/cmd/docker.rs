@@ -105,8 +105,8 @@ async fn run_container(
     // The container shares leash's terminal through the docker client: questions go to the control socket only.
     let ask = match crate::shared::ask::start_for(&proxy_args, &mut config, None, ask_socket) {
         Ok(ask) => ask,
-        // Said before the container is removed, as a failure to remove it would be said after.
-        Err(failure) => return Ok(failure.report()),
+        // Said now, before the container is removed (a failure to remove it is said after it).
+        Err(failure) => return Err(Failure::new(failure.report(), "")),
     };
     let launch = Launch { interactive: opts.interactive, gated, plan };
     let policy = config.policy.clone();

@@ -317,7 +317,10 @@ fn arm(user: RunAs, plan: &Plan) -> Result<Firewall, Failure> {
     let admitted = Admitted { tcp: ports, udp: Vec::new() };
     let firewall = Firewall::install(user.uid, &admitted, Flaw::from_env()).map_err(not_run)?;
     let expect: Vec<SocketAddr> = plan.tcp().into_iter().map(SocketAddr::V4).collect();
-    self_test(user, &expect, &firewall)?;
+    if let Err(refused) = self_test(user, &expect, &firewall) {
+        // Said now, before the rules are removed (a failure to remove them is said after it).
+        return Err(Failure::new(refused.report(), ""));
+    }
     Ok(firewall)
 }
 
