@@ -101,3 +101,21 @@ fn stepwise(expected: &probe::Expected) -> Exit {
     probe::run_stepwise(expected, &mut before, &mut after);
     Exit::Ok
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandbox_self_test_expects_leashs_addresses_and_refuses_anything_else() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let expected = expected_in_sandbox(&args(&["--expect", "127.0.0.1:3128", "--expect-udp", "127.0.0.1:53"]));
+        let expected = expected.unwrap();
+        assert_eq!(expected.tcp, ["127.0.0.1:3128".parse().unwrap()]);
+        assert_eq!(expected.udp, ["127.0.0.1:53".parse().unwrap()]);
+        assert_eq!(expected.reach, probe::Reach::Listed, "leash's listeners are not connected to in its sandbox");
+        assert!(expected_in_sandbox(&args(&["--expect"])).is_err(), "an address is required");
+        assert!(expected_in_sandbox(&args(&["--canary", "192.0.2.1:80"])).is_err());
+        assert!(expected_in_sandbox(&args(&["--expect", "not-an-address"])).is_err());
+    }
+}
