@@ -150,7 +150,7 @@ pub fn run_stepwise(expected: &Expected, before: &mut dyn FnMut(&str), after: &m
             false => attempt(format!("udp resolver {resolver}"), &|| routed(&|| udp(resolver), resolver)),
         }
     }
-    let listening = loopback_listeners();
+    let listening = loopback_listeners(&expected.tcp);
     for &addr in listening.iter().filter(|a| !expected.tcp.contains(a)) {
         attempt(format!("tcp listener {addr}"), &|| judged(tcp(addr), true));
     }
@@ -292,12 +292,34 @@ fn resolvers(conf: Option<&std::path::Path>) -> Vec<SocketAddr> {
     all
 }
 
-/// Every TCP listener a process here could connect to, IPv4 and IPv6, from `/proc/net/tcp` and `/proc/net/tcp6`:
-/// one bound to an address, at that address; one bound to the wildcard, at the loopback.
-fn loopback_listeners() -> Vec<SocketAddr> {
+/// Every TCP listener a process here could connect to, IPv4 and IPv6: one bound to an address, at that address; one
+/// bound to the wildcard, at the loopback. From the kernel's `sock_diag` (`leash_sandbox::tcp_listeners`), trusted
+/// only when it lists something and every listener of leash's (`own`) is among what it lists; else from
+/// `/proc/net/tcp` and `/proc/net/tcp6`, which every kernel has (gVisor's too) but which cost milliseconds to read on
+/// a host with many sockets.
+fn loopback_listeners(own: &[SocketAddr]) -> Vec<SocketAddr> {
     /// The kernel's LISTEN state in `/proc/net/tcp`.
     const LISTEN: &str = "0A";
-    bound_sockets(&[("net/tcp", false), ("net/tcp6", true)], Some(LISTEN))
+    let mut listed: Vec<SocketAddr> = leash_sandbox::tcp_listeners()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|at| SocketAddr::new(loopback_if_wildcard(at.ip()), at.port()))
+        .collect();
+    if listed.is_empty() || !own.iter().all(|addr| listed.contains(addr)) {
+        return bound_sockets(&[("net/tcp", false), ("net/tcp6", true)], Some(LISTEN));
+    }
+    listed.sort();
+    listed.dedup();
+    listed
+}
+
+/// The loopback address of `ip`'s family where `ip` is the wildcard: what a listener bound there is reached at.
+fn loopback_if_wildcard(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        other => other,
+    }
 }
 
 /// The local addresses of the sockets in the kernel's `tables` (in `state`, if given), as [`listening_at`] says.
@@ -337,12 +359,7 @@ fn listening_at(field: &str, v6: bool) -> Option<SocketAddr> {
         (true, 16) => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(bytes.as_slice()).ok()?)),
         _ => return None,
     };
-    let ip = match ip {
-        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        other => other,
-    };
-    Some(SocketAddr::new(ip, port))
+    Some(SocketAddr::new(loopback_if_wildcard(ip), port))
 }
 
 /// The probes as lines for a person: one per probe, `ok` or `OPEN`, what, what happened.
@@ -409,12 +426,16 @@ mod tests {
         // would otherwise still be listed.
         let listener = std::net::TcpListener::bind("127.0.0.93:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        assert!(loopback_listeners().contains(&addr), "{addr} listed");
+        assert!(loopback_listeners(&[addr]).contains(&addr), "{addr} listed");
         let wildcard = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
         let at = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), wildcard.local_addr().unwrap().port());
-        assert!(loopback_listeners().contains(&at), "the wildcard listener is reached at the loopback");
+        assert!(loopback_listeners(&[addr]).contains(&at), "the wildcard listener is reached at the loopback");
+        let from_proc = bound_sockets(&[("net/tcp", false), ("net/tcp6", true)], Some("0A"));
+        assert!(from_proc.contains(&addr) && from_proc.contains(&at), "the kernel's tables say the same");
         drop(listener);
-        assert!(!loopback_listeners().contains(&addr), "{addr} no longer listening");
+        assert!(!loopback_listeners(&[]).contains(&addr), "{addr} no longer listening");
+        let gone = loopback_listeners(&[addr]);
+        assert!(!gone.contains(&addr), "a listener of leash's that is gone is not listed from the tables either");
     }
 
     #[test]

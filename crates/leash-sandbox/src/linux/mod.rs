@@ -32,6 +32,7 @@ use self::proto::{Msg, SpecFacts, RECORD_LEN};
 use crate::error::Step;
 use crate::{ExitStatus, SandboxError, SandboxSpec, MAX_SOCKETS};
 
+pub(crate) use self::netlink::tcp_listeners;
 pub(crate) use self::netns::{bind_in, bind_in_netns, netns_id, netns_interfaces, run_in_netns};
 pub(crate) use self::signals::Forwarding;
 
