@@ -17,7 +17,7 @@ use tracing_subscriber::filter::LevelFilter;
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os();
-    if args.nth(1).is_some_and(|first| first == cmd::probe::IN_SANDBOX) {
+    if args.nth(1).is_some_and(|first| first == shared::probe::IN_SANDBOX) {
         // The sandbox's self-test, in the command's place: before anything that the command would inherit.
         return cmd::probe::in_sandbox(&args.collect::<Vec<_>>());
     }

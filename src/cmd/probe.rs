@@ -9,11 +9,7 @@ use leash_sandbox::self_test::Trampoline;
 
 use crate::cli::ProbeArgs;
 use crate::exit::{Exit, Failure};
-use crate::shared::probe;
-
-/// The first argument `leash run`'s sandbox starts leash with in the command's place ([`in_sandbox`]); `main` looks
-/// for it before parsing anything else. Not a subcommand a person types.
-pub const IN_SANDBOX: &str = "__sandbox-self-test";
+use crate::shared::probe::{self, IN_SANDBOX};
 
 /// `leash __sandbox-self-test [--expect ADDR]... [--expect-udp ADDR]... -- FD PROGRAM ARGV...`, run by the sandbox
 /// as the command would run, just before it: the self-test, with leash's listeners found listening rather than

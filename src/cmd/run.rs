@@ -245,7 +245,7 @@ fn spec(args: &RunArgs, plan: &Plan, with_ca: bool, mode: (String, String), asks
 /// The containment self-test, run by the sandbox in the command's place (`leash __sandbox-self-test`, leash's own
 /// program as it was at start), expecting the plan's listeners and sockets.
 fn self_test(plan: &Plan) -> leash_sandbox::self_test::SelfTest {
-    let mut args: Vec<OsString> = vec![crate::cmd::probe::IN_SANDBOX.into()];
+    let mut args: Vec<OsString> = vec![crate::shared::probe::IN_SANDBOX.into()];
     for addr in plan.tcp() {
         args.extend(["--expect".into(), addr.to_string().into()]);
     }
