@@ -544,3 +544,72 @@ except OSError as e:
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(stdout(&o), "parent: True\ncontrol: refused 13\n", "{}", stderr(&o));
 }
+
+/// The user-namespace sandbox runs the containment self-test in the command's place, as the command, before the
+/// command: a hole in the sandbox (a debug build's test hook: one more listener on its loopback, which leash holds
+/// and never serves) refuses the run, naming the probe that got through, and the command never runs. The same run
+/// without the hole goes ahead.
+#[test]
+fn a_listener_in_the_sandbox_that_is_not_leashs_is_found_by_the_self_test_and_refuses_the_run() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (script, marker) = marking(dir.path());
+    let run = |flaw: Option<&str>| {
+        let mut leash = Command::new(LEASH);
+        leash.args(["run", "--containment", "userns", "--allow", "docs.test", "--", "sh", "-c", &script]);
+        if let Some(flaw) = flaw {
+            leash.env("LEASH_DANGER_TEST_SANDBOX_FLAW", flaw);
+        }
+        leash.output().unwrap()
+    };
+    let o = run(Some("stray-listener"));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(err.contains("leash: the command was not run: the containment self-test"), "{err}");
+    assert!(err.contains("OPEN tcp listener 127.0.0.99:4999"), "the probe is named: {err}");
+    assert!(!marker.exists(), "the command ran");
+    let o = run(None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(marker.exists(), "the command did not run without the hole");
+}
+
+/// Refusals of `--user` and of containments that need one, made before anything is set up: each names what is
+/// wrong, with its exit status, and the command never runs.
+#[test]
+fn a_user_or_containment_that_cannot_be_used_is_refused_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let (script, marker) = marking(dir.path());
+    let cases: [(&[&str], i32, &str); 5] = [
+        (&["--user", "no-such-user-here"], 2, "leash: --user `no-such-user-here`: no such user in /etc/passwd"),
+        (&["--user", "1000:x"], 2, "leash: --user `1000:x`: UID:GID takes numbers"),
+        (
+            &["--containment", "netns"],
+            125,
+            "leash: the command was not run: the netns containment needs `--user UID` for the command",
+        ),
+        (
+            &["--containment", "uid-firewall", "--user", "0"],
+            125,
+            "leash: the command was not run: --user 0 is root: the command must run as another, unprivileged uid",
+        ),
+        (
+            &["--advisory", "--allow-unix-socket", "/run/x.sock"],
+            2,
+            "leash: --allow-unix-socket is for the userns containment: here the command reaches Unix sockets by their \
+             permissions",
+        ),
+    ];
+    for (options, code, said) in cases {
+        let o = Command::new(LEASH)
+            .arg("run")
+            .args(options)
+            .args(["--allow", "docs.test", "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{options:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().filter(|l| *l == said).count(), 1, "{options:?}, said once: {}", stderr(&o));
+        assert!(!marker.exists(), "{options:?}: the command ran");
+    }
+}

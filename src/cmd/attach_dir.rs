@@ -47,11 +47,11 @@ pub fn run(dir: &Path, args: AttachArgs) -> Result<Exit, Failure> {
         bound: node_bound(),
         next_scope: std::sync::atomic::AtomicU32::new(1),
     };
-    Ok(with_stop_signals(move |mut stop| async move {
+    with_stop_signals(move |mut stop| async move {
         println!("watching {}", agent.dir.display());
         agent.watch(&mut stop).await;
-        Exit::Ok
-    }))
+        Ok(Exit::Ok)
+    })
 }
 
 /// What every attachment shares.
@@ -196,7 +196,11 @@ impl Agent {
             std::fs::write(base.join(out), self.inspection.ca_pem()).map_err(|e| format!("cannot write {out}: {e}"))?;
         }
         let target = target(&a, base);
-        let attached = attach(&target, &policy).map_err(|_| "not attached (the reason is above)".to_owned())?;
+        // The reason is said at once, on its own line; the attachment's line refers to it.
+        let attached = attach(&target, &policy).map_err(|failure| {
+            failure.report();
+            "not attached (the reason is above)".to_owned()
+        })?;
         let audit = self.audit_log(path, &a)?;
         let secured = Secured { secrets: Arc::new(secrets), upstream_auth };
         let mut cfg = config((policy, self.pins.clone(), secured), Arc::new(audit), Some(self.inspection.clone()));
