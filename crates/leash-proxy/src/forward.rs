@@ -33,7 +33,8 @@ where
     let shown = host.as_str();
     let asked = Asked { method: &head.method, host: &shown, port, path: Some(plan.target.path_and_query) };
     let path = &plan.target.path;
-    let question = Question::Request(Request { via: Via::ForwardProxy, scheme: plan.target.scheme, host, port, path });
+    let (via, scheme, method) = (Via::ForwardProxy, plan.target.scheme, head.method.as_str());
+    let question = Question::Request(Request { via, scheme, host, port, path, method });
     let entry = Entry { question, host, asked };
     let mut door = Plain { ctx: &ctx, host, port, key: &key };
     let auth = sh.cfg.upstream_auth.as_deref();

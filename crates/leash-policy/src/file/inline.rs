@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use super::entries::EntryError;
 use super::entries::{host_entry, url_entry, List, UrlEntry};
+use super::methods::split_entry;
 use super::{PolicyError, PolicyErrorKind};
 use crate::decision::Mode;
 use crate::engine::Policy;
-use crate::spec::{HostRule, Network, UrlRule};
+use crate::spec::{HostPattern, HostRule, Network, UrlRule};
 
 impl Policy {
     /// An allowlist of `allow` or a blocklist of `block`; both empty is an allowlist that allows nothing, both
@@ -24,14 +25,38 @@ impl Policy {
         let mut errors = Vec::new();
         let mut network = Network::empty(if block.is_empty() { Mode::Allowlist } else { Mode::Blocklist });
         for (index, text) in allow.iter().enumerate() {
-            match host_entry(text) {
-                Ok(pattern) => network.hosts.push(HostRule { pattern, text: Arc::from(text.as_str()), index }),
-                Err(e) => errors.push(inline_error("--allow", index, allow_error(text, e))),
+            let (methods, rule) = match split_entry(text) {
+                Ok(split) => split,
+                Err(e) => {
+                    errors.push(inline_error("--allow", index, e));
+                    continue;
+                }
+            };
+            match host_entry(rule) {
+                Ok(HostPattern::Ipv4(_)) if methods.is_some() => {
+                    let message = format!("`{text}`: an IP address entry cannot list methods; name the host instead");
+                    errors.push(inline_error(
+                        "--allow",
+                        index,
+                        EntryError { kind: PolicyErrorKind::BadMethod, message },
+                    ));
+                }
+                Ok(pattern) => network.hosts.push(HostRule { pattern, text: Arc::from(text.as_str()), index, methods }),
+                Err(e) => errors.push(inline_error("--allow", index, allow_error(rule, e))),
             }
         }
         for (index, text) in block.iter().enumerate() {
-            match url_entry(text, List::BlockedUrls) {
-                Ok(UrlEntry::Rule(rule)) => network.urls.push(UrlRule { index, ..rule }),
+            let (methods, rule) = match split_entry(text) {
+                Ok(split) => split,
+                Err(e) => {
+                    errors.push(inline_error("--block", index, e));
+                    continue;
+                }
+            };
+            match url_entry(rule, List::BlockedUrls) {
+                Ok(UrlEntry::Rule(rule)) => {
+                    network.urls.push(UrlRule { index, methods, text: Arc::from(text.as_str()), ..rule })
+                }
                 // Already refused as an IP literal; nothing to add.
                 Ok(UrlEntry::Ipv4) => {}
                 Err(e) => errors.push(inline_error("--block", index, e)),

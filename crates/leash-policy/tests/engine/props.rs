@@ -439,7 +439,7 @@ fn check_decision(g: &Generated, host: &Host, d: &Decision) -> Result<(), TestCa
 fn check_request(g: &Generated, via: Via, url: &str) -> Result<(), TestCaseError> {
     let Ok(target) = parse_absolute_target(url) else { return Ok(()) };
     let (host, port) = (&target.authority.host, target.port());
-    let req = Request { via, scheme: target.scheme, host, port, path: &target.path };
+    let req = Request { via, scheme: target.scheme, host, port, path: &target.path, method: "GET" };
     let d = g.policy.decide(&Question::Request(req), TlsInspection::Available);
     check_decision(g, host, &d)?;
     let plain_port_shut = via == Via::ForwardProxy && !g.policy.ports().contains(&port);
