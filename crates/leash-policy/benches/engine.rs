@@ -50,6 +50,7 @@ fn bench_decide(c: &mut Criterion) {
             host: &target.authority.host,
             port: target.port(),
             path: &target.path,
+            method: "GET",
         };
         let question = Question::Request(req);
         group.bench_function(name, |b| b.iter(|| policy.decide(black_box(&question), TlsInspection::Available)));
@@ -65,6 +66,7 @@ fn bench_decide(c: &mut Criterion) {
                 host: &target.authority.host,
                 port: target.port(),
                 path: &target.path,
+                method: "GET",
             };
             policy.decide(&Question::Request(req), TlsInspection::Available)
         })

@@ -31,6 +31,9 @@ pub(crate) struct MethodRules {
     default: Option<(Methods, Arc<str>)>,
     /// The entries that list methods: one matcher per [`KNOWN_METHODS`] name, in that order; empty when none does.
     by_method: Vec<Matcher>,
+    /// Every entry, methods or not, when some entry lists methods: the most specific entry covering a request,
+    /// which a refusal by method names.
+    all: Option<Matcher>,
 }
 
 impl MethodRules {
@@ -40,32 +43,18 @@ impl MethodRules {
             Mode::Allowlist => Kind::Allow,
             Mode::Blocklist => Kind::Block,
         };
-        let mut by_method: Vec<Matcher> = Vec::new();
         let listed =
             network.hosts.iter().any(|r| r.methods.is_some()) || network.urls.iter().any(|r| r.methods.is_some());
-        if listed {
-            by_method = KNOWN_METHODS.iter().map(|_| Matcher::new(kind)).collect();
+        let default = network.methods.clone();
+        if !listed {
+            return MethodRules { mode: network.mode, default, by_method: Vec::new(), all: None };
         }
-        for (i, matcher) in by_method.iter_mut().enumerate() {
-            let wanted = |methods: Option<Methods>| methods.is_some_and(|m| m.admits(KNOWN_METHODS[i]));
-            for rule in network.hosts.iter().filter(|r| wanted(r.methods)) {
-                match &rule.pattern {
-                    HostPattern::Exact(name) => matcher.add_exact(name.as_str(), &rule.text),
-                    HostPattern::Subtree(name) => matcher.add_subtree(name.as_str(), &rule.text),
-                    // The loader refuses methods on an address entry.
-                    HostPattern::Ipv4(_) => {}
-                }
-            }
-            for rule in network.urls.iter().filter(|r| wanted(r.methods)) {
-                match (&rule.path, kind) {
-                    (Some(path), _) => matcher.add_path(rule.host.as_str(), path.as_str(), &rule.text),
-                    (None, Kind::Block) => matcher.add_subtree(rule.host.as_str(), &rule.text),
-                    (None, Kind::Allow) => matcher.add_exact(rule.host.as_str(), &rule.text),
-                }
-            }
-            matcher.finish();
-        }
-        MethodRules { mode: network.mode, default: network.methods.clone(), by_method }
+        let by_method = KNOWN_METHODS
+            .iter()
+            .map(|method| matcher_of(network, kind, |methods| methods.is_some_and(|m| m.admits(method))))
+            .collect();
+        let all = Some(matcher_of(network, kind, |_| true));
+        MethodRules { mode: network.mode, default, by_method, all }
     }
 
     /// True when no entry lists methods and `network.methods` is not set: every decision is the method-less one.
@@ -133,7 +122,7 @@ impl MethodRules {
         }
         match d.verdict {
             // A method-less entry admits the path, and `network.methods` not the method.
-            Verdict::Allow => method_refused(d.rule),
+            Verdict::Allow => method_refused(self.covering(name, path.as_str()).cloned().or(d.rule)),
             _ if d.reason == Reason::NotAllowed => match self.covering(name, path.as_str()) {
                 Some(rule) => method_refused(Some(rule.clone())),
                 None => d,
@@ -165,15 +154,38 @@ impl MethodRules {
         self.by_method.get(index)
     }
 
-    /// The most specific entry listing methods that covers `path` on `name`, whatever its methods.
+    /// The most specific entry that covers `path` on `name`, whatever its methods.
     fn covering(&self, name: &str, path: &str) -> Option<&Arc<str>> {
-        self.by_method.iter().find_map(|m| m.best(name, path))
+        self.all.as_ref()?.best(name, path)
     }
 
-    /// An entry listing methods that covers some path on `name`.
+    /// An entry that covers some path on `name`: the host rule, else the first path rule.
     fn covering_host(&self, name: &str) -> Option<&Arc<str>> {
-        self.by_method.iter().find_map(|m| m.host_rule(name).or_else(|| m.first_path_rule(name)))
+        let all = self.all.as_ref()?;
+        all.host_rule(name).or_else(|| all.first_path_rule(name))
     }
+}
+
+/// A matcher of the entries of `network` whose methods `wanted` takes.
+fn matcher_of(network: &Network, kind: Kind, wanted: impl Fn(Option<Methods>) -> bool) -> Matcher {
+    let mut matcher = Matcher::new(kind);
+    for rule in network.hosts.iter().filter(|r| wanted(r.methods)) {
+        match &rule.pattern {
+            HostPattern::Exact(name) => matcher.add_exact(name.as_str(), &rule.text),
+            HostPattern::Subtree(name) => matcher.add_subtree(name.as_str(), &rule.text),
+            // Decided by `allowed_ipv4`; the loader refuses methods on an address entry.
+            HostPattern::Ipv4(_) => {}
+        }
+    }
+    for rule in network.urls.iter().filter(|r| wanted(r.methods)) {
+        match (&rule.path, kind) {
+            (Some(path), _) => matcher.add_path(rule.host.as_str(), path.as_str(), &rule.text),
+            (None, Kind::Block) => matcher.add_subtree(rule.host.as_str(), &rule.text),
+            (None, Kind::Allow) => matcher.add_exact(rule.host.as_str(), &rule.text),
+        }
+    }
+    matcher.finish();
+    matcher
 }
 
 /// A refusal by method, naming the entry (or the `network.methods` setting) that did not admit it.

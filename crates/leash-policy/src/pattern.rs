@@ -11,6 +11,8 @@
 pub(crate) struct PathPattern {
     /// Each segment of the canonical rule path; `*` is the wildcard (a literal `*` cannot be named).
     segments: Box<[Box<str>]>,
+    /// The rule path ended in `/`: as with an allow prefix `/a/`, it matches only below its last segment.
+    below: bool,
 }
 
 /// The segment that stands for any one segment.
@@ -19,21 +21,26 @@ const WILDCARD: &str = "*";
 impl PathPattern {
     /// The pattern of a canonical rule path, or `None` when it has no `*` segment (a plain prefix).
     pub(crate) fn of(canonical: &str) -> Option<PathPattern> {
-        let segments: Box<[Box<str>]> = canonical.split('/').skip(1).map(Box::from).collect();
-        segments.iter().any(|s| &**s == WILDCARD).then_some(PathPattern { segments })
+        let (path, below) = match canonical.strip_suffix('/') {
+            Some(path) => (path, true),
+            None => (canonical, false),
+        };
+        let segments: Box<[Box<str>]> = path.split('/').skip(1).map(Box::from).collect();
+        segments.iter().any(|s| &**s == WILDCARD).then_some(PathPattern { segments, below })
     }
 
     /// Whether `path` (canonical) is the pattern's path or below it. Block rules compare literal segments without
     /// regard to case, as block prefixes do.
     pub(crate) fn matches(&self, path: &str, fold_case: bool) -> bool {
         let mut parts = path.split('/').skip(1);
-        self.segments.iter().all(|want| {
+        let named = self.segments.iter().all(|want| {
             parts.next().is_some_and(|got| match &**want {
                 WILDCARD => !got.is_empty(),
                 literal if fold_case => literal.eq_ignore_ascii_case(got),
                 literal => literal == got,
             })
-        })
+        });
+        named && (!self.below || parts.next().is_some())
     }
 
     /// How specific the pattern is, greater first: more segments, then fewer wildcards.
@@ -48,7 +55,7 @@ mod tests {
     use super::*;
 
     fn pattern(p: &str) -> PathPattern {
-        PathPattern::of(p).unwrap_or_else(|| PathPattern { segments: Box::new([]) })
+        PathPattern::of(p).unwrap_or_else(|| PathPattern { segments: Box::new([]), below: false })
     }
 
     #[test]
@@ -63,6 +70,9 @@ mod tests {
         assert!(!push.matches("/o/r/GIT-RECEIVE-PACK", false));
         assert!(push.matches("/o/r/GIT-RECEIVE-PACK", true), "block rules ignore case");
         assert!(PathPattern::of("/a/b").is_none());
+        let below = pattern("/*/b/");
+        assert!(below.matches("/a/b/", false) && below.matches("/a/b/c", false));
+        assert!(!below.matches("/a/b", false), "a trailing `/` matches below the segment, as an allow prefix does");
     }
 
     #[test]

@@ -19,6 +19,8 @@ mod error_kinds;
 mod files;
 #[path = "engine/hosts.rs"]
 mod hosts;
+#[path = "engine/methods.rs"]
+mod methods;
 #[path = "engine/model_apis.rs"]
 mod model_apis;
 #[path = "engine/paths.rs"]
