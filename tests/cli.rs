@@ -64,10 +64,10 @@ fn check_names_method_and_pattern_mistakes_and_explain_decides_by_method() {
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let err = stderr(&o);
     for expected in [
-        "line 3, column 18: network.methods: unknown method `Haed`; did you mean `HEAD`?",
-        "line 5, column 7: network.allowed_hosts[0]: `get` is not `GET`: method names are case-sensitive",
-        "line 6, column 7: network.allowed_hosts[1]: unknown method `GTE`; did you mean `GET`?",
-        "line 8, column 7: network.allowed_urls[0]: `github.com/**/git-upload-pack` has `**`",
+        "bad.yaml:3:18: network.methods: unknown method `Haed`; did you mean `HEAD`?",
+        "bad.yaml:5:7: network.allowed_hosts[0]: `get` is not `GET`: method names are case-sensitive",
+        "bad.yaml:6:7: network.allowed_hosts[1]: unknown method `GTE`; did you mean `GET`?",
+        "bad.yaml:8:7: network.allowed_urls[0]: `github.com/**/git-upload-pack` has `**`",
     ] {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
     }

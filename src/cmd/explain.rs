@@ -276,16 +276,16 @@ mod tests {
     #[test]
     fn in_ask_mode_a_request_refused_as_not_allowed_is_explained_as_held_for_a_person() {
         let ask = policy("ask");
-        let e = explain_url(&ask, "http://other.example.com/x").unwrap();
+        let e = explain_url(&ask, "GET", "http://other.example.com/x").unwrap();
         assert_eq!((e.decision.verdict, e.decision.reason), (Verdict::Block, Reason::NotAllowed));
         assert!(e.lines.iter().any(|l| l == ASK_LINE), "{:?}", e.lines);
         let e = explain_connect(&ask, "other.example.com:443").unwrap();
         assert!(e.lines.iter().any(|l| l == ASK_LINE), "{:?}", e.lines);
         // Only `not-allowed` is asked about: a port refusal stays one, and so does everything in a plain allowlist.
-        let port = explain_url(&ask, "http://api.example.com:8080/").unwrap();
+        let port = explain_url(&ask, "GET", "http://api.example.com:8080/").unwrap();
         assert_eq!(port.decision.reason, Reason::Port);
         assert!(!port.lines.iter().any(|l| l == ASK_LINE), "{:?}", port.lines);
-        let plain = explain_url(&policy("allowlist"), "http://other.example.com/x").unwrap();
+        let plain = explain_url(&policy("allowlist"), "GET", "http://other.example.com/x").unwrap();
         assert!(!plain.lines.iter().any(|l| l.starts_with("held")), "{:?}", plain.lines);
     }
 }

@@ -118,8 +118,11 @@ impl Matcher {
     pub(crate) fn best(&self, host: &str, path: &str) -> Option<&Arc<str>> {
         let mut lowered: Option<Cow<'_, str>> = None;
         for (full, rules) in self.suffixes(host) {
-            if let Some(rule) = rules.pattern_match(path, self.kind, full) {
-                return Some(rule);
+            // Checked here rather than in the call: most hosts have no pattern, and this loop is every decision's.
+            if !rules.patterns.is_empty() {
+                if let Some(rule) = rules.pattern_match(path, self.kind, full) {
+                    return Some(rule);
+                }
             }
             let found = match self.kind {
                 Kind::Allow if full => rules

@@ -58,6 +58,7 @@ impl MethodRules {
     }
 
     /// True when no entry lists methods and `network.methods` is not set: every decision is the method-less one.
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.default.is_none() && self.by_method.is_empty()
     }
@@ -68,10 +69,15 @@ impl MethodRules {
     }
 
     /// The decision on a request with `method` to `name` at `path`, given `d`, the one the method-less rules took.
+    #[inline]
     pub(crate) fn request(&self, d: Decision, name: &Name, path: &CanonicalPath, method: &str) -> Decision {
         if self.is_empty() {
             return d;
         }
+        self.listed_request(d, name, path, method)
+    }
+
+    fn listed_request(&self, d: Decision, name: &Name, path: &CanonicalPath, method: &str) -> Decision {
         match self.mode {
             Mode::Allowlist => self.allowlist_request(d, name.as_str(), path, method),
             Mode::Blocklist => self.blocklist_request(d, name.as_str(), path.as_str(), method),
