@@ -208,3 +208,15 @@ fn toml_and_json_spell_methods_as_yaml_does() {
         assert_eq!(fetch, "allow rule POST github.com/*/*/git-upload-pack");
     }
 }
+
+#[test]
+fn entries_listing_methods_are_neither_repeats_nor_covered() {
+    let warnings = |yaml: &str| -> Vec<String> {
+        load(yaml, Format::Yaml, None).unwrap().warnings.iter().map(|w| w.to_string()).collect()
+    };
+    assert_eq!(warnings(FORGE), Vec::<String>::new());
+    let p = "network:\n  mode: allowlist\n  allowed_hosts: ['GET a.org', 'POST a.org', b.org, b.org]\n";
+    assert_eq!(warnings(p), ["network.allowed_hosts[3]: `b.org` repeats network.allowed_hosts[2]"]);
+    let b = "network:\n  mode: blocklist\n  blocked_urls: ['DELETE api.x.org', api.x.org/admin]\n";
+    assert_eq!(warnings(b), Vec::<String>::new());
+}
