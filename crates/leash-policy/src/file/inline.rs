@@ -27,8 +27,12 @@ impl Policy {
         for (index, text) in allow.iter().enumerate() {
             let (methods, rule) = match split_entry(text) {
                 Ok(split) => split,
-                Err(e) => {
-                    errors.push(inline_error("--allow", index, e));
+                Err(message) => {
+                    errors.push(inline_error(
+                        "--allow",
+                        index,
+                        EntryError { kind: PolicyErrorKind::BadMethod, message },
+                    ));
                     continue;
                 }
             };
@@ -48,8 +52,12 @@ impl Policy {
         for (index, text) in block.iter().enumerate() {
             let (methods, rule) = match split_entry(text) {
                 Ok(split) => split,
-                Err(e) => {
-                    errors.push(inline_error("--block", index, e));
+                Err(message) => {
+                    errors.push(inline_error(
+                        "--block",
+                        index,
+                        EntryError { kind: PolicyErrorKind::BadMethod, message },
+                    ));
                     continue;
                 }
             };

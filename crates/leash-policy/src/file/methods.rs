@@ -2,15 +2,13 @@
 //! `POST github.com/*/*/git-upload-pack`) and `network.methods`. Each word is a method name as a request spells it
 //! (upper case: names are case-sensitive) or `read-only`; a slip is named with the word it likely meant.
 
-use super::entries::EntryError;
-use super::validate::edit_distance;
-use super::PolicyErrorKind::BadMethod;
+use super::spelling::edit_distance;
 use crate::method::{Methods, KNOWN_METHODS, READ_ONLY};
 
 /// An entry split into the methods it lists (if any) and the rule after them. Leading words are methods only when
 /// the first looks like one (see [`looks_like_method`]), so `arxiv.org/a b` and `bad host` stay one entry, refused
 /// for their space as before.
-pub(crate) fn split_entry(text: &str) -> Result<(Option<Methods>, &str), EntryError> {
+pub(crate) fn split_entry(text: &str) -> Result<(Option<Methods>, &str), String> {
     let trimmed = text.trim_start();
     let Some((first, _)) = trimmed.split_once(|c: char| c.is_ascii_whitespace()) else {
         return Ok((None, text));
@@ -22,11 +20,10 @@ pub(crate) fn split_entry(text: &str) -> Result<(Option<Methods>, &str), EntryEr
     let Some((rule, methods)) = words.split_last() else { return Ok((None, text)) };
     let mut set = Methods::default();
     for word in methods {
-        set = set.union(method_word(word).map_err(|message| EntryError { kind: BadMethod, message })?);
+        set = set.union(method_word(word)?);
     }
     if rule.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-') && method_word(rule).is_ok() {
-        let message = format!("`{text}` lists methods but no host; write the host after them (`{text} example.com`)");
-        return Err(EntryError { kind: BadMethod, message });
+        return Err(format!("`{text}` lists methods but no host; write the host after them (`{text} example.com`)"));
     }
     Ok((Some(set), rule))
 }
@@ -82,7 +79,7 @@ mod tests {
     use super::*;
 
     fn err(text: &str) -> String {
-        split_entry(text).map(|_| ()).unwrap_err().message
+        split_entry(text).map(|_| ()).unwrap_err()
     }
 
     #[test]

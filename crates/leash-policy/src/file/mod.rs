@@ -25,6 +25,7 @@ mod methods;
 mod raw;
 mod sandbox_settings;
 mod services;
+mod spelling;
 mod task;
 mod toml;
 mod validate;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::entries::{host_entry, model_api_entry, url_entry, List, UrlEntry};
 use super::methods::{method_word, split_entry};
 use super::raw::{Key, Node, Pos, ScalarKind, Value};
+use super::spelling::edit_distance;
 use super::PolicyErrorKind::{
     self, BadCidr, BadMethod, BadPort, BadProfileName, BadValue, DuplicateKey, MissingKey, UnknownKey, WrongList,
     WrongType,
@@ -298,8 +299,8 @@ impl Checker {
             };
             let (methods, rule) = match split_entry(text) {
                 Ok(split) => split,
-                Err(e) => {
-                    self.error(e.kind, &entry(), node.pos, e.message);
+                Err(message) => {
+                    self.error(BadMethod, &entry(), node.pos, message);
                     continue;
                 }
             };
@@ -325,8 +326,8 @@ impl Checker {
             };
             let (methods, rule) = match split_entry(text) {
                 Ok(split) => split,
-                Err(e) => {
-                    self.error(e.kind, &entry(), node.pos, e.message);
+                Err(message) => {
+                    self.error(BadMethod, &entry(), node.pos, message);
                     continue;
                 }
             };
@@ -475,22 +476,6 @@ fn unknown_key(name: &str, allowed: &[&str]) -> String {
             format!("unknown key `{name}`; expected one of {expected}")
         }
     }
-}
-
-/// Levenshtein distance over bytes (keys are short ASCII words).
-pub(super) fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, &ca) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let replaced = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = replaced.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]
