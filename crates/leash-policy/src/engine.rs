@@ -164,7 +164,8 @@ impl Policy {
     }
 
     /// False when no tunnel can ever be inspected: no `inspect: all`, no path rule, no rule by method, and no model
-    /// API host whose tools are filtered can be allowed. A caller may then do without a CA (`leash run` writes none). Errs towards true.
+    /// API host whose tools are filtered can be allowed. A caller may then do without a CA (`leash run` writes none).
+    /// Errs towards true.
     pub fn may_inspect(&self) -> bool {
         self.may_inspect
     }
