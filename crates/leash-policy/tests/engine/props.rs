@@ -182,9 +182,9 @@ fn is_pattern(p: &str) -> bool {
     p.split('/').any(|s| s == "*")
 }
 
-/// The most specific matching rule by the documented order: longer host suffix; then (allow) pattern > url > exact
-/// > `.x`, (block) pattern > path > host; then longer path, or for patterns more segments and fewer `*`; ties name
-/// the smaller text.
+/// The most specific matching rule by the documented order: longer host suffix; then, for allow rules, pattern,
+/// url, exact, `.x` in that order, and for block rules pattern, path, host; then longer path, or for patterns more
+/// segments and fewer `*`; ties name the smaller text.
 fn naive_best<'a>(rules: &'a [NaiveRule], block: bool, host: &str, path: &str) -> Option<&'a str> {
     let covers = |h: &str| host == h || host.ends_with(&format!(".{h}"));
     let lower = path.to_ascii_lowercase();
