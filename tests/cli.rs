@@ -52,6 +52,45 @@ fn check_accepts_the_shipped_examples() {
 }
 
 #[test]
+fn check_names_method_and_pattern_mistakes_and_explain_decides_by_method() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "network:\n  mode: allowlist\n  methods: [GET, Haed]\n  allowed_hosts:\n    - get api.example.com\n    \
+         - GTE docs.rs\n  allowed_urls:\n    - POST github.com/**/git-upload-pack\n",
+    );
+    let o = leash(&["check", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let err = stderr(&o);
+    for expected in [
+        "bad.yaml:3:18: network.methods: unknown method `Haed`; did you mean `HEAD`?",
+        "bad.yaml:5:7: network.allowed_hosts[0]: `get` is not `GET`: method names are case-sensitive",
+        "bad.yaml:6:7: network.allowed_hosts[1]: unknown method `GTE`; did you mean `GET`?",
+        "bad.yaml:8:7: network.allowed_urls[0]: `github.com/**/git-upload-pack` has `**`",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
+    }
+    let policy = "examples/read-only.yaml";
+    let explain = |args: &[&str]| leash(&[&["explain", "--policy", policy][..], args].concat());
+    let push = explain(&["POST", "https://github.com/o/r.git/git-receive-pack"]);
+    assert_eq!(push.status.code(), Some(1), "{push:?}");
+    let out = stdout(&push);
+    assert!(out.starts_with("block method-not-allowed github.com\n"), "{out}");
+    assert!(out.contains("decided on method `POST` and canonical path `/o/r.git/git-receive-pack`"), "{out}");
+    assert!(out.contains("entries that list none admit `GET HEAD OPTIONS` (network.methods)"), "{out}");
+    let fetch = explain(&["POST", "https://github.com/o/r.git/git-upload-pack"]);
+    assert_eq!(fetch.status.code(), Some(0));
+    assert!(stdout(&fetch).starts_with("allow rule POST github.com/*/*/git-upload-pack\n"), "{}", stdout(&fetch));
+    let read = explain(&["https://github.com/o/r"]);
+    assert!(stdout(&read).starts_with("allow rule github.com\n"), "a URL alone is a GET: {}", stdout(&read));
+    let lower = explain(&["get", "https://github.com/o/r"]);
+    assert!(stdout(&lower).contains("`get` (method names are case-sensitive)"), "{}", stdout(&lower));
+    let tunnel = explain(&["CONNECT", "github.com:443"]);
+    assert!(stdout(&tunnel).starts_with("inspect rule github.com\n"), "{}", stdout(&tunnel));
+}
+
+#[test]
 fn check_reports_every_bad_entry_with_its_line_and_column_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(

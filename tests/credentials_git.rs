@@ -337,3 +337,60 @@ curl -sS --http2 -w '\n%{{http_code}} HTTP/%{{http_version}}\n' -H "x-api-key: $
     let with_credential = log_lines(&log).iter().filter(|l| l["credential"] == "anthropic").count();
     assert_eq!(with_credential, 2, "{text}");
 }
+
+/// Rules by method with a real git: the server read-only but for `POST */git-upload-pack` (smart HTTP's fetch), so
+/// `git clone` and `git fetch` work and `git push` (a POST to `git-receive-pack`) is refused inside the inspected
+/// tunnel, logged as `method-not-allowed`, and never reaches the server.
+#[test]
+fn git_clones_and_fetches_but_cannot_push_through_a_read_only_host() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = https_material(dir.path());
+    let bare = seeded_repository(dir.path());
+    let seen = dir.path().join("seen");
+    let server = GitServer::start(dir.path(), TOKEN, &seen);
+    let port = server.port;
+    let policy = dir.path().join("policy.yaml");
+    let text = format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: ['read-only docs.test']\n  \
+         allowed_urls: ['POST docs.test/*/git-upload-pack']\n  ports: [80]\n  tunnel_ports: [{port}]\n  \
+         allow_destinations: [127.0.0.0/8]\n"
+    );
+    std::fs::write(&policy, text).unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let script = format!(
+        r#"set -e
+cd {work}
+git clone -q "https://x-access-token:{TOKEN}@docs.test:{port}/repo.git" clone
+cd clone
+git fetch -q origin
+git log --format=%s origin/main
+git -c user.name=agent -c user.email=agent@test commit -q --allow-empty -m pushed
+if git push -q origin main 2>push.err; then echo pushed; else echo refused; fi
+grep -c 403 push.err || true
+"#,
+        work = work.display(),
+    );
+    // No credential entry here: the token is the URL's own, and leash only decides.
+    let o = leash_run(&policy, &log, &ca, "LEASH_TEST_UNUSED", "-", &script);
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}\nserver saw: {:?}", seen_requests(&seen));
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["first", "refused", "1"], "clone and fetch worked, push did not");
+    assert_eq!(git(&bare, &["log", "--format=%s", "main"]), "first\n", "nothing landed");
+    let requests: Vec<String> = seen_requests(&seen).into_iter().map(|(r, _)| r).collect();
+    assert!(requests.iter().any(|r| r == "POST /repo.git/git-upload-pack"), "{requests:?}");
+    assert!(requests.iter().any(|r| r == "GET /repo.git/info/refs"), "push's discovery is a GET: {requests:?}");
+    assert!(!requests.iter().any(|r| r.contains("git-receive-pack") && r.starts_with("POST")), "{requests:?}");
+    let refused: Vec<_> = log_lines(&log).into_iter().filter(|l| l["decision"] == "block").collect();
+    assert_eq!(refused.len(), 1, "only the push: {refused:?}");
+    let push = &refused[0];
+    assert_eq!((push["method"].as_str(), push["path"].as_str()), (Some("POST"), Some("/repo.git/git-receive-pack")));
+    assert_eq!(
+        (push["reason"].as_str(), push["rule"].as_str()),
+        (Some("method-not-allowed"), Some("read-only docs.test"))
+    );
+}

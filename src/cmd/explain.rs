@@ -29,7 +29,7 @@ pub fn run(args: &ExplainArgs) -> Result<Exit, Failure> {
     let explained = match service_asked(&policy, url) {
         Some((service, path)) => explain_service(service, method, path),
         None if method.eq_ignore_ascii_case("CONNECT") => explain_connect(&policy, url),
-        None => explain_url(&policy, url),
+        None => explain_url(&policy, method, url),
     };
     match explained {
         Ok(mut e) => {
@@ -114,7 +114,7 @@ fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
     Ok(Explained { decision: admission.decision, lines })
 }
 
-fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
+fn explain_url(policy: &Policy, method: &str, url: &str) -> Result<Explained, String> {
     let target = match parse_absolute_target(url) {
         Ok(t) => t,
         Err(TargetError::NotAbsolute) => return Err(format!("`{url}` is not an absolute URL (`http://host/path`)")),
@@ -122,18 +122,20 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
         Err(TargetError::Path(e)) => return Ok(refused(Reason::BadRequest, format!("the path of `{url}`: {e}"))),
     };
     let (host, port, path) = (&target.authority.host, target.port(), target.path.as_str());
-    let admission = policy.admit(&Question::of_url(&target), TLS);
+    let admission = policy.admit(&Question::of_request(method, &target), TLS);
     let how = match (target.scheme, admission.tunnel) {
         (Scheme::Https, Tunnel::Inspected) => {
-            format!("https: `{host}` is TLS-inspected; decided on canonical path `{path}`")
+            format!("https: `{host}` is TLS-inspected; decided on method `{method}` and canonical path `{path}`")
         }
         (Scheme::Https, _) => format!(
-            "https: the tunnel to `{host}:{port}` is decided on its TLS server name; paths inside it are not seen"
+            "https: the tunnel to `{host}:{port}` is decided on its TLS server name; methods and paths inside it are \
+             not seen"
         ),
-        _ => format!("http: decided on host `{host}`, port {port}, canonical path `{path}`"),
+        _ => format!("http: decided on method `{method}`, host `{host}`, port {port}, canonical path `{path}`"),
     };
     let mut lines = vec![how];
     lines.extend(after_decision(policy, &admission, host));
+    lines.extend(method_line(policy, &admission.decision, method));
     lines.extend(credential_line(&admission));
     lines.extend(upstream_line(&admission, host));
     lines.extend(model_api_line(&admission, host));
@@ -196,6 +198,21 @@ const ASK_LINE: &str = "held: a person is asked (ask mode): allow once, for the 
 /// Said under a refusal the policy answers as an origin's missing page (`refusals: as-not-found`).
 const UNANNOUNCED_LINE: &str = "answered as a missing page (refusals: as-not-found): 404 Not Found to a request, 502 \
                                 Bad Gateway to a tunnel, nothing naming leash or the rule; logged as a block";
+
+/// Why a method was refused: what the deciding entry (or `network.methods`) admits, and how names are compared.
+fn method_line(policy: &Policy, d: &Decision, method: &str) -> Option<String> {
+    if d.reason != Reason::MethodNotAllowed {
+        return None;
+    }
+    let known = leash_policy::Methods::known(method).is_some();
+    let spelled = match (known, leash_policy::Methods::known(&method.to_ascii_uppercase())) {
+        (false, Some(_)) => " (method names are case-sensitive)",
+        (false, None) => " (a method no rule can list: refused wherever methods are listed)",
+        _ => "",
+    };
+    let defaults = policy.default_methods().map(|m| format!("; entries that list none admit `{m}` (network.methods)"));
+    Some(format!("`{method}`{spelled} is not among the methods admitted here{}", defaults.unwrap_or_default()))
+}
 
 /// Where an allowed request goes out: through the upstream proxy (which then resolves the name), or directly.
 fn upstream_line(admission: &Admission<'_>, host: &Host) -> Option<String> {
@@ -285,16 +302,16 @@ mod tests {
     #[test]
     fn in_ask_mode_a_request_refused_as_not_allowed_is_explained_as_held_for_a_person() {
         let ask = policy("ask");
-        let e = explain_url(&ask, "http://other.example.com/x").unwrap();
+        let e = explain_url(&ask, "GET", "http://other.example.com/x").unwrap();
         assert_eq!((e.decision.verdict, e.decision.reason), (Verdict::Block, Reason::NotAllowed));
         assert!(e.lines.iter().any(|l| l == ASK_LINE), "{:?}", e.lines);
         let e = explain_connect(&ask, "other.example.com:443").unwrap();
         assert!(e.lines.iter().any(|l| l == ASK_LINE), "{:?}", e.lines);
         // Only `not-allowed` is asked about: a port refusal stays one, and so does everything in a plain allowlist.
-        let port = explain_url(&ask, "http://api.example.com:8080/").unwrap();
+        let port = explain_url(&ask, "GET", "http://api.example.com:8080/").unwrap();
         assert_eq!(port.decision.reason, Reason::Port);
         assert!(!port.lines.iter().any(|l| l == ASK_LINE), "{:?}", port.lines);
-        let plain = explain_url(&policy("allowlist"), "http://other.example.com/x").unwrap();
+        let plain = explain_url(&policy("allowlist"), "GET", "http://other.example.com/x").unwrap();
         assert!(!plain.lines.iter().any(|l| l.starts_with("held")), "{:?}", plain.lines);
     }
 }

@@ -65,7 +65,8 @@ impl Boundary {
 pub struct Outside {
     /// The run policy's entry, as written.
     pub entry: Arc<str>,
-    /// Whether the boundary refuses all of it, or only some of what it covers (a `.x` entry's subdomains).
+    /// Whether the boundary refuses all of it, or only some of what it covers (a `.x` entry's subdomains, some of
+    /// the methods it lists).
     pub whole: bool,
     /// The boundary's own decision on it (its reason and entry).
     pub refused_by: Decision,
@@ -79,22 +80,24 @@ impl Boundary {
         let mut found = Vec::new();
         for entry in policy.allowed_entries() {
             let path = entry.path.clone().unwrap_or_else(CanonicalPath::root);
+            // Each method the entry lists, or GET for one that lists none.
+            let methods: Vec<&str> = entry.methods.map_or_else(|| vec!["GET"], |m| m.names().collect());
+            let ask = |host: &Host, method: &str| {
+                let question = Question::Https { host, port: 443, path: &path, method };
+                self.policy.decide(&question, TlsInspection::Available)
+            };
             let host = Host::Name(entry.host.clone());
-            let d =
-                self.policy.decide(&Question::Https { host: &host, port: 443, path: &path }, TlsInspection::Available);
-            if d.verdict == Verdict::Block {
-                found.push(Outside { entry: entry.text.clone(), whole: true, refused_by: d });
+            let refused: Vec<Decision> =
+                methods.iter().map(|m| ask(&host, m)).filter(|d| d.verdict == Verdict::Block).collect();
+            if let Some(first) = refused.first() {
+                let whole = refused.len() == methods.len();
+                found.push(Outside { entry: entry.text.clone(), whole, refused_by: first.clone() });
                 continue;
             }
             // A made-up child stands for every subdomain: refused there, the entry is wider than the boundary.
             let child = entry.subtree.then(|| parse_host(&format!("any-name.{}", entry.host.as_str())).ok()).flatten();
-            if let Some(child) = child {
-                let d = self
-                    .policy
-                    .decide(&Question::Https { host: &child, port: 443, path: &path }, TlsInspection::Available);
-                if d.verdict == Verdict::Block {
-                    found.push(Outside { entry: entry.text.clone(), whole: false, refused_by: d });
-                }
+            if let Some(d) = child.map(|child| ask(&child, methods[0])).filter(|d| d.verdict == Verdict::Block) {
+                found.push(Outside { entry: entry.text.clone(), whole: false, refused_by: d });
             }
         }
         found

@@ -117,6 +117,8 @@ pub struct Request<'a> {
     pub port: u16,
     /// The path as the rules compare it: canonicalised, without the query.
     pub path: &'a CanonicalPath,
+    /// The method as sent (`GET`; case kept: `get` is another method, RFC 9110 §9.1).
+    pub method: &'a str,
 }
 
 /// What the ClientHello reader found.

@@ -12,6 +12,8 @@ use crate::dest::{is_internal, Cidr};
 use crate::fasthash::FastMap;
 use crate::host::{parse_host, Host, Name};
 use crate::matcher::{Kind, Matcher};
+use crate::method::Methods;
+use crate::method_rules::MethodRules;
 use crate::path::CanonicalPath;
 use crate::reason::Reason;
 use crate::services::Service;
@@ -53,6 +55,8 @@ pub struct Policy {
     boundary: Option<Arc<Boundary>>,
     /// An allowlist's allowing entries, each as a request it admits (`leash check --within` asks a boundary).
     allows: Vec<AllowedEntry>,
+    /// Entries that list methods, and `network.methods` (see [`Policy::default_methods`]).
+    methods: MethodRules,
 }
 
 /// A validated boundary (see [`crate::boundary`]): a policy holding rules only, and the name messages give it (its
@@ -71,6 +75,8 @@ pub(crate) struct AllowedEntry {
     pub(crate) path: Option<CanonicalPath>,
     /// A `.x` entry: it covers every subdomain of `host` too.
     pub(crate) subtree: bool,
+    /// The methods its leading words list (`None`: those `network.methods` admits, or any).
+    pub(crate) methods: Option<crate::method::Methods>,
 }
 
 impl Policy {
@@ -168,6 +174,12 @@ impl Policy {
         Policy { audit: true, ask: false, may_inspect, ..self }
     }
 
+    /// `network.methods`: what an entry that lists no methods admits (and, in a blocklist, what the default allows).
+    /// `None` admits every method.
+    pub fn default_methods(&self) -> Option<Methods> {
+        self.methods.default_methods()
+    }
+
     /// Ports a plain-HTTP request may name (`ports`); empty allows none.
     pub fn ports(&self) -> &[u16] {
         &self.ports
@@ -188,8 +200,9 @@ impl Policy {
         self.inspect_all
     }
 
-    /// False when no tunnel can ever be inspected: no `inspect: all`, no path rule, and no model API host whose tools
-    /// are filtered can be allowed. A caller may then do without a CA (`leash run` writes none). Errs towards true.
+    /// False when no tunnel can ever be inspected: no `inspect: all`, no path rule, no rule by method, and no model
+    /// API host whose tools are filtered can be allowed. A caller may then do without a CA (`leash run` writes none).
+    /// Errs towards true.
     pub fn may_inspect(&self) -> bool {
         self.may_inspect || self.boundary.as_ref().is_some_and(|b| b.policy.may_inspect())
     }
@@ -251,9 +264,9 @@ impl Policy {
         match req.host {
             // INVARIANT: every IP-literal spelling but a listed dotted quad is refused here, before any resolution.
             Host::IpLiteral(_) => block(Reason::IpLiteral),
-            Host::Ipv4(ip) => self.decide_ipv4(*ip),
+            Host::Ipv4(ip) => self.methods.ipv4(self.decide_ipv4(*ip), req.method),
             Host::Name(name) => {
-                let d = self.decide_name(name, req.path);
+                let d = self.methods.request(self.decide_name(name, req.path), name, req.path, req.method);
                 self.credential_in_clear(req, name, d)
             }
         }
@@ -326,7 +339,8 @@ impl Policy {
         };
         let mut rules = Matcher::new(kind);
         let mut allowed_ipv4 = FastMap::default();
-        for rule in &network.hosts {
+        // Entries that list methods go to the method layer alone (`MethodRules`).
+        for rule in network.hosts.iter().filter(|r| r.methods.is_none()) {
             match &rule.pattern {
                 HostPattern::Exact(name) => rules.add_exact(name.as_str(), &rule.text),
                 HostPattern::Subtree(name) => rules.add_subtree(name.as_str(), &rule.text),
@@ -335,7 +349,7 @@ impl Policy {
                 }
             }
         }
-        for rule in &network.urls {
+        for rule in network.urls.iter().filter(|r| r.methods.is_none()) {
             match (&rule.path, kind) {
                 (Some(path), _) => rules.add_path(rule.host.as_str(), path.as_str(), &rule.text),
                 (None, Kind::Block) => rules.add_subtree(rule.host.as_str(), &rule.text),
@@ -347,11 +361,13 @@ impl Policy {
             Mode::Allowlist => allowed_entries(&network),
             Mode::Blocklist => Vec::new(),
         };
+        let methods = MethodRules::compile(&network);
         let (model_exact, model_subtrees) = model_sets(&network.model_apis);
         let filters_models = network.provider_tools != ProviderTools::Allow;
         let may_inspect = !network.credentials.is_empty()
             || network.inspect_all
             || rules.has_path_rules()
+            || !methods.is_empty()
             || (filters_models
                 && match network.mode {
                     // Every name but the blocked ones is allowed, model APIs among them; in audit mode every one.
@@ -380,6 +396,7 @@ impl Policy {
             services: network.services,
             boundary: None,
             allows,
+            methods,
         }
     }
 
@@ -460,7 +477,7 @@ impl Policy {
     /// A tunnel's name at host level: refused outright, allowed as a splice, or inspected because some paths on it
     /// are decided differently, it is a model API whose tools are filtered, or `inspect: all`.
     fn decide_tunnel_name(&self, name: &Name) -> Decision {
-        let d = self.decide_tunnel_rules(name);
+        let d = self.methods.tunnel(self.decide_tunnel_rules(name), name);
         match d.verdict {
             // INVARIANT: an allowed model API tunnel is inspected, so no request body reaches it unread.
             Verdict::Allow if self.filters_name(name.as_str()) => Decision { verdict: Verdict::Inspect, ..d },
@@ -550,13 +567,14 @@ fn allowed_entries(network: &Network) -> Vec<AllowedEntry> {
             HostPattern::Subtree(name) => (name.clone(), true),
             HostPattern::Ipv4(_) => return None,
         };
-        Some(AllowedEntry { text: rule.text.clone(), host, path: None, subtree })
+        Some(AllowedEntry { text: rule.text.clone(), host, path: None, subtree, methods: rule.methods })
     });
     let urls = network.urls.iter().map(|rule| AllowedEntry {
         text: rule.text.clone(),
         host: rule.host.clone(),
         path: rule.path.clone(),
         subtree: false,
+        methods: rule.methods,
     });
     hosts.chain(urls).collect()
 }

@@ -8,12 +8,14 @@
 //! Specificity, by comparison and never by file order: the longer host suffix wins first (so an exact host beats a
 //! subdomain entry for a parent name); under one host a path rule beats a host rule and a longer path beats a shorter
 //! one; in an allowlist an exact `x` entry beats a `.x` entry. Rules that tie (the same canonical entry written twice)
-//! name the smaller original text.
+//! name the smaller original text. A path pattern (`/*/*/git-receive-pack`, see [`crate::pattern`]) counts as a path
+//! rule that beats every prefix under its host; among patterns, more segments first, then fewer `*`.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::fasthash::FastMap;
+use crate::pattern::PathPattern;
 
 /// What a matcher holds: allow rules (`allowed_hosts` + `allowed_urls`) or block rules (`blocked_urls`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +39,8 @@ struct HostRules {
     /// `.x` in `allowed_hosts`, or a host entry in `blocked_urls`: this host and every subdomain.
     subtree: Option<Arc<str>>,
     paths: PrefixSet,
+    /// Path patterns, most specific first (after [`Matcher::finish`]).
+    patterns: Vec<(PathPattern, Arc<str>)>,
 }
 
 /// Path prefixes sorted by their bytes (lowercased for block rules), each with the entry that wrote it.
@@ -68,8 +72,12 @@ impl Matcher {
         }
     }
 
-    /// `path` is canonical; block prefixes are lowercased here so matching can compare bytes.
+    /// `path` is canonical; block prefixes are lowercased here so matching can compare bytes. A path with a `*`
+    /// segment is a pattern.
     pub(crate) fn add_path(&mut self, host: &str, path: &str, rule: &Arc<str>) {
+        if let Some(pattern) = PathPattern::of(path) {
+            return self.add_pattern(host, pattern, rule);
+        }
         let key = match self.kind {
             Kind::Allow => path.into(),
             Kind::Block => path.to_ascii_lowercase().into_boxed_str(),
@@ -79,14 +87,22 @@ impl Matcher {
         }
     }
 
+    /// A path pattern under `host` (a block pattern covers subdomains, an allow pattern names the host exactly).
+    pub(crate) fn add_pattern(&mut self, host: &str, pattern: PathPattern, rule: &Arc<str>) {
+        if let Some(rules) = self.entry(host) {
+            rules.patterns.push((pattern, Arc::clone(rule)));
+        }
+    }
+
     /// Whether any entry carries a path.
     pub(crate) fn has_path_rules(&self) -> bool {
-        self.hosts.values().any(|rules| !rules.paths.entries.is_empty())
+        self.hosts.values().any(|rules| !rules.paths.entries.is_empty() || !rules.patterns.is_empty())
     }
 
     /// Sort every prefix set; call once after the last `add_*`.
     pub(crate) fn finish(&mut self) {
         for rules in self.hosts.values_mut() {
+            rules.patterns.sort_by(|a, b| b.0.specificity().cmp(&a.0.specificity()).then_with(|| a.1.cmp(&b.1)));
             rules.paths.entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
             rules.paths.entries.dedup_by(|later, first| later.0 == first.0);
             let mut lengths: Vec<usize> = rules.paths.entries.iter().map(|(key, _)| key.len()).collect();
@@ -102,6 +118,12 @@ impl Matcher {
     pub(crate) fn best(&self, host: &str, path: &str) -> Option<&Arc<str>> {
         let mut lowered: Option<Cow<'_, str>> = None;
         for (full, rules) in self.suffixes(host) {
+            // Checked here rather than in the call: most hosts have no pattern, and this loop is every decision's.
+            if !rules.patterns.is_empty() {
+                if let Some(rule) = rules.pattern_match(path, self.kind, full) {
+                    return Some(rule);
+                }
+            }
             let found = match self.kind {
                 Kind::Allow if full => rules
                     .paths
@@ -140,7 +162,7 @@ impl Matcher {
     pub(crate) fn first_path_rule(&self, host: &str) -> Option<&Arc<str>> {
         self.suffixes(host)
             .filter(|(full, _)| self.kind == Kind::Block || *full)
-            .find_map(|(_, rules)| rules.paths.entries.first().map(|(_, rule)| rule))
+            .find_map(|(_, rules)| rules.paths.entries.first().map(|(_, rule)| rule).or(rules.first_pattern()))
     }
 
     /// The nearest parent of `host` (a suffix at a label boundary, never `host` itself) that an exact entry names:
@@ -166,6 +188,21 @@ impl Matcher {
             self.hosts.insert(host.into(), HostRules::default());
         }
         self.hosts.get_mut(host)
+    }
+}
+
+impl HostRules {
+    /// The most specific pattern matching `path`; allow patterns name their host exactly (`full`).
+    fn pattern_match(&self, path: &str, kind: Kind, full: bool) -> Option<&Arc<str>> {
+        match kind {
+            Kind::Allow if !full => None,
+            _ => self.patterns.iter().find(|(p, _)| p.matches(path, kind == Kind::Block)).map(|(_, rule)| rule),
+        }
+    }
+
+    /// The pattern rule first in byte order of its text, so the same whatever the file order.
+    fn first_pattern(&self) -> Option<&Arc<str>> {
+        self.patterns.iter().map(|(_, rule)| rule).min()
     }
 }
 

@@ -52,6 +52,8 @@ pub enum Question<'a> {
         port: u16,
         /// Its path, canonical.
         path: &'a CanonicalPath,
+        /// The method of the request inside the tunnel.
+        method: &'a str,
     },
     /// A name asked of `leash run`'s DNS stub: `block` when no request to it could pass.
     Lookup {
@@ -61,13 +63,18 @@ pub enum Question<'a> {
 }
 
 impl<'a> Question<'a> {
-    /// The question an absolute URL asks: `https` as a whole ([`Question::Https`]), anything else as a request to
-    /// the forward proxy (which refuses schemes it does not proxy).
+    /// The question an absolute URL asks as a GET (what a URL alone fetches); see [`Question::of_request`].
     pub fn of_url(target: &'a AbsoluteTarget<'_>) -> Question<'a> {
+        Question::of_request("GET", target)
+    }
+
+    /// The question a request with `method` to an absolute URL asks: `https` as a whole ([`Question::Https`]),
+    /// anything else as a request to the forward proxy (which refuses schemes it does not proxy).
+    pub fn of_request(method: &'a str, target: &'a AbsoluteTarget<'_>) -> Question<'a> {
         let (host, port, path) = (&target.authority.host, target.port(), &target.path);
         match target.scheme {
-            Scheme::Https => Question::Https { host, port, path },
-            scheme => Question::Request(Request { via: Via::ForwardProxy, scheme, host, port, path }),
+            Scheme::Https => Question::Https { host, port, path, method },
+            scheme => Question::Request(Request { via: Via::ForwardProxy, scheme, host, port, path, method }),
         }
     }
 }
@@ -88,12 +95,12 @@ impl Policy {
     /// The decision inside `boundary`: its refusal first, so nothing of the run's (audit mode, an ask-mode answer)
     /// comes before it; then the run's own, inspected where the boundary's path rules want a tunnel read.
     fn decide_within(&self, boundary: &Boundary, question: &Question<'_>, tls: TlsInspection) -> Decision {
-        if let Question::Https { host, port, path } = *question {
+        if let Question::Https { host, port, path, method } = *question {
             // Each step bounded on its own: the tunnel, then (inspected) the request inside it.
             let tunnel = self.decide(&Question::ClientHello { target: host, port, hello: server_name(host) }, tls);
             return match tunnel.verdict {
                 Verdict::Inspect => self.decide(
-                    &Question::Request(Request { via: Via::Tunnel, scheme: Scheme::Https, host, port, path }),
+                    &Question::Request(Request { via: Via::Tunnel, scheme: Scheme::Https, host, port, path, method }),
                     tls,
                 ),
                 _ => tunnel,
@@ -153,12 +160,13 @@ impl Policy {
                 let named = matches!(hello, ClientHelloFacts::ServerName(_)) && matches!(target, Host::Name(_));
                 inspectable(d, if named { tls } else { TlsInspection::Unavailable })
             }
-            Question::Https { host, port, path } => {
+            Question::Https { host, port, path, method } => {
                 let tunnel =
                     self.decide_enforced(&Question::ClientHello { target: host, port, hello: server_name(host) }, tls);
                 match tunnel.verdict {
                     Verdict::Inspect => {
-                        self.decide_request(&Request { via: Via::Tunnel, scheme: Scheme::Https, host, port, path })
+                        let req = Request { via: Via::Tunnel, scheme: Scheme::Https, host, port, path, method };
+                        self.decide_request(&req)
                     }
                     _ => tunnel,
                 }

@@ -61,6 +61,8 @@ pub enum Reason {
     AskTimeout,
     /// Ask mode: a lookup of a name no rule admits is answered, because the request that follows is held and asked.
     Ask,
+    /// The entry that admits the host and path (or `network.methods`) does not admit the request's method.
+    MethodNotAllowed,
     /// The operator's boundary (`--boundary`) refuses it, whatever the run's own policy says: no run policy, audit
     /// mode or ask-mode answer lifts it.
     Boundary,
@@ -68,7 +70,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order the README lists them.
-    pub const ALL: [Reason; 27] = [
+    pub const ALL: [Reason; 28] = [
         Reason::Rule,
         Reason::Default,
         Reason::NotAllowed,
@@ -84,6 +86,7 @@ impl Reason {
         Reason::Ech,
         Reason::NeedsInspection,
         Reason::AmbiguousPath,
+        Reason::MethodNotAllowed,
         Reason::BadRequest,
         Reason::AuditFailed,
         Reason::UpstreamTls,
@@ -127,6 +130,7 @@ impl Reason {
             Reason::Denied => "denied",
             Reason::AskTimeout => "ask-timeout",
             Reason::Ask => "ask",
+            Reason::MethodNotAllowed => "method-not-allowed",
             Reason::Boundary => "boundary",
         }
     }
@@ -134,7 +138,7 @@ impl Reason {
     /// A refusal by the host and path rules themselves (the one audit mode lets through), as opposed to the port,
     /// the address, the request's shape or the destination.
     pub fn is_rule(self) -> bool {
-        matches!(self, Reason::NotAllowed | Reason::Rule | Reason::AmbiguousPath)
+        matches!(self, Reason::NotAllowed | Reason::Rule | Reason::AmbiguousPath | Reason::MethodNotAllowed)
     }
 
     /// One line on what the reason means, for `explain` and the README.
@@ -176,6 +180,9 @@ impl Reason {
             Reason::Denied => "ask mode: a person refused this host for the rest of the run",
             Reason::AskTimeout => "ask mode: nobody answered in time; the host is refused for the rest of the run",
             Reason::Ask => "ask mode: the name is answered; the request that follows is held until a person answers",
+            Reason::MethodNotAllowed => {
+                "the entry that admits this host and path (or network.methods) does not admit the request's method"
+            }
             Reason::Boundary => "the boundary the operator set refuses this; no run policy can allow it",
         }
     }

@@ -8,6 +8,7 @@ use crate::credentials::{Credential, CredentialHost};
 use crate::decision::{Mode, ProviderTools, Refusals};
 use crate::dest::Cidr;
 use crate::host::Name;
+use crate::method::Methods;
 use crate::path::CanonicalPath;
 use crate::services::Service;
 use crate::upstream::UpstreamProxy;
@@ -58,6 +59,9 @@ pub(crate) struct Network {
     pub(crate) upstream: Option<UpstreamProxy>,
     /// `services`: the operator's own services, each reached through a listener of its own.
     pub(crate) services: Vec<Service>,
+    /// `methods`: what an allow that names no methods of its own admits (an entry, or a blocklist's default), with
+    /// the setting as the decisions name it (`methods: read-only`).
+    pub(crate) methods: Option<(Methods, Arc<str>)>,
 }
 
 impl Network {
@@ -79,6 +83,7 @@ impl Network {
             credentials: Vec::new(),
             upstream: None,
             services: Vec::new(),
+            methods: None,
         }
     }
 }
@@ -112,9 +117,12 @@ pub(crate) struct HostRule {
     pub(crate) text: Arc<str>,
     /// Its place in its list, for warnings that name it.
     pub(crate) index: usize,
+    /// The methods its leading words list (`GET HEAD example.com`); `None` admits what `network.methods` does.
+    pub(crate) methods: Option<Methods>,
 }
 
-/// A `blocked_urls` or `allowed_urls` entry: `host` or `host/path-prefix`.
+/// A `blocked_urls` or `allowed_urls` entry: `host` or `host/path-prefix`, or `host/pattern` whose `*` segments
+/// stand for one segment each (see [`crate::pattern`]).
 #[derive(Debug, Clone)]
 pub(crate) struct UrlRule {
     pub(crate) host: Name,
@@ -122,4 +130,6 @@ pub(crate) struct UrlRule {
     pub(crate) path: Option<CanonicalPath>,
     pub(crate) text: Arc<str>,
     pub(crate) index: usize,
+    /// The methods its leading words list: the only ones it admits (allowed_urls) or refuses (blocked_urls).
+    pub(crate) methods: Option<Methods>,
 }

@@ -21,6 +21,8 @@ mod error_kinds;
 mod files;
 #[path = "engine/hosts.rs"]
 mod hosts;
+#[path = "engine/methods.rs"]
+mod methods;
 #[path = "engine/model_apis.rs"]
 mod model_apis;
 #[path = "engine/paths.rs"]
@@ -55,13 +57,18 @@ pub fn decide_inner(yaml: &str, url: &str) -> String {
 }
 
 pub fn decide_on(policy: &Policy, via: Via, url: &str) -> String {
+    decide_method_on(policy, via, "GET", url)
+}
+
+/// Decide a request with `method` (plain or inner, as `via` says).
+pub fn decide_method_on(policy: &Policy, via: Via, method: &str, url: &str) -> String {
     let target = match parse_absolute_target(url) {
         Ok(t) => t,
         Err(leash_policy::TargetError::Host(_)) => return "error bad-host".to_owned(),
         Err(_) => return "error bad-request".to_owned(),
     };
-    let req =
-        Request { via, scheme: target.scheme, host: &target.authority.host, port: target.port(), path: &target.path };
+    let (host, port, path) = (&target.authority.host, target.port(), &target.path);
+    let req = Request { via, scheme: target.scheme, host, port, path, method };
     render(&policy.decide(&Question::Request(req), TlsInspection::Available))
 }
 

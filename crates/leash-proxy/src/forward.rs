@@ -34,7 +34,8 @@ where
     let shown = host.as_str();
     let asked = Asked { method: &head.method, host: &shown, port, path: Some(plan.target.path_and_query) };
     let path = &plan.target.path;
-    let question = Question::Request(Request { via: Via::ForwardProxy, scheme: plan.target.scheme, host, port, path });
+    let (via, scheme, method) = (Via::ForwardProxy, plan.target.scheme, head.method.as_str());
+    let question = Question::Request(Request { via, scheme, host, port, path, method });
     let entry = Entry { question, host, asked };
     let mut door = Plain { ctx: &ctx, host, port, key: &key };
     let auth = sh.cfg.upstream_auth.as_deref();
@@ -47,7 +48,8 @@ where
     let (head, bytes, admitted) = (&*sending.head, &sending.bytes, sending.admitted);
     let standing = (!admitted.by_person).then(|| {
         let (scheme, host, path) = (plan.target.scheme, plan.target.authority.host.clone(), plan.target.path.clone());
-        sh.cfg.policy.register(Recheck::Request { scheme, host, port, path }, &ctx.snap, ctx.tls())
+        let method = head.method.as_str().into();
+        sh.cfg.policy.register(Recheck::Request { scheme, host, port, path, method }, &ctx.snap, ctx.tls())
     });
     let forwarding = forward(&ctx, client, (head, &plan, bytes, admitted.watches), key, admitted.upstream, &allowed);
     match until_cut(forwarding, standing.as_ref()).await {

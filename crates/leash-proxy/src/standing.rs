@@ -31,7 +31,7 @@ pub(crate) enum Recheck {
     /// An inspected tunnel: it stands while its host is not refused (every request in it is decided anew anyway).
     Inspected { host: Host, port: u16 },
     /// A plain-HTTP request still relaying: it stands while the new policy allows it.
-    Request { scheme: Scheme, host: Host, port: u16, path: CanonicalPath },
+    Request { scheme: Scheme, host: Host, port: u16, path: CanonicalPath, method: Box<str> },
 }
 
 /// [`ClientHelloFacts`], owned.
@@ -80,8 +80,8 @@ impl Recheck {
                 policy.decide(&Question::ClientHello { target: host, port: *port, hello }, tls).verdict
                     != Verdict::Block
             }
-            Recheck::Request { scheme, host, port, path } => {
-                let request = Request { via: Via::ForwardProxy, scheme: *scheme, host, port: *port, path };
+            Recheck::Request { scheme, host, port, path, method } => {
+                let request = Request { via: Via::ForwardProxy, scheme: *scheme, host, port: *port, path, method };
                 policy.decide(&Question::Request(request), tls).verdict != Verdict::Block
             }
         }

@@ -103,7 +103,7 @@ pub(crate) fn url_entry(text: &str, list: List) -> Result<UrlEntry, EntryError> 
         }
         (Some(p), _) => Some(check_path(text, p)?),
     };
-    Ok(UrlEntry::Rule(UrlRule { host, path, text: Arc::from(text), index: 0 }))
+    Ok(UrlEntry::Rule(UrlRule { host, path, text: Arc::from(text), index: 0, methods: None }))
 }
 
 /// The host part of an entry (`host`, without a leading dot): a name, or a dotted quad.
@@ -142,6 +142,8 @@ fn syntax_problem(host: &str, list: List) -> Option<String> {
     let bracketed = host.starts_with('[') || (host.contains(':') && host.parse::<Ipv6Addr>().is_ok());
     let problem = if bracketed {
         "is an IPv6 literal; only dotted-quad IPv4 literals are accepted"
+    } else if host.split_once(' ').is_some_and(|(first, _)| super::methods::looks_like_method(first)) {
+        "lists methods, which only allowed_hosts, allowed_urls and blocked_urls entries carry (`GET HEAD example.com`)"
     } else if host == "*" && list == List::AllowedHosts {
         "would allow every host; for everything but a list, write `mode: blocklist` and list what to refuse"
     } else if host.contains('*') {
@@ -179,7 +181,7 @@ fn check_path(entry: &str, path: &str) -> Result<crate::path::CanonicalPath, Ent
     if path.contains('?') {
         return fail(BadUrl, format!("`{entry}` has a query (`?`); rules match paths only"));
     }
-    canonicalize(path).map_err(|e| {
+    let canonical = canonicalize(path).map_err(|e| {
         let (kind, message) = match e {
             PathError::ControlChar => (BadPath, format!("`{entry}` has a space or control character in its path")),
             PathError::Fragment => (BadUrl, format!("`{entry}` has a `#`; rules match paths only")),
@@ -190,21 +192,48 @@ fn check_path(entry: &str, path: &str) -> Result<crate::path::CanonicalPath, Ent
             PathError::NotAbsolute => (BadPath, format!("`{entry}` has a path that does not start with `/`")),
         };
         EntryError { kind, message }
-    })
+    })?;
+    // In a rule `*` is a segment wildcard; one that decoding made (`%2A`) or a `..` removed would change the rule.
+    if canonical.as_str().matches('*').count() != path.matches('*').count() {
+        let message = format!(
+            "`{entry}` spells a `*` that is not one as written (`%2A`, or removed by `..`); in a rule `*` stands for \
+             one segment, and a path with a literal `*` cannot be named"
+        );
+        return fail(BadPath, message);
+    }
+    Ok(canonical)
 }
 
 /// A message for a path written as a glob or a regular expression (`/abs/*`, `/abs/**`, `^/abs`, `/abs/.*$`):
-/// a rule is a plain prefix, and such an entry would otherwise be accepted and match nothing a client sends.
-/// A `$` or `^` elsewhere in a path is literal (OData's `/$metadata`), so only the anchor places are refused.
+/// a rule is a prefix whose only pattern is a `*` standing for one whole segment between others
+/// (`github.com/*/*/git-upload-pack`), and such an entry would otherwise be accepted and match nothing a client
+/// sends. A `$` or `^` elsewhere in a path is literal (OData's `/$metadata`), so only the anchor places are refused.
 fn pattern_syntax(entry: &str, path: &str) -> Option<String> {
     let prefix = |upto: &str| format!("{}{upto}", &entry[..entry.len() - path.len()]);
     if let Some(star) = path.find('*') {
         let before = path[..star].trim_end_matches('.');
         let cut = before.rfind('/').map_or(before, |slash| &before[..=slash]);
-        return Some(format!(
+        let covered = format!(
             "`{entry}` has a `*`; rules are prefixes, not patterns: `{}` already covers every path under it",
             prefix(cut)
-        ));
+        );
+        let segments: Vec<&str> = path.split('/').skip(1).collect();
+        let last = segments.iter().rev().find(|s| !s.is_empty()).copied().unwrap_or_default();
+        if last.contains('*') {
+            // A trailing wildcard says no more than the prefix before it.
+            return Some(covered);
+        }
+        if segments.contains(&"**") {
+            return Some(format!(
+                "`{entry}` has `**`; a `*` stands for exactly one segment and there is no `**`: write one `*` per \
+                 segment (`github.com/*/*/git-receive-pack`), or one entry per depth"
+            ));
+        }
+        if segments.iter().any(|s| s.contains('*') && *s != "*") {
+            return Some(format!(
+                "{covered}; a `*` stands only for one whole segment between others (`github.com/*/*/git-upload-pack`)"
+            ));
+        }
     }
     if path.starts_with("/^") || path.ends_with('$') || path.contains("\\.") {
         let plain = path.trim_start_matches("/^").trim_end_matches('$').replace("\\.", ".");

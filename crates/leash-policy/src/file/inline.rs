@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use super::entries::EntryError;
 use super::entries::{host_entry, url_entry, List, UrlEntry};
+use super::methods::split_entry;
 use super::presets;
 use super::{PolicyError, PolicyErrorKind};
 use crate::decision::Mode;
 use crate::engine::Policy;
-use crate::spec::{HostRule, Network, UrlRule};
+use crate::spec::{HostPattern, HostRule, Network, UrlRule};
 
 impl Policy {
     /// An allowlist of `allow` or a blocklist of `block`; both empty is an allowlist that allows nothing, both
@@ -25,26 +26,60 @@ impl Policy {
         let mut errors = Vec::new();
         let mut network = Network::empty(if block.is_empty() { Mode::Allowlist } else { Mode::Blocklist });
         for (index, text) in allow.iter().enumerate() {
-            if presets::is_preset(text) {
-                match presets::lookup(text) {
-                    Ok(preset) => network.hosts.extend(presets::rules(preset, index)),
+            let (methods, rule) = match split_entry(text) {
+                Ok(split) => split,
+                Err(message) => {
+                    errors.push(inline_error(
+                        "--allow",
+                        index,
+                        EntryError { kind: PolicyErrorKind::BadMethod, message },
+                    ));
+                    continue;
+                }
+            };
+            if presets::is_preset(rule) {
+                match presets::lookup(rule) {
+                    // `read-only +github`: the methods hold for every host the preset adds.
+                    Ok(preset) => network
+                        .hosts
+                        .extend(presets::rules(preset, index).into_iter().map(|r| HostRule { methods, ..r })),
                     Err(e) => errors.push(inline_error("--allow", index, e)),
                 }
                 continue;
             }
-            match host_entry(text) {
-                Ok(pattern) => network.hosts.push(HostRule { pattern, text: Arc::from(text.as_str()), index }),
-                Err(e) => errors.push(inline_error("--allow", index, allow_error(text, e))),
+            match host_entry(rule) {
+                Ok(HostPattern::Ipv4(_)) if methods.is_some() => {
+                    let message = format!("`{text}`: an IP address entry cannot list methods; name the host instead");
+                    errors.push(inline_error(
+                        "--allow",
+                        index,
+                        EntryError { kind: PolicyErrorKind::BadMethod, message },
+                    ));
+                }
+                Ok(pattern) => network.hosts.push(HostRule { pattern, text: Arc::from(text.as_str()), index, methods }),
+                Err(e) => errors.push(inline_error("--allow", index, allow_error(rule, e))),
             }
         }
         for (index, text) in block.iter().enumerate() {
-            if presets::is_preset(text) {
-                let e = presets::not_here(text, "--block");
-                errors.push(inline_error("--block", index, e));
+            let (methods, rule) = match split_entry(text) {
+                Ok(split) => split,
+                Err(message) => {
+                    errors.push(inline_error(
+                        "--block",
+                        index,
+                        EntryError { kind: PolicyErrorKind::BadMethod, message },
+                    ));
+                    continue;
+                }
+            };
+            if presets::is_preset(rule) {
+                errors.push(inline_error("--block", index, presets::not_here(rule, "--block")));
                 continue;
             }
-            match url_entry(text, List::BlockedUrls) {
-                Ok(UrlEntry::Rule(rule)) => network.urls.push(UrlRule { index, ..rule }),
+            match url_entry(rule, List::BlockedUrls) {
+                Ok(UrlEntry::Rule(rule)) => {
+                    network.urls.push(UrlRule { index, methods, text: Arc::from(text.as_str()), ..rule })
+                }
                 // Already refused as an IP literal; nothing to add.
                 Ok(UrlEntry::Ipv4) => {}
                 Err(e) => errors.push(inline_error("--block", index, e)),

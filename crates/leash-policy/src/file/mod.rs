@@ -25,6 +25,7 @@ mod foreign;
 mod gh_aw;
 mod inline;
 mod json;
+mod methods;
 mod presets;
 mod raw;
 mod sandbox_settings;
@@ -102,6 +103,9 @@ pub enum PolicyErrorKind {
     BadCidr,
     /// A port that is not 1-65535.
     BadPort,
+    /// A method word that is not one: misspelt (`GTE`), in the wrong case (`get`), `CONNECT`, an empty `methods`,
+    /// or methods on an entry that cannot list them (an IP address).
+    BadMethod,
     /// An entry or list that belongs elsewhere: a list of the other mode (`blocked_urls` in an allowlist), a whole
     /// host or an IP address in `allowed_urls` (they go in `allowed_hosts`), `--allow` mixed with `--block`.
     WrongList,

@@ -216,6 +216,7 @@ pub(crate) fn rules(preset: &HostPreset, index: usize) -> Vec<HostRule> {
                 pattern: HostPattern::Exact(name),
                 text: Arc::from(format!("{host} ({spelled})")),
                 index,
+                methods: None,
             }),
             // Every preset host is a name: `every_preset_host_is_an_exact_registrable_name` checks it.
             _ => None,

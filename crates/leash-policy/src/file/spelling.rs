@@ -1,5 +1,5 @@
-//! "Did you mean": the known word closest to a slip (`allowed_host` → `allowed_hosts`, `+pyhton` → `+python`), for
-//! the messages of the validator and of presets.
+//! "Did you mean": the known word closest to a slip (`allowed_host` → `allowed_hosts`, `+pyhton` → `+python`, `GTE`
+//! → `GET`), for the messages of the validator, of presets and of methods.
 
 /// The word of `known` closest to `word`, when it is close enough to be a slip rather than another word: within a
 /// third of its length, and at least two edits.

@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use super::entries::{host_entry, model_api_entry, url_entry, List, UrlEntry};
+use super::methods::{method_word, split_entry};
 use super::presets::{self, PresetUse};
 use super::raw::{Key, Node, Pos, ScalarKind, Value};
 use super::spelling::closest;
 use super::PolicyErrorKind::{
-    self, BadCidr, BadPort, BadProfileName, BadValue, DuplicateKey, MissingKey, UnknownKey, WrongList, WrongType,
+    self, BadCidr, BadMethod, BadPort, BadProfileName, BadValue, DuplicateKey, MissingKey, UnknownKey, WrongList,
+    WrongType,
 };
 use super::{warn, PolicyError, Warning};
 use crate::decision::{Mode, ProviderTools, Refusals};
@@ -35,6 +37,7 @@ pub(crate) const NETWORK_KEYS: &[&str] = &[
     "upstream_proxy_bypass",
     "upstream_proxy_ca",
     "services",
+    "methods",
 ];
 
 /// Every section of a file, checked.
@@ -188,6 +191,7 @@ impl Checker {
         let provider_tools = find(&fields, "provider_tools")
             .and_then(|(_, n)| self.provider_tools(&join(prefix, "provider_tools"), n))
             .unwrap_or_default();
+        let methods = find(&fields, "methods").and_then(|(_, n)| self.methods(&join(prefix, "methods"), n));
         let refusals = find(&fields, "refusals")
             .and_then(|(_, n)| self.refusals(&join(prefix, "refusals"), n))
             .unwrap_or_default();
@@ -215,6 +219,7 @@ impl Checker {
             credentials: credentials.unwrap_or_default(),
             upstream,
             services: services.iter().map(|w| w.service.clone()).collect(),
+            methods,
         };
         let host_nodes = find(&fields, "allowed_hosts").and_then(|(_, n)| match &n.value {
             Value::Seq(items) => Some(items.as_slice()),
@@ -305,18 +310,31 @@ impl Checker {
             let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
-            if presets::is_preset(text) {
-                match presets::lookup(text) {
+            let (methods, rule) = match split_entry(text) {
+                Ok(split) => split,
+                Err(message) => {
+                    self.error(BadMethod, &entry(), node.pos, message);
+                    continue;
+                }
+            };
+            if presets::is_preset(rule) {
+                match presets::lookup(rule) {
+                    // `read-only +github`: the methods hold for every host the preset adds.
                     Ok(preset) => {
-                        rules.extend(presets::rules(preset, index));
+                        let added = presets::rules(preset, index).into_iter();
+                        rules.extend(added.map(|r| HostRule { methods, ..r }));
                         self.presets.push(PresetUse { entry: entry(), written: text.to_owned(), preset });
                     }
                     Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
                 }
                 continue;
             }
-            match host_entry(text) {
-                Ok(pattern) => rules.push(HostRule { pattern, text: Arc::from(text), index }),
+            match host_entry(rule) {
+                Ok(HostPattern::Ipv4(_)) if methods.is_some() => {
+                    let message = format!("`{text}`: an IP address entry cannot list methods; name the host instead");
+                    self.error(BadMethod, &entry(), node.pos, message);
+                }
+                Ok(pattern) => rules.push(HostRule { pattern, text: Arc::from(text), index, methods }),
                 Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
             }
         }
@@ -331,13 +349,20 @@ impl Checker {
             let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
-            if presets::is_preset(text) {
-                let e = presets::not_here(text, name);
+            let (methods, rule) = match split_entry(text) {
+                Ok(split) => split,
+                Err(message) => {
+                    self.error(BadMethod, &entry(), node.pos, message);
+                    continue;
+                }
+            };
+            if presets::is_preset(rule) {
+                let e = presets::not_here(rule, name);
                 self.error(e.kind, &entry(), node.pos, e.message);
                 continue;
             }
-            match url_entry(text, list) {
-                Ok(UrlEntry::Rule(rule)) => rules.push(UrlRule { index, ..rule }),
+            match url_entry(rule, list) {
+                Ok(UrlEntry::Rule(rule)) => rules.push(UrlRule { index, methods, text: Arc::from(text), ..rule }),
                 Ok(UrlEntry::Ipv4) => {
                     let message =
                         format!("`{text}`: a blocklist refuses every IP literal already; this entry does nothing");
@@ -422,6 +447,42 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// `methods`: method words (`[GET, HEAD]`, `read-only`), as a list or one string of words.
+    fn methods(&mut self, entry: &str, node: &Node) -> Option<(crate::method::Methods, Arc<str>)> {
+        let words: Vec<(&str, &Node)> = match &node.value {
+            Value::Scalar(ScalarKind::Str, text) => text.split_ascii_whitespace().map(|w| (w, node)).collect(),
+            Value::Seq(items) => {
+                let strings =
+                    items.iter().enumerate().map(|(i, n)| (self.item_string(n, || format!("{entry}[{i}]")), n));
+                strings.filter_map(|(s, n)| Some((s?, n))).collect()
+            }
+            _ => {
+                self.expected(entry, node, "a list of methods (`[GET, HEAD, OPTIONS]`) or `read-only`");
+                return None;
+            }
+        };
+        if words.is_empty() {
+            let message = "no methods: every request would be refused; leave `methods` out to admit every method, or \
+                           list some (`read-only`)"
+                .to_owned();
+            self.error(BadMethod, entry, node.pos, message);
+            return None;
+        }
+        let mut set = crate::method::Methods::default();
+        let mut ok = true;
+        for (word, at) in &words {
+            match method_word(word) {
+                Ok(m) => set = set.union(m),
+                Err(message) => {
+                    ok = false;
+                    self.error(BadMethod, entry, at.pos, message);
+                }
+            }
+        }
+        let text = format!("methods: {}", words.iter().map(|(w, _)| *w).collect::<Vec<_>>().join(" "));
+        ok.then(|| (set, Arc::from(text)))
     }
 
     fn inspect(&mut self, entry: &str, node: &Node) -> bool {

@@ -17,6 +17,20 @@ pub(crate) fn network(prefix: &str, net: &Network) -> Vec<Warning> {
     let mut out = Warnings { prefix, list: Vec::new() };
     out.lists(net);
     out.model_apis(net);
+    // Repeats and coverage compare hosts and paths. An entry that lists methods admits (or refuses) only those, so
+    // `GET x` and `POST x` do not repeat each other and `x/p` is not covered by `read-only x`: those checks see the
+    // entries that list none.
+    let without_methods;
+    let listed = net.hosts.iter().any(|r| r.methods.is_some()) || net.urls.iter().any(|r| r.methods.is_some());
+    let net = match listed {
+        false => net,
+        true => {
+            let hosts = net.hosts.iter().filter(|r| r.methods.is_none()).cloned().collect();
+            let urls = net.urls.iter().filter(|r| r.methods.is_none()).cloned().collect();
+            without_methods = Network { hosts, urls, ..net.clone() };
+            &without_methods
+        }
+    };
     match net.mode {
         Mode::Allowlist => {
             out.allowed_hosts(net);

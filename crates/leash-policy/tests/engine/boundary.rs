@@ -54,7 +54,8 @@ fn a_blocklist_boundary_refuses_inside_a_run_blocklist_and_reads_the_tunnels_it_
     assert_eq!(tunnel(&p, "arxiv.org:443", TlsInspection::Available), "inspect default");
     assert_eq!(tunnel(&p, "arxiv.org:443", TlsInspection::Unavailable), "block boundary");
     let (host, path) = (parse_host("arxiv.org").unwrap(), leash_policy::canonicalize("/abs/2401.01234").unwrap());
-    let https = p.decide(&Question::Https { host: &host, port: 443, path: &path }, TlsInspection::Available);
+    let https =
+        p.decide(&Question::Https { host: &host, port: 443, path: &path, method: "GET" }, TlsInspection::Available);
     assert_eq!(render(&https), "block boundary arxiv.org/abs/2401.01234", "explain's https:// question too");
     assert!(p.may_inspect(), "a CA is made for the boundary's inspection");
 }

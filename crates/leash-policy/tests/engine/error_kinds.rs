@@ -153,6 +153,21 @@ fn command_line_entries() {
 }
 
 #[test]
+fn methods() {
+    assert_eq!(host("GTE a.com"), (BadMethod, at(3, 19, "network.allowed_hosts[0]")));
+    assert_eq!(host("GET 192.0.2.7"), (BadMethod, at(3, 19, "network.allowed_hosts[0]")));
+    assert_eq!(url("blocked_urls", "post x.org/a"), BadMethod);
+    assert_eq!(url("allowed_urls", "POST x.org/**/a"), BadPath);
+    assert_eq!(yaml("network:\n  mode: allowlist\n  methods: [get]\n").0, BadMethod);
+    assert_eq!(toml("[network]\nmode = \"blocklist\"\nmethods = []\n").0, BadMethod);
+    let s = |v: &[&str]| v.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+    let inline = |allow: &[&str], block: &[&str]| Policy::from_inline(&s(allow), &s(block)).map(|_| ()).unwrap_err();
+    assert_eq!(inline(&["read_only a.com"], &[])[0].kind, BadMethod);
+    assert_eq!(inline(&[], &["PUSH x.org"])[0].entry, "--block[0]");
+    assert!(Policy::from_inline(&s(&["read-only a.com"]), &[]).is_ok());
+}
+
+#[test]
 fn the_kind_does_not_change_the_display() {
     let errs = load("network:\n  mode: allowlist\n  allowed_hosts: [Example.com]\n", Format::Yaml, None).err().unwrap();
     assert_eq!(errs[0].kind, BadHost);

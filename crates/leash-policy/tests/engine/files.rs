@@ -29,7 +29,7 @@ fn every_error_has_its_entry_line_and_column() {
             "9:15 network.ports[1]: `0` is not a port; ports are 1-65535",
             "9:18 network.ports[2]: expected a port number, found a string",
             "10:3 network.colour: unknown key `colour`; expected one of `mode`, `allowed_hosts`, `allowed_urls`, \
-         `blocked_urls`, `ports`, `tunnel_ports`, `allow_destinations`, `inspect`, `model_apis`, `provider_tools`, `refusals`, `credentials`, `upstream_proxy`, `upstream_proxy_auth_env`, `upstream_proxy_bypass`, `upstream_proxy_ca`, `services`",
+         `blocked_urls`, `ports`, `tunnel_ports`, `allow_destinations`, `inspect`, `model_apis`, `provider_tools`, `refusals`, `credentials`, `upstream_proxy`, `upstream_proxy_auth_env`, `upstream_proxy_bypass`, `upstream_proxy_ca`, `services`, `methods`",
         ]
     );
 }

@@ -1,12 +1,13 @@
 //! Properties: canonicalisation is idempotent; a blocked path stays blocked under every re-spelling the
-//! canonicaliser undoes; the compiled matcher agrees with a naive linear scan; no input makes a parser or the engine
-//! panic, and what the engine decides on arbitrary text keeps its invariants.
+//! canonicaliser undoes; the compiled matcher agrees with a naive linear scan, rules by method and path patterns
+//! included; no input makes a parser or the engine panic, what the engine decides on arbitrary text (and methods)
+//! keeps its invariants, and what `explain` asks of an `https` URL is what the proxy's steps decide.
 
 use std::net::Ipv4Addr;
 
 use leash_policy::{
-    canonicalize, load, parse_absolute_target, parse_authority, parse_host, ClientHelloFacts, Decision, Format, Host,
-    Mode, Policy, Question, Request, TlsInspection, Verdict, Via,
+    canonicalize, load, parse_absolute_target, parse_authority, parse_host, AbsoluteTarget, ClientHelloFacts, Decision,
+    Format, Host, Mode, Policy, Question, Request, TlsInspection, Verdict, Via,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -162,14 +163,34 @@ struct NaiveRule {
     /// `.x` in `allowed_hosts`: host and subdomains. Block entries always cover subdomains.
     subtree: bool,
     path: Option<String>,
+    /// The methods the entry lists (`read-only` spelled out); `None` when it lists none.
+    methods: Option<Vec<&'static str>>,
 }
 
-/// The most specific matching rule by the documented order: longer host suffix; then (allow) url > exact > `.x`,
-/// (block) path > host; then longer path; ties name the smaller text.
+/// Whether `path` is named by the pattern `pattern` (`*` segments): segment by segment, a `*` any non-empty one,
+/// then anything below (only something below when the pattern ends in `/`).
+fn naive_pattern_match(pattern: &str, path: &str, fold: bool) -> bool {
+    let (pattern, below) = pattern.strip_suffix('/').map_or((pattern, false), |p| (p, true));
+    let want: Vec<&str> = pattern.split('/').skip(1).collect();
+    let got: Vec<&str> = path.split('/').skip(1).collect();
+    let same = |w: &str, g: &str| if fold { w.eq_ignore_ascii_case(g) } else { w == g };
+    got.len() >= want.len() + usize::from(below)
+        && want.iter().zip(&got).all(|(w, g)| if *w == "*" { !g.is_empty() } else { same(w, g) })
+}
+
+fn is_pattern(p: &str) -> bool {
+    p.split('/').any(|s| s == "*")
+}
+
+/// The most specific matching rule by the documented order: longer host suffix; then, for allow rules, pattern,
+/// url, exact, `.x` in that order, and for block rules pattern, path, host; then longer path, or for patterns more
+/// segments and fewer `*`; ties name the smaller text.
 fn naive_best<'a>(rules: &'a [NaiveRule], block: bool, host: &str, path: &str) -> Option<&'a str> {
     let covers = |h: &str| host == h || host.ends_with(&format!(".{h}"));
     let lower = path.to_ascii_lowercase();
     let matches = |r: &NaiveRule| match (&r.path, block) {
+        (Some(p), true) if is_pattern(p) => covers(&r.host) && naive_pattern_match(p, path, true),
+        (Some(p), false) if is_pattern(p) => host == r.host && naive_pattern_match(p, path, false),
         (None, true) => covers(&r.host),
         (Some(p), true) => covers(&r.host) && lower.starts_with(&p.to_ascii_lowercase()),
         (None, false) if r.subtree => covers(&r.host),
@@ -180,11 +201,19 @@ fn naive_best<'a>(rules: &'a [NaiveRule], block: bool, host: &str, path: &str) -
         }
     };
     let class = |r: &NaiveRule| match (&r.path, r.subtree) {
+        (Some(p), _) if is_pattern(p) => 3,
         (Some(_), _) => 2,
         (None, false) => 1,
         (None, true) => 0,
     };
-    let key = |r: &NaiveRule| (r.host.len(), class(r), r.path.as_ref().map_or(0, |p| p.len()));
+    let length = |r: &NaiveRule| match &r.path {
+        Some(p) if is_pattern(p) => {
+            let segments = p.trim_end_matches('/').split('/').count();
+            (segments, std::cmp::Reverse(p.split('/').filter(|s| *s == "*").count()))
+        }
+        p => (p.as_ref().map_or(0, |p| p.len()), std::cmp::Reverse(0)),
+    };
+    let key = |r: &NaiveRule| (r.host.len(), class(r), length(r));
     let best = rules.iter().filter(|r| matches(r)).map(key).max()?;
     rules.iter().filter(|r| matches(r) && key(r) == best).map(|r| r.text.as_str()).min()
 }
@@ -199,9 +228,34 @@ fn naive_path() -> impl Strategy<Value = String> {
         .prop_map(|segs| format!("/{}", segs.join("/")))
 }
 
+/// A rule's path: segments, some of them `*` (never the last, which the loader refuses).
+fn naive_rule_path() -> impl Strategy<Value = String> {
+    let segment =
+        prop_oneof![4 => Just("a"), 1 => Just("A"), 2 => Just("ab"), 2 => Just("b"), 1 => Just("a-b"), 2 => Just("*")];
+    (proptest::collection::vec(segment, 0..3), prop_oneof![Just("a"), Just("b"), Just("ab")]).prop_map(
+        |(mut segs, last)| {
+            segs.push(last);
+            format!("/{}", segs.join("/"))
+        },
+    )
+}
+
+/// The method words an entry may list, and what they stand for.
+const METHOD_WORDS: &[(&str, &[&str])] = &[
+    ("GET", &["GET"]),
+    ("read-only", &["GET", "HEAD", "OPTIONS"]),
+    ("POST", &["POST"]),
+    ("GET POST", &["GET", "POST"]),
+    ("DELETE PUT", &["DELETE", "PUT"]),
+];
+
+/// The methods a generated request uses: known ones, one in the wrong case, one no rule can list.
+const REQUEST_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST", "PUT", "DELETE", "PROPFIND", "get", "BREW"];
+
 fn naive_rule(block: bool) -> impl Strategy<Value = NaiveRule> {
-    (naive_host(), any::<bool>(), proptest::option::of((naive_path(), any::<bool>()))).prop_map(
-        move |(host, subtree, path)| {
+    let methods = proptest::option::weighted(0.4, select(METHOD_WORDS));
+    (naive_host(), any::<bool>(), proptest::option::of((naive_rule_path(), any::<bool>())), methods).prop_map(
+        move |(host, subtree, path, methods)| {
             let path = path.map(|(p, slash)| if slash { format!("{p}/") } else { p });
             let subtree = !block && subtree && path.is_none();
             let text = match (&path, subtree) {
@@ -209,24 +263,68 @@ fn naive_rule(block: bool) -> impl Strategy<Value = NaiveRule> {
                 (None, true) => format!(".{host}"),
                 (None, false) => host.clone(),
             };
+            let text = match methods {
+                Some((words, _)) => format!("{words} {text}"),
+                None => text,
+            };
             // A blocked prefix is the path without its trailing `/` (docs/policy.md).
             let path =
                 if block { path.map(|p| p.trim_end_matches('/').to_owned()).filter(|p| !p.is_empty()) } else { path };
-            NaiveRule { text, host, subtree, path }
+            NaiveRule { text, host, subtree, path, methods: methods.map(|(_, m)| m.to_vec()) }
         },
     )
 }
 
+/// The decision by the documented rules for methods (docs/policy.md, "Methods and path patterns"), over naive scans.
+fn naive_decision(
+    rules: &[NaiveRule],
+    block: bool,
+    default: Option<(&str, &[&str])>,
+    at: (&str, &str, &str),
+) -> String {
+    let (host, path, method) = at;
+    let default_admits = default.is_none_or(|(_, methods)| methods.contains(&method));
+    let plain: Vec<NaiveRule> = rules.iter().filter(|r| r.methods.is_none()).cloned().collect();
+    let listing: Vec<NaiveRule> =
+        rules.iter().filter(|r| r.methods.as_ref().is_some_and(|m| m.contains(&method))).cloned().collect();
+    if block {
+        if let Some(rule) = naive_best(&plain, true, host, path).or(naive_best(&listing, true, host, path)) {
+            return format!("block rule {rule}");
+        }
+        return match default {
+            Some((words, _)) if !default_admits => format!("block method-not-allowed methods: {words}"),
+            _ => "allow default".to_owned(),
+        };
+    }
+    match naive_best(&plain, false, host, path) {
+        Some(rule) if default_admits => return format!("allow rule {rule}"),
+        _ => {}
+    }
+    if let Some(rule) = naive_best(&listing, false, host, path) {
+        return format!("allow rule {rule}");
+    }
+    match naive_best(rules, false, host, path) {
+        Some(rule) => format!("block method-not-allowed {rule}"),
+        None => "block not-allowed".to_owned(),
+    }
+}
+
 fn policy_of(rules: &[NaiveRule], block: bool) -> Policy {
+    policy_with(rules, block, None)
+}
+
+/// The policy of `rules`, with `methods: <default>` when given.
+fn policy_with(rules: &[NaiveRule], block: bool, default: Option<&str>) -> Policy {
     let quoted = |r: &NaiveRule| format!("'{}'", r.text);
+    let methods = default.map(|words| format!("  methods: {words}\n")).unwrap_or_default();
     let text = if block {
         let all: Vec<_> = rules.iter().map(quoted).collect();
-        format!("network:\n  mode: blocklist\n  blocked_urls: [{}]\n", all.join(", "))
+        format!("network:\n  mode: blocklist\n{methods}  blocked_urls: [{}]\n", all.join(", "))
     } else {
         let hosts: Vec<_> = rules.iter().filter(|r| r.path.is_none()).map(quoted).collect();
         let urls: Vec<_> = rules.iter().filter(|r| r.path.is_some()).map(quoted).collect();
         format!(
-            "network:\n  mode: allowlist\n  allowed_hosts: [{}]\n  allowed_urls: [{}]\n",
+            "network:\n  mode: allowlist\n{methods}  allowed_hosts: [{}]\n  allowed_urls: [{}]\n",
             hosts.join(", "),
             urls.join(", ")
         )
@@ -244,7 +342,9 @@ proptest! {
         allow_rules in proptest::collection::vec(naive_rule(false), 0..12),
         requests in proptest::collection::vec((naive_host(), naive_path(), any::<bool>()), 1..16),
     ) {
-        let rules = if block { rules } else { allow_rules };
+        // Without methods: the rules as they were before entries could list any.
+        let rules: Vec<NaiveRule> = if block { rules } else { allow_rules };
+        let rules: Vec<NaiveRule> = rules.into_iter().filter(|r| r.methods.is_none()).collect();
         let policy = policy_of(&rules, block);
         for (host, path, slash) in requests {
             let path = if slash { format!("{path}/") } else { path };
@@ -258,12 +358,34 @@ proptest! {
             prop_assert_eq!(got, want, "{} {} under {:?}", host, path, rules);
         }
     }
+
+    #[test]
+    fn rules_by_method_and_patterns_agree_with_a_linear_scan(
+        block in any::<bool>(),
+        rules in proptest::collection::vec(naive_rule(true), 0..12),
+        allow_rules in proptest::collection::vec(naive_rule(false), 0..12),
+        default in proptest::option::of(select(vec![("read-only", &["GET", "HEAD", "OPTIONS"][..]), ("[GET, POST]", &["GET", "POST"][..])])),
+        requests in proptest::collection::vec((naive_host(), naive_path(), any::<bool>(), select(REQUEST_METHODS)), 1..16),
+    ) {
+        let rules = if block { rules } else { allow_rules };
+        let policy = policy_with(&rules, block, default.map(|(words, _)| words));
+        // The setting as decisions name it: its words as written, brackets and commas aside.
+        let named = default.map(|(words, methods)| (if words == "read-only" { "read-only".to_owned() } else { methods.join(" ") }, methods));
+        let default = named.as_ref().map(|(w, m)| (w.as_str(), *m));
+        for (host, path, slash, method) in requests {
+            let path = if slash { format!("{path}/") } else { path };
+            let want = naive_decision(&rules, block, default, (&host, &path, method));
+            let url = format!("http://{host}{path}");
+            let got = crate::decide_method_on(&policy, Via::ForwardProxy, method, &url);
+            prop_assert_eq!(got, want, "{} {} under {:?} (methods {:?})", method, url, rules, default);
+        }
+    }
 }
 
 /// Names a generated policy lists (two of them built-in model APIs), and the dotted quads an allowlist may list.
 const NAMES: &[&str] = &["a.com", "b.a.com", "x.org", "c.d.e.net", "api.anthropic.com", "api.openai.com"];
 const IPS: &[&str] = &["192.0.2.1", "10.0.0.1", "127.0.0.1"];
-const PATHS: &[&str] = &["/", "/p", "/p/", "/v1/messages", "/a-b/c"];
+const PATHS: &[&str] = &["/", "/p", "/p/", "/v1/messages", "/a-b/c", "/*/p", "/*/*/git-upload-pack"];
 
 /// Host spellings that reach the engine's corners: listed names re-spelled, and every IP-literal form.
 const SPELLINGS: &[&str] = &[
@@ -299,6 +421,8 @@ enum Entry {
     Subtree(&'static str),
     Ipv4(&'static str),
     Url(&'static str, &'static str),
+    /// An entry listing methods before its host (never an address: the loader refuses that).
+    Methods(&'static str, Box<Entry>),
 }
 
 /// A valid policy built from generated entries, with what the properties need to know about it.
@@ -311,11 +435,16 @@ struct Generated {
 }
 
 fn entry() -> impl Strategy<Value = Entry> {
-    prop_oneof![
+    let named = prop_oneof![
         select(NAMES).prop_map(Entry::Exact),
         select(NAMES).prop_map(Entry::Subtree),
-        select(IPS).prop_map(Entry::Ipv4),
         (select(NAMES), select(PATHS)).prop_map(|(n, p)| Entry::Url(n, p)),
+    ];
+    let words = select(METHOD_WORDS.iter().map(|(w, _)| *w).collect::<Vec<_>>());
+    prop_oneof![
+        4 => named.clone(),
+        1 => select(IPS).prop_map(Entry::Ipv4),
+        2 => (words, named).prop_map(|(w, e)| Entry::Methods(w, Box::new(e))),
     ]
 }
 
@@ -327,13 +456,17 @@ fn quoted(items: &[String]) -> String {
 fn policy_text(allowlist: bool, entries: &[Entry], extras: &[&str]) -> String {
     let (mut hosts, mut urls) = (Vec::new(), Vec::new());
     for e in entries {
+        let (words, e) = match e {
+            Entry::Methods(words, inner) => (format!("{words} "), &**inner),
+            e => (String::new(), e),
+        };
         match (e, allowlist) {
-            (Entry::Exact(n), _) => hosts.push((*n).to_owned()),
-            (Entry::Subtree(n), true) => hosts.push(format!(".{n}")),
-            (Entry::Subtree(n), false) => hosts.push((*n).to_owned()),
+            (Entry::Exact(n), _) => hosts.push(format!("{words}{n}")),
+            (Entry::Subtree(n), true) => hosts.push(format!("{words}.{n}")),
+            (Entry::Subtree(n), false) => hosts.push(format!("{words}{n}")),
             (Entry::Ipv4(ip), true) => hosts.push((*ip).to_owned()),
-            (Entry::Ipv4(_), false) => {}
-            (Entry::Url(n, p), _) => urls.push(format!("{n}{p}")),
+            (Entry::Ipv4(_), false) | (Entry::Methods(..), _) => {}
+            (Entry::Url(n, p), _) => urls.push(format!("{words}{n}{p}")),
         }
     }
     let lists = if allowlist {
@@ -345,7 +478,7 @@ fn policy_text(allowlist: bool, entries: &[Entry], extras: &[&str]) -> String {
     format!("network:\n{lists}{}", extras.concat())
 }
 
-/// Any policy of either mode, with optional ports, `inspect: all`, `provider_tools` and `model_apis`.
+/// Any policy of either mode, with optional ports, `inspect: all`, `provider_tools`, `model_apis` and `methods`.
 fn any_policy() -> impl Strategy<Value = Generated> {
     let extras = (
         select(vec!["", "  ports: [80, 8080]\n", "  ports: []\n"]),
@@ -353,9 +486,10 @@ fn any_policy() -> impl Strategy<Value = Generated> {
         select(vec!["", "  inspect: all\n"]),
         select(vec!["", "  provider_tools: refuse\n", "  provider_tools: allow\n"]),
         select(vec!["", "  model_apis: ['.x.org']\n"]),
+        select(vec!["", "", "  methods: read-only\n", "  methods: [GET, POST]\n"]),
     );
     (any::<bool>(), proptest::collection::vec(entry(), 0..8), extras).prop_map(|(allowlist, entries, x)| {
-        let yaml = policy_text(allowlist, &entries, &[x.0, x.1, x.2, x.3, x.4]);
+        let yaml = policy_text(allowlist, &entries, &[x.0, x.1, x.2, x.3, x.4, x.5]);
         let policy = load(&yaml, Format::Yaml, None).unwrap_or_else(|e| panic!("{e:?}\n{yaml}")).policy;
         let listed_ips = entries
             .iter()
@@ -383,6 +517,11 @@ fn host_text() -> impl Strategy<Value = String> {
 fn authority_text() -> impl Strategy<Value = String> {
     let port = select(vec!["", ":80", ":443", ":8080", ":8443", ":0", ":65535", ":65536", ":x", ":"]);
     (host_text(), port).prop_map(|(host, port)| format!("{host}{port}"))
+}
+
+/// A request's method: the ones rules list, other spellings, and any token.
+fn method_text() -> impl Strategy<Value = String> {
+    prop_oneof![3 => select(REQUEST_METHODS).prop_map(String::from), 1 => Just("CONNECT".to_owned()), 1 => "[A-Za-z-]{1,9}"]
 }
 
 fn path_text() -> impl Strategy<Value = String> {
@@ -436,17 +575,44 @@ fn check_decision(g: &Generated, host: &Host, d: &Decision) -> Result<(), TestCa
     Ok(())
 }
 
-fn check_request(g: &Generated, via: Via, url: &str) -> Result<(), TestCaseError> {
+fn check_request(g: &Generated, via: Via, method: &str, url: &str) -> Result<(), TestCaseError> {
     let Ok(target) = parse_absolute_target(url) else { return Ok(()) };
     let (host, port) = (&target.authority.host, target.port());
-    let req = Request { via, scheme: target.scheme, host, port, path: &target.path };
+    let req = Request { via, scheme: target.scheme, host, port, path: &target.path, method };
     let d = g.policy.decide(&Question::Request(req), TlsInspection::Available);
     check_decision(g, host, &d)?;
+    if via == Via::Tunnel {
+        explain_agrees(g, method, &target, &d)?;
+    }
     let plain_port_shut = via == Via::ForwardProxy && !g.policy.ports().contains(&port);
     let scheme_wrong = (via == Via::ForwardProxy) != (target.scheme == leash_policy::Scheme::Http);
     if plain_port_shut || scheme_wrong {
         prop_assert_eq!(d.verdict, Verdict::Block, "{} {:?} on {:?}\n{}", url, via, d, g.yaml);
     }
+    Ok(())
+}
+
+/// What `explain` asks of an `https` URL ([`Question::of_request`]) is what the proxy's steps decide: the tunnel on
+/// its ClientHello naming the host, then, when it is inspected, `inner` (the request inside it).
+fn explain_agrees(
+    g: &Generated,
+    method: &str,
+    target: &AbsoluteTarget<'_>,
+    inner: &Decision,
+) -> Result<(), TestCaseError> {
+    if target.scheme != leash_policy::Scheme::Https {
+        return Ok(());
+    }
+    let (host, port) = (&target.authority.host, target.port());
+    let shown = host.as_str();
+    let hello = match host {
+        Host::Name(_) => ClientHelloFacts::ServerName(&shown),
+        _ => ClientHelloFacts::NoServerName,
+    };
+    let tunnel = g.policy.decide(&Question::ClientHello { target: host, port, hello }, TlsInspection::Available);
+    let steps = if tunnel.verdict == Verdict::Inspect { inner.clone() } else { tunnel };
+    let explained = g.policy.decide(&Question::of_request(method, target), TlsInspection::Available);
+    prop_assert_eq!(&explained, &steps, "{} {:?}\n{}", method, target, g.yaml);
     Ok(())
 }
 
@@ -489,14 +655,14 @@ proptest! {
     #[test]
     fn no_input_panics_the_engine_and_its_decisions_keep_their_invariants(
         g in any_policy(),
-        requests in proptest::collection::vec((authority_text(), path_text(), any::<bool>(), any::<bool>()), 1..8),
+        requests in proptest::collection::vec((authority_text(), path_text(), any::<bool>(), any::<bool>(), method_text()), 1..8),
         tunnels in proptest::collection::vec(authority_text(), 1..6),
         hellos in proptest::collection::vec(hello(), 1..6),
     ) {
-        for (authority, path, https, inner) in &requests {
+        for (authority, path, https, inner, method) in &requests {
             let scheme = if *https { "https" } else { "http" };
             let via = if *inner { Via::Tunnel } else { Via::ForwardProxy };
-            check_request(&g, via, &format!("{scheme}://{authority}{path}"))?;
+            check_request(&g, via, method, &format!("{scheme}://{authority}{path}"))?;
         }
         for authority in &tunnels {
             check_tunnel(&g, authority, &hellos)?;
@@ -568,8 +734,11 @@ proptest! {
             let Ok(target) = parse_absolute_target(&url) else { continue };
             let via = if *inner { Via::Tunnel } else { Via::ForwardProxy };
             let scheme = if *inner { leash_policy::Scheme::Https } else { leash_policy::Scheme::Http };
-            let req = Request { via, scheme, host: &target.authority.host, port: target.port(), path: &target.path };
-            check_bounded(&alone, outer, &bounded, &Question::Request(req))?;
+            for method in ["GET", "POST", "get"] {
+                let (host, port, path) = (&target.authority.host, target.port(), &target.path);
+                let req = Request { via, scheme, host, port, path, method };
+                check_bounded(&alone, outer, &bounded, &Question::Request(req))?;
+            }
         }
         for authority in &tunnels {
             let Ok(a) = parse_authority(authority) else { continue };

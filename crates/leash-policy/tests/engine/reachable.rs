@@ -76,7 +76,7 @@ fn naive(policy: &Policy, host: &Host, paths: &[CanonicalPath]) -> bool {
     });
     let by_http = policy.ports().iter().any(|&port| {
         paths.iter().any(|path| {
-            let req = Request { via: Via::ForwardProxy, scheme: Scheme::Http, host, port, path };
+            let req = Request { via: Via::ForwardProxy, scheme: Scheme::Http, host, port, path, method: "GET" };
             policy.decide(&Question::Request(req), TlsInspection::Available).verdict != Verdict::Block
         })
     });

@@ -169,8 +169,8 @@ async fn request(
     let host = t.host_str();
     let asked = Asked { method: &head.method, host: &host, port: t.port, path: Some(&head.target) };
     let path = &plan.target.path;
-    let question =
-        Question::Request(Request { via: Via::Tunnel, scheme: Scheme::Https, host: &t.host, port: t.port, path });
+    let (via, scheme, method) = (Via::Tunnel, Scheme::Https, head.method.as_str());
+    let question = Question::Request(Request { via, scheme, host: &t.host, port: t.port, path, method });
     let entry = Entry { question, host: &t.host, asked };
     let sending = match admit_h1(&ctx, client, (head, &plan), (entry, &mut Tunnelled), None).await {
         Ok(sending) => sending,

@@ -122,7 +122,7 @@ async fn stream(
         Err(refused) => return own_response(&ctx.refuse(&asked, &refused)),
     };
     let mut body = H2Body::new(&parts, body);
-    let entry = Entry { question: question(&t, &path), host: &t.host, asked };
+    let entry = Entry { question: question(&t, &path, method.as_str()), host: &t.host, asked };
     let admitted = match admit(&ctx, entry, (&mut parts, &mut body), &mut Tunnelled).await {
         Ok(admitted) => admitted,
         Err(refused) => return own_response(&refused.answer),
@@ -217,9 +217,10 @@ fn relay(
     })
 }
 
-/// What the policy is asked about a stream to `path` in the tunnel.
-fn question<'a>(t: &'a Inspected, path: &'a CanonicalPath) -> Question<'a> {
-    let request = leash_policy::Request { via: Via::Tunnel, scheme: Scheme::Https, host: &t.host, port: t.port, path };
+/// What the policy is asked about a stream with `method` to `path` in the tunnel.
+fn question<'a>(t: &'a Inspected, path: &'a CanonicalPath, method: &'a str) -> Question<'a> {
+    let (via, scheme) = (Via::Tunnel, Scheme::Https);
+    let request = leash_policy::Request { via, scheme, host: &t.host, port: t.port, path, method };
     Question::Request(request)
 }
 

@@ -8,6 +8,7 @@ mod credentials;
 mod early_answers;
 mod h2;
 mod kept_sessions;
+mod methods;
 mod non_interference;
 mod provider_tools;
 mod unannounced;
