@@ -33,7 +33,7 @@ pub use admission::{Admission, Route, Treatment, Tunnel};
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
 pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Refusals, Request, Scheme, Verdict, Via};
 pub use dest::{is_internal, Cidr, CidrError};
-pub use engine::Policy;
+pub use engine::{Overruled, Policy};
 pub use file::{
     allow_host, load, load_attachment, task_policy, Attachment, EditError, Format, Loaded, Namespace, PolicyError,
     PolicyErrorKind, TaskFormat, TaskPolicy, Warning,

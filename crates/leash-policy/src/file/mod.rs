@@ -18,6 +18,7 @@ mod attachment;
 mod credentials;
 mod edit;
 mod entries;
+mod exceptions;
 mod foreign;
 mod inline;
 mod json;
@@ -104,6 +105,9 @@ pub enum PolicyErrorKind {
     /// A `services` entry that would not be a gate, or clashes: its target also reachable through the proxy, a
     /// loopback name allowed beside services, a listener on leash's own port or a transparent one.
     ServiceClash,
+    /// One entry both allowed and blocked at the same specificity (`.x` in `allowed_hosts` and `x` in
+    /// `blocked_urls`, or one path in `allowed_urls` and `blocked_urls`): which is meant cannot be told.
+    Conflict,
 }
 
 /// One problem in a policy file.

@@ -161,8 +161,9 @@ impl Checker {
         let mode = self.mode(prefix, node, find(&fields, "mode"));
         let list = |c: &mut Self, name: &str| find(&fields, name).and_then(|(_, n)| c.list(&join(prefix, name), n));
         let hosts = list(self, "allowed_hosts").map(|items| self.allowed_hosts(prefix, items));
-        let allowed_urls = list(self, "allowed_urls").map(|items| self.urls(prefix, "allowed_urls", items));
-        let blocked_urls = list(self, "blocked_urls").map(|items| self.urls(prefix, "blocked_urls", items));
+        let mode_only = mode.map(|(mode, _)| mode);
+        let allowed_urls = list(self, "allowed_urls").map(|items| self.urls(prefix, "allowed_urls", items, mode_only));
+        let blocked_urls = list(self, "blocked_urls").map(|items| self.urls(prefix, "blocked_urls", items, mode_only));
         let ports = list(self, "ports").map(|items| self.ports(&join(prefix, "ports"), items));
         let tunnel_ports = list(self, "tunnel_ports").map(|items| self.ports(&join(prefix, "tunnel_ports"), items));
         let destinations = list(self, "allow_destinations").map(|items| self.cidrs(prefix, items));
@@ -178,12 +179,11 @@ impl Checker {
             .and_then(|(_, n)| self.refusals(&join(prefix, "refusals"), n))
             .unwrap_or_default();
         let (mode, oversight) = mode?;
-        self.mode_mismatch(prefix, mode, &fields);
         // Built even when an entry was refused, so the services' checks report on what did parse: `leash check`
-        // names every bad entry at once.
-        let urls = match mode {
-            Mode::Allowlist => allowed_urls,
-            Mode::Blocklist => blocked_urls,
+        // names every bad entry at once. The other mode's lists are exceptions, decided by specificity.
+        let (hosts, exception_hosts, urls, exception_urls) = match mode {
+            Mode::Allowlist => (hosts, None, allowed_urls, blocked_urls),
+            Mode::Blocklist => (None, hosts, blocked_urls, allowed_urls),
         };
         let network = Network {
             mode,
@@ -191,6 +191,8 @@ impl Checker {
             ask: oversight == Oversight::Ask,
             hosts: hosts.unwrap_or_default(),
             urls: urls.unwrap_or_default(),
+            exception_hosts: exception_hosts.unwrap_or_default(),
+            exception_urls: exception_urls.unwrap_or_default(),
             ports: ports.unwrap_or_else(|| DEFAULT_PORTS.to_vec()),
             tunnel_ports: tunnel_ports.unwrap_or_else(|| DEFAULT_TUNNEL_PORTS.to_vec()),
             allow_destinations: destinations.unwrap_or_default(),
@@ -207,6 +209,7 @@ impl Checker {
             _ => None,
         });
         self.services_are_gates(prefix, &network, &services, host_nodes.unwrap_or_default());
+        self.exceptions_hold(prefix, &network, &fields);
         if self.errors.len() > before {
             return None;
         }
@@ -235,20 +238,6 @@ impl Checker {
                 let message = format!("`{other}` is not a mode; it is `allowlist`, `blocklist`, `audit` or `ask`");
                 self.error(BadValue, &entry, node.pos, message);
                 None
-            }
-        }
-    }
-
-    /// Lists that belong to the other mode are errors, not silently ignored settings.
-    fn mode_mismatch(&mut self, prefix: &str, mode: Mode, fields: &Fields<'_>) {
-        let (wrong, this, other): (&[&str], _, _) = match mode {
-            Mode::Allowlist => (&["blocked_urls"], "an allowlist", "blocklist"),
-            Mode::Blocklist => (&["allowed_hosts", "allowed_urls"], "a blocklist", "allowlist"),
-        };
-        for name in wrong {
-            if let Some((key, _)) = find(fields, name) {
-                let message = format!("`{name}` is for {other} mode; this network is {this}");
-                self.error(WrongList, &join(prefix, name), key.pos, message);
             }
         }
     }
@@ -299,7 +288,8 @@ impl Checker {
         rules
     }
 
-    fn urls(&mut self, prefix: &str, name: &str, items: &[Node]) -> Vec<UrlRule> {
+    /// `mode` is the section's, when it is valid: a dotted quad in `blocked_urls` means nothing in either mode.
+    fn urls(&mut self, prefix: &str, name: &str, items: &[Node], mode: Option<Mode>) -> Vec<UrlRule> {
         let list = if name == "allowed_urls" { List::AllowedUrls } else { List::BlockedUrls };
         let mut rules = Vec::with_capacity(items.len());
         for (index, node) in items.iter().enumerate() {
@@ -309,6 +299,15 @@ impl Checker {
             };
             match url_entry(text, list) {
                 Ok(UrlEntry::Rule(rule)) => rules.push(UrlRule { index, ..rule }),
+                // In an allowlist the entry would look like an exception cut out of a listed address; it cuts
+                // nothing (an address is refused unless listed), so say where the address is allowed instead.
+                Ok(UrlEntry::Ipv4) if mode == Some(Mode::Allowlist) => {
+                    let message = format!(
+                        "`{text}` is an IP address: an allowlist refuses every address `allowed_hosts` does not \
+                         list; to refuse it, leave it out there"
+                    );
+                    self.error(WrongList, &entry(), node.pos, message);
+                }
                 Ok(UrlEntry::Ipv4) => {
                     let message =
                         format!("`{text}`: a blocklist refuses every IP literal already; this entry does nothing");
