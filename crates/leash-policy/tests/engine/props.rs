@@ -355,9 +355,15 @@ fn any_policy() -> impl Strategy<Value = Generated> {
         select(vec!["", "  provider_tools: refuse\n", "  provider_tools: allow\n"]),
         select(vec!["", "  model_apis: ['.x.org']\n"]),
     );
-    (any::<bool>(), proptest::collection::vec(entry(), 0..8), extras).prop_map(|(allowlist, entries, x)| {
-        let yaml = policy_text(allowlist, &entries, &[x.0, x.1, x.2, x.3, x.4]);
-        let policy = load(&yaml, Format::Yaml, None).unwrap_or_else(|e| panic!("{e:?}\n{yaml}")).policy;
+    let lists = (any::<bool>(), proptest::collection::vec(entry(), 0..8), proptest::collection::vec(entry(), 0..3));
+    (lists, extras).prop_filter_map("an allow and a block entry tie", |((allowlist, entries, exceptions), x)| {
+        let exceptions = exceptions_text(allowlist, &exceptions);
+        let yaml = policy_text(allowlist, &entries, &[x.0, x.1, x.2, x.3, x.4, &exceptions]);
+        let policy = match load(&yaml, Format::Yaml, None) {
+            Ok(loaded) => loaded.policy,
+            Err(e) if e.iter().all(|e| e.kind == leash_policy::PolicyErrorKind::Conflict) => return None,
+            Err(e) => panic!("{e:?}\n{yaml}"),
+        };
         let listed_ips = entries
             .iter()
             .filter_map(|e| match e {
@@ -365,8 +371,27 @@ fn any_policy() -> impl Strategy<Value = Generated> {
                 _ => None,
             })
             .collect();
-        Generated { yaml, policy, listed_ips }
+        Some(Generated { yaml, policy, listed_ips })
     })
+}
+
+/// The other mode's lists, as exceptions: an allowlist's `blocked_urls`, a blocklist's `allowed_hosts` and
+/// `allowed_urls` (addresses left out: a blocklist refuses them as exceptions, an allowlist's block list too).
+fn exceptions_text(allowlist: bool, entries: &[Entry]) -> String {
+    let (mut hosts, mut urls) = (Vec::new(), Vec::new());
+    for e in entries {
+        match (e, allowlist) {
+            (Entry::Exact(n), true) | (Entry::Subtree(n), true) => urls.push((*n).to_owned()),
+            (Entry::Exact(n), false) => hosts.push((*n).to_owned()),
+            (Entry::Subtree(n), false) => hosts.push(format!(".{n}")),
+            (Entry::Url(n, p), _) => urls.push(format!("{n}{p}")),
+            (Entry::Ipv4(_), _) => {}
+        }
+    }
+    match allowlist {
+        true => format!("  blocked_urls: [{}]\n", quoted(&urls)),
+        false => format!("  allowed_hosts: [{}]\n  allowed_urls: [{}]\n", quoted(&hosts), quoted(&urls)),
+    }
 }
 
 /// Text where a host goes: anything, host-like characters, or a spelling from [`SPELLINGS`] or [`NAMES`].
