@@ -5,6 +5,7 @@
 mod credential_attacks;
 mod credentials;
 mod early_answers;
+mod exceptions;
 mod h2;
 mod kept_sessions;
 mod non_interference;
