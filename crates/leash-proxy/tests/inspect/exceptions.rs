@@ -7,6 +7,7 @@ use http_body_util::BodyExt;
 use super::h2::{h2_client, Frames, H2Origin};
 use super::Inspecting;
 use crate::support::client::exchange;
+use crate::support::leash::plain;
 use crate::support::tls::{https_get, Writes};
 use crate::support::*;
 
@@ -20,10 +21,10 @@ fn internet_but(ports: &[u16], tunnel_ports: &[u16]) -> String {
     )
 }
 
-/// "`allowed.test` and its subdomains, but not its admin pages nor `other.allowed.test`."
+/// "`allowed.test` and its subdomains, but not their admin pages nor `other.allowed.test`; and `bl.test`."
 fn allowed_but(ports: &[u16], tunnel_ports: &[u16]) -> String {
     format!(
-        "network:\n  mode: allowlist\n  allowed_hosts: [.allowed.test]\n  \
+        "network:\n  mode: allowlist\n  allowed_hosts: [.allowed.test, bl.test]\n  \
          blocked_urls: [allowed.test/admin, other.allowed.test]\n  ports: {}\n  tunnel_ports: {}\n  \
          allow_destinations: [127.0.0.0/8]\n",
         plain(ports),
@@ -57,7 +58,7 @@ async fn plain_http_is_decided_by_the_most_specific_entry_of_either_kind() {
     assert_eq!(w.get("a.b.c.allowed.test", "/admin/x").await.status, 403, "a block path covers subdomains");
     assert_refused(&w.get("allowed.test", "/Admin/users").await, 403, "rule");
     assert_refused(&w.get("other.allowed.test", "/").await, 403, "rule");
-    assert_refused(&w.get("bl.test", "/").await, 403, "not-allowed");
+    assert_refused(&w.get("models.test", "/").await, 403, "not-allowed");
     let raw =
         format!("GET {} HTTP/1.1\r\nHost: allowed.test:{}\r\n\r\n", w.url("allowed.test", "/x/../admin"), w.port());
     assert_refused(&exchange(w.leash.addr, raw).await, 403, "rule");
@@ -112,15 +113,18 @@ async fn an_allowed_host_with_a_blocked_path_is_inspected_and_the_path_refused_w
     for path in ["/admin", "/ADMIN/x", "/x/../admin/y", "/%61dmin", "/admin;v=1/x", "//admin"] {
         assert_refused(&t.get("allowed.test", path).await, 403, "rule");
     }
-    // A sibling name with no path rule of the other kind is spliced, its origin's certificate verified by the client.
-    let spliced =
-        https_get(t.leash.addr, &t.target("sub.allowed.test"), "sub.allowed.test", t.ca.client_config(), Writes::Whole)
-            .await
-            .expect("spliced");
+    // A blocked path covers the subdomains: they are inspected too.
+    assert_refused(&t.get("sub.allowed.test", "/admin/x").await, 403, "rule");
+    assert_eq!(t.get("sub.allowed.test", "/ok").await.status, 200);
+    // A name no path rule of the other kind touches is spliced, its origin's certificate verified by the client.
+    let spliced = https_get(t.leash.addr, &t.target("bl.test"), "bl.test", t.ca.client_config(), Writes::Whole)
+        .await
+        .expect("spliced");
     assert_eq!(spliced.status, 200);
+    assert_eq!(t.tls.handshakes().last(), Some(&Some("bl.test".to_owned())));
     let (_, status) = crate::support::tls::connect(t.leash.addr, &t.target("other.allowed.test")).await;
     assert_eq!(status, 403);
-    assert_eq!(t.origin_targets(), ["/ok", "/"]);
+    assert_eq!(t.origin_targets(), ["/ok", "/ok", "/"]);
 }
 
 #[tokio::test]
@@ -138,7 +142,8 @@ async fn h2_streams_on_one_connection_are_decided_by_the_most_specific_entry() {
     assert_eq!(ok.status(), 200);
     assert_eq!(ok.into_body().collect().await.unwrap().to_bytes(), "h2 /public/a");
     let no = within("refused stream", send.send_request(get("/private"))).await.unwrap();
-    assert_eq!((no.status(), no.headers().get("x-leash-reason").unwrap()), (403, "rule"));
+    assert_eq!(no.status(), 403);
+    assert_eq!(no.headers().get("x-leash-reason").unwrap(), "rule");
     let again = within("allowed again", send.send_request(get("/public/b"))).await.unwrap();
     assert_eq!(again.status(), 200);
     let seen: Vec<String> = origin.seen().into_iter().map(|s| s.path).collect();
