@@ -1,11 +1,11 @@
 //! The proxy and `leash explain` cannot disagree: both take their decision from `Policy::decide`. This property
 //! test holds them to it over real sockets. For generated policies (allowlists and blocklists over host, subtree and
 //! path entries, with the other mode's lists as exceptions or not, in audit mode or not, with and without `inspect:
-//! all`, ports listed or not) and generated requests (plain HTTP and HTTPS,
-//! listed and unlisted ports, paths with dot segments and escapes), each request goes through a running proxy with TLS
-//! inspection, and the decision its audit log records last (the CONNECT line, or the inner request's line when the
-//! tunnel was inspected) must be the one `Policy::decide(&Question::of_url(..))` gives, which is what `explain`
-//! prints: the same verdict, the same reason, the same rule.
+//! all`, ports listed or not) and generated requests (plain HTTP and HTTPS, listed and unlisted ports, paths with dot
+//! segments and escapes), each request goes through a running proxy with TLS inspection, and the decision its audit
+//! log records last (the CONNECT line, or the inner request's line when the tunnel was inspected) must be the one
+//! `Policy::decide(&Question::of_url(..))` gives, which is what `explain` prints: the same verdict, the same reason,
+//! the same rule.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod support;
