@@ -277,9 +277,15 @@ impl Warnings<'_> {
                     .map(|r| (format!("{p}.allowed_urls[{}]", r.index), r.host.as_str(), &r.text));
                 for (entry, name, text) in hosts.chain(urls) {
                     let message = if crate::dest::embeds_an_address(name) {
-                        format!("`{text}` spells an IP address, which a blocklist refuses whatever its exceptions say; this entry has no effect")
+                        format!(
+                            "`{text}` spells an IP address, which a blocklist refuses whatever its exceptions say; \
+                             this entry has no effect"
+                        )
                     } else if !inside(name) {
-                        format!("`{text}` is inside no `blocked_urls` entry, so the blocklist allows it already; this entry has no effect")
+                        format!(
+                            "`{text}` is inside no `blocked_urls` entry, so the blocklist allows it already; this \
+                             entry has no effect"
+                        )
                     } else {
                         continue;
                     };
