@@ -102,7 +102,7 @@ fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
         "CONNECT {target}: decided on the CONNECT target, then on the TLS server name (SNI), which must name the same host"
     )];
     lines.extend(after_decision(policy, &admission, &authority.host));
-    lines.extend(exception_line(policy, &admission.decision, &authority.host, None));
+    beside_the_entry(&mut lines, exception_line(policy, &admission.decision, &authority.host, None));
     lines.extend(model_api_line(&admission, &authority.host));
     lines.extend(upstream_line(&admission, &authority.host));
     Ok(Explained { decision: admission.decision, lines })
@@ -130,7 +130,7 @@ fn explain_url(policy: &Policy, url: &str) -> Result<Explained, String> {
     lines.extend(after_decision(policy, &admission, host));
     // A spliced tunnel is decided on its name alone; plain HTTP and an inspected tunnel's request on the path too.
     let on_path = (target.scheme != Scheme::Https || admission.tunnel == Tunnel::Inspected).then_some(&target.path);
-    lines.extend(exception_line(policy, &admission.decision, host, on_path));
+    beside_the_entry(&mut lines, exception_line(policy, &admission.decision, host, on_path));
     lines.extend(credential_line(&admission));
     lines.extend(upstream_line(&admission, host));
     lines.extend(model_api_line(&admission, host));
@@ -165,6 +165,13 @@ fn after_decision(policy: &Policy, admission: &Admission<'_>, host: &Host) -> Ve
         ));
     }
     lines
+}
+
+/// `line` right under the line naming the matching entry (or last, when none is named).
+fn beside_the_entry(lines: &mut Vec<String>, line: Option<String>) {
+    let Some(line) = line else { return };
+    let at = lines.iter().position(|l| l.starts_with("matching entry:")).map_or(lines.len(), |i| i + 1);
+    lines.insert(at, line);
 }
 
 /// When an exception decided (a rule of the other kind than the mode's): the entry it is cut out of.
