@@ -167,10 +167,15 @@ pub struct SandboxProxyArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
     /// A harness's task file read as the policy: benchflow's task.toml (`[sandbox]`/`[agent]` network_mode,
-    /// allowed_hosts, blocked_urls, blocked_hosts), task.md's front matter, or a sandbox runtime's settings (.json:
-    /// sandbox-runtime's `network`, Claude Code's `sandbox.network`; `leash check --task` says what each became)
+    /// allowed_hosts, blocked_urls, blocked_hosts), task.md's front matter, a GitHub Agentic Workflow's .md
+    /// (`network:`), Codex's config.toml, or a sandbox runtime's settings (.json: sandbox-runtime's `network`, Claude
+    /// Code's `sandbox.network`; `leash check --task` says what each became)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
+    /// The operator's boundary: a policy file whose refusals always apply and whose allows cap this run's policy
+    /// (no run policy, `--audit` or ask-mode answer widens it); default: the LEASH_BOUNDARY variable
+    #[arg(long, value_name = "FILE", env = "LEASH_BOUNDARY")]
+    pub boundary: Option<PathBuf>,
     /// Learn a policy: let through what its host and path rules would refuse, logged as `would-block` with the
     /// reason; ports, IP literals and internal destinations are still refused (like `mode: audit`)
     #[arg(long)]
@@ -180,7 +185,7 @@ pub struct SandboxProxyArgs {
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
-    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    /// Allow this host (`.example.com`: it and every subdomain) or preset (`+python`); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]
     pub allow: Vec<String>,
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
@@ -382,6 +387,10 @@ pub struct RunArgs {
     /// no_new_privs); needed by the netns and uid-firewall containments
     #[arg(long, value_name = "USER|UID[:GID]")]
     pub user: Option<String>,
+    /// Listen on this control socket (its directory must be the user's own, mode 0700; hidden from the command), over
+    /// which `leash policy switch` puts another policy in force while the command runs (docs/run.md, "Phases")
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -401,14 +410,18 @@ pub struct ProxyArgs {
     /// The policy file (.yaml, .yml, .toml or .json), reloaded on SIGHUP; or give --task, or --allow / --block instead
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"], required_unless_present_any = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
-    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, or sandbox-runtime's
-    /// or Claude Code's settings .json), reloaded on SIGHUP
+    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, a GitHub Agentic
+    /// Workflow's .md, Codex's config.toml, or sandbox-runtime's or Claude Code's settings .json), reloaded on SIGHUP
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
+    /// The operator's boundary: a policy file whose refusals always apply and whose allows cap this run's policy
+    /// (no run policy, `--audit` or ask-mode answer widens it); default: the LEASH_BOUNDARY variable
+    #[arg(long, value_name = "FILE", env = "LEASH_BOUNDARY")]
+    pub boundary: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
-    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    /// Allow this host (`.example.com`: it and every subdomain) or preset (`+python`); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]
     pub allow: Vec<String>,
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
@@ -437,6 +450,10 @@ pub struct ProxyArgs {
     /// shell to source (`. FILE`) before starting clients; the CA files go beside it unless --ca-*-out name them
     #[arg(long, value_name = "FILE")]
     pub env_file: Option<PathBuf>,
+    /// Listen on this control socket (its directory must be the user's own, mode 0700), over which `leash policy
+    /// switch` puts another policy in force (docs/run.md, "Phases"); a SIGHUP then reloads the policy switched to
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
     /// Threads serving connections (default: one per CPU leash may use). On a small machine leash shares with the
     /// clients it serves, fewer threads can cost less CPU per request (docs/commands.md); more serve more at once
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -467,17 +484,23 @@ pub struct CheckArgs {
     /// The policy file (.yaml, .yml, .toml or .json)
     #[arg(value_name = "FILE", required_unless_present = "task", conflicts_with = "task")]
     pub file: Option<PathBuf>,
-    /// A harness's task file (benchflow's task.toml, task.md's front matter, or sandbox-runtime's or Claude Code's
-    /// settings .json): what each network field becomes, and the policy it makes checked
+    /// A harness's task file (benchflow's task.toml, task.md's front matter, a GitHub Agentic Workflow's .md, Codex's
+    /// config.toml, or sandbox-runtime's or Claude Code's settings .json): what each network field becomes, and the
+    /// policy it makes checked
     #[arg(long, value_name = "FILE")]
     pub task: Option<PathBuf>,
+    /// Also check that the policy lies within this boundary: every entry that allows what the boundary refuses
+    /// is an error (a run under that boundary would refuse it)
+    #[arg(long, value_name = "BOUNDARY")]
+    pub within: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  leash explain --policy policy.yaml http://pypi.org/simple/\n  \
     leash explain --policy policy.yaml POST https://api.example.com/v1/messages\n  \
     leash explain --policy policy.yaml CONNECT arxiv.org:443\n  \
-    leash explain --allow pypi.org --allow .pythonhosted.org https://files.pythonhosted.org/x.whl\n\n\
+    leash explain --allow pypi.org --allow .pythonhosted.org https://files.pythonhosted.org/x.whl\n  \
+    leash explain --allow +python https://files.pythonhosted.org/x.whl\n\n\
     The first line is `allow|block|inspect REASON [RULE]`. Exit status: 0 allowed, 1 refused, 2 usage or \
     policy error. The decision is the one the proxy takes before DNS; the destination check on the resolved \
     addresses still follows it.")]
@@ -485,14 +508,18 @@ pub struct ExplainArgs {
     /// The policy file (.yaml, .yml, .toml or .json); or give --task, or --allow / --block instead, as to `leash run`
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block", "task"], required_unless_present_any = ["allow", "block", "task"])]
     pub policy: Option<PathBuf>,
-    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, or a sandbox runtime's
-    /// settings .json)
+    /// A harness's task file read as the policy (benchflow's task.toml or task.md front matter, a GitHub Agentic
+    /// Workflow's .md, Codex's config.toml, or a sandbox runtime's settings .json)
     #[arg(long, value_name = "FILE", conflicts_with_all = ["allow", "block"])]
     pub task: Option<PathBuf>,
+    /// The operator's boundary: a policy file whose refusals always apply and whose allows cap this run's policy
+    /// (no run policy, `--audit` or ask-mode answer widens it); default: the LEASH_BOUNDARY variable
+    #[arg(long, value_name = "FILE", env = "LEASH_BOUNDARY")]
+    pub boundary: Option<PathBuf>,
     /// Use this profile's `network` instead of the top-level one
     #[arg(long, value_name = "NAME", requires = "policy", conflicts_with_all = ["allow", "block"])]
     pub profile: Option<String>,
-    /// Allow this host (`.example.com`: it and every subdomain); an inline allowlist (repeatable)
+    /// Allow this host (`.example.com`: it and every subdomain) or preset (`+python`); an inline allowlist (repeatable)
     #[arg(long, value_name = "HOST")]
     pub allow: Vec<String>,
     /// Block this host or host/path prefix; an inline blocklist (repeatable)
@@ -535,8 +562,11 @@ pub struct LogSummaryArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  leash policy suggest audit.jsonl --output policy.yaml\n\n\
-    `leash policy suggest --help` says what the suggestion holds.")]
+#[command(
+    after_help = "Examples:\n  leash policy suggest audit.jsonl --output policy.yaml\n  leash policy presets python\n\n\
+    `leash policy suggest --help` says what the suggestion holds, `leash policy presets --help` how presets are \
+    written."
+)]
 pub struct PolicyArgs {
     #[command(subcommand)]
     pub command: PolicyCommand,
@@ -546,6 +576,49 @@ pub struct PolicyArgs {
 pub enum PolicyCommand {
     /// Suggest a minimal policy that allows what audit logs show was used
     Suggest(PolicySuggestArgs),
+    /// List the host presets (`+python`, `+github`, ...) `allowed_hosts` takes, or show one with what each host is for
+    Presets(PolicyPresetsArgs),
+    /// Put another policy in force in a running `leash run` or `leash proxy` started with --control
+    Switch(PolicySwitchArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  leash policy presets\n  leash policy presets python\n  \
+    leash run --allow +python -- pip install requests\n\n\
+    A preset is written `+NAME` (the newest version this leash knows) or `+NAME@VERSION` (pinned) beside hosts in \
+    `allowed_hosts` or after --allow:\n\n  network:\n    mode: allowlist\n    allowed_hosts: [+python@1, +github, \
+    api.example.com]\n\n\
+    Each adds its hosts as exact entries (never a subdomain wildcard); a version's hosts never change, a change is \
+    a new version. `leash check` says what each preset in a policy added; `leash explain` names the preset when one \
+    of its hosts decides. Exit status: 0; 2 for an unknown preset.")]
+pub struct PolicyPresetsArgs {
+    /// A preset to show (`python`, `+python`, `python@1`): its hosts and what clients fetch from each; every version
+    /// of every preset without one
+    #[arg(value_name = "NAME")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Example, set up online and then lock down:\n  \
+    leash run --policy setup.yaml --control /run/user/1000/leash/ctl.sock -- ./agent.sh &\n  \
+    leash policy switch --control /run/user/1000/leash/ctl.sock locked.yaml\n\n\
+    leash reads FILE and validates it as `leash check` does; a file with any problem, or one that needs what the run \
+    was not built with (other credentials, services or transparent ports, TLS inspection in a run started without \
+    it, ask mode), is refused and the policy in force stays. Otherwise the new policy is put in force at once, for \
+    every request decided from then on, and every open tunnel and request in flight it refuses is cut (a tunnel it \
+    would now inspect too: nothing in it was read); the audit log gets a `policy-switch` line. Exit status: 0 \
+    switched; 1 refused (why on stderr) or the socket cannot be reached; 2 usage. The protocol (one JSON line each \
+    way) is in docs/run.md, \"Phases\".")]
+pub struct PolicySwitchArgs {
+    /// The control socket of the run (its --control)
+    #[arg(long, value_name = "SOCKET")]
+    pub control: PathBuf,
+    /// Use this profile's `network` instead of the file's top-level one
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// The policy to put in force (.yaml, .yml, .toml or .json)
+    #[arg(value_name = "FILE")]
+    pub policy: PathBuf,
 }
 
 #[derive(Debug, Args)]

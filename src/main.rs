@@ -16,6 +16,11 @@ use crate::exit::Failure;
 use tracing_subscriber::filter::LevelFilter;
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|first| first == shared::probe::IN_SANDBOX) {
+        // The sandbox's self-test, in the command's place: before anything that the command would inherit.
+        return cmd::probe::in_sandbox(&args.collect::<Vec<_>>());
+    }
     let cli = if std::env::args_os().nth(1).is_some_and(|first| first == "run") {
         let cli::RunOnly { command: cli::RunCommand::Run(args) } = cli::RunOnly::parse();
         cli::Cli { command: cli::Command::Run(args) }
@@ -51,10 +56,12 @@ fn main() -> ExitCode {
         cli::Command::Proxy(args) => cmd::proxy::run(args).unwrap_or_else(Failure::report),
         cli::Command::Check(args) => cmd::check::run(&args).unwrap_or_else(Failure::report),
         cli::Command::Explain(args) => cmd::explain::run(&args).unwrap_or_else(Failure::report),
-        cli::Command::Run(args) => cmd::run::run(args),
-        cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Run(args) }) => cmd::docker::run(args),
+        cli::Command::Run(args) => cmd::run::run(args).unwrap_or_else(Failure::report),
+        cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Run(args) }) => {
+            cmd::docker::run(args).unwrap_or_else(Failure::report)
+        }
         cli::Command::Docker(cli::DockerArgs { command: cli::DockerCommand::Attach(args) }) => {
-            cmd::docker::attach(args)
+            cmd::docker::attach(args).unwrap_or_else(Failure::report)
         }
         cli::Command::Attach(args) => match args.dir.clone() {
             Some(dir) => cmd::attach_dir::run(&dir, args).unwrap_or_else(Failure::report),
@@ -65,6 +72,12 @@ fn main() -> ExitCode {
         }
         cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Suggest(args) }) => {
             cmd::policy::suggest(&args).unwrap_or_else(Failure::report)
+        }
+        cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Presets(args) }) => {
+            cmd::presets::show(&args).unwrap_or_else(Failure::report)
+        }
+        cli::Command::Policy(cli::PolicyArgs { command: cli::PolicyCommand::Switch(args) }) => {
+            cmd::switch::run(&args).unwrap_or_else(Failure::report)
         }
         cli::Command::Ask(args) => cmd::ask::run(args).unwrap_or_else(Failure::report),
         cli::Command::Probe(args) => cmd::probe::run(&args).unwrap_or_else(Failure::report),

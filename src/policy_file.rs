@@ -8,10 +8,11 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags};
 
-use leash_policy::{allow_host, load, Format, Loaded, PolicyError};
+use leash_policy::{allow_host, load, Boundary, Format, Loaded, PolicyError};
 
 use crate::exit::{Exit, Failure};
 
@@ -48,6 +49,28 @@ pub fn load_task(path: &Path) -> Result<(Loaded, Vec<String>), Failure> {
 }
 
 /// The policy of `--allow`/`--block`, or its errors (as `the command line:ENTRY: MESSAGE`) and exit 2.
+/// The boundary at `path` (`--boundary`, LEASH_BOUNDARY): a policy file holding rules only (see
+/// [`leash_policy::boundary`]). Unreadable or invalid: exit 2, like an invalid policy.
+pub fn load_boundary(path: &Path) -> Result<Arc<Boundary>, Failure> {
+    let loaded = load_file(path, None).map_err(|f| f.with_exit(Exit::Usage))?;
+    let label = path.display().to_string();
+    Boundary::new(loaded.policy, &label).map(Arc::new).map_err(|problems| {
+        let lines: Vec<String> = problems.iter().map(|p| format!("leash: {label}: as a boundary: {p}")).collect();
+        Failure::new(Exit::Usage, lines.join("\n"))
+    })
+}
+
+/// `policy` held inside the boundary at `boundary`, if one is given; exit 2 when it cannot be (a service the
+/// boundary does not declare).
+pub fn bounded(policy: leash_policy::Policy, boundary: Option<&Path>) -> Result<leash_policy::Policy, Failure> {
+    let Some(path) = boundary else { return Ok(policy) };
+    let boundary = load_boundary(path)?;
+    policy.within(boundary).map_err(|problems| {
+        let lines: Vec<String> = problems.iter().map(|p| format!("leash: {p}")).collect();
+        Failure::new(Exit::Usage, lines.join("\n"))
+    })
+}
+
 pub fn inline(allow: &[String], block: &[String]) -> Result<leash_policy::Policy, Failure> {
     leash_policy::Policy::from_inline(allow, block)
         .map_err(|errors| invalid(Path::new("the command line"), &errors).with_exit(Exit::Usage))
@@ -74,18 +97,32 @@ pub fn invalid(path: &Path, errors: &[PolicyError]) -> Failure {
     lines.push(format!("leash: `{}` is invalid ({n} error{})", path.display(), if n == 1 { "" } else { "s" }));
     if errors.iter().any(names_anothers_key) {
         lines.push(format!(
-            "leash: its keys are a harness task's or a sandbox runtime's (benchflow's task.toml or task.md, \
-             sandbox-runtime's or Claude Code's settings): read it as it is with --task {}",
+            "leash: its keys are a harness task's or another tool's (benchflow's task.toml or task.md, a GitHub \
+             Agentic Workflow, Codex's config.toml, sandbox-runtime's or Claude Code's settings): read it as it is \
+             with --task {}",
             path.display()
         ));
     }
     Failure::new(Exit::Refused, lines.join("\n"))
 }
 
-/// An unknown key that a file `--task` reads has: benchflow's tables, a sandbox runtime's settings.
+/// An unknown key that a file `--task` reads has: benchflow's tables, a sandbox runtime's settings, a GitHub Agentic
+/// Workflow's trigger, Codex's sandbox settings.
 fn names_anothers_key(e: &PolicyError) -> bool {
-    const THEIRS: [&str; 7] =
-        ["sandbox", "agent", "permissions", "filesystem", "network.allowedDomains", "network.deniedDomains", "task"];
+    const THEIRS: [&str; 12] = [
+        "sandbox",
+        "agent",
+        "permissions",
+        "filesystem",
+        "network.allowedDomains",
+        "network.deniedDomains",
+        "task",
+        "sandbox_mode",
+        "sandbox_workspace_write",
+        "default_permissions",
+        "features",
+        "on",
+    ];
     e.kind == leash_policy::PolicyErrorKind::UnknownKey && THEIRS.contains(&e.entry.as_str())
 }
 

@@ -196,6 +196,508 @@ fn a_sandbox_runtimes_settings_are_read_as_they_are_and_what_cannot_be_expressed
     );
 }
 
+// ---- presets
+
+#[test]
+fn check_names_each_preset_with_the_version_it_stands_for_and_the_hosts_it_added() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "p.yaml",
+        "network:\n  mode: allowlist\n  allowed_hosts:\n    - +python\n    - +github@1\n    - api.example.com\n\
+         profiles:\n  build:\n    network: { mode: allowlist, allowed_hosts: [+rust] }\n",
+    );
+    let o = leash(&["check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for line in [
+        "network.allowed_hosts[0] `+python` is +python@1 (the newest; pin it with `+python@1`): adds pypi.org, \
+         files.pythonhosted.org",
+        "network.allowed_hosts[1] `+github@1` is +github@1: adds github.com, api.github.com, codeload.github.com",
+        "profiles.build.network.allowed_hosts[0] `+rust` is +rust@1 (the newest; pin it with `+rust@1`): adds \
+         index.crates.io, static.crates.io, crates.io",
+    ] {
+        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
+    }
+    // The same in TOML and JSON, where every entry is a quoted string.
+    let toml = write(dir.path(), "p.toml", "[network]\nmode = \"allowlist\"\nallowed_hosts = [\"+python@1\"]\n");
+    let json = write(dir.path(), "p.json", r#"{"network": {"mode": "allowlist", "allowed_hosts": ["+node"]}}"#);
+    assert!(stdout(&leash(&["check", toml.to_str().unwrap()])).contains("`+python@1` is +python@1: adds pypi.org"));
+    assert!(stdout(&leash(&["check", json.to_str().unwrap()])).contains("`+node` is +node@1"));
+}
+
+#[test]
+fn a_mistyped_preset_or_version_is_an_error_with_what_was_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "p.yaml",
+        "network:\n  mode: allowlist\n  allowed_hosts: [+pyhton, +python@2, +kubernetes]\n  model_apis: [+openai]\n",
+    );
+    let o = leash(&["check", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    for said in [
+        ":3:19: network.allowed_hosts[0]: `+pyhton` is not a preset; did you mean `+python`?",
+        "network.allowed_hosts[1]: `+python@2`: `python` has no version `2`; did you mean `+python@1`?",
+        "network.allowed_hosts[2]: `+kubernetes` is not a preset; the presets are `+python`, `+node`",
+        "network.model_apis[0]: `+openai` is a preset; presets go in `allowed_hosts`",
+    ] {
+        assert!(stderr(&o).contains(said), "`{said}` in:\n{}", stderr(&o));
+    }
+    let o = leash(&["explain", "--allow", "+pyhton", "https://pypi.org/"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--allow[0]: `+pyhton` is not a preset; did you mean `+python`?"), "{o:?}");
+}
+
+#[test]
+fn explain_names_the_preset_whose_host_decides_and_refuses_what_it_leaves_out() {
+    let policy = "network:\n  mode: allowlist\n  allowed_hosts: [+python]\n";
+    let (code, out) = explain(policy, &["https://files.pythonhosted.org/packages/x.whl"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out.lines().next(), Some("allow rule files.pythonhosted.org (+python@1)"));
+    for outside in ["https://upload.pypi.org/legacy/", "https://pythonhosted.org/", "https://x.files.pythonhosted.org/"]
+    {
+        assert_eq!(explain(policy, &[outside]).0, Some(1), "{outside}: presets add exact hosts");
+    }
+    // The user's own entry for a host a preset also adds is the one named.
+    let both = "network:\n  mode: allowlist\n  allowed_hosts: [+python, pypi.org]\n";
+    assert_eq!(explain(both, &["https://pypi.org/simple/"]).1.lines().next(), Some("allow rule pypi.org"));
+    // A host a preset has, refused by a policy that names only some of it: the preset is the hint.
+    let o = leash(&["explain", "--allow", "pypi.org", "https://files.pythonhosted.org/packages/x.whl"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("hint: `files.pythonhosted.org` is one of the preset +python@1's hosts"), "{o:?}");
+    let o = leash(&["explain", "--allow", "+github", "https://codeload.github.com/o/r/tar.gz/main"]);
+    assert_eq!(stdout(&o).lines().next(), Some("allow rule codeload.github.com (+github@1)"), "{o:?}");
+}
+
+#[test]
+fn policy_presets_lists_every_preset_and_shows_one_with_what_each_host_is_for() {
+    let o = leash(&["policy", "presets"]);
+    assert_eq!(o.status.code(), Some(0));
+    for said in
+        ["+python@1", "pypi.org, files.pythonhosted.org", "+docker-hub@1", "+gemini@1", "(what `+rust` stands for)"]
+    {
+        assert!(stdout(&o).contains(said), "`{said}` in:\n{}", stdout(&o));
+    }
+    let o = leash(&["policy", "presets", "+rust"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).starts_with("+rust@1: crates.io"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("  index.crates.io   the sparse index cargo reads"), "{}", stdout(&o));
+    let o = leash(&["policy", "presets", "rsut"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("did you mean `+rust`?"), "{}", stderr(&o));
+    let help = stdout(&leash(&["policy", "presets", "--help"]));
+    assert!(help.contains("allowed_hosts: [+python@1, +github, api.example.com]"), "{help}");
+}
+
+#[test]
+fn a_github_agentic_workflow_is_read_with_its_ecosystems_as_presets() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = write(
+        dir.path(),
+        "triage.md",
+        "---\non:\n  issues:\n    types: [opened]\nengine: claude\nnetwork:\n  allowed:\n    - defaults\n    - python\n    \
+         - \"api.example.com\"\n---\n\n# Triage\n\nLabel the issue.\n",
+    );
+    let path = md.to_str().unwrap();
+    let o = leash(&["check", "--task", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for line in [
+        "network.allowed[0] `defaults` → nothing",
+        "network.allowed[1] `python` → allowed_hosts: +python@1 (pypi.org, files.pythonhosted.org); narrower than \
+         gh-aw's `python`",
+        "network.allowed[2] `api.example.com` → allowed_hosts: .api.example.com",
+        "engine `claude` → allowed_hosts: +anthropic@1",
+        "`+python@1` is +python@1: adds pypi.org, files.pythonhosted.org",
+        "valid (allowlist)",
+    ] {
+        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
+    }
+    let explain = |url: &str| leash(&["explain", "--task", path, url]).status.code();
+    assert_eq!(explain("https://files.pythonhosted.org/x.whl"), Some(0));
+    assert_eq!(explain("https://eu.api.example.com/"), Some(0), "gh-aw's domains cover their subdomains");
+    assert_eq!(explain("https://archive.ubuntu.com/"), Some(1));
+    let java = write(dir.path(), "java.md", "---\non: daily\nnetwork:\n  allowed: [defaults, java]\n---\n");
+    let o = leash(&["check", "--task", java.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("network.allowed[1] `java`: leash has no preset for gh-aw's `java`"), "{o:?}");
+}
+
+#[test]
+fn a_codex_config_is_read_with_its_network_proxy_domains() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "config.toml",
+        "model = \"gpt-5-codex\"\napproval_policy = \"on-request\"\nsandbox_mode = \"workspace-write\"\n\n\
+         [sandbox_workspace_write]\nnetwork_access = true\n\n[features.network_proxy]\nenabled = true\n\
+         domains = { \"**.pypi.org\" = \"allow\", \"files.pythonhosted.org\" = \"allow\", \"evil.example\" = \"deny\" }\n",
+    );
+    let path = config.to_str().unwrap();
+    let as_policy = leash(&["check", path]);
+    assert_eq!(as_policy.status.code(), Some(1));
+    assert!(stderr(&as_policy).contains(&format!("read it as it is with --task {path}")), "{}", stderr(&as_policy));
+    let o = leash(&["check", "--task", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for line in [
+        "sandbox_mode = `workspace-write`: with sandbox_workspace_write.network_access = true: the network on",
+        "features.network_proxy → its domains decide (deny wins)",
+        "`**.pypi.org` → allowed_hosts: .pypi.org (pypi.org and every name under it)",
+        "valid (allowlist)",
+    ] {
+        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
+    }
+    let explain = |url: &str| leash(&["explain", "--task", path, url]).status.code();
+    assert_eq!(explain("https://test.pypi.org/simple/"), Some(0));
+    assert_eq!(explain("https://evil.example/"), Some(1));
+    let limited = write(
+        dir.path(),
+        "limited.toml",
+        "sandbox_mode = \"danger-full-access\"\n[features.network_proxy]\nenabled = true\nmode = \"limited\"\n",
+    );
+    let o = leash(&["check", "--task", limited.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("`limited` (GET, HEAD and OPTIONS only)"), "{o:?}");
+}
+
+/// A package index on the host's loopback that answers as PyPI does for one project: `/simple/NAME/` (asked of
+/// pypi.org) links its wheel on files.pythonhosted.org, `/packages/...` serves that wheel.
+fn local_pypi(dir: &Path) -> (common::Served, u16) {
+    let script = r#"
+import http.server, io, zipfile
+def wheel():
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("leash_preset_probe/__init__.py", "")
+        info = "leash_preset_probe-1.0.dist-info/"
+        z.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: leash-preset-probe\nVersion: 1.0\n")
+        z.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: leash-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(info + "RECORD", "")
+    return out.getvalue()
+WHEEL = wheel()
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        port = self.server.server_address[1]
+        host = self.headers.get("Host", "")
+        if self.path.startswith("/simple/leash-preset-probe/") and host == f"pypi.org:{port}":
+            name = "leash_preset_probe-1.0-py3-none-any.whl"
+            body = f'<a href="http://files.pythonhosted.org:{port}/packages/{name}">{name}</a>'.encode()
+            kind = "text/html"
+        elif self.path.startswith("/packages/") and host == f"files.pythonhosted.org:{port}":
+            body, kind = WHEEL, "application/octet-stream"
+        else:
+            self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+    common::Served::start(Command::new("python3").args(["-c", script]).current_dir(dir))
+}
+
+#[test]
+fn pip_installs_through_the_python_preset_and_hosts_outside_it_are_refused() {
+    let pip = Command::new("python3").args(["-m", "pip", "--version"]).output();
+    if !pip.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: no pip for python3 on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_index, port) = local_pypi(dir.path());
+    let policy = write(
+        dir.path(),
+        "p.yaml",
+        &format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [+python]\n  ports: [{port}]\n  \
+             allow_destinations: [127.0.0.1/32]\n"
+        ),
+    );
+    let log = dir.path().join("audit.jsonl");
+    let resolve = ["--resolve", "pypi.org:127.0.0.1", "--resolve", "files.pythonhosted.org:127.0.0.1"];
+    let resolve_more = ["--resolve", "upload.pypi.org:127.0.0.1", "--resolve", "pythonhosted.org:127.0.0.1"];
+    let proxy = Proxy::start(&policy, &log, &[&resolve[..], &resolve_more].concat());
+    let out = dir.path().join("out");
+    let o = Command::new("python3")
+        .args(["-m", "pip", "download", "--isolated", "--no-deps", "--no-cache-dir", "--disable-pip-version-check"])
+        .args(["--retries", "0", "--timeout", "10", "-d"])
+        .arg(&out)
+        .args(["--index-url", &format!("http://pypi.org:{port}/simple/")])
+        .args(["--trusted-host", "pypi.org", "--trusted-host", "files.pythonhosted.org"])
+        .args(["--proxy", &format!("http://{}", proxy.addr), "leash-preset-probe"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "pip: {}{}", stdout(&o), stderr(&o));
+    assert!(out.join("leash_preset_probe-1.0-py3-none-any.whl").exists());
+    // A sibling of the preset's hosts (PyPI's upload host) and the parent of its file host are not in it.
+    assert_eq!(proxy.curl(&format!("http://upload.pypi.org:{port}/simple/leash-preset-probe/")), "403");
+    assert_eq!(proxy.curl(&format!("http://pythonhosted.org:{port}/packages/")), "403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    let lines = log_lines(&log);
+    let rule =
+        |host: &str| lines.iter().find(|l| l["host"] == host && l["decision"] == "allow").map(|l| l["rule"].clone());
+    assert_eq!(rule("pypi.org"), Some("pypi.org (+python@1)".into()), "{lines:?}");
+    assert_eq!(rule("files.pythonhosted.org"), Some("files.pythonhosted.org (+python@1)".into()), "{lines:?}");
+    let refused: Vec<_> = lines.iter().filter(|l| l["decision"] == "block").map(|l| &l["host"]).collect();
+    assert_eq!(refused, ["upload.pypi.org", "pythonhosted.org"], "{lines:?}");
+}
+
+/// A server on the host's loopback that answers as many hosts at once: `GET /PATH` asked of `HOST:PORT` serves the file
+/// `root/HOST/PATH` (`index` for a directory), anything else 404; so a request reaching a file reached it under that
+/// file's host name.
+fn files_by_host(root: &Path) -> (common::Served, u16) {
+    let script = r#"
+import http.server, os, sys
+ROOT = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        host = self.headers.get("Host", "").rsplit(":", 1)[0]
+        path = os.path.normpath(os.path.join(ROOT, host, self.path.split("?")[0].lstrip("/")))
+        if os.path.isdir(path):
+            path = os.path.join(path, "index")
+        if not path.startswith(ROOT + "/") or not os.path.isfile(path):
+            self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); return
+        body = open(path, "rb").read()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json" if path.endswith("index") else "application/octet-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+    common::Served::start(Command::new("python3").args(["-c", script]).arg(root))
+}
+
+/// A preset's allowlist on `port`, with the loopback (where [`files_by_host`] listens) exempt, and a proxy under it
+/// that resolves each of `names` to the loopback.
+fn preset_proxy(dir: &Path, preset: &str, port: u16, names: &[&str]) -> (Proxy, PathBuf) {
+    let policy = write(
+        dir,
+        "preset.yaml",
+        &format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [{preset}]\n  ports: [{port}]\n  \
+             allow_destinations: [127.0.0.1/32]\n"
+        ),
+    );
+    let log = dir.join("audit.jsonl");
+    let resolve: Vec<String> = names.iter().flat_map(|n| ["--resolve".to_owned(), format!("{n}:127.0.0.1")]).collect();
+    let resolve: Vec<&str> = resolve.iter().map(String::as_str).collect();
+    (Proxy::start(&policy, &log, &resolve), log)
+}
+
+/// `(decision, host, rule)` of each request line of an audit log, outcomes left out.
+fn decisions(log: &Path) -> Vec<(String, String, String)> {
+    let text = |l: &serde_json::Value, k: &str| l[k].as_str().unwrap_or_default().to_owned();
+    log_lines(log)
+        .iter()
+        .filter(|l| l.get("status").is_none())
+        .map(|l| (text(l, "decision"), text(l, "host"), text(l, "rule")))
+        .collect()
+}
+
+#[test]
+fn npm_fetches_through_the_node_preset_and_hosts_outside_it_are_refused() {
+    if !Command::new("npm").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: no npm on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hosts");
+    let (_server, port) = files_by_host(&root);
+    // The package as the npm registry serves it: its document, and its tarball (package/package.json).
+    let package = root.join("registry.npmjs.org/leash-preset-probe");
+    std::fs::create_dir_all(package.join("-")).unwrap();
+    let tarball = format!("http://registry.npmjs.org:{port}/leash-preset-probe/-/leash-preset-probe-1.0.0.tgz");
+    let document = format!(
+        r#"{{"name":"leash-preset-probe","dist-tags":{{"latest":"1.0.0"}},"versions":{{"1.0.0":{{"name":"leash-preset-probe","version":"1.0.0","dist":{{"tarball":"{tarball}"}}}}}}}}"#
+    );
+    std::fs::write(package.join("index"), document).unwrap();
+    let made = Command::new("python3")
+        .args(["-c", "import io, sys, tarfile\nwith tarfile.open(sys.argv[1], 'w:gz') as t:\n    data = b'{\"name\": \"leash-preset-probe\", \"version\": \"1.0.0\"}'\n    info = tarfile.TarInfo('package/package.json'); info.size = len(data)\n    t.addfile(info, io.BytesIO(data))\n"])
+        .arg(package.join("-/leash-preset-probe-1.0.0.tgz"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let names = ["registry.npmjs.org", "npmjs.org", "registry.npmjs.com"];
+    let (proxy, log) = preset_proxy(dir.path(), "+node", port, &names);
+    let (userrc, globalrc) = (write(dir.path(), "npmrc", ""), write(dir.path(), "global-npmrc", ""));
+    let o = Command::new("npm")
+        .args(["pack", "leash-preset-probe@1.0.0", "--registry", &format!("http://registry.npmjs.org:{port}/")])
+        .args(["--proxy", &format!("http://{}", proxy.addr), "--no-audit", "--no-fund", "--no-update-notifier"])
+        .arg("--cache")
+        .arg(dir.path().join("npm-cache"))
+        .env("npm_config_userconfig", &userrc)
+        .env("npm_config_globalconfig", &globalrc)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "npm: {}{}", stdout(&o), stderr(&o));
+    assert!(dir.path().join("leash-preset-probe-1.0.0.tgz").exists(), "{}", stdout(&o));
+    // The registry's parent and its other name are not in the preset.
+    assert_eq!(proxy.curl(&format!("http://npmjs.org:{port}/leash-preset-probe")), "403");
+    assert_eq!(proxy.curl(&format!("http://registry.npmjs.com:{port}/leash-preset-probe")), "403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    let rule = "registry.npmjs.org (+node@1)".to_owned();
+    let seen = decisions(&log);
+    assert!(seen.iter().filter(|d| d.1 == "registry.npmjs.org").count() >= 2, "document and tarball: {seen:?}");
+    for (decision, host, used) in &seen {
+        match host.as_str() {
+            "registry.npmjs.org" => assert_eq!((decision.as_str(), used), ("allow", &rule), "{seen:?}"),
+            _ => assert_eq!(decision, "block", "{seen:?}"),
+        }
+    }
+}
+
+#[test]
+fn cargo_fetches_through_the_rust_preset_and_hosts_outside_it_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hosts");
+    let (_server, port) = files_by_host(&root);
+    // A sparse registry as crates.io serves one: config.json and the index on index.crates.io, the crate file on
+    // static.crates.io, its checksum in the index.
+    let script = r#"
+import hashlib, io, json, os, sys, tarfile
+root, port = sys.argv[1], sys.argv[2]
+crate = io.BytesIO()
+with tarfile.open(fileobj=crate, mode="w:gz") as t:
+    for name, data in [("leash-preset-probe-0.1.0/Cargo.toml",
+                        b'[package]\nname = "leash-preset-probe"\nversion = "0.1.0"\nedition = "2021"\n'),
+                       ("leash-preset-probe-0.1.0/src/lib.rs", b"")]:
+        info = tarfile.TarInfo(name); info.size = len(data); t.addfile(info, io.BytesIO(data))
+data = crate.getvalue()
+os.makedirs(f"{root}/index.crates.io/le/as")
+os.makedirs(f"{root}/static.crates.io/crates/leash-preset-probe/0.1.0")
+open(f"{root}/static.crates.io/crates/leash-preset-probe/0.1.0/download", "wb").write(data)
+config = {"dl": f"http://static.crates.io:{port}/crates", "api": f"http://crates.io:{port}"}
+open(f"{root}/index.crates.io/config.json", "w").write(json.dumps(config))
+line = {"name": "leash-preset-probe", "vers": "0.1.0", "deps": [], "cksum": hashlib.sha256(data).hexdigest(),
+        "features": {}, "yanked": False}
+open(f"{root}/index.crates.io/le/as/leash-preset-probe", "w").write(json.dumps(line) + "\n")
+"#;
+    let made = Command::new("python3").args(["-c", script]).arg(&root).arg(port.to_string()).status().unwrap();
+    assert!(made.success());
+    let names = ["index.crates.io", "static.crates.io", "crates.io", "doc.crates.io"];
+    let (proxy, log) = preset_proxy(dir.path(), "+rust", port, &names);
+    let (home, project) = (dir.path().join("cargo-home"), dir.path().join("project"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    let config = format!(
+        "[source.crates-io]\nreplace-with = \"mirror\"\n[source.mirror]\nregistry = \"sparse+http://index.crates.io:{port}/\"\n\
+         [http]\nproxy = \"http://{}\"\n[net]\nretry = 0\n",
+        proxy.addr
+    );
+    write(&home, "config.toml", &config);
+    let manifest = "[package]\nname = \"probe-user\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
+                    [dependencies]\nleash-preset-probe = \"0.1.0\"\n";
+    write(&project, "Cargo.toml", manifest);
+    write(&project.join("src"), "lib.rs", "");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let o = Command::new(cargo)
+        .arg("fetch")
+        .current_dir(&project)
+        .env("CARGO_HOME", &home)
+        .env_remove("CARGO_HTTP_PROXY")
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "cargo: {}", stderr(&o));
+    assert!(stderr(&o).contains("Downloaded leash-preset-probe v0.1.0"), "{}", stderr(&o));
+    assert_eq!(proxy.curl(&format!("http://doc.crates.io:{port}/config.json")), "403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    let seen = decisions(&log);
+    for (host, rule) in
+        [("index.crates.io", "index.crates.io (+rust@1)"), ("static.crates.io", "static.crates.io (+rust@1)")]
+    {
+        assert!(seen.iter().any(|d| d == &("allow".into(), host.into(), rule.into())), "{host}: {seen:?}");
+    }
+    assert!(seen.contains(&("block".into(), "doc.crates.io".into(), String::new())), "{seen:?}");
+}
+
+#[test]
+fn a_tunnel_to_a_preset_host_passes_under_its_rule_and_one_outside_the_preset_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = common::https_material_for(dir.path(), &["codeload.github.com"]);
+    let origin = HttpsOrigin::start(dir.path());
+    let policy = write(
+        dir.path(),
+        "p.yaml",
+        &format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [+github@1]\n  tunnel_ports: [{}]\n  \
+             allow_destinations: [127.0.0.1/32]\n",
+            origin.port
+        ),
+    );
+    let log = dir.path().join("audit.jsonl");
+    let resolve = ["--resolve", "codeload.github.com:127.0.0.1", "--resolve", "gist.github.com:127.0.0.1"];
+    let proxy = Proxy::start(&policy, &log, &resolve);
+    let curl = |host: &str| {
+        let o = Command::new("curl")
+            .args(["-s", "--max-time", "10", "--cacert", ca.to_str().unwrap(), "-x", &format!("http://{}", proxy.addr)])
+            .args(["-w", " %{http_connect}"])
+            .arg(format!("https://{host}:{}/octo/probe/tar.gz/main", origin.port))
+            .output()
+            .unwrap();
+        stdout(&o)
+    };
+    assert_eq!(curl("codeload.github.com"), "origin-tls /octo/probe/tar.gz/main 200");
+    assert_eq!(curl("gist.github.com"), " 403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    let seen = decisions(&log);
+    let allowed = ("allow".to_owned(), "codeload.github.com".to_owned(), "codeload.github.com (+github@1)".to_owned());
+    assert!(seen.contains(&allowed), "{seen:?}");
+    assert!(seen.contains(&("block".into(), "gist.github.com".into(), String::new())), "{seen:?}");
+}
+
+#[test]
+fn git_clones_through_the_github_preset_and_hosts_outside_it_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hosts");
+    let (_server, port) = files_by_host(&root);
+    // A repository served as github.com serves one to git over HTTP (the dumb protocol: its files as they are).
+    let script = "set -e; git init -q work; cd work; echo hello > README; git add README; \
+                  git -c user.name=t -c user.email=t@example.com commit -qm first; \
+                  git clone -q --bare . ../hosts/github.com/octo/probe.git; \
+                  cd ../hosts/github.com/octo/probe.git; git update-server-info";
+    let made =
+        Command::new("sh").args(["-c", script]).current_dir(dir.path()).env("GIT_CONFIG_GLOBAL", "/dev/null").status();
+    assert!(made.unwrap().success());
+    let (proxy, log) = preset_proxy(dir.path(), "+github@1", port, &["github.com", "gist.github.com"]);
+    let o = Command::new("git")
+        .args(["-c", &format!("http.proxy=http://{}", proxy.addr), "clone", "-q"])
+        .arg(format!("http://github.com:{port}/octo/probe.git"))
+        .arg(dir.path().join("clone"))
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git: {}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(dir.path().join("clone/README")).unwrap(), "hello\n");
+    assert_eq!(proxy.curl(&format!("http://gist.github.com:{port}/octo/probe.git/info/refs")), "403");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    let seen = decisions(&log);
+    assert!(
+        seen.iter().any(|d| d == &("allow".into(), "github.com".into(), "github.com (+github@1)".into())),
+        "{seen:?}"
+    );
+    assert!(seen.contains(&("block".into(), "gist.github.com".into(), String::new())), "{seen:?}");
+}
+
 #[test]
 fn a_harness_task_is_read_as_it_is_with_what_each_field_became() {
     let dir = tempfile::tempdir().unwrap();
@@ -738,6 +1240,73 @@ fn proxy_allows_refuses_and_logs_then_stops_cleanly_on_sigterm() {
     assert_eq!(lines[2]["path"], "/b?secret=1", "refused requests keep their query");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&log).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+/// The generation a control socket says is in force.
+fn generation(control: &Path) -> Option<u64> {
+    use std::io::Write as _;
+    let mut stream = std::os::unix::net::UnixStream::connect(control).ok()?;
+    stream.write_all(b"{\"op\":\"status\"}\n").ok()?;
+    let mut reply = String::new();
+    BufReader::new(stream).read_line(&mut reply).ok()?;
+    serde_json::from_str::<serde_json::Value>(&reply).ok()?["generation"].as_u64()
+}
+
+#[test]
+fn a_proxy_switched_over_its_control_socket_stays_switched_after_a_sighup() {
+    let port = origin();
+    let dir = tempfile::tempdir().unwrap();
+    let setup = write(dir.path(), "setup.yaml", &loopback_allowlist("docs.test, b.test", port));
+    let locked = write(dir.path(), "locked.yaml", &loopback_allowlist("b.test", port));
+    let (control, log) = (dir.path().join("ctl/s.sock"), dir.path().join("audit.jsonl"));
+    let pins = ["--resolve", "docs.test:127.0.0.1", "--resolve", "b.test:127.0.0.1"];
+    let proxy = Proxy::start(&setup, &log, &[&["--control", control.to_str().unwrap()], &pins[..]].concat());
+    assert_eq!(proxy.curl(&format!("http://docs.test:{port}/setup")), "200");
+    let o = leash(&["policy", "switch", "--control", control.to_str().unwrap(), locked.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("(generation 1)"), "{}", stdout(&o));
+    assert_eq!(proxy.curl(&format!("http://docs.test:{port}/locked")), "403");
+    assert_eq!(proxy.curl(&format!("http://b.test:{port}/locked")), "200");
+    // A log rotation's SIGHUP reloads the file switched to, not the one leash started with.
+    proxy.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while generation(&control) != Some(2) {
+        assert!(Instant::now() < deadline, "the SIGHUP reload never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(proxy.curl(&format!("http://docs.test:{port}/reloaded")), "403", "still locked after the SIGHUP");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(control.parent().unwrap()).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "only leash's user may reach the socket");
+    proxy.signal("TERM");
+    assert_eq!(proxy.wait_with_stderr().0, Some(0));
+    assert!(!control.exists(), "the socket is removed at the end");
+    let switches: Vec<(String, String, String, u64)> = log_lines(&log)
+        .iter()
+        .filter(|l| l["event"] == "policy-switch")
+        .map(|l| {
+            let name = |k: &str| l[k].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+            (l["by"].as_str().unwrap().to_owned(), name("from"), name("to"), l["generation"].as_u64().unwrap())
+        })
+        .collect();
+    let want = [("control-socket", "setup.yaml", "locked.yaml", 1), ("sighup", "locked.yaml", "locked.yaml", 2)];
+    let want: Vec<_> =
+        want.iter().map(|(b, f, t, g)| ((*b).to_owned(), (*f).to_owned(), (*t).to_owned(), *g)).collect();
+    assert_eq!(switches, want, "both swaps on record");
+    // Ask mode's `always` writes the file leash started with: no switching there.
+    let other = dir.path().join("ctl2/s.sock");
+    let o = leash(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--ask",
+        "--allow",
+        "a.test",
+        "--control",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(stderr(&o).contains("ask mode"), "{}", stderr(&o));
 }
 
 #[test]

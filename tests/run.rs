@@ -1,13 +1,14 @@
 //! `leash run` as a user meets it, beyond fetching (which tests/cli.rs covers): the exit status when the command
-//! never runs, the environment it is given, signals sent to leash, and inline `--allow`/`--block` rules.
+//! never runs, the environment it is given, signals sent to leash, inline `--allow`/`--block` rules, and phases
+//! (`--control`, `leash policy switch`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod common;
 
-use common::{log_lines, sandbox_available, stderr, stdout};
+use common::{https_material, log_lines, origin, sandbox_available, stderr, stdout, HttpsOrigin};
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -329,4 +330,286 @@ fn audit_mode_lets_the_command_reach_what_the_policy_would_refuse_and_says_so() 
         })
         .collect();
     assert_eq!(decided, ["/learned would-block not-allowed", "/literal block ip-literal"]);
+}
+
+/// The command's side of the phases test: it tries the control socket, opens a TLS session through a tunnel to
+/// docs.test and a keep-alive connection to b.test, says `ready`, and after each step the test takes (a line on its
+/// standard input) says what it sees.
+const PHASES_SCRIPT: &str = r#"
+import os, socket, ssl, sys
+ctl_dir, ctl, ca, tls_port, plain_port = sys.argv[1:6]
+proxy = ("127.0.0.1", 3128)
+def answer(sock):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        got = sock.recv(1)
+        if not got:
+            raise ConnectionError("closed")
+        head += got
+    status = int(head.split(b" ")[1])
+    length = [int(l.split(b":")[1]) for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")]
+    body = b""
+    while length and len(body) < length[0]:
+        body += sock.recv(length[0] - len(body))
+    return status
+def tunnel():
+    t = socket.create_connection(proxy)
+    t.sendall(f"CONNECT docs.test:{tls_port} HTTP/1.1\r\nHost: docs.test:{tls_port}\r\n\r\n".encode())
+    status = answer(t)
+    if status != 200:
+        return status, None
+    tls = ssl.create_default_context(cafile=ca).wrap_socket(t, server_hostname="docs.test")
+    tls.sendall(b"GET /in HTTP/1.1\r\nHost: docs.test\r\n\r\n")
+    return answer(tls), tls
+print("listing:", sorted(os.listdir(ctl_dir)) if os.path.isdir(ctl_dir) else "no directory")
+try:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(ctl)
+    s.sendall(b'{"op":"status"}\n')
+    print("control: reached", s.recv(4096))
+except OSError as e:
+    print("control: refused", e.errno)
+status, held = tunnel()
+plain = socket.create_connection(proxy)
+get = f"GET http://b.test:{plain_port}/x HTTP/1.1\r\nHost: b.test:{plain_port}\r\n\r\n".encode()
+plain.sendall(get)
+print("setup: tunnel", status, "plain", answer(plain), flush=True)
+sys.stdin.readline()
+status, fresh = tunnel()
+fresh.close()
+print("after a bad switch: new tunnel", status, flush=True)
+sys.stdin.readline()
+held.settimeout(10)
+try:
+    held.sendall(b"GET /again HTTP/1.1\r\nHost: docs.test\r\n\r\n")
+    print("locked: held tunnel answers", answer(held))
+except (OSError, ConnectionError, ssl.SSLError) as e:
+    print("locked: held tunnel closed", type(e).__name__)
+print("locked: new tunnel", tunnel()[0])
+plain.sendall(get)
+print("locked: plain", answer(plain), flush=True)
+"#;
+
+#[test]
+fn a_run_switched_to_a_locked_policy_cuts_what_it_refuses_and_its_command_cannot_switch() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = https_material(dir.path());
+    let (tls, plain) = (HttpsOrigin::start(dir.path()), origin());
+    let write = |name: &str, hosts: &str| {
+        let text = format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: [{hosts}]\n  ports: [{plain}]\n  tunnel_ports: [{}]\n  \
+             allow_destinations: [127.0.0.1/32]\n",
+            tls.port
+        );
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let (setup, locked, bad) =
+        (write("setup.yaml", "docs.test, b.test"), write("locked.yaml", "b.test"), dir.path().join("bad.yaml"));
+    std::fs::write(&bad, "network:\n  mode: allowlist\n  allowed_hosts: [\"not a host\"]\n").unwrap();
+    let (ctl_dir, log, script) = (dir.path().join("ctl"), dir.path().join("audit.jsonl"), dir.path().join("phases.py"));
+    let ctl = ctl_dir.join("s.sock");
+    std::fs::write(&script, PHASES_SCRIPT).unwrap();
+    let mut run = Command::new(LEASH)
+        .args(["run", "--policy"])
+        .arg(&setup)
+        .arg("--control")
+        .arg(&ctl)
+        .args(["--resolve", "docs.test:127.0.0.1", "--resolve", "b.test:127.0.0.1", "--log"])
+        .arg(&log)
+        .arg("--")
+        .arg("python3")
+        .arg(&script)
+        .args([&ctl_dir, &ctl, &ca])
+        .args([tls.port.to_string(), plain.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut go = run.stdin.take().unwrap();
+    let mut lines = BufReader::new(run.stdout.take().unwrap()).lines();
+    let mut said = Vec::new();
+    let mut until = |prefix: &str| loop {
+        let line = lines.next().expect("the command said more").unwrap();
+        said.push(line.clone());
+        if line.starts_with(prefix) {
+            return;
+        }
+    };
+    until("setup:");
+    let switch =
+        |file: &Path| Command::new(LEASH).args(["policy", "switch", "--control"]).arg(&ctl).arg(file).output().unwrap();
+    let refused = switch(&bad);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("bad.yaml:3") && stderr(&refused).contains("policy in force stays"),
+        "{}",
+        stderr(&refused)
+    );
+    // A port the sandbox holds no transparent listener for needs another sandbox: refused, saying so.
+    let wider = dir.path().join("wider.yaml");
+    let text = std::fs::read_to_string(&setup).unwrap().replace("\n  ports: [", "\n  ports: [8089, ");
+    std::fs::write(&wider, text).unwrap();
+    let refused = switch(&wider);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("listeners the sandbox was not built with (127.0.0.2:8089)"),
+        "{}",
+        stderr(&refused)
+    );
+    writeln!(go, "bad").unwrap();
+    until("after a bad switch:");
+    let switched = switch(&locked);
+    assert_eq!(switched.status.code(), Some(0), "{}", stderr(&switched));
+    assert!(stdout(&switched).contains("1 open connection(s)"), "{}", stdout(&switched));
+    writeln!(go, "locked").unwrap();
+    until("locked: plain");
+    let status = run.wait().unwrap();
+    let said = said.join("\n");
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("control: refused") && !said.contains("s.sock"),
+        "the command cannot reach the socket: {said}"
+    );
+    assert!(said.contains("setup: tunnel 200 plain 200"), "{said}");
+    assert!(said.contains("after a bad switch: new tunnel 200"), "the setup policy stayed in force: {said}");
+    assert!(said.contains("locked: held tunnel closed"), "{said}");
+    assert!(said.contains("locked: new tunnel 403"), "{said}");
+    assert!(said.contains("locked: plain 200"), "{said}");
+    let lines = log_lines(&log);
+    let switches: Vec<_> = lines.iter().filter(|l| l["event"] == "policy-switch").collect();
+    assert_eq!(switches.len(), 1, "one switch, the bad one refused: {lines:#?}");
+    let line = switches[0];
+    assert!(
+        line["from"].as_str().unwrap().ends_with("setup.yaml") && line["to"].as_str().unwrap().ends_with("locked.yaml"),
+        "{line}"
+    );
+    assert_eq!(
+        (line["generation"].as_u64(), line["cut"].as_u64(), line["by"].as_str()),
+        (Some(1), Some(1), Some("control-socket")),
+        "{line}"
+    );
+    assert_eq!(line["to_sha256"].as_str().map(str::len), Some(64), "{line}");
+    assert!(
+        lines.iter().any(|l| l["error"] == "policy-switch"),
+        "the held tunnel's outcome says why it ended: {lines:#?}"
+    );
+}
+
+#[test]
+fn a_command_of_another_uid_cannot_reach_the_control_socket_and_one_of_leashs_own_uid_is_refused_one() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| stdout(&o).trim() == "0");
+    if !root {
+        eprintln!("SKIPPED: not root; the --user control socket test did not run");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    // Every directory above the socket's own is open to the command's uid: only the socket's (0700) keeps it out.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ctl = dir.path().join("ctl/s.sock");
+    let private = dir.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    let log = private.join("audit.jsonl");
+    // In the advisory containment without --user the command would be leash's own uid.
+    let o = Command::new(LEASH)
+        .args(["run", "--advisory", "--allow", "a.test", "--control"])
+        .arg(&ctl)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--control needs --user"), "{}", stderr(&o));
+    let script = r#"import os, socket, sys
+print("parent:", os.access(os.path.dirname(os.path.dirname(sys.argv[1])), os.X_OK))
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); print("control: reached")
+except OSError as e:
+    print("control: refused", e.errno)"#;
+    let o = Command::new(LEASH)
+        .args(["run", "--advisory", "--user", "4242", "--allow", "a.test", "--log"])
+        .arg(&log)
+        .arg("--control")
+        .arg(&ctl)
+        .args(["--", "python3", "-c", script])
+        .arg(&ctl)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "parent: True\ncontrol: refused 13\n", "{}", stderr(&o));
+}
+
+/// The user-namespace sandbox runs the containment self-test in the command's place, as the command, before the
+/// command: a hole in the sandbox (a debug build's test hook: one more listener on its loopback, which leash holds
+/// and never serves) refuses the run, naming the probe that got through, and the command never runs. The same run
+/// without the hole goes ahead.
+#[test]
+fn a_listener_in_the_sandbox_that_is_not_leashs_is_found_by_the_self_test_and_refuses_the_run() {
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (script, marker) = marking(dir.path());
+    let run = |flaw: Option<&str>| {
+        let mut leash = Command::new(LEASH);
+        leash.args(["run", "--containment", "userns", "--allow", "docs.test", "--", "sh", "-c", &script]);
+        if let Some(flaw) = flaw {
+            leash.env("LEASH_DANGER_TEST_SANDBOX_FLAW", flaw);
+        }
+        leash.output().unwrap()
+    };
+    let o = run(Some("stray-listener"));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(err.contains("leash: the command was not run: the containment self-test"), "{err}");
+    assert!(err.contains("OPEN tcp listener 127.0.0.99:4999"), "the probe is named: {err}");
+    assert!(!marker.exists(), "the command ran");
+    let o = run(None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(marker.exists(), "the command did not run without the hole");
+}
+
+/// Refusals of `--user` and of containments that need one, made before anything is set up: each names what is
+/// wrong, with its exit status, and the command never runs.
+#[test]
+fn a_user_or_containment_that_cannot_be_used_is_refused_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let (script, marker) = marking(dir.path());
+    let cases: [(&[&str], i32, &str); 5] = [
+        (&["--user", "no-such-user-here"], 2, "leash: --user `no-such-user-here`: no such user in /etc/passwd"),
+        (&["--user", "1000:x"], 2, "leash: --user `1000:x`: UID:GID takes numbers"),
+        (
+            &["--containment", "netns"],
+            125,
+            "leash: the command was not run: the netns containment needs `--user UID` for the command",
+        ),
+        (
+            &["--containment", "uid-firewall", "--user", "0"],
+            125,
+            "leash: the command was not run: --user 0 is root: the command must run as another, unprivileged uid",
+        ),
+        (
+            &["--advisory", "--allow-unix-socket", "/run/x.sock"],
+            2,
+            "leash: --allow-unix-socket is for the userns containment: here the command reaches Unix sockets by their \
+             permissions",
+        ),
+    ];
+    for (options, code, said) in cases {
+        let o = Command::new(LEASH)
+            .arg("run")
+            .args(options)
+            .args(["--allow", "docs.test", "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{options:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().filter(|l| *l == said).count(), 1, "{options:?}, said once: {}", stderr(&o));
+        assert!(!marker.exists(), "{options:?}: the command ran");
+    }
 }

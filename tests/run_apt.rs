@@ -1,7 +1,8 @@
 //! `leash run` with a real `apt-get` inside. As root the sandbox maps the ids 0..65536 onto themselves and allows
 //! `setgroups`, so apt's drop to its `_apt` user works; root without `CAP_SETUID`/`CAP_SETGID`, and any other user,
 //! keep one id and `setgroups` denied. apt fetches from a flat repository this test builds with `dpkg-deb` and serves
-//! on the host's loopback, through the proxy, under an allowlist naming the repository's host.
+//! on the host's loopback, through the proxy, under an allowlist naming the repository's host. The same repository,
+//! served as deb.debian.org to apt through `leash proxy`, tests the `+debian` preset.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod common;
@@ -32,7 +33,7 @@ fn apt_get_update_and_download_work_inside_leash_run_as_root() {
     // `_apt` must reach the lists and archives below it, or apt would not drop to it.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let port = serve(build_repository(dir.path()));
-    let apt = apt_config(dir.path(), port);
+    let apt = apt_config(dir.path(), REPO_HOST, port);
     let log = dir.path().join("audit.jsonl");
     let script = format!(
         "set -e; apt-get {apt} update; apt-get {apt} -y install --download-only {PACKAGE}; \
@@ -114,6 +115,57 @@ fn only_root_with_setuid_and_setgid_gets_the_wide_map_and_setgroups() {
 
 /// `LEASH... run OPTIONS -- sh -c SCRIPT` (`leash` is the last word of `LEASH...`, which may wrap it), from `/`
 /// (which any user may enter), with the repository's host pinned to the host's loopback.
+#[test]
+fn apt_fetches_through_the_debian_preset_and_hosts_outside_it_are_refused() {
+    if !have_tools(&["apt-get", "dpkg-deb", "sha256sum", "curl"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The repository answers as deb.debian.org: `leash proxy` pins that name (and a neighbour) to the loopback.
+    let port = serve(build_repository(dir.path()));
+    let apt = apt_config(dir.path(), "deb.debian.org", port);
+    let policy = dir.path().join("policy.yaml");
+    let allowlist = format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: [+debian]\n  ports: [{port}]\n  \
+         allow_destinations: [127.0.0.1/32]\n"
+    );
+    std::fs::write(&policy, allowlist).unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let mut proxy = Command::new(LEASH)
+        .args(["proxy", "--listen", "127.0.0.1:0", "--policy", policy.to_str().unwrap(), "--log"])
+        .arg(&log)
+        .args(["--resolve", "deb.debian.org:127.0.0.1", "--resolve", "ftp.debian.org:127.0.0.1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(proxy.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let proxy_url = format!("http://{}", line.trim().strip_prefix("listening on ").expect("listening line"));
+    // apt's privilege drop is `leash run`'s test above; here it stays root, in its own directories.
+    let script = format!(
+        "set -e; apt-get {apt} -o APT::Sandbox::User=root update; \
+         apt-get {apt} -o APT::Sandbox::User=root -y install --download-only {PACKAGE}"
+    );
+    let o = Command::new("timeout").args(["120", "sh", "-c", &script]).env("http_proxy", &proxy_url).output().unwrap();
+    let refused = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "-x", &proxy_url])
+        .arg(format!("http://ftp.debian.org:{port}/Packages"))
+        .output()
+        .unwrap();
+    // SIGTERM: leash ends its audit log's lines before it exits.
+    Command::new("kill").args(["-s", "TERM", &proxy.id().to_string()]).status().unwrap();
+    assert!(proxy.wait().unwrap().success());
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(dir.path().join("cache/archives").join(DEB).is_file(), "the package was not downloaded");
+    assert_eq!(stdout(&refused), "403", "ftp.debian.org is not in +debian");
+    let lines = log_lines(&log);
+    let (_, decisions) = lookups_and_decisions(&lines);
+    let rule = |d: &&serde_json::Value| d["rule"].as_str().unwrap_or_default().to_owned();
+    let allowed: Vec<String> = decisions.iter().filter(|d| d["decision"] == "allow").map(rule).collect();
+    assert!(allowed.len() >= 2 && allowed.iter().all(|r| r == "deb.debian.org (+debian@1)"), "{lines:?}");
+    assert!(decided(&decisions).contains(&("block".into(), "ftp.debian.org".into())), "{lines:?}");
+}
+
 fn leash_run(leash: &[&str], options: &[&str], script: &str) -> Output {
     let pin = format!("{REPO_HOST}:127.0.0.1");
     let mut argv: Vec<&str> = leash.to_vec();
@@ -191,14 +243,14 @@ fn build_repository(dir: &Path) -> PathBuf {
     repo
 }
 
-/// apt's options for a private set-up under `dir`: the repository as its only source, its own lists, cache and
+/// apt's options for a private set-up under `dir`: the repository (on `host`) as its only source, its own lists, cache and
 /// (empty) dpkg status, and the proxy leash names in `http_proxy` (expanded inside the sandbox).
-fn apt_config(dir: &Path, port: u16) -> String {
+fn apt_config(dir: &Path, host: &str, port: u16) -> String {
     for sub in ["etc/parts", "state/lists/partial", "cache/archives/partial"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
     }
     let sources = dir.join("etc/sources.list");
-    std::fs::write(&sources, format!("deb [trusted=yes] http://{REPO_HOST}:{port}/ ./\n")).unwrap();
+    std::fs::write(&sources, format!("deb [trusted=yes] http://{host}:{port}/ ./\n")).unwrap();
     std::fs::write(dir.join("state/status"), "").unwrap();
     let d = dir.display();
     format!(

@@ -379,6 +379,43 @@ fn run_http_service_passes_only_its_paths_and_the_server_never_sees_the_rest() {
     assert_eq!(outcome(&lines, &first)["status"], 200);
 }
 
+#[test]
+fn run_a_client_that_tunnels_to_the_gateway_through_the_proxy_reaches_the_service_and_its_paths_only() {
+    // Gemini's client sends its gateway a CONNECT through the proxy whatever NO_PROXY says: curl --proxytunnel with
+    // no NO_PROXY does the same.
+    if !sandbox_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mcp = Mcp::start(dir.path(), "mcp");
+    let entry =
+        format!("    - {{name: mcp, listen: 8080, target: '127.0.0.1:{}', kind: http, paths: [/mcp]}}\n", mcp.port);
+    let policy = policy(dir.path(), &entry);
+    let log = dir.path().join("audit.jsonl");
+    let tunneled = "--proxytunnel --noproxy '' -x \"$HTTP_PROXY\"";
+    let script = [
+        format!("curl -s --max-time 10 {tunneled} -H 'content-type: application/json' -d '{TOOLS_LIST}' http://127.0.0.1:8080/mcp; echo; "),
+        curl_status(&format!("{tunneled} http://localhost:8080/admin")),
+        curl_status(&format!("{tunneled} http://127.0.0.1:{}/mcp", mcp.port)),
+    ]
+    .concat();
+    let o = leash_run(&policy, &log, &script);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let (answer, statuses) = out.split_once('\n').unwrap();
+    assert_tools_list(answer);
+    // The refused path inside the tunnel: 403 from the service's gate; the server's own port: the CONNECT refused.
+    let statuses: Vec<&str> = statuses.lines().collect();
+    assert_eq!(statuses[0], "403 0", "{}", stderr(&o));
+    assert!(statuses[1].starts_with("403 ") || statuses[1].starts_with("000 "), "{statuses:?}");
+    assert_eq!(mcp.seen(), ["POST /mcp"], "only the service's path reached the server");
+    let lines = log_lines(&log);
+    let decided: Vec<String> = decisions(&lines).into_iter().map(shown).collect();
+    assert_eq!(decided[0], "POST /mcp allow rule service:mcp/mcp mcp", "{decided:?}");
+    assert_eq!(decided[1], "GET /admin block not-allowed - mcp", "{decided:?}");
+    assert!(decided[2].starts_with("CONNECT "), "the gateway's own port is not a service: {decided:?}");
+}
+
 /// A client run inside the sandbox on one connection to 127.0.0.1:8080: an allowed request followed by a refused
 /// one, pipelined in one write, then the same after a chunked body, then a request framed both ways; prints the
 /// statuses it got back (and `secret` if the admin page came back).

@@ -22,11 +22,16 @@ pub fn run(args: AskClientArgs) -> Result<Exit, Failure> {
         .map_err(|why| Failure::new(Exit::Usage, format!("leash ask: {why}")))?;
     let done = match args.command {
         Some(AskCommand::List { json }) => list(&socket, json),
-        Some(AskCommand::Answer { id, answer, scope }) => answer_one(&socket, id, answer, scope),
+        Some(AskCommand::Answer { id, answer, scope }) => return answer_one(&socket, id, answer, scope),
         Some(AskCommand::Watch) => watch(&socket),
         None => interactive(&socket),
     };
-    done.map_err(|e| Failure::new(Exit::Refused, format!("leash ask: {}: {e}", socket.display())))
+    done.map_err(|e| unreachable(&socket, &e))
+}
+
+/// The control socket could not be used.
+fn unreachable(socket: &Path, e: &io::Error) -> Failure {
+    Failure::new(Exit::Refused, format!("leash ask: {}: {e}", socket.display()))
 }
 
 /// The one control socket in the default directory; none or several is an error that says what to do.
@@ -83,13 +88,12 @@ fn row(q: &Question) -> String {
     format!("{:<4} {}  ({} waiting, since {})", q.id, printable(&what), q.waiting, printable(&q.asked_at))
 }
 
-fn answer_one(socket: &Path, id: u64, answer: String, scope: Option<String>) -> io::Result<Exit> {
-    let reply = request(socket, &Request::Answer { id, answer, scope })?;
+fn answer_one(socket: &Path, id: u64, answer: String, scope: Option<String>) -> Result<Exit, Failure> {
+    let reply = request(socket, &Request::Answer { id, answer, scope }).map_err(|e| unreachable(socket, &e))?;
     if reply.ok {
         return Ok(Exit::Ok);
     }
-    eprintln!("leash ask: not answered: {}", reply.error.unwrap_or_default());
-    Ok(Exit::Refused)
+    Err(Failure::new(Exit::Refused, format!("leash ask: not answered: {}", reply.error.unwrap_or_default())))
 }
 
 /// Every event as a JSON line, until leash ends.

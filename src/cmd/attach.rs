@@ -34,9 +34,9 @@ pub fn run(args: AttachArgs) -> Result<Exit, Failure> {
     };
     let until_empty = args.until_empty;
     let proxy_args = args.proxy;
-    Ok(with_stop_signals(move |mut stop| async move {
+    with_stop_signals(move |mut stop| async move {
         serve(target, until_empty, (parts, &proxy_args), inspection, &mut stop).await
-    }))
+    })
 }
 
 fn isolation(args: &AttachArgs) -> Isolation {
@@ -50,20 +50,12 @@ async fn serve(
     (parts, proxy_args): (ProxyParts, &crate::cli::SandboxProxyArgs),
     inspection: Arc<Inspection>,
     stop: &mut StopSignals,
-) -> Exit {
+) -> Result<Exit, Failure> {
     let ProxyParts { policy, pins, audit, secrets } = parts;
-    let attached = match attach(&target, &policy) {
-        Ok(a) => a,
-        Err(code) => return code,
-    };
+    let attached = attach(&target, &policy)?;
     let mut config = config((policy, pins, secrets), Arc::new(audit), Some(inspection));
     // leash's terminal is its own here (no command shares it): questions are asked there too.
-    let ask = match crate::shared::ask::start_for(proxy_args, &mut config, leash_sandbox::Prompter::direct(), None)
-        .map_err(Failure::report)
-    {
-        Ok(ask) => ask,
-        Err(code) => return code,
-    };
+    let ask = crate::shared::ask::start_for(proxy_args, &mut config, leash_sandbox::Prompter::direct(), None)?;
     println!("listening inside the network namespace {} on {}", target.netns, target.listen);
     let (gone_tx, gone_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
@@ -80,7 +72,7 @@ async fn serve(
     if let Some(summary) = ask.as_ref().and_then(|front| front.summary()) {
         eprint!("{summary}");
     }
-    Exit::Ok
+    Ok(Exit::Ok)
 }
 
 fn usage(why: &str) -> Failure {

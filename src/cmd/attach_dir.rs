@@ -36,20 +36,22 @@ pub fn run(dir: &Path, args: AttachArgs) -> Result<Exit, Failure> {
     let pins = parse_pins(&args.proxy.resolve)?;
     let tls = TlsArgs { ca_cert_out: None, ca_bundle_out: None, upstream_ca: args.proxy.upstream_ca.clone() };
     let inspection = crate::shared::tls::inspection(&tls)?;
+    let boundary = args.proxy.boundary.as_deref().map(crate::policy_file::load_boundary).transpose()?;
     let agent = Agent {
         dir: dir.to_owned(),
         log: args.proxy.log.clone(),
         audit: args.proxy.audit,
+        boundary,
         pins,
         inspection,
         bound: node_bound(),
         next_scope: std::sync::atomic::AtomicU32::new(1),
     };
-    Ok(with_stop_signals(move |mut stop| async move {
+    with_stop_signals(move |mut stop| async move {
         println!("watching {}", agent.dir.display());
         agent.watch(&mut stop).await;
-        Exit::Ok
-    }))
+        Ok(Exit::Ok)
+    })
 }
 
 /// What every attachment shares.
@@ -59,6 +61,8 @@ struct Agent {
     log: Option<PathBuf>,
     /// `--audit`: every attachment's policy in audit mode.
     audit: bool,
+    /// `--boundary`: every attachment's policy is held inside it.
+    boundary: Option<Arc<leash_policy::Boundary>>,
     pins: Pins,
     /// One CA for the node: each attachment may write it where its file says.
     inspection: Arc<Inspection>,
@@ -182,13 +186,21 @@ impl Agent {
         let policy_file = base.join(&a.policy);
         let policy_version = version(&policy_file);
         let policy = load_policy(&policy_file, a.profile.as_deref(), self.audit)?;
+        let policy = match &self.boundary {
+            Some(boundary) => policy.within(boundary.clone()).map_err(|problems| problems.join("; "))?,
+            None => policy,
+        };
         let secrets = crate::shared::secrets::read(&policy).map_err(|e| e.to_string())?;
         let upstream_auth = crate::shared::secrets::upstream_auth(&policy)?;
         if let Some(out) = &a.ca_cert_out {
             std::fs::write(base.join(out), self.inspection.ca_pem()).map_err(|e| format!("cannot write {out}: {e}"))?;
         }
         let target = target(&a, base);
-        let attached = attach(&target, &policy).map_err(|_| "not attached (the reason is above)".to_owned())?;
+        // The reason is said at once, on its own line; the attachment's line refers to it.
+        let attached = attach(&target, &policy).map_err(|failure| {
+            failure.report();
+            "not attached (the reason is above)".to_owned()
+        })?;
         let audit = self.audit_log(path, &a)?;
         let secured = Secured { secrets: Arc::new(secrets), upstream_auth };
         let mut cfg = config((policy, self.pins.clone(), secured), Arc::new(audit), Some(self.inspection.clone()));
@@ -276,10 +288,10 @@ fn reload_if_changed(path: &Path, r: &mut Running, audit: bool) {
     // Recorded as seen whatever happens, so a broken policy is reported once.
     r.policy_version = now;
     match load_policy(&r.policy_file, r.profile.as_deref(), audit) {
-        Ok(p) if p.credentials() == r.policy.current().credentials() => {
-            r.policy.store(p);
-            tracing::info!("attachment `{}`: reloaded its policy", path.display());
-        }
+        Ok(p) if p.credentials() == r.policy.current().credentials() => match r.policy.store(p) {
+            Ok(_) => tracing::info!("attachment `{}`: reloaded its policy", path.display()),
+            Err(why) => tracing::error!("attachment `{}`: keeping the old policy: {why}", path.display()),
+        },
         Ok(_) => tracing::error!("attachment `{}`: its policy's credentials changed; keeping the old", path.display()),
         Err(why) => tracing::error!("attachment `{}`: keeping the old policy: {why}", path.display()),
     }

@@ -43,52 +43,25 @@ use crate::shared::trust::{write_trust_files, BUNDLE_VARS, NODE_VAR};
 /// The CA variables the container gets: the same as `leash run`'s command.
 const TRUST_VARS: TrustVars = TrustVars { bundle: &BUNDLE_VARS, ca: &[NODE_VAR] };
 
-pub fn run(args: DockerRunArgs) -> Exit {
-    if let Err(e) = leash_sandbox::harden_self() {
-        eprintln!("leash: {e}");
-        return Exit::SandboxFailed;
-    }
-    let opts = match options::scan(&args.docker) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("leash: {e}");
-            return Exit::Usage;
-        }
-    };
+pub fn run(args: DockerRunArgs) -> Result<Exit, Failure> {
+    leash_sandbox::harden_self().map_err(Failure::sandbox_failed)?;
+    let opts = options::scan(&args.docker).map_err(Failure::usage)?;
     // The container's output reaches leash's standard error through the docker client.
-    let parts = match proxy_parts(&args.proxy, true).map_err(Failure::report) {
-        Ok(parts) => parts,
-        Err(code) => return code,
-    };
+    let parts = proxy_parts(&args.proxy, true)?;
     // INVARIANT: ask mode's control socket exists before the binds are checked, so the check knows its directory:
     // a container that reached it would answer its own questions.
-    let ask_socket = match parts
-        .policy
-        .asks()
-        .then(|| crate::shared::ask::bind_socket(&args.proxy.ask).map_err(Failure::report))
-        .transpose()
-    {
-        Ok(socket) => socket,
-        Err(code) => return code,
-    };
+    let ask_socket = parts.policy.asks().then(|| crate::shared::ask::bind_socket(&args.proxy.ask)).transpose()?;
     // Only bind sources are checked against the host: without one, nothing of it is read.
     let guarded = if opts.bind_sources.is_empty() {
         Guarded::default()
     } else {
         Guarded::on_host(leash_files(&args.proxy, &parts.policy, ask_socket.as_ref()))
     };
-    let opts = match checked_options(opts, &guarded, args.danger_allow_unsafe_docker_options) {
-        Ok(o) => o,
-        Err(code) => return code,
-    };
+    let opts = checked_options(opts, &guarded, args.danger_allow_unsafe_docker_options)?;
     let trust = UpstreamTrust { system_roots: true, extra_ca_files: args.proxy.upstream_ca.clone() };
-    let inspection = match Inspection::new(&trust) {
-        Ok(i) => Arc::new(i),
-        Err(e) => {
-            eprintln!("leash: cannot set up TLS inspection: {e}");
-            return Exit::Usage;
-        }
-    };
+    let inspection = Inspection::new(&trust)
+        .map(Arc::new)
+        .map_err(|e| Failure::usage(format!("cannot set up TLS inspection: {e}")))?;
     // Signals are taken over before anything is created, so a Ctrl-C at any moment still removes the container.
     let (gated, quiet) = (!args.no_start_gate, args.quiet);
     let ask = (args.proxy, ask_socket);
@@ -104,36 +77,24 @@ async fn run_container(
     (ProxyParts { policy, pins, audit, secrets }, (proxy_args, ask_socket)): (ProxyParts, AskParts),
     inspection: Arc<Inspection>,
     mut stop: StopSignals,
-) -> Exit {
+) -> Result<Exit, Failure> {
     let engine = Engine::new().with_env(crate::shared::secrets::masked_env(&secrets.secrets));
-    if let Err(e) = engine.check() {
-        return refuse_engine(&e);
-    }
-    let start = match gated.then(|| gated_argv(&engine, &opts)).transpose() {
-        Ok(argv) => argv.map_or(Start::Ungated, Start::Gated),
-        Err(e) => return refuse_argv(e),
-    };
+    engine.check().map_err(|e| refuse_engine(&e))?;
+    let argv = gated.then(|| gated_argv(&engine, &opts)).transpose().map_err(refuse_argv)?;
+    let start = argv.map_or(Start::Ungated, Start::Gated);
     let with_ca = |gate: Gate| write_trust_files(&inspection, &gate.ca_path(), &gate.bundle_path()).map(|()| gate);
-    let gate = match Gate::create().and_then(with_ca) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("leash: cannot create the start-up gate and CA directory: {e}; the container was not created");
-            return Exit::SandboxFailed;
-        }
-    };
+    let gate = Gate::create().and_then(with_ca).map_err(|e| {
+        Failure::sandbox_failed(format!(
+            "cannot create the start-up gate and CA directory: {e}; the container was not created"
+        ))
+    })?;
     let ipv6_on_host = Path::new("/proc/sys/net/ipv6").exists();
     let mut env = vec![mode_env(&policy)];
     env.extend(placeholder_env(&policy, &secrets.secrets));
     env.extend(services::no_proxy_env(&policy).into_iter().map(|(k, v)| (lossy(k), lossy(v))));
-    let (unix_services, mounts) = match services::bind_sockets_in(&policy, &gate.dir).map_err(Failure::report) {
-        Ok(bound) => bound,
-        Err(code) => return code,
-    };
+    let (unix_services, mounts) = services::bind_sockets_in(&policy, &gate.dir)?;
     let create_args = container::create_args(&opts, &gate, &start, ipv6_on_host, TRUST_VARS, &env, &mounts);
-    let container = match Container::create(engine, &create_args) {
-        Ok(c) => c,
-        Err(e) => return refuse_engine(&e),
-    };
+    let container = Container::create(engine, &create_args).map_err(|e| refuse_engine(&e))?;
     // Each socket is handed out of the container's namespace; a bound like `leash run`'s keeps that small.
     let plan = Plan::proxy_at(PROXY_INSIDE)
         .with_services(&services::ports(&policy))
@@ -142,22 +103,24 @@ async fn run_container(
     let audit = Arc::new(audit.with_container(container.id()));
     let mut config = config((policy, pins, secrets), audit.clone(), Some(inspection));
     // The container shares leash's terminal through the docker client: questions go to the control socket only.
-    let ask = match crate::shared::ask::start_for(&proxy_args, &mut config, None, ask_socket).map_err(Failure::report) {
+    let ask = match crate::shared::ask::start_for(&proxy_args, &mut config, None, ask_socket) {
         Ok(ask) => ask,
-        Err(code) => return code,
+        // Said now, before the container is removed (a failure to remove it is said after it).
+        Err(failure) => return Err(Failure::new(failure.report(), "")),
     };
     let launch = Launch { interactive: opts.interactive, gated, plan };
     let policy = config.policy.clone();
+    // A failure once the container was started is said before the summary of what it did.
     let exit = match container::supervise(&container, &gate, launch, (config, unix_services), &mut stop).await {
         Ok(code) => Exit::Command(u8::try_from(code).unwrap_or(255)),
-        Err(e) => refuse_start(e),
+        Err(e) => refuse_start(e).report(),
     };
     keep_deferred_log(&audit, quiet);
     crate::shared::summary::print(&audit, &policy, quiet);
     if let Some(summary) = ask.as_ref().and_then(|front| front.summary()).filter(|_| !quiet) {
         eprint!("{summary}");
     }
-    exit
+    Ok(exit)
 }
 
 /// An `OsString` as the container's environment takes it.
@@ -165,22 +128,11 @@ fn lossy(s: std::ffi::OsString) -> String {
     s.to_string_lossy().into_owned()
 }
 
-pub fn attach(args: DockerAttachArgs) -> Exit {
-    if let Err(e) = leash_sandbox::harden_self() {
-        eprintln!("leash: {e}");
-        return Exit::SandboxFailed;
-    }
-    let parts = match proxy_parts(&args.proxy, false).map_err(Failure::report) {
-        Ok(parts) => parts,
-        Err(code) => return code,
-    };
+pub fn attach(args: DockerAttachArgs) -> Result<Exit, Failure> {
+    leash_sandbox::harden_self().map_err(Failure::sandbox_failed)?;
+    let parts = proxy_parts(&args.proxy, false)?;
     let (ca_out, bundle_out) = (args.ca_cert_out.as_deref(), args.ca_bundle_out.as_deref());
-    let inspection = match crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca)
-        .map_err(Failure::report)
-    {
-        Ok(i) => i,
-        Err(code) => return code,
-    };
+    let inspection = crate::shared::tls::inspection_for_clients(ca_out, bundle_out, &args.proxy.upstream_ca)?;
     // Signals are taken over before the `listening` line, so a harness may stop leash as soon as it reads it.
     with_stop_signals(move |stop| attach_container(args.container, parts, inspection, stop))
 }
@@ -192,7 +144,7 @@ async fn attach_container(
     ProxyParts { policy, pins, audit, secrets }: ProxyParts,
     inspection: Arc<Inspection>,
     mut stop: StopSignals,
-) -> Exit {
+) -> Result<Exit, Failure> {
     // A running container's mounts are fixed: its services' Unix sockets cannot be put there.
     for s in policy.services().iter().filter(|s| matches!(s.listen, leash_policy::ServiceListen::Socket(_))) {
         tracing::warn!(
@@ -200,22 +152,18 @@ async fn attach_container(
             s.name
         );
     }
-    let attached = match container::attach(&Engine::new(), &container, &services::ports(&policy)) {
-        Ok(a) => a,
-        Err(AttachError::Engine(e)) => return refuse_engine(&e),
-        Err(AttachError::Bind { source, network_mode }) => return refuse_bind(&source, &network_mode),
-        Err(e @ AttachError::NotRunning { .. }) => {
-            eprintln!("leash: {e}");
-            return Exit::SandboxFailed;
-        }
-    };
+    let attached = container::attach(&Engine::new(), &container, &services::ports(&policy)).map_err(|e| match e {
+        AttachError::Engine(e) => refuse_engine(&e),
+        AttachError::Bind { source, network_mode } => refuse_bind(&source, &network_mode),
+        e @ AttachError::NotRunning { .. } => Failure::sandbox_failed(e),
+    })?;
     let audit = Arc::new(audit.with_container(attached.id()));
     let config = config((policy, pins, secrets), audit, Some(inspection));
     println!("listening inside {} on {PROXY_INSIDE}", container::short(attached.id()));
     match attached.serve(config, &mut stop).await {
-        Ok(Some(code)) => Exit::Command(u8::try_from(code).unwrap_or(255)),
-        Ok(None) => Exit::Ok,
-        Err(e) => refuse_engine(&e),
+        Ok(Some(code)) => Ok(Exit::Command(u8::try_from(code).unwrap_or(255))),
+        Ok(None) => Ok(Exit::Ok),
+        Err(e) => Err(refuse_engine(&e)),
     }
 }
 
@@ -238,7 +186,7 @@ fn leash_files(args: &SandboxProxyArgs, policy: &Policy, ask: Option<&Bound>) ->
 
 /// Adds what the host shows about bind sources to the options' own refusals, and refuses the unsafe ones unless
 /// overridden.
-fn checked_options(mut opts: RunOptions, guarded: &Guarded, danger: bool) -> Result<RunOptions, Exit> {
+fn checked_options(mut opts: RunOptions, guarded: &Guarded, danger: bool) -> Result<RunOptions, Failure> {
     let host_unsafe = leash_docker::host::unsafe_options(&opts, &Engine::new(), guarded);
     opts.unsafe_options.extend(host_unsafe);
     if opts.unsafe_options.is_empty() {
@@ -250,66 +198,58 @@ fn checked_options(mut opts: RunOptions, guarded: &Guarded, danger: bool) -> Res
         }
         return Ok(opts);
     }
-    for u in &opts.unsafe_options {
-        eprintln!("leash: refusing `{}`: {}", u.option, u.why);
-    }
-    eprintln!("leash: the container was not created; --danger-allow-unsafe-docker-options runs it anyway, unprotected");
-    Err(Exit::Usage)
+    let refusals: String =
+        opts.unsafe_options.iter().map(|u| format!("leash: refusing `{}`: {}\n", u.option, u.why)).collect();
+    Err(Failure::new(
+        Exit::Usage,
+        format!(
+            "{refusals}leash: the container was not created; --danger-allow-unsafe-docker-options runs it anyway, \
+             unprotected"
+        ),
+    ))
 }
 
 /// The gate's command, or why there is none: an image that is not there gets a hint, a command-less one is a usage
 /// error.
-fn refuse_argv(e: ArgvError) -> Exit {
+fn refuse_argv(e: ArgvError) -> Failure {
     match e {
-        ArgvError::ImageMissing(e) => {
-            eprintln!("leash: {e}");
-            eprintln!(
-                "leash: build or pull the image first (leash reads its command to start it behind the gate; \
-                 --no-start-gate lets Docker pull it)"
-            );
-            Exit::SandboxFailed
-        }
+        ArgvError::ImageMissing(e) => Failure::sandbox_failed(format!(
+            "{e}\nleash: build or pull the image first (leash reads its command to start it behind the gate; \
+             --no-start-gate lets Docker pull it)"
+        )),
         ArgvError::Engine(e) => refuse_engine(&e),
-        e @ ArgvError::NoCommand { .. } => {
-            eprintln!("leash: {e}");
-            Exit::Usage
-        }
+        e @ ArgvError::NoCommand { .. } => Failure::usage(e),
     }
 }
 
 /// The container did not run to its end behind the proxy: exit 125, nothing ran unprotected.
-fn refuse_start(e: StartError) -> Exit {
+fn refuse_start(e: StartError) -> Failure {
     match e {
         StartError::Engine(e) => refuse_engine(&e),
         StartError::Bind(e) => refuse_bind(&e, "none"),
-        e => {
-            eprintln!("leash: {e}");
-            Exit::SandboxFailed
-        }
+        e => Failure::sandbox_failed(e),
     }
 }
 
 /// Docker is absent, refuses this user or failed: nothing runs unprotected, exit 125 (as `leash run`).
-fn refuse_engine(e: &EngineError) -> Exit {
+fn refuse_engine(e: &EngineError) -> Failure {
     /// Docker's words when the socket refuses this user.
     const DENIED: &str = "permission denied";
-    eprintln!("leash: {e}");
     if matches!(e, EngineError::Failed { message, .. } if message.contains(DENIED)) {
-        eprintln!(
-            "leash: this user may not use the Docker daemon; leash docker needs root (it enters the container's \
+        return Failure::sandbox_failed(format!(
+            "{e}\nleash: this user may not use the Docker daemon; leash docker needs root (it enters the container's \
              network namespace)"
-        );
+        ));
     }
-    Exit::SandboxFailed
+    Failure::sandbox_failed(e)
 }
 
 /// Says why the sockets could not be bound inside; exit 125.
-fn refuse_bind(e: &leash_sandbox::SandboxError, network_mode: &str) -> Exit {
+fn refuse_bind(e: &leash_sandbox::SandboxError, network_mode: &str) -> Failure {
     match e {
-        leash_sandbox::SandboxError::NotIsolated { .. } => {
-            eprintln!("leash: refusing the container: {e} (network `{network_mode}`; start it with `--network none`)")
-        }
-        _ => eprintln!("leash: {e}"),
+        leash_sandbox::SandboxError::NotIsolated { .. } => Failure::sandbox_failed(format!(
+            "refusing the container: {e} (network `{network_mode}`; start it with `--network none`)"
+        )),
+        _ => Failure::sandbox_failed(e),
     }
-    Exit::SandboxFailed
 }

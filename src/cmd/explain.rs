@@ -25,6 +25,7 @@ pub fn run(args: &ExplainArgs) -> Result<Exit, Failure> {
         (None, None) => crate::policy_file::inline(&args.allow, &args.block),
     }
     .map_err(|f| f.with_exit(Exit::Usage))?;
+    let policy = crate::policy_file::bounded(policy, args.boundary.as_deref())?;
     let explained = match service_asked(&policy, url) {
         Some((service, path)) => explain_service(service, method, path),
         None if method.eq_ignore_ascii_case("CONNECT") => explain_connect(&policy, url),
@@ -97,6 +98,12 @@ fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
         Err(e) => return Ok(refused(Reason::BadHost, format!("`{target}` is not a host:port ({e})"))),
     };
     let port = authority.port.ok_or_else(|| format!("`{target}` needs a port, e.g. `{target}:443`"))?;
+    if let Some(service) = policy.service_at(&authority.host, port) {
+        let mut e = explain_service(service, "CONNECT", "/")?;
+        e.decision = service.decide_connection();
+        e.lines.insert(0, format!("CONNECT {target}: the sandbox's loopback port of service `{}`: the tunnel is a connection to the service, as by its port", service.name));
+        return Ok(e);
+    }
     let admission = policy.admit(&Question::Connect { target: &authority.host, port }, TLS);
     let mut lines = vec![format!(
         "CONNECT {target}: decided on the CONNECT target, then on the TLS server name (SNI), which must name the same host"
@@ -145,9 +152,14 @@ const TLS: TlsInspection =
 fn after_decision(policy: &Policy, admission: &Admission<'_>, host: &Host) -> Vec<String> {
     let d = &admission.decision;
     let mut lines = vec![format!("{}: {}", d.reason, d.reason.describe())];
-    if let Some(rule) = &d.rule {
-        lines.push(format!("matching entry: `{rule}`"));
+    match (&d.rule, policy.boundary()) {
+        (Some(rule), Some(b)) if d.reason == Reason::Boundary => {
+            lines.push(format!("matching entry of the boundary {}: `{rule}`", b.label()))
+        }
+        (Some(rule), _) => lines.push(format!("matching entry: `{rule}`")),
+        (None, _) => {}
     }
+    lines.extend(boundary_line(policy, d));
     if d.verdict == Verdict::WouldBlock {
         lines.push("audit mode: the policy would refuse this; it is let through and logged as would-block".to_owned());
     }
@@ -187,6 +199,20 @@ fn exception_line(policy: &Policy, d: &Decision, host: &Host, path: Option<&Cano
     }
     (d.rule.as_deref() == Some(&*o.exception)).then(|| {
         format!("{done} by exception `{}` inside {other} `{}`: the more specific entry decides", o.exception, o.inside)
+    })
+}
+
+/// Under a boundary, who decided: the boundary, which no run policy can lift (its own `explain --policy` says why),
+/// or the run's policy, which the boundary let decide.
+fn boundary_line(policy: &Policy, d: &Decision) -> Option<String> {
+    let b = policy.boundary()?;
+    Some(match d.reason {
+        Reason::Boundary => format!(
+            "the boundary {} refuses this whatever the run's policy says (`leash explain --policy {}` says why)",
+            b.label(),
+            b.label()
+        ),
+        _ => format!("within the boundary {}: it lets this on, and the run's policy decided", b.label()),
     })
 }
 

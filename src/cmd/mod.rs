@@ -10,6 +10,8 @@ pub mod docs;
 pub mod explain;
 pub mod log;
 pub mod policy;
+pub mod presets;
 pub mod probe;
 pub mod proxy;
 pub mod run;
+pub mod switch;

@@ -3,10 +3,10 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use leash_proxy::{AuditLog, Limits, Metrics, PolicyHandle, ProxyConfig, SystemResolver};
+use leash_proxy::{AuditLog, Limits, Metrics, PolicyHandle, ProxyConfig, Swapped, SystemResolver};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -15,6 +15,7 @@ use crate::exit::{Exit, Failure};
 use crate::policy_file::{check_same_resources, load_file, located};
 use crate::shared::ask::{self, AskFront, PolicySource};
 use crate::shared::client_env::write_env_file;
+use crate::shared::control::{record_swap, Control, Fits, InForce, Peer};
 use crate::shared::sandboxed::{audit_mode, parse_pins};
 use crate::shared::secrets;
 use crate::shared::services;
@@ -36,8 +37,10 @@ async fn serve(args: ProxyArgs) -> Result<Exit, Failure> {
         (None, Some(task)) => crate::policy_file::load_task(task)?.0.policy,
         (None, None) => crate::policy_file::inline(&args.allow, &args.block)?,
     };
+    let policy = crate::policy_file::bounded(policy, args.boundary.as_deref())?;
     let policy = ask::ask_mode(audit_mode(policy, args.audit), &args.ask)?;
     let ask_socket = policy.asks().then(|| ask::bind_socket(&args.ask)).transpose()?;
+    let control_socket = args.control.as_deref().map(|path| bind_control(path, &policy)).transpose()?;
     let secrets = Arc::new(secrets::read_or_exit(&policy)?);
     let placeholders = secrets::placeholder_lines(&policy, &secrets);
     let upstream_auth = secrets::upstream_auth_or_exit(&policy)?;
@@ -77,6 +80,17 @@ async fn serve(args: ProxyArgs) -> Result<Exit, Failure> {
     if let Some(front) = &ask {
         start_asking(front)?;
     }
+    let start = InForce::at_start(args.policy.as_deref().or(args.task.as_deref()), &args.allow, &args.block);
+    let control = control_socket.map(|socket| {
+        let start = start.clone();
+        // Every listener a policy may need is the proxy's own, and it always has a CA: services and credentials are
+        // all a switch must keep (`check_same_resources`).
+        let fits: Fits = Box::new(|_| Ok(()));
+        Arc::new(Control::new(socket, (policy.clone(), config.audit.clone()), start, args.audit, fits))
+    });
+    if let Some(control) = &control {
+        Control::serve(control).map_err(|e| Failure::refused(format!("cannot serve the control socket: {e}")))?;
+    }
     let Signals { term, int, hup } = Signals::install();
     if let Ok(addr) = listener.local_addr() {
         // Clients are given the placeholders; the real values stay in this process.
@@ -94,7 +108,7 @@ async fn serve(args: ProxyArgs) -> Result<Exit, Failure> {
         (None, Some(task)) => Some(Source::Task(task.clone())),
         (None, None) => None,
     };
-    tokio::spawn(reload_on_hangup(reloads, hup, (source, modes)));
+    tokio::spawn(reload_on_hangup(reloads, hup, (source, modes), (control, start)));
     let listeners = leash_proxy::Listeners { proxy: listener, transparent: Vec::new(), services: service_sockets };
     let served = leash_proxy::serve_listeners(listeners, config, shutdown_signal(term, int)).await;
     drop(socket_files);
@@ -102,6 +116,16 @@ async fn serve(args: ProxyArgs) -> Result<Exit, Failure> {
         eprint!("{summary}");
     }
     served.map(|()| Exit::Ok).map_err(Failure::refused)
+}
+
+/// `--control`'s socket, bound; not with ask mode, whose `always` answers write the file the proxy started with.
+fn bind_control(path: &std::path::Path, policy: &leash_policy::Policy) -> Result<ask::socket::Bound, Failure> {
+    if policy.asks() {
+        return Err(Failure::usage(
+            "--control cannot be used in ask mode: its `always` answers write the policy file leash started with",
+        ));
+    }
+    Control::bind(path)
 }
 
 /// Ask mode's front ends for the proxy: the bound control socket, and the policy file an `always` answer changes.
@@ -191,6 +215,7 @@ async fn reload_on_hangup(
     reloads: Reloads,
     hup: std::io::Result<tokio::signal::unix::Signal>,
     (source, modes): (Option<Source>, Modes),
+    (control, mut in_force): (Option<Arc<Control>>, InForce),
 ) {
     let Reloads { policy, audit, metrics } = reloads;
     let Ok(mut hup) = hup else {
@@ -202,7 +227,9 @@ async fn reload_on_hangup(
         if let Err(e) = audit.reopen() {
             tracing::error!("{e}; writing on to the file already open");
         }
-        let Some(source) = &source else {
+        // After a switch, the file switched to is the one in force: a SIGHUP (logrotate's) must not undo the switch.
+        let switched = control.as_ref().and_then(|c| c.in_force().switched_to).map(|(p, prof)| Source::Policy(p, prof));
+        let Some(source) = switched.as_ref().or(source.as_ref()) else {
             tracing::info!("the policy came from --allow/--block: nothing to reload");
             continue;
         };
@@ -219,11 +246,15 @@ async fn reload_on_hangup(
         };
         let reloaded = reloaded.and_then(|p| with_modes(p, modes));
         let running = policy.current();
-        match reloaded.and_then(|p| check_same_resources(&running, &p).map(|()| p)) {
-            Ok(p) => {
-                policy.store(p);
+        match reloaded.and_then(|p| check_same_resources(&running, &p).map(|()| p)).and_then(|p| policy.store(p)) {
+            Ok(swapped) => {
                 metrics.count_reload(true);
-                tracing::info!("reloaded the policy from `{}`", path.display());
+                tracing::info!(
+                    "reloaded the policy from `{}`: {} open connection(s) it refuses cut",
+                    path.display(),
+                    swapped.cut
+                );
+                in_force = record_reload(&audit, (control.as_deref(), in_force), path, swapped);
             }
             Err(why) => {
                 metrics.count_reload(false);
@@ -231,6 +262,25 @@ async fn reload_on_hangup(
             }
         }
     }
+}
+
+/// Write a SIGHUP reload's `policy-switch` line (it may have cut connections, whose outcomes say so); the policy in
+/// force now, which `control` (if any) also learns.
+fn record_reload(
+    audit: &AuditLog,
+    (control, before): (Option<&Control>, InForce),
+    path: &Path,
+    swapped: Swapped,
+) -> InForce {
+    let from = control.map_or(before, Control::in_force);
+    let to = InForce::reloaded(path, from.switched_to.clone());
+    if let Err(e) = record_swap(audit, (&from, &to), swapped, ("sighup", Peer::default())) {
+        tracing::error!("{e}");
+    }
+    if let Some(control) = control {
+        control.reloaded(to.clone());
+    }
+    to
 }
 
 /// Where the policy a SIGHUP reloads comes from.

@@ -9,7 +9,7 @@ use leash_policy::Policy;
 use leash_proxy::inside::Plan;
 use leash_sandbox::{Isolation, Netns};
 
-use crate::exit::{Exit, Failure};
+use crate::exit::Failure;
 use crate::shared::{probe, services};
 
 /// How often leash looks whether the namespace it serves is still there.
@@ -40,7 +40,7 @@ pub struct Attached {
 /// policy's services (ports on the listening address inside, Unix sockets at their paths). A namespace that is not
 /// isolated, or any bind that fails, is exit 125 with the reason. One served with routes allowed, where leash
 /// cannot see the wall, is first probed from inside ([`self_test`]).
-pub fn attach(target: &Target, policy: &Policy) -> Result<Attached, Exit> {
+pub fn attach(target: &Target, policy: &Policy) -> Result<Attached, Failure> {
     let id = leash_sandbox::netns_id(&target.netns).map_err(|e| refuse(&e))?;
     let mut plan = Plan::proxy_at(target.listen).with_services(&services::ports(policy));
     if target.transparent {
@@ -50,7 +50,7 @@ pub fn attach(target: &Target, policy: &Policy) -> Result<Attached, Exit> {
     if target.isolation.allow_routes {
         self_test(target, &plan)?;
     }
-    let (unix, socket_files) = services::bind_sockets(policy).map_err(Failure::report)?;
+    let (unix, socket_files) = services::bind_sockets(policy)?;
     services::announce(policy);
     Ok(Attached { inside: inside.with_services(unix), socket_files, id })
 }
@@ -59,13 +59,14 @@ pub fn attach(target: &Target, policy: &Policy) -> Result<Attached, Exit> {
 /// after leash's listeners are bound there (they must answer): anything outside that answers — a canary, a
 /// resolver, a documentation address a middlebox answers for — or a listener on its loopback that is not leash's
 /// refuses the namespace, naming each probe. This is what catches a second NetworkPolicy that reopened egress.
-fn self_test(target: &Target, plan: &Plan) -> Result<(), Exit> {
+fn self_test(target: &Target, plan: &Plan) -> Result<(), Failure> {
     let expected = probe::Expected {
         tcp: plan.tcp().into_iter().map(std::net::SocketAddr::V4).collect(),
         udp: plan.udp().into_iter().map(std::net::SocketAddr::V4).collect(),
         canaries: target.canaries.clone(),
         wall: probe::Wall::Outside,
         resolv_conf: resolv_conf_of(&target.netns),
+        reach: probe::Reach::Connect,
     };
     let probes = leash_sandbox::run_in_netns(&target.netns, move || probe::run(&expected)).map_err(|e| refuse(&e))?;
     tracing::info!("containment self-test of {}:\n{}", target.netns, probe::report(&probes));
@@ -73,13 +74,12 @@ fn self_test(target: &Target, plan: &Plan) -> Result<(), Exit> {
         return Ok(());
     }
     let open: Vec<probe::Probe> = probes.into_iter().filter(|p| !p.ok).collect();
-    eprint!(
-        "leash: not serving it: the network namespace {} has routes out and its self-test found a way out that \
-         something outside should have dropped:\n{}",
+    Err(Failure::sandbox_failed(format!(
+        "not serving it: the network namespace {} has routes out and its self-test found a way out that something \
+         outside should have dropped:\n{}",
         target.netns,
-        probe::report(&open)
-    );
-    Err(Exit::SandboxFailed)
+        probe::report(&open).trim_end()
+    )))
 }
 
 /// The resolver configuration the namespace's programs read: `ip netns exec NAME`'s `/etc/netns/NAME/resolv.conf`
@@ -140,9 +140,8 @@ fn processes_in(id: (u64, u64)) -> usize {
     pids.filter(in_it).count()
 }
 
-fn refuse(e: &leash_sandbox::SandboxError) -> Exit {
-    eprintln!("leash: not serving it: {e}");
-    Exit::SandboxFailed
+fn refuse(e: &leash_sandbox::SandboxError) -> Failure {
+    Failure::sandbox_failed(format!("not serving it: {e}"))
 }
 
 /// Makes leash non-dumpable (`leash_sandbox::harden_self`) before it binds anything in a namespace it does not

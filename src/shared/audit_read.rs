@@ -120,6 +120,8 @@ impl Joiner {
         match AuditLine::parse(line) {
             Some(AuditLine::Decision(decision)) => self.add_decision(decision.id, decision_record(*decision)),
             Some(AuditLine::Outcome(outcome)) => self.add_outcome(outcome.id, outcome),
+            // A policy switch is a line of the log, not a request: nothing to count.
+            Some(AuditLine::Switch(_)) => {}
             None => self.skipped += 1,
         }
     }

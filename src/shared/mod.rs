@@ -8,6 +8,7 @@ pub mod attach;
 pub mod audit_read;
 pub mod client_env;
 pub mod consoles;
+pub mod control;
 pub mod open_files;
 pub mod probe;
 pub mod sandboxed;

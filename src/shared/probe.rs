@@ -1,7 +1,8 @@
 //! The containment self-test: from the process it runs in (a sandboxed command's uid and namespaces), every way out
 //! that must be shut is tried, and leash's own listeners must answer. `leash probe` runs it for any sandbox or pod;
-//! `leash run` runs it as the command would run before starting the command in the per-uid containment, and refuses
-//! the run, naming the probe, when anything got through.
+//! `leash run` runs it as the command would run before starting the command, in every containment (in the
+//! user-namespace sandbox in the command's place, `cmd/probe.rs`), and refuses the run, naming the probe, when
+//! anything got through.
 //!
 //! A probe passes when the attempt fails at once for a reason that means nothing left: `EPERM`/`EACCES` (a firewall's
 //! drop, a seccomp or socket refusal), `ENETUNREACH`/`EHOSTUNREACH`/`EADDRNOTAVAIL` (no route), `EAFNOSUPPORT` (no
@@ -23,6 +24,10 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// The first argument `leash run`'s sandbox starts leash with in the command's place (`cmd/probe.rs`, `in_sandbox`);
+/// `main` looks for it before parsing anything else. Not a subcommand a person types.
+pub const IN_SANDBOX: &str = "__sandbox-self-test";
 
 /// How long a connection may take before it counts as a packet that left: a firewall's drop or a missing route
 /// fails at once, a loopback listener answers in microseconds.
@@ -50,6 +55,21 @@ pub struct Expected {
     pub wall: Wall,
     /// The resolver configuration of the place probed (default: `/etc/resolv.conf`).
     pub resolv_conf: Option<PathBuf>,
+    /// How leash's own TCP listeners are shown to answer.
+    pub reach: Reach,
+}
+
+/// How leash's own TCP listeners ([`Expected::tcp`]) are shown to answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reach {
+    /// A connection to each: where a firewall or a namespace leash did not make stands between, it must let them
+    /// through.
+    #[default]
+    Connect,
+    /// Each is found listening in this namespace's table, and left alone: in leash's own sandbox, which binds them
+    /// itself and where a connection would be one leash then serves (a TCP service's is relayed to its target and
+    /// logged).
+    Listed,
 }
 
 /// Where the traffic that must not leave is stopped.
@@ -97,8 +117,16 @@ pub fn run_stepwise(expected: &Expected, before: &mut dyn FnMut(&str), after: &m
     };
     // Where no route leads, nothing can leave: said so, without an attempt (a kernel refusing for want of a route
     // answers as a firewall's reject would, and the self-test must tell the two apart).
+    // The documentation addresses' routes are looked up once for the several probes that try each (every lookup from
+    // leash's sandbox is a `connect` its init makes).
+    let (v4, v6) = (std::cell::OnceCell::new(), std::cell::OnceCell::new());
+    let route_to = |to: SocketAddr| match to {
+        _ if to == OUTSIDE_V4 => *v4.get_or_init(|| has_route(OUTSIDE_V4)),
+        _ if to == OUTSIDE_V6 => *v6.get_or_init(|| has_route(OUTSIDE_V6)),
+        _ => has_route(to),
+    };
     let routed = |what: &dyn Fn() -> io::Result<()>, to: SocketAddr| {
-        if has_route(to) {
+        if route_to(to) {
             judged(what(), false)
         } else {
             (true, NO_ROUTE.to_owned())
@@ -122,10 +150,15 @@ pub fn run_stepwise(expected: &Expected, before: &mut dyn FnMut(&str), after: &m
     if !outside {
         attempt("icmp echo 192.0.2.1".to_owned(), &|| routed(&|| icmp(OUTSIDE_V4.ip()), OUTSIDE_V4));
     }
-    let udp_bound = bound_sockets(&[("net/udp", false), ("net/udp6", true)], None);
+    // Read only when a loopback resolver other than leash's is named: the table lists every UDP socket of every
+    // namespace (a quarter of a millisecond here), and a sandbox's resolv.conf names leash's stub alone.
+    let udp_bound = std::cell::OnceCell::new();
+    let bound_at = |resolver: &SocketAddr| {
+        udp_bound.get_or_init(|| bound_sockets(&[("net/udp", false), ("net/udp6", true)], None)).contains(resolver)
+    };
     for resolver in resolvers(expected.resolv_conf.as_deref()).into_iter().filter(|r| !expected.udp.contains(r)) {
         // A datagram to a loopback address nothing is bound at goes nowhere: only a resolver there is a way out.
-        if resolver.ip().is_loopback() && !udp_bound.contains(&resolver) {
+        if resolver.ip().is_loopback() && !bound_at(&resolver) {
             attempt(format!("udp resolver {resolver}"), &|| (true, "nothing there".to_owned()));
             continue;
         }
@@ -134,13 +167,18 @@ pub fn run_stepwise(expected: &Expected, before: &mut dyn FnMut(&str), after: &m
             false => attempt(format!("udp resolver {resolver}"), &|| routed(&|| udp(resolver), resolver)),
         }
     }
-    for addr in loopback_listeners().into_iter().filter(|a| !expected.tcp.contains(a)) {
+    let listening = loopback_listeners(&expected.tcp);
+    for &addr in listening.iter().filter(|a| !expected.tcp.contains(a)) {
         attempt(format!("tcp listener {addr}"), &|| judged(tcp(addr), true));
     }
     for addr in &expected.tcp {
-        attempt(format!("leash's listener {addr}"), &|| match tcp(*addr) {
-            Ok(()) => (true, "answers".to_owned()),
-            Err(e) => (false, describe(&Err(e))),
+        attempt(format!("leash's listener {addr}"), &|| match expected.reach {
+            Reach::Listed if listening.contains(addr) => (true, "listening".to_owned()),
+            Reach::Listed => (false, "not listening here".to_owned()),
+            Reach::Connect => match tcp(*addr) {
+                Ok(()) => (true, "answers".to_owned()),
+                Err(e) => (false, describe(&Err(e))),
+            },
         });
     }
     probes
@@ -271,12 +309,34 @@ fn resolvers(conf: Option<&std::path::Path>) -> Vec<SocketAddr> {
     all
 }
 
-/// Every TCP listener a process here could connect to, IPv4 and IPv6, from `/proc/net/tcp` and `/proc/net/tcp6`:
-/// one bound to an address, at that address; one bound to the wildcard, at the loopback.
-fn loopback_listeners() -> Vec<SocketAddr> {
+/// Every TCP listener a process here could connect to, IPv4 and IPv6: one bound to an address, at that address; one
+/// bound to the wildcard, at the loopback. From the kernel's `sock_diag` (`leash_sandbox::tcp_listeners`), trusted
+/// only when it lists something and every listener of leash's (`own`) is among what it lists; else from
+/// `/proc/net/tcp` and `/proc/net/tcp6`, which every kernel has (gVisor's too) but which cost milliseconds to read on
+/// a host with many sockets.
+fn loopback_listeners(own: &[SocketAddr]) -> Vec<SocketAddr> {
     /// The kernel's LISTEN state in `/proc/net/tcp`.
     const LISTEN: &str = "0A";
-    bound_sockets(&[("net/tcp", false), ("net/tcp6", true)], Some(LISTEN))
+    let mut listed: Vec<SocketAddr> = leash_sandbox::tcp_listeners()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|at| SocketAddr::new(loopback_if_wildcard(at.ip()), at.port()))
+        .collect();
+    if listed.is_empty() || !own.iter().all(|addr| listed.contains(addr)) {
+        return bound_sockets(&[("net/tcp", false), ("net/tcp6", true)], Some(LISTEN));
+    }
+    listed.sort();
+    listed.dedup();
+    listed
+}
+
+/// The loopback address of `ip`'s family where `ip` is the wildcard: what a listener bound there is reached at.
+fn loopback_if_wildcard(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        other => other,
+    }
 }
 
 /// The local addresses of the sockets in the kernel's `tables` (in `state`, if given), as [`listening_at`] says.
@@ -316,12 +376,7 @@ fn listening_at(field: &str, v6: bool) -> Option<SocketAddr> {
         (true, 16) => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(bytes.as_slice()).ok()?)),
         _ => return None,
     };
-    let ip = match ip {
-        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        other => other,
-    };
-    Some(SocketAddr::new(ip, port))
+    Some(SocketAddr::new(loopback_if_wildcard(ip), port))
 }
 
 /// The probes as lines for a person: one per probe, `ok` or `OPEN`, what, what happened.
@@ -388,12 +443,21 @@ mod tests {
         // would otherwise still be listed.
         let listener = std::net::TcpListener::bind("127.0.0.93:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        assert!(loopback_listeners().contains(&addr), "{addr} listed");
+        assert!(loopback_listeners(&[addr]).contains(&addr), "{addr} listed");
         let wildcard = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
         let at = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), wildcard.local_addr().unwrap().port());
-        assert!(loopback_listeners().contains(&at), "the wildcard listener is reached at the loopback");
+        assert!(loopback_listeners(&[addr]).contains(&at), "the wildcard listener is reached at the loopback");
+        let from_proc = bound_sockets(&[("net/tcp", false), ("net/tcp6", true)], Some("0A"));
+        assert!(from_proc.contains(&addr) && from_proc.contains(&at), "the kernel's tables say the same");
         drop(listener);
-        assert!(!loopback_listeners().contains(&addr), "{addr} no longer listening");
+        // Closed once no process holds it: a child another test is starting may hold a copy until its `execve`.
+        let closed = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            !loopback_listeners(&[]).contains(&addr)
+        });
+        assert!(closed, "{addr} no longer listening");
+        let gone = loopback_listeners(&[addr]);
+        assert!(!gone.contains(&addr), "a listener of leash's that is gone is not listed from the tables either");
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub fn proxy_parts(args: &SandboxProxyArgs, stderr_shared: bool) -> Result<Proxy
         (None, Some(task)) => crate::policy_file::load_task(task).map_err(|f| f.with_exit(Exit::Usage))?.0.policy,
         (None, None) => crate::policy_file::inline(&args.allow, &args.block)?,
     };
+    let policy = crate::policy_file::bounded(policy, args.boundary.as_deref())?;
     if args.policy.is_none() && args.task.is_none() && args.allow.is_empty() && args.block.is_empty() {
         tracing::warn!("no policy (--policy FILE, --allow HOST or --block RULE): every request is refused");
     }
@@ -254,23 +255,17 @@ pub fn config(
 
 /// Runs `work` on a new runtime with SIGINT, SIGTERM and SIGHUP taken over (before `work` says it is ready, so a
 /// harness may stop leash as soon as it reads that).
-pub fn with_stop_signals<F: std::future::Future<Output = Exit>>(
+pub fn with_stop_signals<F: std::future::Future<Output = Result<Exit, Failure>>>(
     work: impl FnOnce(leash_docker::serve::StopSignals) -> F,
-) -> Exit {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leash: cannot start the async runtime: {e}");
-            return Exit::SandboxFailed;
-        }
-    };
+) -> Result<Exit, Failure> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::sandbox_failed(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async move {
-        match leash_docker::serve::StopSignals::install() {
-            Ok(stop) => work(stop).await,
-            Err(e) => {
-                Failure::sandbox_failed(format!("cannot install the SIGINT/SIGTERM/SIGHUP handlers: {e}")).report()
-            }
-        }
+        let stop = leash_docker::serve::StopSignals::install()
+            .map_err(|e| Failure::sandbox_failed(format!("cannot install the SIGINT/SIGTERM/SIGHUP handlers: {e}")))?;
+        work(stop).await
     })
 }
 

@@ -4,6 +4,8 @@
 # Downloads the benchflow sdist from PyPI, makes a Python 3.12 venv with what the chosen test modules import, and runs
 # them with the plugin tests/benchflow/conftest_leash.py, which starts `leash proxy` where benchflow's fixtures start
 # benchflow's proxy. pytest runs in a network namespace of its own holding only `lo`: nothing but loopback exists.
+# Also checks that leash_egress.benchflow (python/) keeps benchflow's egress API (drop_in_api.py; a difference fails
+# the run too).
 # Prints `PASS|FAIL|SKIP name` per test and a count; exits 1 when a test fails that tests/benchflow/expected.txt does
 # not list, or a listed one passes; 77 when it cannot run here (no python3.12, no network namespace).
 #
@@ -61,6 +63,11 @@ set +e
   "$work/venv/bin/python" -m pytest -p conftest_leash -p no:cacheprovider -q -o addopts= $modules >"$work/pytest.log" 2>&1)
 status=$?
 set -e
+# leash_egress.benchflow, the drop-in for benchflow's egress module (docs/python.md), against this benchflow: the names
+# its rollout imports, the constants, the parameters, the agent environment.
+api=0
+PYTHONPATH="$root/python" "$work/venv/bin/python" "$here/drop_in_api.py" >"$work/api.txt" 2>&1 || api=1
+sed 's/^/drop-in: /' "$work/api.txt"
 if [ ! -s "$results" ]; then
   echo "run.sh: pytest ran no test (exit $status):" >&2
   tail -40 "$work/pytest.log" >&2
@@ -90,6 +97,10 @@ done <<<"$expected"
 if [ $bad = 1 ]; then
   echo "run.sh: results differ from tests/benchflow/expected.txt (pytest's output: rerun with LEASH_BF_KEEP=1)" >&2
   [ -n "${LEASH_BF_KEEP:-}" ] && { cp "$work/pytest.log" /tmp/leash-bf-pytest.log; echo "kept /tmp/leash-bf-pytest.log" >&2; }
+  exit 1
+fi
+if [ $api = 1 ]; then
+  echo "run.sh: leash_egress.benchflow differs from benchflow's egress module (the DIFFERS lines above)" >&2
   exit 1
 fi
 echo "run.sh: results as expected.txt says"

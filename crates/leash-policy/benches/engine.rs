@@ -56,6 +56,23 @@ fn bench_decide(c: &mut Criterion) {
         let question = Question::Request(req);
         group.bench_function(name, |b| b.iter(|| policy.decide(black_box(&question), TlsInspection::Available)));
     }
+    // The same miss inside a boundary (`--boundary`): the boundary decides first, then the run's policy.
+    let boundary =
+        load("network:\n  mode: blocklist\n  blocked_urls: [evil.example.org]\n", Format::Yaml, None).unwrap();
+    let boundary = std::sync::Arc::new(leash_policy::Boundary::new(boundary.policy, "b").unwrap());
+    let bounded = load(&big_blocklist(), Format::Yaml, None).unwrap().policy.within(boundary).unwrap();
+    let target = parse_absolute_target("http://www.site7.example.com/abs/00012.12008").unwrap();
+    let req = Request {
+        via: Via::ForwardProxy,
+        scheme: target.scheme,
+        host: &target.authority.host,
+        port: target.port(),
+        path: &target.path,
+    };
+    let question = Question::Request(req);
+    group.bench_function("miss (same host) inside a boundary", |b| {
+        b.iter(|| bounded.decide(black_box(&question), TlsInspection::Available))
+    });
     // What the proxy pays per request before deciding: parse the target, canonicalise its path.
     group.bench_function("parse + canonicalise + decide", |b| {
         b.iter(|| {

@@ -30,6 +30,14 @@ pub enum Refusals {
 }
 
 impl Refusals {
+    /// The quieter of a run's setting and its boundary's: a boundary that hides its refusals hides the run's too.
+    pub(crate) fn quieter(self, boundary: Refusals) -> Refusals {
+        match boundary {
+            Refusals::AsNotFound => Refusals::AsNotFound,
+            Refusals::Announced => self,
+        }
+    }
+
     /// The setting as written in a policy file.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -52,6 +60,20 @@ pub enum ProviderTools {
 }
 
 impl ProviderTools {
+    /// The stricter of two settings: `refuse` over `strip` over `allow`.
+    pub(crate) fn stricter(self, other: ProviderTools) -> ProviderTools {
+        let rank = |t| match t {
+            ProviderTools::Allow => 0,
+            ProviderTools::Strip => 1,
+            ProviderTools::Refuse => 2,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+
     /// The setting as written in a policy file.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -56,6 +56,28 @@ pub struct Policy {
     upstream: Option<UpstreamProxy>,
     /// `services`: the operator's own services (see [`Policy::services`]).
     services: Vec<Service>,
+    /// The operator's boundary this policy is held inside (see [`Policy::within`]).
+    boundary: Option<Arc<Boundary>>,
+    /// An allowlist's allowing entries, each as a request it admits (`leash check --within` asks a boundary).
+    allows: Vec<AllowedEntry>,
+}
+
+/// A validated boundary (see [`crate::boundary`]): a policy holding rules only, and the name messages give it (its
+/// file, as the caller read it). Made by [`Boundary::new`]; a run's policy is held inside one by [`Policy::within`].
+#[derive(Debug)]
+pub struct Boundary {
+    pub(crate) policy: Policy,
+    pub(crate) label: Arc<str>,
+}
+
+/// One entry of an allowlist as the request it admits: its host (the name a `.x` entry covers), and its path.
+#[derive(Debug, Clone)]
+pub(crate) struct AllowedEntry {
+    pub(crate) text: Arc<str>,
+    pub(crate) host: Name,
+    pub(crate) path: Option<CanonicalPath>,
+    /// A `.x` entry: it covers every subdomain of `host` too.
+    pub(crate) subtree: bool,
 }
 
 impl Policy {
@@ -134,6 +156,19 @@ impl Policy {
         self.services.iter().find(|s| s.listen == crate::services::ServiceListen::Port(port))
     }
 
+    /// The service a CONNECT to `host:port` means: the one listening on `port` when `host` is the sandbox's own
+    /// loopback (`localhost`, `127.0.0.1`, `[::1]`). A client that tunnels to a loopback gateway through the proxy
+    /// whatever `NO_PROXY` says (Gemini's) reaches the service it would have reached by the port, and nothing else:
+    /// any other address stays an IP literal.
+    pub fn service_at(&self, host: &Host, port: u16) -> Option<&Service> {
+        let loopback = match host {
+            Host::Name(name) => name.as_str() == "localhost",
+            Host::Ipv4(ip) => *ip == Ipv4Addr::LOCALHOST,
+            Host::IpLiteral(literal) => &**literal == "[::1]",
+        };
+        loopback.then(|| self.service_on_port(port)).flatten()
+    }
+
     /// This policy in audit mode. Every name is then reachable, model APIs among them: their tunnels are inspected.
     pub fn into_audit(self) -> Policy {
         let may_inspect = self.may_inspect || self.provider_tools != ProviderTools::Allow;
@@ -163,7 +198,7 @@ impl Policy {
     /// False when no tunnel can ever be inspected: no `inspect: all`, no path rule, and no model API host whose tools
     /// are filtered can be allowed. A caller may then do without a CA (`leash run` writes none). Errs towards true.
     pub fn may_inspect(&self) -> bool {
-        self.may_inspect
+        self.may_inspect || self.boundary.as_ref().is_some_and(|b| b.policy.may_inspect())
     }
 
     /// `network.refusals`: how the proxy answers a refusal (it logs it as one either way).
@@ -203,6 +238,9 @@ impl Policy {
     /// `allowed_urls` entry names it and `allowed_hosts` does not already allow it whole. Such a host's tunnels are
     /// inspected (so are a model API's, see [`Policy::filters_provider_tools`], and every one under `inspect: all`).
     pub fn host_has_path_rules(&self, host: &Host) -> bool {
+        if self.boundary.as_ref().is_some_and(|b| b.policy.host_has_path_rules(host)) {
+            return true;
+        }
         let Host::Name(name) = host else { return false };
         if !self.exceptions.is_empty() {
             return self.name_level(name.as_str()).path_matters;
@@ -272,7 +310,11 @@ impl Policy {
     /// inside one of `own`: what this host's kernel delivers locally, whole prefixes included, and where the proxy
     /// listens) and not inside `allow_destinations`. No address at all is refused too: there is nothing checked to
     /// dial.
+    /// Under a boundary, an address must be exempt in both: the boundary's `allow_destinations` caps the run's.
     pub fn check_destination(&self, addrs: &[IpAddr], own: &[Cidr]) -> Result<(), Reason> {
+        if let Some(boundary) = &self.boundary {
+            boundary.policy.check_destination(addrs, own)?;
+        }
         if addrs.is_empty() {
             return Err(Reason::InternalDestination);
         }
@@ -312,6 +354,10 @@ impl Policy {
         }
         rules.finish();
         let exceptions = compile_exceptions(&network, kind);
+        let allows = match network.mode {
+            Mode::Allowlist => allowed_entries(&network),
+            Mode::Blocklist => Vec::new(),
+        };
         let (model_exact, model_subtrees) = model_sets(&network.model_apis);
         let filters_models = network.provider_tools != ProviderTools::Allow;
         let may_inspect = !network.credentials.is_empty()
@@ -345,7 +391,34 @@ impl Policy {
             credentials: network.credentials,
             upstream: network.upstream,
             services: network.services,
+            boundary: None,
+            allows,
         }
+    }
+
+    /// This policy inside `boundary`, unchecked (see [`Policy::within`]): the boundary's stricter settings for
+    /// provider tools and refusals apply to the run too.
+    pub(crate) fn bounded_by(self, boundary: Arc<Boundary>) -> Policy {
+        let provider_tools = self.provider_tools.stricter(boundary.policy.provider_tools);
+        // Errs towards true, as `may_inspect` may: a model API the run allowed unread is now read.
+        let may_inspect = self.may_inspect || provider_tools != self.provider_tools;
+        let refusals = self.refusals.quieter(boundary.policy.refusals);
+        Policy { provider_tools, may_inspect, refusals, boundary: Some(boundary), ..self }
+    }
+
+    /// The boundary this policy is held inside, if any.
+    pub fn boundary(&self) -> Option<&Arc<Boundary>> {
+        self.boundary.as_ref()
+    }
+
+    /// An allowlist's allowing entries (empty for a blocklist).
+    pub(crate) fn allowed_entries(&self) -> &[AllowedEntry] {
+        &self.allows
+    }
+
+    /// Whether `model_apis` added a host to [`DEFAULT_MODEL_APIS`].
+    pub(crate) fn declares_model_apis(&self) -> bool {
+        self.model_exact.len() > DEFAULT_MODEL_APIS.len() || !self.model_subtrees.is_empty()
     }
 
     /// A plain-HTTP request to a credential's host: the credential would travel in clear, so it is refused unless
@@ -442,7 +515,8 @@ impl Policy {
     /// such a name and NXDOMAINs every other. A host with path rules is reachable (each request is then decided on
     /// its path); an IP literal, listed dotted quads included, is never reachable as a name.
     pub fn name_is_reachable(&self, host: &Host) -> bool {
-        self.decide_lookup(host).verdict != Verdict::Block
+        let outside = self.boundary.as_ref().is_some_and(|b| b.policy.decide_lookup(host).verdict == Verdict::Block);
+        !outside && self.decide_lookup(host).verdict != Verdict::Block
     }
 
     /// The decision on a name alone, as [`Policy::name_is_reachable`] takes it, with the rule and reason an audit
@@ -485,6 +559,25 @@ fn model_sets(entries: &[HostPattern]) -> (FastMap<Box<str>, ()>, FastMap<Box<st
         };
     }
     (exact, subtrees)
+}
+
+/// An allowlist's `allowed_hosts` names and `allowed_urls` entries, as the requests they admit.
+fn allowed_entries(network: &Network) -> Vec<AllowedEntry> {
+    let hosts = network.hosts.iter().filter_map(|rule| {
+        let (host, subtree) = match &rule.pattern {
+            HostPattern::Exact(name) => (name.clone(), false),
+            HostPattern::Subtree(name) => (name.clone(), true),
+            HostPattern::Ipv4(_) => return None,
+        };
+        Some(AllowedEntry { text: rule.text.clone(), host, path: None, subtree })
+    });
+    let urls = network.urls.iter().map(|rule| AllowedEntry {
+        text: rule.text.clone(),
+        host: rule.host.clone(),
+        path: rule.path.clone(),
+        subtree: false,
+    });
+    hosts.chain(urls).collect()
 }
 
 /// An allowlist's `allowed_hosts` names as (name, covers subdomains); its `allowed_urls` all carry a path.

@@ -70,6 +70,13 @@ pub enum Hint {
     },
     /// Neither `ports` nor `tunnel_ports` lists a port, so no request can pass (and no name resolves).
     NoPorts,
+    /// Allowlist: the host refused is one of a preset's (`+python`), which the policy does not name.
+    InPreset {
+        /// The host refused.
+        host: Box<str>,
+        /// The newest version of the preset, as written in a policy (`+python@1`).
+        preset: Box<str>,
+    },
 }
 
 /// The policy's two port lists.
@@ -88,7 +95,26 @@ impl Policy {
         let Some(name) = refused.host.name() else { return port.into_iter().collect() };
         let subdomain = self.subdomain_hint(name, refused.reason);
         let path = self.path_hint(name, refused);
-        port.into_iter().chain(subdomain).chain(path).collect()
+        let preset = self.preset_hint(name, refused.reason);
+        port.into_iter().chain(subdomain).chain(path).chain(preset).collect()
+    }
+
+    /// `files.pythonhosted.org` refused by an allowlist: it is one of `+python`'s hosts, which find it and its
+    /// companions (trial and error finds them one refusal at a time).
+    fn preset_hint(&self, name: &Name, reason: Reason) -> Option<Hint> {
+        if self.mode() != Mode::Allowlist || reason != Reason::NotAllowed {
+            return None;
+        }
+        let host = name.as_str();
+        // A host allowed on some paths only was narrowed on purpose: its preset would undo that.
+        if self.rules().first_path_rule(host).is_some() {
+            return None;
+        }
+        let preset = crate::file::HOST_PRESETS
+            .iter()
+            .filter_map(|p| crate::file::newest_preset(p.name))
+            .find(|p| p.hosts.iter().any(|(h, _)| *h == host))?;
+        Some(Hint::InPreset { host: host.into(), preset: preset.spelled().into() })
     }
 
     fn port_hint(&self, kind: RequestKind, port: u16) -> Hint {
@@ -178,6 +204,11 @@ impl fmt::Display for Hint {
                 )
             }
             Hint::NoPorts => write!(f, "`ports` and `tunnel_ports` are both empty, so no request can pass"),
+            Hint::InPreset { host, preset } => write!(
+                f,
+                "`{host}` is one of the preset {preset}'s hosts: `{preset}` in allowed_hosts adds it and its \
+                 companions (`leash policy presets` lists them)"
+            ),
         }
     }
 }
@@ -283,6 +314,24 @@ mod tests {
         // An IP literal refused for its port still gets the port hint.
         let got = hints(&policy, RequestKind::Tunnel, "10.0.0.1", 22, None, Reason::Port);
         assert_eq!(got, ["port 22 is not in `tunnel_ports` [443], the ports a CONNECT (https) may name"]);
+    }
+
+    #[test]
+    fn a_host_of_a_preset_names_the_preset_unless_its_paths_were_narrowed_on_purpose() {
+        let policy = allowlist(&["pypi.org"]);
+        let got = hints(&policy, RequestKind::Tunnel, "files.pythonhosted.org", 443, None, Reason::NotAllowed);
+        assert_eq!(
+            got,
+            ["`files.pythonhosted.org` is one of the preset +python@1's hosts: `+python@1` in allowed_hosts adds it \
+              and its companions (`leash policy presets` lists them)"]
+        );
+        let other = allowlist(&["example.org"]);
+        assert!(hints(&other, RequestKind::Tunnel, "upload.pypi.org", 443, None, Reason::NotAllowed).is_empty());
+        let narrowed = yaml("network:\n  mode: allowlist\n  allowed_urls: [github.com/rust-lang/]\n");
+        let got = hints(&narrowed, RequestKind::Http, "github.com", 443, Some("/x"), Reason::NotAllowed);
+        assert!(got.len() == 1 && got[0].contains("some paths only"), "{got:?}");
+        let blocklist = Policy::from_inline(&[], &["pypi.org".to_owned()]).unwrap();
+        assert!(hints(&blocklist, RequestKind::Tunnel, "pypi.org", 443, None, Reason::Rule).is_empty());
     }
 
     #[test]

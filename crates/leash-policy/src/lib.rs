@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod boundary;
 pub mod credentials;
 pub mod decision;
 pub mod dest;
@@ -33,10 +34,11 @@ pub use admission::{Admission, Route, Treatment, Tunnel};
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
 pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Refusals, Request, Scheme, Verdict, Via};
 pub use dest::{is_internal, Cidr, CidrError};
-pub use engine::{Overruled, Policy};
+pub use engine::{Boundary, Overruled, Policy};
 pub use file::{
-    allow_host, load, load_attachment, task_policy, Attachment, EditError, Format, Loaded, Namespace, PolicyError,
-    PolicyErrorKind, TaskFormat, TaskPolicy, Warning,
+    allow_host, load, load_attachment, newest_preset, preset_named, task_policy, Attachment, EditError, Format,
+    HostPreset, Loaded, Namespace, PolicyError, PolicyErrorKind, PresetUse, TaskFormat, TaskPolicy, Warning,
+    HOST_PRESETS,
 };
 pub use hints::{Hint, PortList, Refused, RequestKind};
 pub use host::{parse_authority, parse_host, parse_port, Authority, Host, HostError, Name};

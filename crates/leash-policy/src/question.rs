@@ -4,7 +4,7 @@
 //! that tunnel is inspected, the request inside it.
 
 use crate::decision::{ClientHelloFacts, Decision, Request, Scheme, Verdict, Via};
-use crate::engine::Policy;
+use crate::engine::{Boundary, Policy};
 use crate::host::Host;
 use crate::path::CanonicalPath;
 use crate::reason::Reason;
@@ -75,7 +75,49 @@ impl<'a> Question<'a> {
 impl Policy {
     /// Decide `question`. The proxy asks at each step of a request, the DNS stub on each lookup, and `leash explain`
     /// once per request; all of them through here, so none can take a decision the others would not.
+    ///
+    /// Under a boundary ([`Policy::within`]) the boundary decides first and its refusal is the answer; see
+    /// [`crate::boundary`].
     pub fn decide(&self, question: &Question<'_>, tls: TlsInspection) -> Decision {
+        match self.boundary() {
+            Some(boundary) => self.decide_within(boundary, question, tls),
+            None => self.decide_own(question, tls),
+        }
+    }
+
+    /// The decision inside `boundary`: its refusal first, so nothing of the run's (audit mode, an ask-mode answer)
+    /// comes before it; then the run's own, inspected where the boundary's path rules want a tunnel read.
+    fn decide_within(&self, boundary: &Boundary, question: &Question<'_>, tls: TlsInspection) -> Decision {
+        if let Question::Https { host, port, path } = *question {
+            // Each step bounded on its own: the tunnel, then (inspected) the request inside it.
+            let tunnel = self.decide(&Question::ClientHello { target: host, port, hello: server_name(host) }, tls);
+            return match tunnel.verdict {
+                Verdict::Inspect => self.decide(
+                    &Question::Request(Request { via: Via::Tunnel, scheme: Scheme::Https, host, port, path }),
+                    tls,
+                ),
+                _ => tunnel,
+            };
+        }
+        let outer = boundary.policy.decide_enforced(question, tls);
+        if outer.verdict == Verdict::Block {
+            // INVARIANT: a boundary's refusal is final: reason `boundary`, which audit mode does not lift and ask mode
+            // does not ask about.
+            return Decision { verdict: Verdict::Block, reason: Reason::Boundary, rule: outer.rule };
+        }
+        let inner = self.decide_own(question, tls);
+        let tunnel = matches!(question, Question::Connect { .. } | Question::ClientHello { .. });
+        match (inner.verdict, outer.verdict) {
+            // INVARIANT: a tunnel the boundary reads (its path rules) is read, however the run would have passed it.
+            (Verdict::Allow | Verdict::WouldBlock, Verdict::Inspect) if tunnel => {
+                inspectable(Decision { verdict: Verdict::Inspect, ..inner }, tls)
+            }
+            _ => inner,
+        }
+    }
+
+    /// The decision of this policy alone.
+    fn decide_own(&self, question: &Question<'_>, tls: TlsInspection) -> Decision {
         let d = self.decide_enforced(question, tls);
         match d.verdict {
             // INVARIANT: audit mode lets through only what the host and path rules refuse; ports, IP literals, the
@@ -101,7 +143,7 @@ impl Policy {
     }
 
     /// The decision as an enforcing policy takes it.
-    fn decide_enforced(&self, question: &Question<'_>, tls: TlsInspection) -> Decision {
+    pub(crate) fn decide_enforced(&self, question: &Question<'_>, tls: TlsInspection) -> Decision {
         match *question {
             Question::Request(req) => self.decide_request(&req),
             Question::Connect { target, port } => inspectable(self.decide_connect(target, port), tls),
@@ -112,12 +154,8 @@ impl Policy {
                 inspectable(d, if named { tls } else { TlsInspection::Unavailable })
             }
             Question::Https { host, port, path } => {
-                let name = host.as_str();
-                let hello = match host {
-                    Host::Name(_) => ClientHelloFacts::ServerName(&name),
-                    _ => ClientHelloFacts::NoServerName,
-                };
-                let tunnel = self.decide_enforced(&Question::ClientHello { target: host, port, hello }, tls);
+                let tunnel =
+                    self.decide_enforced(&Question::ClientHello { target: host, port, hello: server_name(host) }, tls);
                 match tunnel.verdict {
                     Verdict::Inspect => {
                         self.decide_request(&Request { via: Via::Tunnel, scheme: Scheme::Https, host, port, path })
@@ -127,6 +165,14 @@ impl Policy {
             }
             Question::Lookup { host } => self.decide_lookup(host),
         }
+    }
+}
+
+/// The ClientHello a client sends to `host` (`leash explain`'s `https://` URL): its name, none for an address.
+fn server_name<'h>(host: &'h Host) -> ClientHelloFacts<'h> {
+    match host {
+        Host::Name(name) => ClientHelloFacts::ServerName(name.as_str()),
+        _ => ClientHelloFacts::NoServerName,
     }
 }
 

@@ -61,11 +61,14 @@ pub enum Reason {
     AskTimeout,
     /// Ask mode: a lookup of a name no rule admits is answered, because the request that follows is held and asked.
     Ask,
+    /// The operator's boundary (`--boundary`) refuses it, whatever the run's own policy says: no run policy, audit
+    /// mode or ask-mode answer lifts it.
+    Boundary,
 }
 
 impl Reason {
     /// Every reason, in the order the README lists them.
-    pub const ALL: [Reason; 26] = [
+    pub const ALL: [Reason; 27] = [
         Reason::Rule,
         Reason::Default,
         Reason::NotAllowed,
@@ -92,6 +95,7 @@ impl Reason {
         Reason::Denied,
         Reason::AskTimeout,
         Reason::Ask,
+        Reason::Boundary,
     ];
 
     /// The published word for this reason.
@@ -123,6 +127,7 @@ impl Reason {
             Reason::Denied => "denied",
             Reason::AskTimeout => "ask-timeout",
             Reason::Ask => "ask",
+            Reason::Boundary => "boundary",
         }
     }
 
@@ -171,6 +176,7 @@ impl Reason {
             Reason::Denied => "ask mode: a person refused this host for the rest of the run",
             Reason::AskTimeout => "ask mode: nobody answered in time; the host is refused for the rest of the run",
             Reason::Ask => "ask mode: the name is answered; the request that follows is held until a person answers",
+            Reason::Boundary => "the boundary the operator set refuses this; no run policy can allow it",
         }
     }
 }

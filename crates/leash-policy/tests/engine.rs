@@ -9,6 +9,8 @@ use leash_policy::{
 
 #[path = "engine/admission.rs"]
 mod admission;
+#[path = "engine/boundary.rs"]
+mod boundary;
 #[path = "engine/credentials.rs"]
 mod credentials;
 #[path = "engine/decisions.rs"]

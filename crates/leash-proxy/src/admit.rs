@@ -111,6 +111,8 @@ pub(crate) struct Admitted<U> {
     pub through: Option<String>,
     /// The rule the request was allowed by: a refusal at a later re-dial names it too.
     pub rule: Option<Arc<str>>,
+    /// Whether a person's answer let it on (ask mode), not the rules: a new policy's rules do not cut it then.
+    pub by_person: bool,
 }
 
 /// Admit one request: decide → credential → model API body gate → leak check → route → log. `request` is
@@ -162,7 +164,7 @@ where
         _ => redact,
     };
     let watches = Watches { redact, leaks: LeakWatch::new(secrets, own), via_proxy: through.clone() };
-    Ok(Admitted { upstream, watches, query, body: read, through, rule: decision.rule })
+    Ok(Admitted { upstream, watches, query, body: read, through, rule: decision.rule, by_person: ruling.is_some() })
 }
 
 /// The policy's answer about the request, and in ask mode a person's: a request the rules refuse as `not-allowed` is

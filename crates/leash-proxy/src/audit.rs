@@ -30,8 +30,8 @@ use serde::Serialize;
 mod line;
 
 pub use line::{
-    verdict_word, AuditLine, DecisionEntry, LineKind, OutcomeEntry, UpstreamFailure, LOOKUP_METHOD, SERVICE_METHOD,
-    TUNNEL_METHOD,
+    verdict_word, AuditLine, DecisionEntry, LineKind, OutcomeEntry, SwitchEntry, UpstreamFailure, LOOKUP_METHOD,
+    SERVICE_METHOD, SWITCH_EVENT, TUNNEL_METHOD,
 };
 
 /// Where the lines go.
@@ -344,6 +344,11 @@ impl AuditLog {
 
     /// Write an outcome line.
     pub fn outcome(&self, entry: &OutcomeEntry<'_>) -> Result<(), AuditError> {
+        self.write_line(entry)
+    }
+
+    /// Write the line of a policy switch.
+    pub fn switch(&self, entry: &SwitchEntry<'_>) -> Result<(), AuditError> {
         self.write_line(entry)
     }
 

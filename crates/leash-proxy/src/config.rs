@@ -9,7 +9,7 @@ use crate::credentials::Secrets;
 use crate::fair::ConnectionBound;
 pub use crate::limits::{connections_for_open_files, Limits, FDS_PER_CONNECTION, FD_HEADROOM, MAX_MODEL_BODY};
 use crate::metrics::Metrics;
-pub use crate::policy_handle::{PolicyHandle, Snapshot};
+pub use crate::policy_handle::{PolicyHandle, Snapshot, Swapped};
 use crate::resolve::Resolve;
 use crate::tls::Inspection;
 

@@ -15,6 +15,7 @@ use crate::h1_admit::admit_h1;
 use crate::pool::PoolKey;
 use crate::request::{plan, refuse_early, Plan};
 use crate::shared::Shared;
+use crate::standing::{until_cut, Recheck};
 use crate::wire::http_head::{BodyFraming, RequestHead};
 use crate::wire::target::split_query;
 
@@ -44,7 +45,19 @@ where
     plan.framing = sending.framing;
     let allowed = Asked { path: Some(split_query(plan.target.path_and_query).0), ..asked };
     let (head, bytes, admitted) = (&*sending.head, &sending.bytes, sending.admitted);
-    forward(&ctx, client, (head, &plan, bytes, admitted.watches), key, admitted.upstream, &allowed).await
+    let standing = (!admitted.by_person).then(|| {
+        let (scheme, host, path) = (plan.target.scheme, plan.target.authority.host.clone(), plan.target.path.clone());
+        sh.cfg.policy.register(Recheck::Request { scheme, host, port, path }, &ctx.snap, ctx.tls())
+    });
+    let forwarding = forward(&ctx, client, (head, &plan, bytes, admitted.watches), key, admitted.upstream, &allowed);
+    match until_cut(forwarding, standing.as_ref()).await {
+        Some(next) => next,
+        None => {
+            // A new policy refuses it mid-exchange (a long download, a WebSocket): the connection ends here.
+            ctx.cut();
+            Next::Close
+        }
+    }
 }
 
 /// The door of a plain-HTTP request: a pooled connection to its host (or the upstream proxy), else its route

@@ -105,7 +105,8 @@ impl<'s> RequestCtx<'s> {
         self.snap.admit(question, self.tls())
     }
 
-    fn tls(&self) -> TlsInspection {
+    /// The inspection this proxy can give, as every decision here is taken with.
+    pub fn tls(&self) -> TlsInspection {
         match self.sh.cfg.inspection {
             Some(_) => TlsInspection::Available,
             None => TlsInspection::Unavailable,
@@ -228,6 +229,13 @@ impl<'s> RequestCtx<'s> {
         write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, outcome, self.started);
     }
 
+    /// Record that a new policy cut the request before it ended (`error: policy-switch`; what it had relayed is not
+    /// known here).
+    pub fn cut(&self) {
+        let outcome = (0, (0, 0), Some(UpstreamFailure::PolicySwitch), None);
+        write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, outcome, self.started);
+    }
+
     /// What [`RequestCtx::outcome`] needs, owned, for a task that outlives this context (a tunnel's relay).
     pub fn pending_outcome(&self, sh: &Arc<Shared>) -> PendingOutcome {
         PendingOutcome { sh: sh.clone(), id: self.id, started: self.started }
@@ -265,6 +273,12 @@ impl PendingOutcome {
     /// Record how the request ended (see [`RequestCtx::outcome`]).
     pub fn write(&self, status: u16, up: u64, down: u64) {
         let outcome = (status, (up, down), None, None);
+        write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, outcome, self.started);
+    }
+
+    /// Record that a new policy cut the request (or tunnel) after `up` and `down` bytes: `error: policy-switch`.
+    pub fn cut(&self, status: u16, up: u64, down: u64) {
+        let outcome = (status, (up, down), Some(UpstreamFailure::PolicySwitch), None);
         write_outcome(&self.sh.cfg.audit, &self.sh.cfg.metrics, self.id, outcome, self.started);
     }
 }

@@ -43,6 +43,7 @@ pub mod resolve;
 mod server;
 pub mod service;
 mod shared;
+mod standing;
 pub mod tls;
 mod tunnel;
 mod upgrade;
@@ -51,7 +52,7 @@ mod websocket_relay;
 pub mod wire;
 
 pub use audit::AuditLog;
-pub use config::{Limits, OwnAddrs, PolicyHandle, ProxyConfig};
+pub use config::{Limits, OwnAddrs, PolicyHandle, ProxyConfig, Swapped};
 pub use dns::{serve_dns, transparent_ports, TRANSPARENT_ADDR};
 pub use metrics::{serve_metrics, Metrics};
 pub use resolve::{Resolve, ResolveFuture, SystemResolver};

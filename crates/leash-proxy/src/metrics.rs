@@ -41,7 +41,7 @@ const REASONS: usize = Reason::ALL.len();
 const DECISION_SLOTS: usize = KINDS.len() * DECISIONS.len() * REASONS;
 
 /// Every upstream failure, in the order the audit log's documentation lists their words.
-const FAILURES: [UpstreamFailure; 8] = UpstreamFailure::ALL;
+const FAILURES: [UpstreamFailure; 9] = UpstreamFailure::ALL;
 
 /// Upper bounds of the request-duration histogram's buckets, in microseconds and as the `le` label says them. An
 /// answer from a nearby origin takes milliseconds, a model API's seconds to minutes, and a tunnel lasts as long as
@@ -435,6 +435,7 @@ fn failure_index(failure: UpstreamFailure) -> usize {
         UpstreamFailure::BadResponse => 5,
         UpstreamFailure::Closed => 6,
         UpstreamFailure::UpstreamProxy => 7,
+        UpstreamFailure::PolicySwitch => 8,
     }
 }
 

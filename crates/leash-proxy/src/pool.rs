@@ -49,6 +49,15 @@ impl<T: Quiet> Pool<T> {
         None
     }
 
+    /// Drop every idle connection kept under a policy older than `generation` (none would be taken again): called
+    /// when a new policy comes into force, so no upstream connection made under the old one stays open.
+    pub(crate) fn retire_before(&self, generation: u64) -> usize {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let before: usize = idle.values().map(Vec::len).sum();
+        idle.retain(|key, _| key.generation >= generation);
+        before - idle.values().map(Vec::len).sum::<usize>()
+    }
+
     /// Return a connection whose last response was read to its end.
     pub(crate) fn put(&self, key: PoolKey, conn: T) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -109,6 +118,18 @@ mod tests {
         pool.put(key("a"), Conn(1, true));
         std::thread::sleep(Duration::from_millis(150));
         assert_eq!(pool.take(&key("a")), None);
+    }
+
+    #[test]
+    fn a_new_policy_retires_every_connection_kept_under_an_older_one() {
+        let pool = Pool::new(8, Duration::from_secs(30));
+        let (old, new) = (key("a"), PoolKey { generation: 1, ..key("a") });
+        pool.put(old.clone(), Conn(1, true));
+        pool.put(old.clone(), Conn(2, true));
+        pool.put(new.clone(), Conn(3, true));
+        assert_eq!(pool.retire_before(1), 2);
+        assert_eq!(pool.take(&old), None);
+        assert_eq!(pool.take(&new), Some(Conn(3, true)));
     }
 
     #[test]

@@ -118,26 +118,48 @@ impl Drop for Buf {
 
 /// Relay a tunnel until both directions end. Returns bytes client→upstream and upstream→client.
 pub async fn tunnel(client: &mut TcpStream, upstream: &mut TcpStream) -> (u64, u64) {
+    let moved = Moved::default();
+    tunnel_counted(client, upstream, &moved).await;
+    moved.get()
+}
+
+/// The bytes a relay has moved so far, each way: readable while it runs, and after it was dropped (a tunnel cut by a
+/// new policy still says what it carried).
+#[derive(Debug, Default)]
+pub struct Moved {
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+impl Moved {
+    /// Bytes client→upstream and upstream→client.
+    pub fn get(&self) -> (u64, u64) {
+        (self.up.load(Ordering::Relaxed), self.down.load(Ordering::Relaxed))
+    }
+}
+
+/// [`tunnel`], counting into `moved` as it goes.
+pub async fn tunnel_counted(client: &mut TcpStream, upstream: &mut TcpStream, moved: &Moved) {
     let (client_rd, client_wr) = client.split();
     let (upstream_rd, upstream_wr) = upstream.split();
-    let (up, down) = tokio::join!(one_way(client_rd, upstream_wr), one_way(upstream_rd, client_wr));
-    (up.unwrap_or_else(|e| e.0), down.unwrap_or_else(|e| e.0))
+    tokio::join!(one_way(client_rd, upstream_wr, &moved.up), one_way(upstream_rd, client_wr, &moved.down));
 }
 
 /// Relay a tunnel whose upstream is a stream the socket calls cannot see through (the TLS session with an `https://`
 /// upstream proxy): both directions copied in user space, each write flushed (a TLS session holds it otherwise), the
 /// half-close passed on as a shutdown (`close_notify`, then FIN). An error in either direction ends both. Unlike
 /// [`tunnel`], each direction holds its buffer while idle: a TLS stream cannot be waited on without reading it.
-pub async fn tunnel_stream<U>(client: &mut TcpStream, upstream: &mut U) -> (u64, u64)
+pub async fn tunnel_stream<U>(client: &mut TcpStream, upstream: &mut U, moved: &Moved)
 where
     U: AsyncRead + AsyncWrite + Unpin,
 {
     let (client_rd, client_wr) = client.split();
     let (upstream_rd, upstream_wr) = tokio::io::split(upstream);
-    let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
     // `try_join!` drops the other direction at the first error; the counters keep what each had moved.
-    let _ = tokio::try_join!(copy_flushed(client_rd, upstream_wr, &up), copy_flushed(upstream_rd, client_wr, &down));
-    (up.into_inner(), down.into_inner())
+    let _ = tokio::try_join!(
+        copy_flushed(client_rd, upstream_wr, &moved.up),
+        copy_flushed(upstream_rd, client_wr, &moved.down)
+    );
 }
 
 /// Copy `from` to `to` until `from` ends, flushing each burst, then shut `to` down; `total` counts what was written.
@@ -161,10 +183,8 @@ where
     to.shutdown().await
 }
 
-/// Bytes moved before an error ended a direction.
-struct Partial(u64);
-
-async fn one_way(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>) -> Result<u64, Partial> {
+/// One direction until it ends; `moved` counts what it wrote, after each burst.
+async fn one_way(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, moved: &AtomicU64) {
     let mut total = 0u64;
     // Whether the last burst was bulk: the next one then starts with a bulk buffer.
     let mut bulk = false;
@@ -174,20 +194,21 @@ async fn one_way(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>) -> Result<u64, P
         }
         // The buffer is taken only once the socket is readable and given back when it would block again.
         let mut buf = if bulk { Buf::take_bulk() } else { Buf::take() };
-        match drain_ready(&mut from, &mut to, buf.bytes(), &mut total).await {
+        let step = drain_ready(&mut from, &mut to, buf.bytes(), &mut total).await;
+        moved.store(total, Ordering::Relaxed);
+        match step {
             Ok(Step::Eof) => break,
             Ok(Step::Idle) => bulk = false,
             Ok(Step::Bulk) => bulk = true,
             Err(_) => {
                 let _ = socket2::SockRef::from(to.as_ref()).shutdown(Shutdown::Both);
                 let _ = socket2::SockRef::from(from.as_ref()).shutdown(Shutdown::Both);
-                return Err(Partial(total));
+                return;
             }
         }
     }
     // Pass the half-close on: the peer sees EOF and may still answer the other way.
     let _ = socket2::SockRef::from(to.as_ref()).shutdown(Shutdown::Write);
-    Ok(total)
 }
 
 /// What one burst of reading found.

@@ -104,6 +104,7 @@ pub async fn serve_listeners(
     for (name, l) in services {
         accepting.push(tokio::spawn(service_accept_loop(l, name, shared.clone(), fair.clone(), stop_rx.clone())));
     }
+    accepting.push(tokio::spawn(retire_pools_on_swap(shared.clone(), stop_rx.clone())));
     shutdown.await;
     let _ = stop_tx.send(true);
     // Nobody is left to answer a question (the sandbox has ended, or the operator stops leash): each request held on
@@ -119,6 +120,23 @@ pub async fn serve_listeners(
         tracing::warn!("shutdown: connections still open after {drain:?}; closing them");
     }
     shared.cfg.audit.flush().map_err(io::Error::other)
+}
+
+/// Until shutdown: when a new policy comes into force, close the idle upstream connections kept under the old one
+/// (none would be taken again: the pools are keyed by generation).
+async fn retire_pools_on_swap(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut changes = shared.cfg.policy.changes();
+    loop {
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return },
+            _ = stop.changed() => return,
+        }
+        let generation = *changes.borrow_and_update();
+        let retired = shared.pool.retire_before(generation) + shared.inspected.retire_before(generation);
+        if retired > 0 {
+            tracing::debug!("policy generation {generation}: closed {retired} idle upstream connection(s)");
+        }
+    }
 }
 
 /// Accept on a service's listener until shutdown; each connection holds a permit of the shared bound and counts

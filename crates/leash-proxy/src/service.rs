@@ -51,10 +51,12 @@ pub struct ServiceSocket {
 /// What audit lines give as a Unix-socket client's address: it has none.
 const NO_PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
 
-/// A connection to a service or to its target: TCP or a Unix socket.
+/// A connection to a service or to its target: TCP or a Unix socket; or a proxy client's connection whose CONNECT
+/// named a service (with whatever it sent after its CONNECT head, not yet read).
 pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tunneled(Box<BufConn<TcpStream>>),
 }
 
 impl AsyncRead for Stream {
@@ -62,6 +64,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tunneled(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -71,6 +74,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tunneled(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -78,6 +82,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tunneled(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -85,6 +90,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tunneled(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }
@@ -131,6 +137,16 @@ impl Listening {
             }
         }
     }
+}
+
+/// A proxy client's CONNECT to a loopback port a service listens on ([`leash_policy::Policy::service_at`]), its
+/// `200` sent: served as a connection to that service's listener is, on record under the service's name.
+pub(crate) async fn tunneled(sh: &Shared, name: &Arc<str>, client: BufConn<TcpStream>, peer: SocketAddr, port: u16) {
+    let stream = match client.buf.is_empty() {
+        true => Stream::Tcp(client.into_io()),
+        false => Stream::Tunneled(Box::new(client)),
+    };
+    connection(sh, name, Accepted { stream, peer, port }).await;
 }
 
 /// Serve one connection to service `name`: look the service up, then relay (TCP) or decide and relay each request

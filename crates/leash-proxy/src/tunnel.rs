@@ -22,6 +22,7 @@ use crate::inspect::{self, answer_in_tls, Inspected};
 use crate::refusal::{reply, Response};
 use crate::relay;
 use crate::shared::Shared;
+use crate::standing::{until_cut, Hello, Recheck, Registration};
 use crate::wire::client_hello::{parse_client_hello, ClientHello, ServerName};
 use crate::wire::http_head::RequestHead;
 use crate::wire::target::loose_authority;
@@ -48,6 +49,15 @@ pub(crate) async fn handle(
             return;
         }
     };
+    // A tunnel to a loopback gateway the policy serves as a service: its connection, decided and logged as the service.
+    if let Some(service) = ctx.snap.service_at(&target, port) {
+        let name = service.name.clone();
+        if client.io.write_all(ESTABLISHED).await.is_ok() {
+            crate::service::tunneled(sh, &name, client, peer, port).await;
+        }
+        drop(held);
+        return;
+    }
     let host_text = target.as_str().into_owned();
     let asked = Asked { method: TUNNEL_METHOD, host: &host_text, port, path: None };
     // A name carrying a credential would take it out in a DNS query and the TLS server name, whatever is allowed.
@@ -218,7 +228,14 @@ impl<'a> Tunnel<'a> {
                 }
                 (Verdict::Inspect, Some(tls), Some(host)) => {
                     let alpn = hello.as_ref().map(|h| h.alpn.clone()).unwrap_or_default();
-                    inspect::run(self.inspected(tls, host), client, &alpn, &decision).await
+                    let recheck = Recheck::Inspected { host: host.clone(), port: self.port };
+                    let standing = self.standing(recheck, ruling);
+                    let outcome = ctx.pending_outcome(self.sh);
+                    let inspecting = inspect::run(self.inspected(tls, host), client, &alpn, &decision);
+                    if until_cut(inspecting, standing.as_ref()).await.is_none() {
+                        // What the tunnel's requests carried is on their own lines.
+                        outcome.cut(200, 0, 0);
+                    }
                 }
                 (Verdict::Inspect, ..) => {
                     // The policy refuses what this proxy cannot inspect; should that ever disagree, refuse anyway.
@@ -233,7 +250,9 @@ impl<'a> Tunnel<'a> {
                         ClientHelloFacts::ServerName(name) => parse_host(name).unwrap_or_else(|_| self.target.clone()),
                         _ => self.target.clone(),
                     };
-                    self.splice(client, &upstream_host, &asked, (&decision, ruling)).await
+                    let recheck =
+                        Recheck::Spliced { target: self.target.clone(), port: self.port, hello: Hello::of(facts) };
+                    self.splice(client, &upstream_host, &asked, (&decision, ruling), recheck).await
                 }
             }
         }
@@ -297,6 +316,7 @@ impl<'a> Tunnel<'a> {
         host: &Host,
         asked: &Asked<'_>,
         (decision, ruling): (&Decision, Option<Ruling>),
+        recheck: Recheck,
     ) {
         let ctx = &self.ctx;
         let extras = Extras { ruling, ..Extras::default() };
@@ -327,22 +347,41 @@ impl<'a> Tunnel<'a> {
         if let Err(e) = upstream.write_all(&client.buf).await.and(upstream.flush().await) {
             return self.failed(asked.host, 502, Some(UpstreamFailure::of_io(&e)), &e.to_string());
         }
-        self.relay(client, upstream, replayed);
+        let standing = self.standing(recheck, ruling);
+        self.relay(client, upstream, replayed, standing);
+    }
+
+    /// The tunnel's place among what a new policy is asked about again (see [`crate::standing`]); none for one a
+    /// person let on, which stands on their answer, not on the rules.
+    fn standing(&self, recheck: Recheck, ruling: Option<Ruling>) -> Option<Registration> {
+        let ctx = &self.ctx;
+        ruling.is_none().then(|| self.sh.cfg.policy.register(recheck, &ctx.snap, ctx.tls()))
     }
 
     /// Relay until both sides end, in a task of its own: socket to socket over TCP; in user space through a TLS
-    /// session with the upstream proxy. The task owns only the two sockets, what the outcome line needs and the
-    /// connection's place in the bounds, so an idle tunnel does not keep the connection task's state (the request
+    /// session with the upstream proxy. The task owns only the two sockets, what the outcome line needs, the
+    /// connection's place in the bounds and among what a swap re-decides, so an idle tunnel does not keep the connection task's state (the request
     /// head, the ClientHello, the inspecting paths' futures) for as long as it is open.
-    fn relay(self, client: BufConn<TcpStream>, upstream: UpstreamIo, replayed: u64) {
+    ///
+    /// A new policy that refuses the tunnel (`standing` cut) ends it at once: both sockets are closed, the outcome
+    /// says `policy-switch` and what had been relayed.
+    fn relay(self, client: BufConn<TcpStream>, upstream: UpstreamIo, replayed: u64, standing: Option<Registration>) {
         let outcome = self.ctx.pending_outcome(self.sh);
         let (mut client, held) = (client.io, self.held);
         tokio::spawn(async move {
-            let (up, down) = match upstream {
-                UpstreamIo::Tcp(mut tcp) => relay::tunnel(&mut client, &mut tcp).await,
-                UpstreamIo::Tls(mut session) => relay::tunnel_stream(&mut client, &mut *session).await,
+            let moved = relay::Moved::default();
+            let relaying = async {
+                match upstream {
+                    UpstreamIo::Tcp(mut tcp) => relay::tunnel_counted(&mut client, &mut tcp, &moved).await,
+                    UpstreamIo::Tls(mut session) => relay::tunnel_stream(&mut client, &mut *session, &moved).await,
+                }
             };
-            outcome.write(200, replayed + up, down);
+            let ended = until_cut(relaying, standing.as_ref()).await;
+            let (up, down) = moved.get();
+            match ended {
+                Some(()) => outcome.write(200, replayed + up, down),
+                None => outcome.cut(200, replayed + up, down),
+            }
             drop(held);
         });
     }

@@ -2169,6 +2169,147 @@ async fn reload_never_reuses_an_upstream_connection_checked_under_the_old_policy
     assert_eq!(w.leash.resolver.asked(), ["allowed.test", "allowed.test"], "checked again under the new policy");
 }
 
+/// A TLS session to `host` on `tls`'s port through a tunnel leash splices (its CA is `ca`), one keep-alive request
+/// answered in it.
+async fn open_tunnel(
+    leash: &Leash,
+    ca: &TestCa,
+    (host, port): (&str, u16),
+) -> support::http::Wire<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let (c, status) = connect(leash.addr, &format!("{host}:{port}")).await;
+    assert_eq!(status, 200, "the tunnel to {host} is open");
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(ca.client_config()));
+    let tls = within("TLS through leash", connector.connect(name, c.wire.io)).await.unwrap();
+    let mut wire = support::http::Wire::new(tls);
+    tunnel_get(&mut wire, host).await.expect("an answer in the tunnel");
+    wire
+}
+
+/// `GET /` with `Host: authority` on an open TLS session; its status, or how the session ended.
+async fn tunnel_get(
+    wire: &mut support::http::Wire<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    authority: &str,
+) -> std::io::Result<u16> {
+    use tokio::io::AsyncWriteExt as _;
+    wire.io.write_all(format!("GET / HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes()).await?;
+    wire.io.flush().await?;
+    let resp = within("an answer in the tunnel", support::client::read_response(wire, "GET")).await?;
+    Ok(resp.status)
+}
+
+#[tokio::test]
+async fn a_switch_cuts_the_tunnels_the_new_policy_refuses_and_leaves_the_rest_open() {
+    let ca = TestCa::new();
+    let (tls, up) = (TlsUpstream::start(&ca).await, Upstream::start().await);
+    let policy = |hosts: &[&str]| allowlist(hosts, &[up.port()], &[tls.port()]);
+    let leash = Leash::start(&policy(&["bl.test", "allowed.test"])).await;
+    let mut to_a = open_tunnel(&leash, &ca, ("bl.test", tls.port())).await;
+    let mut to_b = open_tunnel(&leash, &ca, ("allowed.test", tls.port())).await;
+    let mut plain = Raw::connect(leash.addr).await;
+    plain.send(get(&format!("http://allowed.test:{}/before", up.port()))).await;
+    assert_eq!(plain.response().await.status, 200);
+
+    let swapped = leash.reload(&policy(&["allowed.test"]));
+    assert_eq!(swapped.cut, 1, "bl.test's tunnel alone: the idle keep-alive connection holds no decision");
+    // The tunnel to bl.test ends at once: a read gets its end (or a reset), not the origin's next answer.
+    assert!(tunnel_get(&mut to_a, "bl.test").await.is_err(), "the tunnel to bl.test is closed");
+    assert_eq!(tunnel_get(&mut to_b, "allowed.test").await.unwrap(), 200, "allowed.test's tunnel is still open");
+    plain.send(get(&format!("http://allowed.test:{}/after", up.port()))).await;
+    assert_eq!(plain.response().await.status, 200, "the keep-alive connection goes on under the new policy");
+    let (_, status) = connect(leash.addr, &format!("bl.test:{}", tls.port())).await;
+    assert_eq!(status, 403, "a new tunnel to bl.test is refused");
+    let d = leash.decision("bl.test").await;
+    let o = leash.outcome(&d["id"]).await;
+    assert_eq!((o["status"].as_u64(), o["error"].as_str()), (Some(200), Some("policy-switch")), "{o}");
+    assert!(o["bytes_down"].as_u64().unwrap() > 100, "what it carried before the cut is counted: {o}");
+}
+
+#[tokio::test]
+async fn a_switch_cuts_a_spliced_tunnel_to_a_host_the_new_policy_inspects() {
+    // Nothing in the tunnel was read: a path rule the new policy sets on the host could not hold in it.
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let leash = Leash::builder(&allowlist(&["bl.test"], &[80], &[tls.port()])).inspecting(&ca.pem).start().await;
+    let mut to_a = open_tunnel(&leash, &ca, ("bl.test", tls.port())).await;
+    let narrowed = format!(
+        "network:\n  mode: allowlist\n  allowed_urls: [bl.test/v1/]\n  tunnel_ports: [{}]\n  allow_destinations: [127.0.0.0/8]\n",
+        tls.port()
+    );
+    assert_eq!(leash.reload(&narrowed).cut, 1);
+    assert!(tunnel_get(&mut to_a, "bl.test").await.is_err(), "the spliced tunnel is closed");
+}
+
+#[tokio::test]
+async fn a_switch_cuts_an_inspected_tunnel_to_a_host_it_refuses_and_keeps_one_it_still_inspects() {
+    let ca = TestCa::new();
+    let tls = TlsUpstream::start(&ca).await;
+    let inspected = |hosts: &[&str]| format!("{}  inspect: all\n", allowlist(hosts, &[80], &[tls.port()]));
+    let leash = Leash::builder(&inspected(&["bl.test", "allowed.test"])).inspecting(&ca.pem).start().await;
+    // The client trusts leash's CA: the tunnels are inspected.
+    let open = |host: &'static str| {
+        let (leash, tls_port) = (&leash, tls.port());
+        async move {
+            let (c, status) = connect(leash.addr, &format!("{host}:{tls_port}")).await;
+            assert_eq!(status, 200);
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(leash.trusting_client()));
+            let tls = within("TLS with leash", connector.connect(name, c.wire.io)).await.unwrap();
+            let mut wire = support::http::Wire::new(tls);
+            // Inside an inspected tunnel the Host names the tunnel's host and port.
+            assert_eq!(tunnel_get(&mut wire, &format!("{host}:{tls_port}")).await.unwrap(), 200);
+            wire
+        }
+    };
+    let (mut to_refused, mut to_kept) = (open("bl.test").await, open("allowed.test").await);
+    assert_eq!(leash.reload(&inspected(&["allowed.test"])).cut, 1);
+    let authority = |host: &str| format!("{host}:{}", tls.port());
+    assert!(tunnel_get(&mut to_refused, &authority("bl.test")).await.is_err(), "the tunnel to bl.test is closed");
+    let kept = tunnel_get(&mut to_kept, &authority("allowed.test")).await.unwrap();
+    assert_eq!(kept, 200, "allowed.test's tunnel goes on");
+}
+
+#[tokio::test]
+async fn a_switch_cuts_a_plain_download_in_flight_to_a_host_it_refuses() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let up =
+        Upstream::with(move |_| Reply::Gated { first: b"first ".to_vec(), gate: g.clone(), rest: b"last".to_vec() })
+            .await;
+    let w = World::with(up, |p| allowlist(&["a.test", "b.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(get(&w.url("a.test", "/slow"))).await;
+    within("head", c.wire.head()).await.unwrap().unwrap();
+    let swapped = w.leash.reload(&allowlist(&["b.test"], &[w.port()], &[443]));
+    assert_eq!(swapped.cut, 1);
+    assert!(c.closed_within(Duration::from_secs(5)).await, "the download is cut");
+    gate.notify_one();
+    let d = w.leash.decision("/slow").await;
+    let o = w.leash.outcome(&d["id"]).await;
+    assert_eq!(o["error"], "policy-switch", "{o}");
+    assert_eq!(w.get("a.test", "/again").await.status, 403);
+}
+
+#[tokio::test]
+async fn a_switch_cuts_a_websocket_relayed_to_a_host_it_refuses() {
+    let switching =
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\nws-hello".to_vec();
+    let up = Upstream::with(move |_| Reply::Raw(switching.clone())).await;
+    let w = World::with(up, |p| allowlist(&["a.test", "b.test"], &[p], &[443])).await;
+    let mut c = Raw::connect(w.leash.addr).await;
+    let lines = ["Connection: upgrade", "Upgrade: websocket"];
+    c.send(support::client::request("GET", &w.url("a.test", "/chat"), &lines, "")).await;
+    let head = within("101", c.wire.head()).await.unwrap().unwrap();
+    assert!(head.start.contains("101"), "{}", head.start);
+    while c.wire.buf.len() < b"ws-hello".len() {
+        within("relayed bytes", c.wire.fill()).await.unwrap();
+    }
+    assert_eq!(w.leash.reload(&allowlist(&["b.test"], &[w.port()], &[443])).cut, 1);
+    assert!(c.closed_within(Duration::from_secs(5)).await, "the WebSocket is cut");
+    let d = w.leash.decision("/chat").await;
+    assert_eq!(w.leash.outcome(&d["id"]).await["error"], "policy-switch");
+}
+
 #[tokio::test]
 async fn shutdown_lets_an_in_flight_response_finish() {
     let gate = Arc::new(tokio::sync::Notify::new());

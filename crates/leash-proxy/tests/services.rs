@@ -202,3 +202,56 @@ async fn a_reload_changes_paths_for_the_next_connection_and_a_removed_service_is
     assert_eq!(lines.iter().filter(|l| l["path"] == "/b" && l["decision"] == "allow").count(), 1, "{lines:#?}");
     assert_eq!(up.requests().len(), 1);
 }
+
+/// A CONNECT to the proxy naming a service's loopback port, as a client that tunnels to its gateway whatever
+/// `NO_PROXY` says sends it (benchflow's Gemini agent): its answer to CONNECT and the connection after it.
+async fn tunnel_to(leash: &Leash, target: &str) -> (Raw, u16) {
+    support::tls::connect(leash.addr, target).await
+}
+
+#[tokio::test]
+async fn a_connect_to_a_services_loopback_port_reaches_the_service_and_is_logged_as_it() {
+    let up = Upstream::start().await;
+    let (leash, addr) =
+        serving("gw", |port| format!("name: gw, listen: {port}, target: '127.0.0.1:{}'", up.port())).await;
+    let port = addr.port();
+    for spelling in ["localhost", "127.0.0.1", "[::1]"] {
+        let (mut c, status) = tunnel_to(&leash, &format!("{spelling}:{port}")).await;
+        assert_eq!(status, 200, "CONNECT {spelling}:{port}");
+        c.send(format!("GET /v1/models HTTP/1.1\r\nHost: {spelling}:{port}\r\nConnection: close\r\n\r\n")).await;
+        let r = c.response().await;
+        assert_eq!((r.status, r.text().as_str()), (200, "hello from upstream"), "through {spelling}");
+    }
+    let service_lines = |log: &[serde_json::Value]| {
+        log.iter().filter(|v| v["method"] == "SERVICE" && v["service"] == "gw" && v["decision"] == "allow").count()
+    };
+    let deadline = std::time::Instant::now() + STEP;
+    while service_lines(&leash.log()) < 3 {
+        assert!(std::time::Instant::now() < deadline, "each tunnel is one SERVICE line: {:?}", leash.log());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(up.requests().len(), 3, "the three tunnels reached the service's target");
+}
+
+#[tokio::test]
+async fn a_connect_to_an_http_service_is_decided_request_by_request_and_other_loopback_ports_stay_refused() {
+    let up = Upstream::start().await;
+    let (leash, addr) = serving("gw", |port| {
+        format!("name: gw, listen: {port}, target: '127.0.0.1:{}', kind: http, paths: [/v1/]", up.port())
+    })
+    .await;
+    let (mut c, status) = tunnel_to(&leash, &format!("localhost:{}", addr.port())).await;
+    assert_eq!(status, 200);
+    c.send(format!("GET /v1/models HTTP/1.1\r\nHost: localhost:{}\r\n\r\n", addr.port())).await;
+    assert_eq!(c.response().await.status, 200);
+    c.send(format!("GET /admin HTTP/1.1\r\nHost: localhost:{}\r\nConnection: close\r\n\r\n", addr.port())).await;
+    let refused = c.response().await;
+    assert_eq!((refused.status, refused.header("x-leash-reason")), (403, Some("not-allowed")));
+    assert_eq!(up.requests().len(), 1, "the refused path never reached the target");
+    // Loopback ports no service listens on, and other addresses, are what they always were: refused.
+    for target in [format!("127.0.0.1:{}", up.port()), format!("127.0.0.2:{}", addr.port()), "10.0.0.1:443".to_owned()]
+    {
+        let (_, status) = tunnel_to(&leash, &target).await;
+        assert_eq!(status, 403, "CONNECT {target}");
+    }
+}

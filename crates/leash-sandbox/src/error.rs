@@ -39,6 +39,10 @@ pub enum SandboxError {
     /// The sandbox's init ended before it reported the command started.
     #[error("the sandbox's init ended before the command started ({0})")]
     InitDied(String),
+    /// The containment self-test (`SandboxSpec::self_test`) found a way out of the sandbox, or ended without a
+    /// verdict: the command did not run. The text says which probe got through.
+    #[error("the containment self-test, run as the command in the sandbox, {0}")]
+    SelfTest(String),
     /// A network namespace to bind in (`bind_in`, `bind_in_netns`) is not isolated: it is leash's own, or it holds
     /// an interface, a route out or an address that would give it another way out than leash's listener.
     #[error("the network namespace {netns} is not isolated: {why}")]
@@ -130,6 +134,8 @@ pub enum Step {
     ChangeDir(PathBuf),
     /// `execve` of the command.
     Exec(PathBuf),
+    /// Starting the containment self-test in the command's place (`SandboxSpec::self_test`).
+    StartSelfTest,
     /// Opening a network namespace (`/proc/PID/ns/net`, or a path such as `/run/netns/NAME`).
     OpenNetns(crate::Netns),
     /// `setns` into another network namespace.
@@ -200,6 +206,9 @@ impl fmt::Display for Step {
             Step::RedirectStdio => f.write_str("set up the command's stdin, stdout and stderr"),
             Step::ChangeDir(p) => write!(f, "change to the working directory `{}`", p.display()),
             Step::Exec(p) => write!(f, "run `{}`", p.display()),
+            Step::StartSelfTest => f.write_str(
+                "start the containment self-test as the command (leash's program must be executable by its user)",
+            ),
             Step::OpenNetns(netns) => write!(f, "open the network namespace {netns}"),
             Step::EnterNetns(netns) => write!(f, "enter the network namespace {netns}"),
             Step::ListInterfaces => f.write_str("list the network namespace's interfaces, routes and addresses"),

@@ -47,6 +47,13 @@
 //! closed in init and marked close-on-exec for the command; stdio that is a socket is relayed, never handed over
 //! (`stdio.rs`).
 //!
+//! # The self-test
+//! With `SandboxSpec::self_test`, the command's process, once all of the above is in place, executes the caller's
+//! self-test program first ([`self_test`]): it runs exactly as the command would, reports its verdict on a pipe the
+//! caller reads (the only descriptor it inherits besides stdio), and executes the command when it passed. `start`
+//! returns once the command's own `execve` succeeded; a self-test that found a way out ends the sandbox instead
+//! ([`SandboxError::SelfTest`]), and the command never runs.
+//!
 //! # The seccomp filter, and Unix sockets
 //! The filter (`linux/seccomp.rs` says each rule and why) refuses socket families that leave the network namespace
 //! (`AF_VSOCK` reaches the hypervisor; only Unix, IPv4, IPv6 and netlink are allowed), Unix datagram sockets,
@@ -94,6 +101,8 @@ mod error;
 #[cfg(target_os = "linux")]
 mod linux;
 mod memory;
+#[cfg(unix)]
+pub mod self_test;
 mod stdio;
 #[cfg(not(target_os = "linux"))]
 mod unsupported;
@@ -165,6 +174,10 @@ pub struct SandboxSpec {
     pub stdout: Option<OwnedFd>,
     /// The command's stderr; `None` inherits leash's.
     pub stderr: Option<OwnedFd>,
+    /// A containment self-test to run in the command's place first, as the command would run ([`self_test`]): the
+    /// command starts only once it passed. `None`: the command starts at once.
+    #[cfg(unix)]
+    pub self_test: Option<self_test::SelfTest>,
     /// A pseudo-terminal for the command, made by init in the sandbox's devpts: its controlling terminal, in the
     /// session of its own it starts (`TIOCSCTTY`), and the stdio it stands in for; [`relay_stdio`] asks for one when
     /// leash's stdio is a terminal, and [`StdioRelay::attach`] relays it. `None`: no controlling terminal.
@@ -400,6 +413,13 @@ pub fn run_in_netns<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, SandboxError> {
     imp::run_in_netns(netns, work)
+}
+
+/// The TCP listeners of the calling thread's network namespace, IPv4 and IPv6, at their bound addresses (a wildcard
+/// as `0.0.0.0` or `::`), as the kernel's `sock_diag` lists them: only its table of listeners is walked, where
+/// reading `/proc/net/tcp` walks every TCP socket of every namespace (milliseconds on a busy host).
+pub fn tcp_listeners() -> std::io::Result<Vec<std::net::SocketAddr>> {
+    imp::tcp_listeners()
 }
 
 /// The interfaces of the network namespace of process `pid`, as listed from inside it.

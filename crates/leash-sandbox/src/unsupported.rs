@@ -76,6 +76,10 @@ pub(crate) fn forward_signals(child: &Child) -> Result<Forwarding, SandboxError>
 
 pub(crate) fn die_on_closed_stdout() {}
 
+pub(crate) fn tcp_listeners() -> std::io::Result<Vec<std::net::SocketAddr>> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
 pub(crate) fn harden_self() -> Result<(), SandboxError> {
     Err(SandboxError::Unsupported { os: std::env::consts::OS })
 }

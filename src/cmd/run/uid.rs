@@ -14,20 +14,20 @@ use leash_proxy::inside::{Bound, Plan, PROXY_INSIDE};
 use leash_proxy::ProxyConfig;
 use leash_sandbox::uid::{Admitted, Capabilities, Firewall, Flaw, OwnNetns, RunAs};
 
-use super::{check_upstream_ca, child_env, inherited_env, proxy_config};
+use super::{
+    bind_control, check_upstream_ca, child_env, create_ca_files, fits_run, inherited_env, make_control, proxy_config,
+};
 use crate::cli::{Containment, RunArgs};
 use crate::exit::{Exit, Failure};
+use crate::shared::control::Control;
 use crate::shared::sandboxed::{keep_deferred_log, mode_env, proxy_parts, ProxyParts};
 use crate::shared::services;
 use crate::shared::trust::CaFiles;
 
 /// `USER`, `UID` or `UID:GID` as `--user` takes it: a name is looked up in /etc/passwd (its uid and primary gid); a
 /// bare uid takes its passwd entry's gid, or the same number.
-pub fn parse_user(spec: &str) -> Result<RunAs, Exit> {
-    let usage = |why: String| {
-        eprintln!("leash: --user `{spec}`: {why}");
-        Exit::Usage
-    };
+pub fn parse_user(spec: &str) -> Result<RunAs, Failure> {
+    let usage = |why: String| Failure::usage(format!("--user `{spec}`: {why}"));
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
     let entry = |matches: &dyn Fn(&[&str]) -> bool| -> Option<(u32, u32)> {
         passwd
@@ -51,7 +51,7 @@ pub fn parse_user(spec: &str) -> Result<RunAs, Exit> {
 
 /// Where user namespaces could not be made (`why`) and `--containment auto` was asked: the per-uid firewall where
 /// leash may program one and run a program as another user, else a refusal naming what each containment needs.
-pub fn fall_back(args: &RunArgs, user: Option<RunAs>, why: &leash_sandbox::SandboxError) -> Exit {
+pub fn fall_back(args: &RunArgs, user: Option<RunAs>, why: &leash_sandbox::SandboxError) -> Result<Exit, Failure> {
     let caps = Capabilities::of_self();
     let firewall_ok = caps.root && caps.net_admin && caps.set_ids;
     match user {
@@ -71,17 +71,13 @@ pub fn fall_back(args: &RunArgs, user: Option<RunAs>, why: &leash_sandbox::Sandb
             );
             run(args, Some(user), Containment::UidFirewall)
         }
-        _ => {
-            eprintln!("leash: the command was not run: no containment can be set up here");
-            eprintln!("  userns: {why}");
-            eprintln!("  netns: {}", netns_needs(caps, user));
-            eprintln!("  uid-firewall: {}", firewall_needs(caps, user));
-            eprintln!(
-                "  advisory: `--advisory` runs the command pointed at the proxy, which it could ignore (every audit \
-                 line says so)"
-            );
-            Exit::SandboxFailed
-        }
+        _ => Err(Failure::sandbox_failed(format!(
+            "the command was not run: no containment can be set up here\n  userns: {why}\n  netns: {}\n  \
+             uid-firewall: {}\n  advisory: `--advisory` runs the command pointed at the proxy, which it could ignore \
+             (every audit line says so)",
+            netns_needs(caps, user),
+            firewall_needs(caps, user)
+        ))),
     }
 }
 
@@ -109,87 +105,64 @@ fn still_needed(caps: Capabilities, user: Option<RunAs>, (has, named): (bool, &'
 }
 
 /// The command as `user` in leash's network namespace, behind the firewall (`UidFirewall`) or not (`Advisory`).
-pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
+pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Result<Exit, Failure> {
     let firewalled = mode == Containment::UidFirewall;
     let in_netns = mode == Containment::Netns;
     let user = match (user, firewalled || in_netns) {
         (Some(user), _) => Some(user),
         (None, true) => {
-            eprintln!(
-                "leash: the command was not run: the {} containment needs `--user UID` for the command",
+            return Err(Failure::sandbox_failed(format!(
+                "the command was not run: the {} containment needs `--user UID` for the command",
                 mode.word()
-            );
-            return Exit::SandboxFailed;
+            )))
         }
         (None, false) => None,
     };
     if let Some(user) = user {
-        if let Err(code) = check_user(user) {
-            return code;
-        }
+        check_user(user)?;
     }
     if !args.allow_unix_socket.is_empty() {
-        eprintln!("leash: --allow-unix-socket is for the userns containment: here the command reaches Unix sockets by their permissions");
-        return Exit::Usage;
+        return Err(Failure::usage(
+            "--allow-unix-socket is for the userns containment: here the command reaches Unix sockets by their \
+             permissions",
+        ));
     }
-    let ProxyParts { policy, pins, audit, secrets } = match proxy_parts(&args.proxy, true).map_err(Failure::report) {
-        Ok(parts) => parts,
-        Err(code) => return code,
-    };
+    let ProxyParts { policy, pins, audit, secrets } = proxy_parts(&args.proxy, true)?;
     if let Some(user) = user {
-        if let Err(code) = unreadable_by(user, &leash_files(args, &policy)) {
-            return code;
-        }
+        unreadable_by(user, &leash_files(args, &policy))?;
     }
+    if args.control.is_some() && user.is_none() {
+        // Its directory is closed to every uid but leash's, which is the command's here.
+        return Err(Failure::usage(
+            "--control needs --user here: the command would run as leash's own uid and reach the socket",
+        ));
+    }
+    let control_socket = bind_control(args, &policy)?;
     // Every line says which containment stood behind it, and an advisory one that it enforced nothing.
     let audit = Arc::new(audit.with_containment(mode.word()));
     let mut plan = Plan::proxy_at(PROXY_INSIDE).with_services(&services::ports(&policy));
     if in_netns {
         plan = plan.with_dns_and_transparent(&policy, leash_sandbox::MAX_SOCKETS);
     }
-    let (bound, own_netns) = match if in_netns { bind_in_own_netns(&plan) } else { bind_here(&plan).map(|b| (b, None)) }
-    {
-        Ok(bound) => bound,
-        Err(code) => return code,
-    };
-    let (unix_services, socket_files) = match services::bind_sockets(&policy).map_err(Failure::report) {
-        Ok(bound) => bound,
-        Err(code) => return code,
-    };
+    let (bound, own_netns) = if in_netns { bind_in_own_netns(&plan)? } else { (bind_here(&plan)?, None) };
+    let (unix_services, socket_files) = services::bind_sockets(&policy)?;
     let needs_ca = policy.may_inspect();
     if !needs_ca {
-        if let Err(code) = check_upstream_ca(args) {
-            return code;
-        }
+        check_upstream_ca(args)?;
     }
-    let ca_files = match needs_ca.then(CaFiles::create).transpose() {
-        Ok(files) => files,
-        Err(e) => {
-            eprintln!("leash: the command was not run: cannot create the run's CA directory: {e}");
-            return Exit::SandboxFailed;
-        }
-    };
+    let ca_files = create_ca_files(needs_ca)?;
     let mut env = child_env(inherited_env(args), &plan, ca_files.is_some(), mode_env(&policy));
     env.extend(ca_files.iter().flat_map(CaFiles::env));
     crate::shared::secrets::sandbox_env(&policy, &secrets.secrets, &mut env);
     env.extend(services::no_proxy_env(&policy));
     services::announce(&policy);
-    let config = match proxy_config(args, (policy, pins, secrets), audit.clone(), ca_files.as_ref()) {
-        Ok(config) => config,
-        Err(code) => return code,
-    };
+    let config = proxy_config(args, (policy, pins, secrets), audit.clone(), ca_files.as_ref())?;
     let firewall = match (firewalled, user) {
-        (true, Some(user)) => match arm(user, &plan) {
-            Ok(firewall) => Some(firewall),
-            Err(code) => return code,
-        },
+        (true, Some(user)) => Some(arm(user, &plan)?),
         _ => None,
     };
     let netns = match (&own_netns, user) {
-        (Some(netns), Some(user)) => match netns_self_test(user, &plan, netns) {
-            Ok(resolv) => Some((netns, resolv)),
-            Err(code) => return code,
-        },
+        (Some(netns), Some(user)) => Some((netns, netns_self_test(user, &plan, netns)?)),
         _ => None,
     };
     if mode == Containment::Advisory {
@@ -197,14 +170,21 @@ pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
             "leash: advisory: the command is only pointed at the proxy and could go around it; nothing is enforced"
         );
     }
+    let plan_of = move |policy: &leash_policy::Policy| {
+        let plan = Plan::proxy_at(PROXY_INSIDE).with_services(&services::ports(policy));
+        if in_netns {
+            return plan.with_dns_and_transparent(policy, leash_sandbox::MAX_SOCKETS);
+        }
+        plan
+    };
+    let control =
+        control_socket.map(|socket| make_control(args, socket, &config, fits_run(plan_of, &plan, ca_files.is_some())));
     let policy = config.policy.clone();
-    let exit = serve_while(
-        args,
-        (user, netns.as_ref().map(|(n, r)| (*n, r.c_path()))),
-        env,
-        bound.with_services(unix_services),
-        config,
-    );
+    let user_netns = (user, netns.as_ref().map(|(n, r)| (*n, r.c_path())));
+    // A failure once the command was to start is said before the summary.
+    let exit = serve_while(args, user_netns, env, bound.with_services(unix_services), (config, control.as_ref()))
+        .unwrap_or_else(Failure::report);
+    drop(control);
     drop(netns);
     drop(firewall);
     keep_deferred_log(&audit, args.quiet);
@@ -214,20 +194,19 @@ pub fn run(args: &RunArgs, user: Option<RunAs>, mode: Containment) -> Exit {
     }
     drop(ca_files);
     drop(socket_files);
-    exit
+    Ok(exit)
 }
 
 /// The command's uid must be neither root nor leash's own: either would be leash's peer (the firewall's rules, its
 /// files, its signals).
-pub(super) fn check_user(user: RunAs) -> Result<(), Exit> {
+pub(super) fn check_user(user: RunAs) -> Result<(), Failure> {
     let own = rustix::process::geteuid().as_raw();
     if user.uid == 0 || user.uid == own {
-        eprintln!(
-            "leash: the command was not run: --user {} is {}: the command must run as another, unprivileged uid",
+        return Err(Failure::sandbox_failed(format!(
+            "the command was not run: --user {} is {}: the command must run as another, unprivileged uid",
             user.uid,
             if user.uid == 0 { "root" } else { "leash's own uid" }
-        );
-        return Err(Exit::SandboxFailed);
+        )));
     }
     Ok(())
 }
@@ -241,17 +220,16 @@ fn leash_files(args: &RunArgs, policy: &leash_policy::Policy) -> Vec<std::path::
 
 /// Refuses to start when `user` could read any of `files`: by the mode, owner and group of the file and of every
 /// directory above it (the command has no supplementary group).
-fn unreadable_by(user: RunAs, files: &[std::path::PathBuf]) -> Result<(), Exit> {
+fn unreadable_by(user: RunAs, files: &[std::path::PathBuf]) -> Result<(), Failure> {
     for file in files {
         let Ok(file) = std::fs::canonicalize(file) else { continue };
         if readable_by(user, &file) {
-            eprintln!(
-                "leash: the command was not run: uid {} could read `{}`: leash's files must be its own (chmod go-rwx \
-                 the file, or a directory above it)",
+            return Err(Failure::sandbox_failed(format!(
+                "the command was not run: uid {} could read `{}`: leash's files must be its own (chmod go-rwx the \
+                 file, or a directory above it)",
                 user.uid,
                 file.display()
-            );
-            return Err(Exit::SandboxFailed);
+            )));
         }
     }
     Ok(())
@@ -278,38 +256,30 @@ fn readable_by(user: RunAs, file: &std::path::Path) -> bool {
 }
 
 /// The plan's listeners, bound here on the loopback.
-fn bind_here(plan: &Plan) -> Result<Bound, Exit> {
+fn bind_here(plan: &Plan) -> Result<Bound, Failure> {
     let mut tcp = Vec::new();
     for addr in plan.tcp() {
-        match std::net::TcpListener::bind(addr) {
-            Ok(listener) => tcp.push(listener),
-            Err(e) => {
-                eprintln!("leash: the command was not run: cannot listen on {addr} here: {e}");
-                return Err(Exit::SandboxFailed);
-            }
-        }
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+            Failure::sandbox_failed(format!("the command was not run: cannot listen on {addr} here: {e}"))
+        })?;
+        tcp.push(listener);
     }
-    plan.take(tcp, Vec::new()).map_err(|e| {
-        eprintln!("leash: the command was not run: {e}");
-        Exit::SandboxFailed
-    })
+    plan.take(tcp, Vec::new()).map_err(not_run)
+}
+
+/// The command was not run, for `why`.
+fn not_run(why: impl std::fmt::Display) -> Failure {
+    Failure::sandbox_failed(format!("the command was not run: {why}"))
 }
 
 /// A network namespace of leash's own, holding only `lo`, with the plan's sockets bound in it (the stub and the
 /// transparent listeners among them, as `leash attach --transparent` serves a namespace).
-fn bind_in_own_netns(plan: &Plan) -> Result<(Bound, Option<OwnNetns>), Exit> {
-    let refuse = |e: leash_sandbox::SandboxError| {
-        eprintln!("leash: the command was not run: {e}");
-        Exit::SandboxFailed
-    };
-    let netns = OwnNetns::create().map_err(refuse)?;
+fn bind_in_own_netns(plan: &Plan) -> Result<(Bound, Option<OwnNetns>), Failure> {
+    let netns = OwnNetns::create().map_err(not_run)?;
     let inside = leash_sandbox::Netns::Path(netns.path());
     let sockets = leash_sandbox::bind_in(&inside, &leash_sandbox::Isolation::default(), &plan.tcp(), &plan.udp())
-        .map_err(refuse)?;
-    let bound = plan.take(sockets.tcp, sockets.udp).map_err(|e| {
-        eprintln!("leash: the command was not run: {e}");
-        Exit::SandboxFailed
-    })?;
+        .map_err(not_run)?;
+    let bound = plan.take(sockets.tcp, sockets.udp).map_err(not_run)?;
     Ok((bound, Some(netns)))
 }
 
@@ -342,11 +312,8 @@ impl Drop for ResolvFile {
 
 /// The self-test in the netns containment: `leash probe` as `user` in `netns`, which holds only `lo`; every way out
 /// must be shut and leash's listeners answer. Returns the resolv.conf for the command.
-fn netns_self_test(user: RunAs, plan: &Plan, netns: &OwnNetns) -> Result<ResolvFile, Exit> {
-    let refuse = |why: String| {
-        eprintln!("leash: the command was not run: the containment self-test, as uid {}, {why}", user.uid);
-        Exit::SandboxFailed
-    };
+fn netns_self_test(user: RunAs, plan: &Plan, netns: &OwnNetns) -> Result<ResolvFile, Failure> {
+    let refuse = |why: String| self_test_refusal(user, &why);
     let exe = std::env::current_exe().map_err(|e| refuse(format!("cannot find leash's own program: {e}")))?;
     let mut probe = Command::new(exe);
     probe.args(["probe", "--quiet"]).env_clear();
@@ -365,15 +332,15 @@ fn netns_self_test(user: RunAs, plan: &Plan, netns: &OwnNetns) -> Result<ResolvF
 }
 
 /// The firewall for `user`, then the self-test from that uid; any way out it finds refuses the run, naming it.
-fn arm(user: RunAs, plan: &Plan) -> Result<Firewall, Exit> {
+fn arm(user: RunAs, plan: &Plan) -> Result<Firewall, Failure> {
     let ports: Vec<u16> = plan.tcp().iter().map(|a| a.port()).collect();
     let admitted = Admitted { tcp: ports, udp: Vec::new() };
-    let firewall = Firewall::install(user.uid, &admitted, Flaw::from_env()).map_err(|e| {
-        eprintln!("leash: the command was not run: {e}");
-        Exit::SandboxFailed
-    })?;
+    let firewall = Firewall::install(user.uid, &admitted, Flaw::from_env()).map_err(not_run)?;
     let expect: Vec<SocketAddr> = plan.tcp().into_iter().map(SocketAddr::V4).collect();
-    self_test(user, &expect, &firewall)?;
+    if let Err(refused) = self_test(user, &expect, &firewall) {
+        // Said now, before the rules are removed (a failure to remove them is said after it).
+        return Err(Failure::new(refused.report(), ""));
+    }
     Ok(firewall)
 }
 
@@ -382,12 +349,9 @@ fn arm(user: RunAs, plan: &Plan) -> Result<Firewall, Exit> {
 /// counters did not see (another rule, or none, refused it: what stops a probe today may not stop the command
 /// tomorrow). Where the firewall could only drop TCP (gVisor has no `REJECT`), a TCP attempt is left unanswered:
 /// it passes when leash's rules counted its packets, which a drop ends.
-fn self_test(user: RunAs, expect: &[SocketAddr], firewall: &Firewall) -> Result<(), Exit> {
+fn self_test(user: RunAs, expect: &[SocketAddr], firewall: &Firewall) -> Result<(), Failure> {
     use std::io::{BufRead, BufReader, Write};
-    let refuse = |why: String| {
-        eprintln!("leash: the command was not run: the containment self-test, as uid {}, {why}", user.uid);
-        Exit::SandboxFailed
-    };
+    let refuse = |why: String| self_test_refusal(user, &why);
     let exe = std::env::current_exe().map_err(|e| refuse(format!("cannot find leash's own program: {e}")))?;
     let mut probe = Command::new(exe);
     probe.args(["probe", "--stepwise"]).env_clear();
@@ -429,6 +393,11 @@ fn self_test(user: RunAs, expect: &[SocketAddr], firewall: &Firewall) -> Result<
     Err(refuse(format!("found a way around leash:{listed}")))
 }
 
+/// The run refused by the self-test as `user`, for `why`.
+fn self_test_refusal(user: RunAs, why: &str) -> Failure {
+    not_run(format!("the containment self-test, as uid {}, {why}", user.uid))
+}
+
 /// What is wrong with one probe's line, given whether leash's rules stopped a packet during it; `None` for a pass.
 fn verdict(line: &str, stopped_here: bool) -> Option<&'static str> {
     let refused_by_firewall = line.contains("(os error 1)") || line.contains("(os error 113)");
@@ -452,8 +421,8 @@ fn serve_while(
     (user, netns): (Option<RunAs>, Option<(&OwnNetns, std::ffi::CString)>),
     env: Vec<(OsString, OsString)>,
     bound: Bound,
-    config: ProxyConfig,
-) -> Exit {
+    (config, control): (ProxyConfig, Option<&Arc<Control>>),
+) -> Result<Exit, Failure> {
     let mut command = args.command.iter();
     let mut cmd = Command::new(command.next().cloned().unwrap_or_default());
     cmd.args(command).env_clear().envs(env);
@@ -466,20 +435,16 @@ fn serve_while(
     if let Err(e) = leash_sandbox::uid::become_subreaper() {
         tracing::debug!("no subreaper here ({e}): the command's leftovers are found by their uid");
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("leash: the command was not run: cannot start the async runtime: {e}");
-            return Exit::SandboxFailed;
-        }
-    };
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            eprintln!("leash: the command was not run: cannot start `{}`: {e}", args.command[0].to_string_lossy());
-            return Exit::SandboxFailed;
-        }
-    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| not_run(format!("cannot start the async runtime: {e}")))?;
+    if let Some(control) = control {
+        let _entered = runtime.enter();
+        Control::serve(control).map_err(|e| not_run(format!("cannot serve the control socket: {e}")))?;
+    }
+    let mut child =
+        cmd.spawn().map_err(|e| not_run(format!("cannot start `{}`: {e}", args.command[0].to_string_lossy())))?;
     let group = child.id();
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
@@ -502,11 +467,8 @@ fn serve_while(
         leash_sandbox::uid::end_descendants();
     }
     match status {
-        Some(Ok(status)) => Exit::Command(exit_code(status)),
-        _ => {
-            eprintln!("leash: lost track of the command");
-            Exit::SandboxFailed
-        }
+        Some(Ok(status)) => Ok(Exit::Command(exit_code(status))),
+        _ => Err(Failure::sandbox_failed("lost track of the command")),
     }
 }
 

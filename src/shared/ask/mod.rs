@@ -199,7 +199,7 @@ fn write_always(policy: &PolicyHandle, source: &PolicySource, entry: &str) -> Re
     if source.ask_flag {
         reloaded = reloaded.into_ask().ok_or("the changed policy cannot be in ask mode")?;
     }
-    policy.store(reloaded);
+    policy.store(reloaded)?;
     tracing::info!("ask mode: `{entry}` added to {}'s allowed_hosts and reloaded", held.path().display());
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Ask mode's control socket: a Unix socket in a directory of leash's own (mode 0700), which the sandbox cannot see
+//! Ask mode's control socket (and `--control`'s, [`crate::shared::control`], bound the same way): a Unix socket in a directory of leash's own (mode 0700), which the sandbox cannot see
 //! (the directory is hidden inside it, and the sandbox may connect to no Unix socket it was not given). One JSON
 //! object per line each way ([`super::protocol`]); each connection is served in a task of its own.
 
@@ -50,10 +50,14 @@ impl Bound {
         &self.dir
     }
 
+    /// The listener, for whoever serves it (once: `None` after).
+    pub fn take_listener(&self) -> Option<std::os::unix::net::UnixListener> {
+        self.listener.lock().ok().and_then(|mut l| l.take())
+    }
+
     /// Serve `front`'s socket on the current runtime until leash ends (spawned); once.
     pub fn serve(front: &Arc<AskFront>) -> io::Result<()> {
-        let taken = front.socket.listener.lock().ok().and_then(|mut l| l.take());
-        let Some(listener) = taken else { return Ok(()) };
+        let Some(listener) = front.socket.take_listener() else { return Ok(()) };
         let listener = UnixListener::from_std(listener)?;
         let front = front.clone();
         tokio::spawn(async move {

@@ -62,7 +62,7 @@ pub enum Namespace {
 /// Parse and validate an attachment file's text; every error, each with its place.
 pub fn load_attachment(text: &str, format: Format) -> Result<Attachment, Vec<PolicyError>> {
     let root = format.parse(text).map_err(|e| vec![e])?;
-    let mut c = Checker { errors: Vec::new(), warnings: Vec::new() };
+    let mut c = Checker::default();
     let attachment = c.attachment(&root);
     match attachment {
         Some(a) if c.errors.is_empty() => Ok(a),

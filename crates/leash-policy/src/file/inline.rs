@@ -1,10 +1,11 @@
 //! `leash run --allow HOST --block RULE`: a policy from the command line, validated entry by entry as the file's
-//! lists are (`--allow` as `allowed_hosts`, `--block` as `blocked_urls`), with the default ports.
+//! lists are (`--allow` as `allowed_hosts`, presets included, `--block` as `blocked_urls`), with the default ports.
 
 use std::sync::Arc;
 
 use super::entries::EntryError;
 use super::entries::{host_entry, url_entry, List, UrlEntry};
+use super::presets;
 use super::{PolicyError, PolicyErrorKind};
 use crate::decision::Mode;
 use crate::engine::Policy;
@@ -24,12 +25,24 @@ impl Policy {
         let mut errors = Vec::new();
         let mut network = Network::empty(if block.is_empty() { Mode::Allowlist } else { Mode::Blocklist });
         for (index, text) in allow.iter().enumerate() {
+            if presets::is_preset(text) {
+                match presets::lookup(text) {
+                    Ok(preset) => network.hosts.extend(presets::rules(preset, index)),
+                    Err(e) => errors.push(inline_error("--allow", index, e)),
+                }
+                continue;
+            }
             match host_entry(text) {
                 Ok(pattern) => network.hosts.push(HostRule { pattern, text: Arc::from(text.as_str()), index }),
                 Err(e) => errors.push(inline_error("--allow", index, allow_error(text, e))),
             }
         }
         for (index, text) in block.iter().enumerate() {
+            if presets::is_preset(text) {
+                let e = presets::not_here(text, "--block");
+                errors.push(inline_error("--block", index, e));
+                continue;
+            }
             match url_entry(text, List::BlockedUrls) {
                 Ok(UrlEntry::Rule(rule)) => network.urls.push(UrlRule { index, ..rule }),
                 // Already refused as an IP literal; nothing to add.

@@ -10,21 +10,27 @@ use std::fmt;
 
 pub use attachment::{load_attachment, Attachment, Namespace};
 pub use edit::{allow_host, EditError};
+pub use presets::{newest_preset, preset_named, HostPreset, PresetUse, HOST_PRESETS};
 pub use task::{task_policy, TaskFormat, TaskPolicy};
 
 use crate::engine::Policy;
 
 mod attachment;
+mod codex;
 mod credentials;
+mod domains;
 mod edit;
 mod entries;
 mod exceptions;
 mod foreign;
+mod gh_aw;
 mod inline;
 mod json;
+mod presets;
 mod raw;
 mod sandbox_settings;
 mod services;
+mod spelling;
 mod task;
 mod toml;
 mod validate;
@@ -164,6 +170,9 @@ pub struct Loaded {
     pub policy: Policy,
     /// Valid but surprising entries, in the order of the file.
     pub warnings: Vec<Warning>,
+    /// The presets every section names in `allowed_hosts` (each with its entry: `profiles.x.network.allowed_hosts[0]`),
+    /// in the order of the file; `leash check` says what each added.
+    pub presets: Vec<PresetUse>,
 }
 
 /// Parse and validate the whole file (every profile), then build the policy of `profile` (the top level if None).
@@ -172,6 +181,7 @@ pub fn load(text: &str, format: Format, profile: Option<&str>) -> Result<Loaded,
     let checked = validate::document(&root);
     let mut errors = checked.errors;
     let names: Vec<String> = checked.profiles.iter().map(|(n, _)| n.clone()).collect();
+    let presets = checked.presets;
     let chosen = match profile {
         None => checked.top,
         Some(name) => match checked.profiles.into_iter().find(|(n, _)| n == name) {
@@ -190,7 +200,7 @@ pub fn load(text: &str, format: Format, profile: Option<&str>) -> Result<Loaded,
             let mut warnings = checked.warnings;
             warnings.extend(warn::unused_credentials(profile, &policy));
             warnings.extend(warn::upstream_proxy(profile, &policy));
-            Ok(Loaded { policy, warnings })
+            Ok(Loaded { policy, warnings, presets })
         }
         // A section with errors has no network; its errors are in `errors`.
         _ => Err(errors),

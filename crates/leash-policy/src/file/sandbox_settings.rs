@@ -22,47 +22,10 @@
 //! Keys other than the two lists (proxy ports, Unix sockets, filesystem rules) are the runtime's own and are listed
 //! as left alone.
 
+use super::domains::{allowlist, Entry, Pattern};
 use super::foreign::{error, section as child, strings};
 use super::raw::{Node, Value};
 use super::{PolicyError, PolicyErrorKind};
-
-/// A domain pattern of the two lists.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Pattern {
-    /// `example.com`.
-    Exact(String),
-    /// `*.example.com`: the names under `example.com`.
-    Under(String),
-}
-
-impl Pattern {
-    /// Whether every name `other` matches, this matches too.
-    fn covers(&self, other: &Pattern) -> bool {
-        match (self, other) {
-            (Pattern::Exact(a), Pattern::Exact(b)) => a == b,
-            (Pattern::Exact(_), Pattern::Under(_)) => false,
-            (Pattern::Under(d), Pattern::Exact(h)) => is_under(h, d),
-            (Pattern::Under(d), Pattern::Under(e)) => e == d || is_under(e, d),
-        }
-    }
-
-    /// Whether some name matches both.
-    fn overlaps(&self, other: &Pattern) -> bool {
-        self.covers(other) || other.covers(self)
-    }
-
-    fn shown(&self) -> String {
-        match self {
-            Pattern::Exact(h) => h.clone(),
-            Pattern::Under(d) => format!("*.{d}"),
-        }
-    }
-}
-
-/// `name` is strictly under `domain`.
-fn is_under(name: &str, domain: &str) -> bool {
-    name.strip_suffix(domain).is_some_and(|head| head.len() > 1 && head.ends_with('.'))
-}
 
 /// An entry read: the pattern, and a note on what changed on the way.
 type Read = Result<(Pattern, Option<&'static str>), String>;
@@ -114,7 +77,7 @@ pub(crate) fn settings_policy(root: &Node) -> Result<super::TaskPolicy, PolicyEr
         denied.extend(web_fetch_domains(permissions, "deny")?);
     }
     let mut unexpressible = Vec::new();
-    let read = |list: &[(String, String)], out: &mut Vec<String>| -> Vec<(String, Pattern, Option<&'static str>)> {
+    let read = |list: &[(String, String)], out: &mut Vec<String>| -> Vec<Entry> {
         let mut ok = Vec::new();
         for (label, entry) in list {
             match pattern(entry) {
@@ -132,68 +95,10 @@ pub(crate) fn settings_policy(root: &Node) -> Result<super::TaskPolicy, PolicyEr
         became.push(format!("{label} `*` → every request refused: nothing allowed"));
         allow.clear();
     }
-    // Every allowed entry a denied one covers whole goes first; what still meets a denied entry is an exception.
-    let dropped_by = |d: &Pattern| -> Vec<String> {
-        allow.iter().filter(|(_, a, _)| d.covers(a)).map(|(_, a, _)| a.shown()).collect()
-    };
-    let drops: Vec<Vec<String>> = deny.iter().map(|(_, d, _)| dropped_by(d)).collect();
-    allow.retain(|(_, a, _)| !deny.iter().any(|(_, d, _)| d.covers(a)));
-    let mut blocked = Vec::new();
-    for ((label, d, _), dropped) in deny.iter().zip(drops) {
-        let entry = format!("{label} `{}`", d.shown());
-        // leash's `.example.com` admits `example.com` too: denying that name cuts into it, and a block entry on it
-        // would tie with the wildcard's (the same name, both covering every name under it).
-        let apex = |a: &Pattern| matches!((a, d), (Pattern::Under(x), Pattern::Exact(y)) if x == y);
-        if let Some((_, cut, _)) = allow.iter().find(|(_, a, _)| apex(a)) {
-            let why = format!(
-                "{entry}: the name leash's `.{}` for the allowed `{}` admits too; a leash block entry on it would \
-                 cover every name the wildcard allows",
-                d.shown(),
-                cut.shown()
-            );
-            unexpressible.push(why);
-            continue;
-        }
-        // What still meets an allowed entry lies inside an allowed wildcard (those it covers were dropped above).
-        if let Some((_, inside, _)) = allow.iter().find(|(_, a, _)| a.overlaps(d)) {
-            let (host, widened) = match d {
-                Pattern::Exact(h) => (h, format!("every name under {h} too, which the runtime's entry leaves out")),
-                Pattern::Under(y) => (y, format!("{y} itself too, which `*.` leaves out")),
-            };
-            became.push(format!(
-                "{entry} → blocked_urls: {host} (an exception inside the allowed `{}`; it refuses {widened})",
-                inside.shown()
-            ));
-            blocked.push(host.clone());
-            continue;
-        }
-        became.push(match dropped.is_empty() {
-            true => format!("{entry} → refused already (no allowed entry covers it)"),
-            false => format!("{entry} → {} left out of allowed_hosts", dropped.join(", ")),
-        });
-    }
+    let text = allowlist(allow, deny, &mut became, &mut unexpressible);
     if !unexpressible.is_empty() {
         let message = format!("cannot be expressed as a leash policy: {}", unexpressible.join("; "));
         return Err(error(PolicyErrorKind::BadValue, at, message));
-    }
-    let mut text = String::from("network:\n  mode: allowlist\n  allowed_hosts:");
-    text.push_str(if allow.is_empty() { " []\n" } else { "\n" });
-    for (label, p, note) in &allow {
-        let (host, what) = match p {
-            Pattern::Exact(h) => (h.clone(), "this host only".to_owned()),
-            Pattern::Under(d) => {
-                (format!(".{d}"), format!("every name under {d}, and {d} itself, which `*.` leaves out"))
-            }
-        };
-        let note = note.map(|n| format!("; {n}")).unwrap_or_default();
-        became.push(format!("{label} `{}` → allowed_hosts: {host} ({what}{note})", p.shown()));
-        text.push_str(&format!("    - '{host}'\n"));
-    }
-    if !blocked.is_empty() {
-        text.push_str("  blocked_urls:\n");
-        for host in &blocked {
-            text.push_str(&format!("    - '{host}'\n"));
-        }
     }
     for key in keys(network).into_iter().filter(|k| *k != "allowedDomains" && *k != "deniedDomains") {
         became.push(format!("{} → left alone: the runtime's own setting, not a rule on names", field(key)));

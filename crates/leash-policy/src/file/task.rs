@@ -1,6 +1,8 @@
 //! A harness's task file read as a policy, as the harness reads it: benchflow's `task.toml` (its `[sandbox]` and
 //! `[agent]` tables) or the YAML front matter of its `task.md` (the same keys, between `---` lines); a `.json` file
-//! is a sandbox runtime's settings, read by `sandbox_settings.rs`. Everything but
+//! is a sandbox runtime's settings, read by `sandbox_settings.rs`; a `.md` whose front matter is a GitHub Agentic
+//! Workflow's (top-level `network` or `on`, no `sandbox` or `agent`) is read by `gh_aw.rs`, a `.toml` that is a Codex
+//! `config.toml` (its `sandbox_mode`, `default_permissions`, `features`, ...) by `codex.rs`. Everything but
 //! the network keys is the harness's and left alone. The result is a leash policy's text, loaded as any policy file
 //! is, and a line per field saying what it became (`leash check --task` prints them).
 //!
@@ -20,9 +22,9 @@ use super::{PolicyError, PolicyErrorKind};
 /// Which kind of task file, by its extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskFormat {
-    /// `task.toml`.
+    /// `task.toml` (or a Codex `config.toml`, told apart by its keys).
     Toml,
-    /// `task.md`: YAML front matter.
+    /// `task.md`: YAML front matter (a benchflow task's, or a GitHub Agentic Workflow's `network:`).
     Markdown,
     /// `.json`: sandbox-runtime's or Claude Code's settings (see `sandbox_settings.rs`).
     SandboxSettings,
@@ -55,8 +57,22 @@ const MODES: [&str; 5] = ["public", "no-network", "allowlist", "denylist", "bloc
 /// Reads `text` (a task file in `format`) as a policy; an error names the task's field.
 pub fn task_policy(text: &str, format: TaskFormat) -> Result<TaskPolicy, PolicyError> {
     let root = match format {
-        TaskFormat::Toml => super::toml::parse(text)?,
-        TaskFormat::Markdown => super::yaml::parse(front_matter(text)?)?,
+        TaskFormat::Toml => {
+            let root = super::toml::parse(text)?;
+            // Codex's config.toml is TOML too; its keys tell it apart.
+            if super::codex::is_codex_config(&root) {
+                return super::codex::config_policy(&root);
+            }
+            root
+        }
+        TaskFormat::Markdown => {
+            let root = super::yaml::parse(front_matter(text)?)?;
+            // A GitHub Agentic Workflow is a `.md` with front matter too; its keys tell it apart.
+            if super::gh_aw::is_workflow(&root) {
+                return super::gh_aw::workflow_policy(&root);
+            }
+            root
+        }
         TaskFormat::SandboxSettings => return super::sandbox_settings::settings_policy(&super::json::parse(text)?),
     };
     let (sandbox, agent) = (section(&root, "sandbox"), section(&root, "agent"));

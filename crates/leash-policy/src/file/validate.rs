@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use super::entries::{host_entry, model_api_entry, url_entry, List, UrlEntry};
+use super::presets::{self, PresetUse};
 use super::raw::{Key, Node, Pos, ScalarKind, Value};
+use super::spelling::closest;
 use super::PolicyErrorKind::{
     self, BadCidr, BadPort, BadProfileName, BadValue, DuplicateKey, MissingKey, UnknownKey, WrongList, WrongType,
 };
@@ -45,13 +47,21 @@ pub(crate) struct Checked {
     pub(crate) profiles_pos: Option<Pos>,
     pub(crate) errors: Vec<PolicyError>,
     pub(crate) warnings: Vec<Warning>,
+    /// Every preset written in an `allowed_hosts` list, in every section, with the entry that names it.
+    pub(crate) presets: Vec<PresetUse>,
 }
 
 /// Check a whole document.
 pub(crate) fn document(root: &Node) -> Checked {
-    let mut c = Checker { errors: Vec::new(), warnings: Vec::new() };
-    let mut checked =
-        Checked { top: None, profiles: Vec::new(), profiles_pos: None, errors: Vec::new(), warnings: Vec::new() };
+    let mut c = Checker::default();
+    let mut checked = Checked {
+        top: None,
+        profiles: Vec::new(),
+        profiles_pos: None,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+        presets: Vec::new(),
+    };
     if matches!(root.value, Value::Scalar(ScalarKind::Null, _)) {
         c.error(MissingKey, "network", root.pos, "the policy is empty; it needs a `network` section".to_owned());
     } else if let Some(fields) = c.map("", root, TOP_KEYS) {
@@ -69,12 +79,16 @@ pub(crate) fn document(root: &Node) -> Checked {
     }
     checked.errors = c.errors;
     checked.warnings = c.warnings;
+    checked.presets = c.presets;
     checked
 }
 
+#[derive(Default)]
 pub(super) struct Checker {
     pub(super) errors: Vec<PolicyError>,
     pub(super) warnings: Vec<Warning>,
+    /// The presets `allowed_hosts` lists named, each with its entry (`leash check` says what each added).
+    pub(super) presets: Vec<PresetUse>,
 }
 
 pub(super) type Fields<'n> = Vec<(&'n Key, &'n Node)>;
@@ -280,6 +294,16 @@ impl Checker {
             let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
+            if presets::is_preset(text) {
+                match presets::lookup(text) {
+                    Ok(preset) => {
+                        rules.extend(presets::rules(preset, index));
+                        self.presets.push(PresetUse { entry: entry(), written: text.to_owned(), preset });
+                    }
+                    Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
+                }
+                continue;
+            }
             match host_entry(text) {
                 Ok(pattern) => rules.push(HostRule { pattern, text: Arc::from(text), index }),
                 Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
@@ -297,6 +321,11 @@ impl Checker {
             let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
+            if presets::is_preset(text) {
+                let e = presets::not_here(text, name);
+                self.error(e.kind, &entry(), node.pos, e.message);
+                continue;
+            }
             match url_entry(text, list) {
                 Ok(UrlEntry::Rule(rule)) => rules.push(UrlRule { index, ..rule }),
                 // In an allowlist the entry would look like an exception cut out of a listed address; it cuts
@@ -356,6 +385,11 @@ impl Checker {
             let Some(text) = self.item_string(node, entry) else {
                 continue;
             };
+            if presets::is_preset(text) {
+                let e = presets::not_here(text, "model_apis");
+                self.error(e.kind, &entry(), node.pos, e.message);
+                continue;
+            }
             match model_api_entry(text) {
                 Ok(pattern) => hosts.push(pattern),
                 Err(e) => self.error(e.kind, &entry(), node.pos, e.message),
@@ -405,37 +439,19 @@ impl Checker {
 /// "unknown key" with the closest allowed key when one is a likely slip (`allowed_host` → `allowed_hosts`), else
 /// every allowed key.
 fn unknown_key(name: &str, allowed: &[&str]) -> String {
-    let closest = allowed.iter().map(|k| (edit_distance(name, k), *k)).min();
-    match closest {
-        Some((distance, key)) if distance <= (key.len() / 3).max(2) => {
-            format!("unknown key `{name}`; did you mean `{key}`?")
-        }
-        _ => {
+    match closest(name, allowed) {
+        Some(key) => format!("unknown key `{name}`; did you mean `{key}`?"),
+        None => {
             let expected = allowed.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
             format!("unknown key `{name}`; expected one of {expected}")
         }
     }
 }
 
-/// Levenshtein distance over bytes (keys are short ASCII words).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, &ca) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let replaced = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = replaced.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{edit_distance, unknown_key};
+    use super::super::spelling::edit_distance;
+    use super::unknown_key;
 
     #[test]
     fn an_unknown_key_close_to_a_known_one_is_named() {

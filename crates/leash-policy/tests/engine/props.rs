@@ -622,6 +622,32 @@ fn probe_paths(rules: &[MixedRule], requests: &[String]) -> Vec<String> {
     out
 }
 
+/// Whether a decision lets the request or tunnel on (allowed, inspected, or let through by audit mode).
+fn passes(d: &Decision) -> bool {
+    d.verdict != Verdict::Block
+}
+
+/// A boundary only narrows: what passes inside it passes the run's policy alone and the boundary alone; what both
+/// allow outright passes inside it; a tunnel either reads passes only read.
+fn check_bounded(run: &Policy, outer: &Policy, bounded: &Policy, q: &Question<'_>) -> Result<(), TestCaseError> {
+    let tls = TlsInspection::Available;
+    let (alone, by_outer, d) = (run.decide(q, tls), outer.decide(q, tls), bounded.decide(q, tls));
+    if passes(&d) {
+        prop_assert!(passes(&alone) && passes(&by_outer), "{q:?}: {d:?} though run {alone:?}, boundary {by_outer:?}");
+    } else if passes(&alone) && passes(&by_outer) {
+        // Both let it on, yet it is refused: only for a tunnel both would have passed only unread-vs-read differently.
+        prop_assert!(false, "{q:?}: refused inside though run {alone:?} and boundary {by_outer:?} pass it: {d:?}");
+    }
+    if !passes(&by_outer) {
+        prop_assert_eq!(d.reason, leash_policy::Reason::Boundary, "{:?}: the boundary's refusal is named", q);
+    }
+    let tunnel = matches!(q, Question::Connect { .. } | Question::ClientHello { .. });
+    if tunnel && passes(&d) && (by_outer.verdict == Verdict::Inspect || alone.verdict == Verdict::Inspect) {
+        prop_assert_eq!(d.verdict, Verdict::Inspect, "{:?}: read by one, so read inside", q);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -691,4 +717,44 @@ fn check_overruled(
         o
     );
     Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn a_boundary_only_narrows_and_never_lets_the_run_lift_its_refusals(
+        run in any_policy(),
+        outer in any_policy(),
+        audit in any::<bool>(),
+        requests in proptest::collection::vec((authority_text(), path_text(), any::<bool>()), 1..8),
+        tunnels in proptest::collection::vec(authority_text(), 1..6),
+    ) {
+        let Ok(boundary) = leash_policy::Boundary::new(outer.policy, "b") else { return Ok(()) };
+        let boundary = std::sync::Arc::new(boundary);
+        let run_yaml = run.yaml.clone();
+        let alone = load(&run_yaml, Format::Yaml, None).unwrap().policy;
+        let alone = if audit { alone.into_audit() } else { alone };
+        let again = load(&run_yaml, Format::Yaml, None).unwrap().policy;
+        let again = if audit { again.into_audit() } else { again };
+        let bounded = again.within(boundary.clone()).unwrap();
+        let outer = boundary.policy();
+        for (authority, path, inner) in &requests {
+            let url = format!("http://{authority}{path}");
+            let Ok(target) = parse_absolute_target(&url) else { continue };
+            let via = if *inner { Via::Tunnel } else { Via::ForwardProxy };
+            let scheme = if *inner { leash_policy::Scheme::Https } else { leash_policy::Scheme::Http };
+            let req = Request { via, scheme, host: &target.authority.host, port: target.port(), path: &target.path };
+            check_bounded(&alone, outer, &bounded, &Question::Request(req))?;
+        }
+        for authority in &tunnels {
+            let Ok(a) = parse_authority(authority) else { continue };
+            let port = a.port.unwrap_or(443);
+            check_bounded(&alone, outer, &bounded, &Question::Connect { target: &a.host, port })?;
+            let sni = a.host.to_string();
+            let hello = ClientHelloFacts::ServerName(&sni);
+            check_bounded(&alone, outer, &bounded, &Question::ClientHello { target: &a.host, port, hello })?;
+            check_bounded(&alone, outer, &bounded, &Question::Lookup { host: &a.host })?;
+        }
+    }
 }

@@ -24,6 +24,8 @@ pub enum AuditLine<'a> {
     Decision(Box<DecisionEntry<'a>>),
     /// An outcome line: how an allowed request ended.
     Outcome(OutcomeEntry<'a>),
+    /// A new policy put in force while leash ran.
+    Switch(SwitchEntry<'a>),
 }
 
 impl AuditLine<'static> {
@@ -31,6 +33,9 @@ impl AuditLine<'static> {
     /// else — a warning among the lines of a replayed log, a truncated line, a word this leash does not know.
     pub fn parse(line: &str) -> Option<AuditLine<'static>> {
         let value: serde_json::Value = serde_json::from_str(line).ok()?;
+        if value.get("event").and_then(|e| e.as_str()) == Some(SWITCH_EVENT) {
+            return SwitchEntry::deserialize(&value).ok().map(AuditLine::Switch);
+        }
         match value.get("decision") {
             Some(_) => DecisionEntry::deserialize(&value).ok().map(|d| AuditLine::Decision(Box::new(d))),
             None => OutcomeEntry::deserialize(&value).ok().map(AuditLine::Outcome),
@@ -126,6 +131,49 @@ pub struct OutcomeEntry<'a> {
     pub upstream_proxy_answer: Option<Cow<'a, str>>,
 }
 
+/// The `event` of a [`SwitchEntry`].
+pub const SWITCH_EVENT: &str = "policy-switch";
+
+/// A new policy put in force while leash ran (`leash policy switch`): which policy gave way to which, who asked, and
+/// how many open tunnels and requests in flight it cut. No `id`: it is no request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwitchEntry<'a> {
+    /// RFC 3339, UTC, milliseconds.
+    #[serde(default)]
+    pub time: Cow<'a, str>,
+    /// [`SWITCH_EVENT`].
+    pub event: Cow<'a, str>,
+    /// The policy in force before: its file (or `--allow`/`--block` for an inline one).
+    pub from: Cow<'a, str>,
+    /// The SHA-256 of that file's bytes as read (of the inline arguments, for an inline one), hex.
+    pub from_sha256: Cow<'a, str>,
+    /// The policy in force now: its file.
+    pub to: Cow<'a, str>,
+    /// The SHA-256 of its bytes as read, hex.
+    pub to_sha256: Cow<'a, str>,
+    /// The new policy's generation (1 for the first switch).
+    pub generation: u64,
+    /// Who asked: `control-socket` (`leash policy switch`), or `sighup` (`leash proxy` reloading its file).
+    pub by: Cow<'a, str>,
+    /// The asking process's uid, as the kernel gave it on the control socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_uid: Option<u32>,
+    /// The asking process's pid, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_pid: Option<i32>,
+    /// How many open tunnels and requests in flight the new policy refuses, and leash cut (their outcome lines say
+    /// `policy-switch`).
+    pub cut: usize,
+}
+
+impl SwitchEntry<'_> {
+    /// The hex SHA-256 of `bytes`: how a policy is named on the line beside its file.
+    pub fn digest(bytes: &[u8]) -> String {
+        let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+        digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
 /// What a decision line records, told apart by its `method` (the only field that says so).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LineKind {
@@ -180,12 +228,14 @@ pub enum UpstreamFailure {
     Closed,
     /// The upstream proxy refused the tunnel (its status is in the warning and the client's 502).
     UpstreamProxy,
+    /// Not the upstream: a new policy put in force while it was open refuses it, and leash cut it.
+    PolicySwitch,
 }
 
 impl UpstreamFailure {
     /// Every failure, in the order docs/audit-log.md lists their words: for reading a word back, and the metrics'
     /// counters.
-    pub(crate) const ALL: [UpstreamFailure; 8] = [
+    pub(crate) const ALL: [UpstreamFailure; 9] = [
         UpstreamFailure::CannotResolve,
         UpstreamFailure::Refused,
         UpstreamFailure::Reset,
@@ -194,6 +244,7 @@ impl UpstreamFailure {
         UpstreamFailure::BadResponse,
         UpstreamFailure::Closed,
         UpstreamFailure::UpstreamProxy,
+        UpstreamFailure::PolicySwitch,
     ];
 
     /// The audit log's word.
@@ -207,6 +258,7 @@ impl UpstreamFailure {
             UpstreamFailure::BadResponse => "bad-response",
             UpstreamFailure::Closed => "closed",
             UpstreamFailure::UpstreamProxy => "upstream-proxy",
+            UpstreamFailure::PolicySwitch => "policy-switch",
         }
     }
 

@@ -178,7 +178,7 @@ async fn garbage_never_stops_the_server() {
 async fn a_reload_applies_to_the_next_lookup() {
     let s = stub(&["allowed.test"]).await;
     assert_eq!(s.ask(1, "new.test", 1).await, reply(NXDOMAIN, &[]));
-    s.policy.store(allowlist(&["new.test"]));
+    s.policy.store(allowlist(&["new.test"])).unwrap();
     assert_eq!(s.ask(2, "new.test", 1).await, reply(NOERROR, &[TRANSPARENT_ADDR]));
     assert_eq!(s.ask(3, "allowed.test", 1).await, reply(NXDOMAIN, &[]));
     s.stop().await.unwrap();

@@ -2,6 +2,7 @@
 //! test CA; clients (curl, rustls, hyper's HTTP/2, Python's strict ssl) trusting leash's CA. Every refused request
 //! is shown never to reach the origin.
 
+mod boundary;
 mod credential_attacks;
 mod credentials;
 mod early_answers;

@@ -100,6 +100,8 @@ pub struct Builder {
     bound: Option<leash_proxy::ConnectionBound>,
     /// Ask mode's question timeout; `Some` gives the proxy someone to ask (the test answers through [`Leash::ask`]).
     ask_timeout: Option<Duration>,
+    /// A boundary's YAML the policy is held inside (`--boundary`).
+    boundary: Option<String>,
 }
 
 impl Builder {
@@ -151,6 +153,12 @@ impl Builder {
         self
     }
 
+    /// Hold the policy inside the boundary `yaml` (as `--boundary FILE` does).
+    pub fn boundary(mut self, yaml: &str) -> Self {
+        self.boundary = Some(yaml.to_owned());
+        self
+    }
+
     pub fn audit_at(mut self, path: &Path) -> Self {
         self.audit = Audit::At(path.to_owned());
         self
@@ -164,7 +172,11 @@ impl Builder {
         };
         let audit = Arc::new(AuditLog::open(&log_path).expect("open audit log"));
         let resolver = Arc::new(RecordingResolver::new());
-        let handle = PolicyHandle::new(policy(&self.yaml));
+        let bounded = |p: Policy| match &self.boundary {
+            Some(b) => p.within(Arc::new(leash_policy::Boundary::new(policy(b), "boundary.yaml").unwrap())).unwrap(),
+            None => p,
+        };
+        let handle = PolicyHandle::new(bounded(policy(&self.yaml)));
         let metrics = Arc::new(Metrics::default());
         let inspection = self.inspect_trusting.map(|pem| {
             let upstream_ca = dir.path().join("upstream-ca.pem");
@@ -272,6 +284,7 @@ impl Leash {
             services: Vec::new(),
             bound: None,
             ask_timeout: None,
+            boundary: None,
         }
     }
 
@@ -280,9 +293,9 @@ impl Leash {
         format!("http://{}", self.addr)
     }
 
-    /// Replace the policy (what SIGHUP does).
-    pub fn reload(&self, yaml: &str) {
-        self.policy.store(policy(yaml));
+    /// Replace the policy (what SIGHUP and `leash policy switch` do): what it did, open connections cut included.
+    pub fn reload(&self, yaml: &str) -> leash_proxy::Swapped {
+        self.policy.store(policy(yaml)).unwrap()
     }
 
     /// The audit log's lines so far.

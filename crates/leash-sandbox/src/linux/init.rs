@@ -445,7 +445,8 @@ fn start_command(plan: &Plan, terminal: c_int) -> Result<Started, Fail> {
     let own = [plan.channel, signals, read_end, listener_in];
     let inherited = (0..3).filter(|fd| !own.contains(fd));
     // Nor does it hold the command's terminal: the relay's end of file is the command's last holder gone.
-    let duplicates = (0..3).map(|i| plan.stdio_fd(i)).chain([terminal]).filter(|&fd| fd >= 0);
+    // Nor the self-test's report: its end is the self-test's `execve` of the command, or its exit.
+    let duplicates = (0..3).map(|i| plan.stdio_fd(i)).chain([terminal, plan.report]).filter(|&fd| fd >= 0);
     for fd in inherited.chain(duplicates) {
         sys::close(fd);
     }
@@ -537,7 +538,8 @@ fn command(start: &CommandStart) -> Fail {
     match command_setup(start).and_then(|()| confine(start)) {
         Ok(()) => Fail {
             step: ChildStep::Exec,
-            index: 0,
+            // What ran in the command's place: the command (0), or the self-test (1).
+            index: u32::from(plan.report >= 0),
             errno: sys::execve(&plan.program, plan.argv.as_ptrs(), plan.envp.as_ptrs()),
         },
         Err(fail) => fail,
@@ -568,7 +570,12 @@ fn command_setup(start: &CommandStart) -> Result<(), Fail> {
     if let Some(cwd) = &plan.cwd {
         sys::chdir(cwd).map_err(at(ChildStep::ChangeDir, 0))?;
     }
-    sys::cloexec_from_3().map_err(at(ChildStep::CloseFds, 0))
+    sys::cloexec_from_3().map_err(at(ChildStep::CloseFds, 0))?;
+    // The self-test's report is the one descriptor the self-test inherits; it closes it before the command runs.
+    if plan.report >= 0 {
+        sys::keep_on_exec(plan.report).map_err(at(ChildStep::CloseFds, 1))?;
+    }
+    Ok(())
 }
 
 /// Room for `/proc/PID/gid_map` and its NUL.

@@ -32,6 +32,7 @@ use self::proto::{Msg, SpecFacts, RECORD_LEN};
 use crate::error::Step;
 use crate::{ExitStatus, SandboxError, SandboxSpec, MAX_SOCKETS};
 
+pub(crate) use self::netlink::tcp_listeners;
 pub(crate) use self::netns::{bind_in, bind_in_netns, netns_id, netns_interfaces, run_in_netns};
 pub(crate) use self::signals::Forwarding;
 
@@ -60,6 +61,8 @@ pub(crate) struct Pending {
     facts: SpecFacts,
     /// Removed once init has mounted it.
     resolv: Option<TempFile>,
+    /// The read end of the self-test's report (`SandboxSpec::self_test`).
+    report: Option<OwnedFd>,
     /// What the init was cloned from, freed once the command runs: freeing it at once would write to heap pages the
     /// init still shares, and copying each one is about 60 µs of the init's wait for its ids and go-ahead.
     kept: Option<Kept>,
@@ -85,7 +88,9 @@ pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
     let program = plan::resolve_program(&spec)?;
     let resolv = spec.resolv_conf.as_deref().map(TempFile::create).transpose()?.flatten();
     let (ours, theirs) = seqpacket_pair()?;
-    let plan = Plan::build(&spec, &program, resolv.as_ref().map(TempFile::path), theirs.as_raw_fd())?;
+    let report = spec.self_test.as_ref().map(|_| report_pipe()).transpose()?;
+    let report_fd = report.as_ref().map(|(_, write)| write.as_raw_fd());
+    let plan = Plan::build(&spec, &program, resolv.as_ref().map(TempFile::path), (theirs.as_raw_fd(), report_fd))?;
     let facts = SpecFacts::new(&spec, &program);
     let pid = match sys::raw_fork((libc::CLONE_NEWUSER | libc::CLONE_NEWPID) as u64) {
         Ok(0) => init::run(&plan),
@@ -93,6 +98,8 @@ pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
         Err(errno) => return Err(setup(Step::CreateUserNamespace, io::Error::from_raw_os_error(errno))),
     };
     drop(theirs);
+    // Only the command's process holds the write end now: the report ends with the self-test's `execve` or exit.
+    let report = report.map(|(read, _)| read);
     if let Some(spread) = &plan.spread {
         spread.move_init(pid);
     }
@@ -107,7 +114,31 @@ pub(crate) fn prepare(spec: SandboxSpec) -> Result<Pending, SandboxError> {
     if !fs::metadata("/dev/null").is_ok_and(|m| m.file_type().is_char_device()) {
         return Err(setup(Step::HidePath(PathBuf::from("/dev/null")), io::ErrorKind::NotFound.into()));
     }
-    Ok(Pending { child, facts, resolv, kept: Some(Kept { _plan: plan, _spec: spec }) })
+    Ok(Pending { child, facts, resolv, report, kept: Some(Kept { _plan: plan, _spec: spec }) })
+}
+
+/// The self-test's report pipe (`crate::self_test`): leash's read end, and the write end, numbered 3 or above
+/// (stdio's numbers are the command's own).
+fn report_pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    let failed = |errno: sys::Errno| setup(Step::StartSelfTest, io::Error::from_raw_os_error(errno));
+    let (read, write) = sys::pipe().map_err(failed)?;
+    // SAFETY: both descriptors are fresh from `pipe2` and owned by nothing else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(read), OwnedFd::from_raw_fd(write)) };
+    if write.as_raw_fd() > 2 {
+        return Ok((read, write));
+    }
+    let moved = rustix::io::fcntl_dupfd_cloexec(&write, 3).map_err(|e| failed(e.raw_os_error()))?;
+    Ok((read, moved))
+}
+
+/// Reads the self-test's report to its end (its `execve` of the command, or its exit) and judges it.
+fn await_self_test(report: OwnedFd, facts: &SpecFacts) -> Result<(), SandboxError> {
+    use std::io::Read;
+    let mut said = Vec::new();
+    std::fs::File::from(report)
+        .read_to_end(&mut said)
+        .map_err(|source| SandboxError::Control { what: "read the self-test of", source })?;
+    crate::self_test::judge(&said, &facts.program)
 }
 
 /// Writes init's id maps from leash's user namespace, the parent of init's (`IdRange::Full`), then tells init.
@@ -140,6 +171,10 @@ impl Pending {
         }
         let value = meanwhile();
         let handed = self.child.handshake(&self.facts, &mut self.resolv)?;
+        // The self-test runs in the command's place (its `execve` was the one reported): the command's comes after.
+        if let Some(report) = self.report.take() {
+            await_self_test(report, &self.facts)?;
+        }
         drop(self.kept.take());
         Ok((self.child, handed, value))
     }

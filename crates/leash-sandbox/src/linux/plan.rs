@@ -128,7 +128,11 @@ pub(super) enum IdRange {
 
 /// The child's whole programme.
 pub(super) struct Plan {
+    /// What the command's process executes: the command, or the self-test in its place (`SandboxSpec::self_test`).
     pub(super) program: CString,
+    /// The write end of the self-test's report pipe, which the command's process keeps across the self-test's
+    /// `execve`; -1 without a self-test.
+    pub(super) report: c_int,
     pub(super) argv: CStrings,
     pub(super) envp: CStrings,
     pub(super) cwd: Option<CString>,
@@ -166,15 +170,28 @@ pub(super) struct Plan {
 
 impl Plan {
     /// Builds the plan; `channel` is the child's end of the socketpair.
+    /// `report`: the write end of the self-test's pipe, when `spec` asks for one (its number is the self-test's
+    /// argument).
     pub(super) fn build(
         spec: &SandboxSpec,
         program: &Path,
         resolv_source: Option<&Path>,
-        channel: c_int,
+        (channel, report): (c_int, Option<c_int>),
     ) -> Result<Plan, SandboxError> {
         let mut argv = vec![cstring(spec.program.as_bytes(), "the program")?];
         for arg in &spec.args {
             argv.push(cstring(arg.as_bytes(), "an argument")?);
+        }
+        let mut executed = cstring(program.as_os_str().as_bytes(), "the program")?;
+        if let (Some(test), Some(fd)) = (&spec.self_test, report) {
+            // The self-test runs in the command's place, given the report's descriptor and the command itself.
+            let mut before = vec![cstring(test.program.as_bytes(), "the self-test's program")?];
+            for arg in &test.args {
+                before.push(cstring(arg.as_bytes(), "a self-test argument")?);
+            }
+            before.extend([c"--".to_owned(), cstring(fd.to_string().as_bytes(), "a descriptor")?, executed]);
+            argv = before.into_iter().chain(argv).collect();
+            executed = cstring(test.program.as_bytes(), "the self-test's program")?;
         }
         let envp = spec
             .env
@@ -199,12 +216,14 @@ impl Plan {
         let allowed_sockets: Vec<AllowedSocket> = spec.allow_unix_sockets.iter().filter_map(|p| allowed(p)).collect();
         let stdio = [dup(&spec.stdin)?, dup(&spec.stdout)?, dup(&spec.stderr)?];
         let mut keeps: Vec<c_int> = std::iter::once(channel)
+            .chain(report)
             .chain(stdio.iter().flatten().map(AsRawFd::as_raw_fd))
             .chain(allowed_sockets.iter().map(|a| a.held.as_raw_fd()))
             .collect();
         keeps.sort_unstable();
         Ok(Plan {
-            program: cstring(program.as_os_str().as_bytes(), "the program")?,
+            program: executed,
+            report: report.unwrap_or(-1),
             argv: CStrings::new(argv),
             envp: CStrings::new(envp),
             cwd: spec.cwd.as_deref().map(|p| cstring(p.as_os_str().as_bytes(), "the working directory")).transpose()?,

@@ -288,6 +288,7 @@ impl ChildStep {
             ChildStep::CommandGidMap => Step::MapCommandIds("gid_map"),
             ChildStep::RedirectStdio => Step::RedirectStdio,
             ChildStep::ChangeDir => Step::ChangeDir(spec.cwd.clone().unwrap_or_default()),
+            ChildStep::Exec if index == 1 => Step::StartSelfTest,
             ChildStep::Exec => Step::Exec(spec.program.clone()),
             ChildStep::IpcNs if index == 0 => Step::CreateIpcNamespace,
             ChildStep::IpcNs => Step::MountMqueue,

@@ -387,6 +387,12 @@ pub(super) fn cloexec_from_3() -> SysResult<()> {
     close_range(3, c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC)
 }
 
+/// Clears `fd`'s close-on-exec flag: the next `execve` keeps it.
+pub(super) fn keep_on_exec(fd: c_int) -> SysResult<()> {
+    // SAFETY: F_SETFD takes integers only.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(drop)
+}
+
 /// The calling thread's CPU affinity (sched_getaffinity(2)).
 pub(super) fn affinity() -> SysResult<libc::cpu_set_t> {
     // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
