@@ -190,19 +190,45 @@ fn a_sandbox_runtimes_settings_are_read_as_they_are_and_what_cannot_be_expressed
     assert_eq!(explain("https://github.com/org/repo"), Some(1), "denied wins, as in the runtime");
     assert_eq!(explain("https://example.org/"), Some(1));
 
-    // Claude Code's settings.json, with an exception a leash allowlist cannot hold: refused, the entry named.
+    // Claude Code's settings.json with a denied name inside an allowed wildcard: a `blocked_urls` exception.
     let claude = write(
         dir.path(),
         "settings.json",
         r#"{"permissions": {"deny": ["WebFetch(domain:jira.corp.example)"]},
             "sandbox": {"enabled": true, "network": {"allowedDomains": ["*.corp.example"]}}}"#,
     );
-    let o = leash(&["check", "--task", claude.to_str().unwrap()]);
+    let path = claude.to_str().unwrap();
+    let o = leash(&["check", "--task", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(
+            "permissions.deny[0] `jira.corp.example` → blocked_urls: jira.corp.example (an exception inside the \
+             allowed `*.corp.example`"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    let explain = |url: &str| leash(&["explain", "--task", path, url]);
+    let refused = explain("http://jira.corp.example/browse/X-1");
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stdout(&refused).contains("refused by exception `jira.corp.example` inside allowed `.corp.example`"),
+        "{}",
+        stdout(&refused)
+    );
+    assert_eq!(explain("https://wiki.corp.example/").status.code(), Some(0));
+    // Denying the very name leash's `.corp.example` widens `*.corp.example` to cannot be expressed: refused, named.
+    let apex = write(
+        dir.path(),
+        "apex.json",
+        r#"{"network": {"allowedDomains": ["*.corp.example"], "deniedDomains": ["corp.example"]}}"#,
+    );
+    let o = leash(&["check", "--task", apex.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     assert!(
         stderr(&o).contains(
-            "sandbox.network: cannot be expressed as a leash policy: permissions.deny[0] \
-                             `jira.corp.example`: an exception to the allowed `*.corp.example`"
+            "network: cannot be expressed as a leash policy: network.deniedDomains[0] `corp.example`: the name \
+             leash's `.corp.example` for the allowed `*.corp.example` admits too"
         ),
         "{}",
         stderr(&o)
@@ -934,14 +960,73 @@ fn check_and_explain_take_an_ask_mode_policy() {
     assert_eq!(code, Some(1), "refused unless a person allows it: {out}");
     assert_eq!(out.lines().next(), Some("block not-allowed"));
     assert!(out.contains("\n  held: a person is asked (ask mode)"), "{out}");
-    let with_blocked = format!("{ask}  blocked_urls: [x.org]\n");
-    let o = leash(&["check", write(dir.path(), "bad.yaml", &with_blocked).to_str().unwrap()]);
+    // A blocked path inside an allowed host is a refusal by rule: never held for a person.
+    let with_blocked = format!("{ask}  blocked_urls: [api.example.com/admin]\n");
+    let (code, out) = explain(&with_blocked, &["http://api.example.com/admin/users"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(out.lines().next(), Some("block rule api.example.com/admin"));
+    assert!(!out.contains("held"), "{out}");
+    // The same entry allowed and blocked is an error naming both.
+    let tie = "network:\n  mode: ask\n  allowed_hosts: [.example.com]\n  blocked_urls: [example.com]\n";
+    let o = leash(&["check", write(dir.path(), "bad.yaml", tie).to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("`blocked_urls` is for blocklist mode; this network is an allowlist"),
+        stderr(&o).contains(
+            "network.allowed_hosts[0]: `.example.com` is allowed and `example.com` (network.blocked_urls[0]) blocked \
+             at the same specificity"
+        ),
         "{}",
         stderr(&o)
     );
+}
+
+/// "The internet, but not `corp.example`, except `jira.corp.example` and the public pages."
+const INTERNET_BUT_CORP: &str = "network:\n  mode: blocklist\n  blocked_urls: [corp.example]\n  \
+                                 allowed_hosts: [jira.corp.example]\n  allowed_urls: [corp.example/public/]\n";
+
+/// "PyPI, but not this one project."
+const PYPI_BUT_ONE: &str =
+    "network:\n  mode: allowlist\n  allowed_hosts: [pypi.org]\n  blocked_urls: [pypi.org/project/evil]\n";
+
+#[test]
+fn check_and_explain_show_which_rule_decided_with_exceptions_in_either_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    for policy in [INTERNET_BUT_CORP, PYPI_BUT_ONE] {
+        let o = leash(&["check", write(dir.path(), "p.yaml", policy).to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(stderr(&o).is_empty(), "no warning: {}", stderr(&o));
+    }
+    let (code, out) = explain(INTERNET_BUT_CORP, &["http://jira.corp.example/browse/X-1"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out.lines().next(), Some("allow rule jira.corp.example"));
+    assert!(
+        out.contains("\n  allowed by exception `jira.corp.example` inside blocked `corp.example`: the more specific"),
+        "{out}"
+    );
+    // An https URL to it is decided on its SNI, unread, and says which rule did.
+    let (code, out) = explain(INTERNET_BUT_CORP, &["https://jira.corp.example/"]);
+    assert_eq!((code, out.lines().next()), (Some(0), Some("allow rule jira.corp.example")), "{out}");
+    assert!(out.contains("decided on its TLS server name") && out.contains("allowed by exception"), "{out}");
+    let (code, out) = explain(INTERNET_BUT_CORP, &["http://mail.corp.example/"]);
+    assert_eq!((code, out.lines().next()), (Some(1), Some("block rule corp.example")), "{out}");
+    assert!(!out.contains("exception"), "{out}");
+    let (code, out) = explain(PYPI_BUT_ONE, &["http://pypi.org/project/evil/"]);
+    assert_eq!((code, out.lines().next()), (Some(1), Some("block rule pypi.org/project/evil")), "{out}");
+    assert!(out.contains("refused by exception `pypi.org/project/evil` inside allowed `pypi.org`"), "{out}");
+    if leash_proxy::TLS_INSPECTION {
+        let (code, out) = explain(INTERNET_BUT_CORP, &["CONNECT", "corp.example:443"]);
+        assert_eq!((code, out.lines().next()), (Some(0), Some("inspect rule corp.example/public/")), "{out}");
+        assert!(
+            out.contains(
+                "`corp.example/public/` is an exception inside the blocked `corp.example`: the paths it names are \
+                 allowed, so the tunnel is inspected"
+            ),
+            "{out}"
+        );
+        let (code, out) = explain(PYPI_BUT_ONE, &["https://pypi.org/project/evil"]);
+        assert_eq!((code, out.lines().next()), (Some(1), Some("block rule pypi.org/project/evil")), "{out}");
+        assert!(out.contains("TLS-inspected") && out.contains("refused by exception"), "{out}");
+    }
 }
 
 #[test]
@@ -1000,7 +1085,7 @@ fn explain_refuses_ip_literals_and_rejects_usage_errors() {
 #[test]
 fn explain_exits_2_not_1_when_the_policy_does_not_load() {
     // 1 means "refused": a script asking explain must never read a broken policy, or a wrong profile, as one.
-    let (code, out) = explain("network:\n  mode: allowlist\n  blocked_urls: [x.test]\n", &["http://x.test/"]);
+    let (code, out) = explain("network:\n  mode: allowlist\n  blocked_urls: [192.0.2.1]\n", &["http://x.test/"]);
     assert_eq!((code, out.as_str()), (Some(2), ""));
     let dir = tempfile::tempdir().unwrap();
     let p = write(dir.path(), "p.yaml", BLOCKLIST);
@@ -1295,7 +1380,7 @@ fn proxy_says_on_stderr_why_it_refused_and_why_a_reload_failed_then_stops_on_sig
     let log = dir.path().join("audit.jsonl");
     let proxy = Proxy::start(&policy, &log, &["--resolve", "docs.test:127.0.0.1"]);
     assert_eq!(proxy.curl(&format!("http://other.test:{port}/x")), "403");
-    write(dir.path(), "p.yaml", "network:\n  mode: allowlist\n  blocked_urls: [x.test]\n");
+    write(dir.path(), "p.yaml", "network:\n  mode: allowlist\n  blocked_urls: [192.0.2.1]\n");
     proxy.signal("HUP");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(proxy.curl(&format!("http://docs.test:{port}/y")), "200", "the old policy is kept");
@@ -1401,7 +1486,7 @@ fn proxy_serves_on_as_many_threads_as_it_is_told() {
 #[test]
 fn proxy_refuses_an_invalid_policy_at_start() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = write(dir.path(), "p.yaml", "network:\n  mode: allowlist\n  blocked_urls: [x.com]\n");
+    let policy = write(dir.path(), "p.yaml", "network:\n  mode: allowlist\n  blocked_urls: [192.0.2.1]\n");
     let o = Command::new(LEASH)
         .args(["proxy", "--policy", policy.to_str().unwrap(), "--listen", "127.0.0.1:0"])
         .output()

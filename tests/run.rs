@@ -25,7 +25,7 @@ fn marking(dir: &Path) -> (String, std::path::PathBuf) {
 fn an_invalid_policy_is_exit_2_and_the_command_never_runs() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("p.yaml");
-    std::fs::write(&policy, "network:\n  mode: allowlist\n  blocked_urls: [x.test]\n").unwrap();
+    std::fs::write(&policy, "network:\n  mode: allowlist\n  blocked_urls: [192.0.2.1]\n").unwrap();
     let (script, marker) = marking(dir.path());
     let o = Command::new(LEASH)
         .args(["run", "--policy", policy.to_str().unwrap(), "--", "sh", "-c", &script])

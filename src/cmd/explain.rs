@@ -3,8 +3,8 @@
 //! the [`leash_policy::Treatment`]); this module only puts it into words.
 
 use leash_policy::{
-    parse_absolute_target, parse_authority, Admission, Decision, Host, Policy, ProviderTools, Question, Reason, Route,
-    Scheme, Service, ServiceKind, TargetError, TlsInspection, Tunnel, Verdict,
+    parse_absolute_target, parse_authority, Admission, CanonicalPath, Decision, Host, Policy, ProviderTools, Question,
+    Reason, Route, Scheme, Service, ServiceKind, TargetError, TlsInspection, Tunnel, Verdict,
 };
 
 use crate::cli::ExplainArgs;
@@ -109,6 +109,7 @@ fn explain_connect(policy: &Policy, target: &str) -> Result<Explained, String> {
         "CONNECT {target}: decided on the CONNECT target, then on the TLS server name (SNI), which must name the same host"
     )];
     lines.extend(after_decision(policy, &admission, &authority.host));
+    beside_the_entry(&mut lines, exception_line(policy, &admission.decision, &authority.host, None));
     lines.extend(model_api_line(&admission, &authority.host));
     lines.extend(upstream_line(&admission, &authority.host));
     Ok(Explained { decision: admission.decision, lines })
@@ -136,6 +137,9 @@ fn explain_url(policy: &Policy, method: &str, url: &str) -> Result<Explained, St
     let mut lines = vec![how];
     lines.extend(after_decision(policy, &admission, host));
     lines.extend(method_line(policy, &admission.decision, method));
+    // A spliced tunnel is decided on its name alone; plain HTTP and an inspected tunnel's request on the path too.
+    let on_path = (target.scheme != Scheme::Https || admission.tunnel == Tunnel::Inspected).then_some(&target.path);
+    beside_the_entry(&mut lines, exception_line(policy, &admission.decision, host, on_path));
     lines.extend(credential_line(&admission));
     lines.extend(upstream_line(&admission, host));
     lines.extend(model_api_line(&admission, host));
@@ -175,6 +179,29 @@ fn after_decision(policy: &Policy, admission: &Admission<'_>, host: &Host) -> Ve
         ));
     }
     lines
+}
+
+/// `line` right under the line naming the matching entry (or last, when none is named).
+fn beside_the_entry(lines: &mut Vec<String>, line: Option<String>) {
+    let Some(line) = line else { return };
+    let at = lines.iter().position(|l| l.starts_with("matching entry:")).map_or(lines.len(), |i| i + 1);
+    lines.insert(at, line);
+}
+
+/// When an exception decided (a rule of the other kind than the mode's): the entry it is cut out of.
+fn exception_line(policy: &Policy, d: &Decision, host: &Host, path: Option<&CanonicalPath>) -> Option<String> {
+    let o = policy.overruled(host, path)?;
+    let (done, other) = if o.allows { ("allowed", "blocked") } else { ("refused", "allowed") };
+    if o.on_some_paths {
+        return Some(format!(
+            "`{}` is an exception inside the {other} `{}`: the paths it names are {done}, so the tunnel is inspected \
+             and each request decided on its path",
+            o.exception, o.inside
+        ));
+    }
+    (d.rule.as_deref() == Some(&*o.exception)).then(|| {
+        format!("{done} by exception `{}` inside {other} `{}`: the more specific entry decides", o.exception, o.inside)
+    })
 }
 
 /// Under a boundary, who decided: the boundary, which no run policy can lift (its own `explain --policy` says why),

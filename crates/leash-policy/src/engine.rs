@@ -20,6 +20,10 @@ use crate::services::Service;
 use crate::spec::{HostPattern, Network, DEFAULT_MODEL_APIS};
 use crate::upstream::UpstreamProxy;
 
+mod exceptions;
+use exceptions::compile_exceptions;
+pub use exceptions::Overruled;
+
 /// A validated, compiled policy. Its only constructor is [`crate::file::load`] (and [`Policy::from_inline`]).
 #[derive(Debug)]
 pub struct Policy {
@@ -32,6 +36,9 @@ pub struct Policy {
     allowed_ipv4: FastMap<Ipv4Addr, Arc<str>>,
     /// Allowlist: `allowed_hosts` and `allowed_urls`; blocklist: `blocked_urls`.
     rules: Matcher,
+    /// The other kind's rules, exceptions decided against `rules` by specificity (see `engine/exceptions.rs`):
+    /// allowlist: `blocked_urls`; blocklist: `allowed_hosts` and `allowed_urls`. Usually empty.
+    exceptions: Matcher,
     /// [`DEFAULT_MODEL_APIS`] and the exact `model_apis` entries.
     model_exact: FastMap<Box<str>, ()>,
     /// `.x` entries of `model_apis`, without the dot.
@@ -248,6 +255,9 @@ impl Policy {
             return true;
         }
         let Host::Name(name) = host else { return false };
+        if !self.exceptions.is_empty() {
+            return self.name_level(name.as_str()).path_matters;
+        }
         match self.mode {
             Mode::Allowlist if self.rules.host_rule(name.as_str()).is_some() => false,
             _ => self.rules.first_path_rule(name.as_str()).is_some(),
@@ -357,6 +367,7 @@ impl Policy {
             }
         }
         rules.finish();
+        let exceptions = compile_exceptions(&network, kind);
         let allows = match network.mode {
             Mode::Allowlist => allowed_entries(&network),
             Mode::Blocklist => Vec::new(),
@@ -368,6 +379,7 @@ impl Policy {
             || network.inspect_all
             || rules.has_path_rules()
             || !methods.is_empty()
+            || exceptions.has_path_rules()
             || (filters_models
                 && match network.mode {
                     // Every name but the blocked ones is allowed, model APIs among them; in audit mode every one.
@@ -384,6 +396,7 @@ impl Policy {
             inspect_all: network.inspect_all,
             allowed_ipv4,
             rules,
+            exceptions,
             model_exact,
             model_subtrees,
             provider_tools: network.provider_tools,
@@ -448,6 +461,9 @@ impl Policy {
     }
 
     fn decide_name(&self, name: &Name, path: &CanonicalPath) -> Decision {
+        if !self.exceptions.is_empty() {
+            return self.decide_name_with_exceptions(name, path);
+        }
         let best = self.rules.best(name.as_str(), path.as_str());
         match (self.mode, best) {
             // INVARIANT: an allow prefix admits a path only if every way a server may split it is under the prefix.
@@ -490,6 +506,9 @@ impl Policy {
     }
 
     fn decide_tunnel_rules(&self, name: &Name) -> Decision {
+        if !self.exceptions.is_empty() {
+            return self.decide_tunnel_with_exceptions(name);
+        }
         let host_rule = self.rules.host_rule(name.as_str());
         let inspect = |reason, rule| decision(Verdict::Inspect, reason, rule);
         match (self.mode, host_rule) {

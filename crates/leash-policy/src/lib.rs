@@ -37,8 +37,7 @@ pub use admission::{Admission, Route, Treatment, Tunnel};
 pub use credentials::{Credential, CredentialHost, HeaderForm, SecretSource};
 pub use decision::{ClientHelloFacts, Decision, Mode, ProviderTools, Refusals, Request, Scheme, Verdict, Via};
 pub use dest::{is_internal, Cidr, CidrError};
-pub use engine::Boundary;
-pub use engine::Policy;
+pub use engine::{Boundary, Overruled, Policy};
 pub use file::{
     allow_host, load, load_attachment, newest_preset, preset_named, task_policy, Attachment, EditError, Format,
     HostPreset, Loaded, Namespace, PolicyError, PolicyErrorKind, PresetUse, TaskFormat, TaskPolicy, Warning,

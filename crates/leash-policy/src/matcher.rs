@@ -206,16 +206,132 @@ impl HostRules {
     }
 }
 
+/// How specific a matching rule is, compared field by field: the host suffix the entry names (longer wins), then
+/// its class (a path rule beats an exact host, which beats a subtree), then its path prefix (longer wins). It is the
+/// order [`Matcher::best`] picks by within one matcher; the engine compares a policy's rules with its exceptions
+/// (rules of the other kind) by it too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Rank {
+    /// Length in bytes of the host suffix the entry names (the whole host for an exact entry).
+    pub(crate) suffix: usize,
+    class: Class,
+    /// Length in bytes of the path prefix; 0 for a host rule.
+    path: usize,
+}
+
+/// What an entry names under its host, least specific first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Class {
+    /// The host and every subdomain: `.x` in `allowed_hosts`, a host in `blocked_urls`.
+    Subtree,
+    /// `x` in `allowed_hosts`: the host only.
+    Exact,
+    /// A path prefix.
+    Path,
+}
+
+impl Rank {
+    /// Whether the entry carries a path, so the decision it gives rests on the request's path.
+    pub(crate) fn is_path(self) -> bool {
+        self.class == Class::Path
+    }
+}
+
+/// The ranked look-ups the engine needs when a policy holds rules of both kinds.
+impl Matcher {
+    /// Allow rules or block rules.
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Whether no entry was added.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.hosts.is_empty()
+    }
+
+    /// [`Matcher::best`] with the rank of the rule it finds.
+    pub(crate) fn best_ranked(&self, host: &str, path: &str) -> Option<(Rank, &Arc<str>)> {
+        let mut lowered: Option<Cow<'_, str>> = None;
+        for (suffix, rules) in self.ranked_suffixes(host) {
+            let full = suffix == host.len();
+            // A pattern beats every prefix under its host, as in `best`.
+            if !rules.patterns.is_empty() {
+                if let Some(rule) = rules.pattern_match(path, self.kind, full) {
+                    return Some((Rank { suffix, class: Class::Path, path: usize::MAX }, rule));
+                }
+            }
+            let by_path = match self.kind {
+                Kind::Allow if full => {
+                    rules.paths.longest_entry(path.as_bytes(), |key| at_boundary(path.as_bytes(), key))
+                }
+                Kind::Allow => None,
+                Kind::Block if rules.paths.entries.is_empty() => None,
+                Kind::Block => {
+                    let query = lowered.get_or_insert_with(|| lowercase(path));
+                    rules.paths.longest_entry(query.as_bytes(), |_| true)
+                }
+            };
+            if let Some((key, rule)) = by_path {
+                return Some((Rank { suffix, class: Class::Path, path: key.len() }, rule));
+            }
+            if let Some((class, rule)) = self.host_level(full, rules) {
+                return Some((Rank { suffix, class, path: 0 }, rule));
+            }
+        }
+        None
+    }
+
+    /// [`Matcher::host_rule`] with its rank.
+    pub(crate) fn host_rule_ranked(&self, host: &str) -> Option<(Rank, &Arc<str>)> {
+        self.ranked_suffixes(host).find_map(|(suffix, rules)| {
+            let (class, rule) = self.host_level(suffix == host.len(), rules)?;
+            Some((Rank { suffix, class, path: 0 }, rule))
+        })
+    }
+
+    /// [`Matcher::first_path_rule`] among the entries naming a suffix of `host` at least `min_suffix` bytes long:
+    /// the path rules that beat, on the paths they match, a host rule naming a suffix that long.
+    pub(crate) fn first_path_rule_within(&self, host: &str, min_suffix: usize) -> Option<&Arc<str>> {
+        self.ranked_suffixes(host)
+            .take_while(|(suffix, _)| *suffix >= min_suffix)
+            .filter(|(suffix, _)| self.kind == Kind::Block || *suffix == host.len())
+            .find_map(|(_, rules)| rules.paths.entries.first().map(|(_, rule)| rule).or(rules.first_pattern()))
+    }
+
+    /// The host rule of `rules` that applies: for allow rules on the whole host an exact entry before a subtree.
+    fn host_level<'r>(&self, full: bool, rules: &'r HostRules) -> Option<(Class, &'r Arc<str>)> {
+        let exact = match (self.kind, full) {
+            (Kind::Allow, true) => rules.exact.as_ref(),
+            _ => None,
+        };
+        exact.map(|rule| (Class::Exact, rule)).or_else(|| rules.subtree.as_ref().map(|rule| (Class::Subtree, rule)))
+    }
+
+    /// The rules named at each suffix of `host` at a label boundary, longest first, each with the suffix's length.
+    fn ranked_suffixes<'s, 'h>(&'s self, host: &'h str) -> impl Iterator<Item = (usize, &'s HostRules)> + 'h
+    where
+        's: 'h,
+    {
+        let starts = std::iter::once(0).chain(host.match_indices('.').map(|(i, _)| i + 1));
+        starts.filter_map(move |start| Some((host.len() - start, self.hosts.get(host.get(start..)?)?)))
+    }
+}
+
 impl PrefixSet {
     /// The longest key that is a prefix of `query` and that `accept` takes.
     fn longest(&self, query: &[u8], accept: impl Fn(&[u8]) -> bool) -> Option<&Arc<str>> {
+        self.longest_entry(query, accept).map(|(_, rule)| rule)
+    }
+
+    /// [`PrefixSet::longest`] with its key, whose length ranks it against other rules (see [`Rank`]).
+    fn longest_entry(&self, query: &[u8], accept: impl Fn(&[u8]) -> bool) -> Option<&(Box<str>, Arc<str>)> {
         if self.lengths.is_empty() {
-            return longest_prefix(&self.entries, |(key, _)| key.as_bytes(), query, accept).map(|(_, rule)| rule);
+            return longest_prefix(&self.entries, |(key, _)| key.as_bytes(), query, accept);
         }
         self.lengths.iter().filter_map(|&len| query.get(..len)).find_map(|candidate| {
             let found = self.entries.binary_search_by(|(key, _)| key.as_bytes().cmp(candidate)).ok()?;
-            let (key, rule) = self.entries.get(found)?;
-            accept(key.as_bytes()).then_some(rule)
+            let entry = self.entries.get(found)?;
+            accept(entry.0.as_bytes()).then_some(entry)
         })
     }
 }

@@ -118,6 +118,11 @@ impl MethodRules {
         if d.verdict == Verdict::Allow && self.default_admits(method) {
             return d;
         }
+        // INVARIANT: an entry by method admits only where the method-less rules did not refuse by a rule: a
+        // `blocked_urls` exception (reason `rule`) refuses whatever the methods an allow entry lists.
+        if d.verdict == Verdict::Block && d.reason == Reason::Rule {
+            return d;
+        }
         if let Some(matcher) = self.matcher_for(method) {
             if let Some(rule) = matcher.best(name, path.as_str()) {
                 return match every_reading_admitted(matcher, name, path) {

@@ -40,10 +40,16 @@ pub(crate) struct Network {
     pub(crate) audit: bool,
     /// `mode: ask`: an allowlist whose `not-allowed` refusals are held while a person is asked.
     pub(crate) ask: bool,
-    /// `allowed_hosts` (allowlist only).
+    /// An allowlist's `allowed_hosts` (a blocklist's are in `exception_hosts`).
     pub(crate) hosts: Vec<HostRule>,
     /// `allowed_urls` in an allowlist, `blocked_urls` in a blocklist.
     pub(crate) urls: Vec<UrlRule>,
+    /// A blocklist's `allowed_hosts`: exceptions allowed inside what it blocks (empty in an allowlist, whose
+    /// `allowed_hosts` are `hosts`).
+    pub(crate) exception_hosts: Vec<HostRule>,
+    /// The other mode's URL list, exceptions decided against the mode's own rules by specificity: `blocked_urls`
+    /// in an allowlist, `allowed_urls` in a blocklist.
+    pub(crate) exception_urls: Vec<UrlRule>,
     pub(crate) ports: Vec<u16>,
     pub(crate) tunnel_ports: Vec<u16>,
     pub(crate) allow_destinations: Vec<Cidr>,
@@ -73,6 +79,8 @@ impl Network {
             ask: false,
             hosts: Vec::new(),
             urls: Vec::new(),
+            exception_hosts: Vec::new(),
+            exception_urls: Vec::new(),
             ports: DEFAULT_PORTS.to_vec(),
             tunnel_ports: DEFAULT_TUNNEL_PORTS.to_vec(),
             allow_destinations: Vec::new(),

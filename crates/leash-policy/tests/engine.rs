@@ -17,6 +17,8 @@ mod credentials;
 mod decisions;
 #[path = "engine/error_kinds.rs"]
 mod error_kinds;
+#[path = "engine/exceptions.rs"]
+mod exceptions;
 #[path = "engine/files.rs"]
 mod files;
 #[path = "engine/hosts.rs"]

@@ -1,10 +1,11 @@
 //! The proxy and `leash explain` cannot disagree: both take their decision from `Policy::decide`. This property
 //! test holds them to it over real sockets. For generated policies (allowlists and blocklists over host, subtree and
-//! path entries, in audit mode or not, with and without `inspect: all`, ports listed or not) and generated requests (plain HTTP and HTTPS,
-//! listed and unlisted ports, paths with dot segments and escapes), each request goes through a running proxy with TLS
-//! inspection, and the decision its audit log records last (the CONNECT line, or the inner request's line when the
-//! tunnel was inspected) must be the one `Policy::decide(&Question::of_url(..))` gives, which is what `explain`
-//! prints: the same verdict, the same reason, the same rule.
+//! path entries, with the other mode's lists as exceptions or not, in audit mode or not, with and without `inspect:
+//! all`, ports listed or not) and generated requests (plain HTTP and HTTPS, listed and unlisted ports, paths with dot
+//! segments and escapes), each request goes through a running proxy with TLS inspection, and the decision its audit
+//! log records last (the CONNECT line, or the inner request's line when the tunnel was inspected) must be the one
+//! `Policy::decide(&Question::of_url(..))` gives, which is what `explain` prints: the same verdict, the same reason,
+//! the same rule.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "a test's helpers fail it by panicking")]
 
 mod support;
@@ -72,6 +73,9 @@ struct Case {
     hosts: Vec<&'static str>,
     urls: Vec<&'static str>,
     blocked: Vec<&'static str>,
+    /// The other mode's lists too, as exceptions: an allowlist's `blocked_urls`, a blocklist's `allowed_hosts` and
+    /// `allowed_urls` (the entries above never tie, so every such policy loads).
+    exceptions: bool,
     inspect_all: bool,
     plain_port_listed: bool,
     tunnel_port_listed: bool,
@@ -101,7 +105,7 @@ fn any_request() -> impl Strategy<Value = Req> {
 
 fn any_case() -> impl Strategy<Value = Case> {
     (
-        (any::<bool>(), any::<bool>()),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
         subsequence(ALLOWED_HOSTS, 0..=3),
         subsequence(ALLOWED_URLS, 0..=2),
         subsequence(BLOCKED_URLS, 0..=3),
@@ -109,12 +113,13 @@ fn any_case() -> impl Strategy<Value = Case> {
         any::<u8>(),
         proptest::collection::vec(any_request(), 4..8),
     )
-        .prop_map(|((allowlist, audit), hosts, urls, blocked, inspect_all, ports, requests)| Case {
+        .prop_map(|((allowlist, audit, exceptions), hosts, urls, blocked, inspect_all, ports, requests)| Case {
             allowlist,
             audit: allowlist && audit,
             hosts,
             urls,
             blocked,
+            exceptions,
             inspect_all,
             plain_port_listed: ports % 5 != 0,
             tunnel_port_listed: ports % 7 != 0,
@@ -127,11 +132,13 @@ fn yaml(case: &Case, plain_port: u16, tunnel_port: u16) -> String {
     let list =
         |items: &[&str]| format!("[{}]", items.iter().map(|i| format!("\"{i}\"")).collect::<Vec<_>>().join(", "));
     let mode = if case.audit { "audit" } else { "allowlist" };
-    let rules = match case.allowlist {
-        true => {
-            format!("  mode: {mode}\n  allowed_hosts: {}\n  allowed_urls: {}\n", list(&case.hosts), list(&case.urls))
-        }
-        false => format!("  mode: blocklist\n  blocked_urls: {}\n", list(&case.blocked)),
+    let allowed = format!("  allowed_hosts: {}\n  allowed_urls: {}\n", list(&case.hosts), list(&case.urls));
+    let blocked = format!("  blocked_urls: {}\n", list(&case.blocked));
+    let rules = match (case.allowlist, case.exceptions) {
+        (true, false) => format!("  mode: {mode}\n{allowed}"),
+        (true, true) => format!("  mode: {mode}\n{allowed}{blocked}"),
+        (false, false) => format!("  mode: blocklist\n{blocked}"),
+        (false, true) => format!("  mode: blocklist\n{blocked}{allowed}"),
     };
     let ports = if case.plain_port_listed { format!("[{plain_port}]") } else { "[1]".to_owned() };
     let tunnel_ports = if case.tunnel_port_listed { format!("[{tunnel_port}]") } else { "[1]".to_owned() };

@@ -265,9 +265,27 @@ mod tests {
              domains = { \"api.openai.com\" = \"allow\", \"**.pypi.org\" = \"allow\", \"*.githubusercontent.com\" = \"allow\", \
              \"gist.githubusercontent.com\" = \"deny\", \"evil.example\" = \"deny\" }\n",
         );
-        let e = task.unwrap_err();
+        // A denied name inside an allowed wildcard is a `blocked_urls` exception.
+        let task = task.unwrap();
+        assert!(!allowed(&task, "https://gist.githubusercontent.com/x"), "{}", task.text);
+        assert!(allowed(&task, "https://raw.githubusercontent.com/x"), "{}", task.text);
         assert!(
-            e.message.contains("`gist.githubusercontent.com`: an exception to the allowed `*.githubusercontent.com`"),
+            task.became.iter().any(|l| l.contains(
+                "`gist.githubusercontent.com` → blocked_urls: gist.githubusercontent.com (an exception inside the \
+                 allowed `*.githubusercontent.com`"
+            )),
+            "{:?}",
+            task.became
+        );
+        // Denying the name leash's `.pypi.org` admits too cannot be expressed.
+        let e = import(
+            "sandbox_mode = \"workspace-write\"\n[sandbox_workspace_write]\nnetwork_access = true\n\
+             [features.network_proxy]\nenabled = true\n\
+             domains = { \"**.pypi.org\" = \"allow\", \"pypi.org\" = \"deny\" }\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("`pypi.org`: the name leash's `.pypi.org` for the allowed `**.pypi.org` admits too"),
             "{e}"
         );
         let task = import(

@@ -1,7 +1,10 @@
 //! Other tools' domain allowlists with a deny list beside them (sandbox-runtime's and Claude Code's
 //! `allowedDomains`/`deniedDomains`, Codex's `domains` map): their patterns, and the one way both lists become a
-//! leash allowlist. A denied entry drops the allowed entries it covers whole; one that would cut an exception out of
-//! an allowed entry cannot be expressed (a leash allowlist has no exceptions) and is reported, never approximated.
+//! leash allowlist. A denied entry drops the allowed entries it covers whole; one inside an allowed wildcard becomes a
+//! `blocked_urls` exception, which covers the name and every name under it: where that is more than the denied entry
+//! (`x`'s subdomains, `*.x`'s `x`) it refuses more, and says so. Denying the name a `.x` entry leash writes also
+//! admits (`x` beside `*.x`, or `**.x`) cannot be expressed: a block entry on `x` would tie with `.x`; it is
+//! reported, never approximated.
 
 /// A domain pattern of such a list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,8 +67,8 @@ fn is_under(name: &str, domain: &str) -> bool {
 /// An entry of either list: its label (`network.allowedDomains[0]`), its pattern, a note on what changed.
 pub(super) type Entry = (String, Pattern, Option<&'static str>);
 
-/// The allowlist text (YAML) of `allow` less `deny`: a line in `became` per entry, and each exception a denied entry
-/// would cut out of an allowed one in `unexpressible`.
+/// The allowlist text (YAML) of `allow` less `deny`: a line in `became` per entry, the denied entries inside allowed
+/// wildcards as `blocked_urls` exceptions, and each one leash cannot cut out (see the module's doc) in `unexpressible`.
 pub(super) fn allowlist(
     mut allow: Vec<Entry>,
     deny: Vec<Entry>,
@@ -78,14 +81,33 @@ pub(super) fn allowlist(
     };
     let drops: Vec<Vec<String>> = deny.iter().map(|(_, d, _)| dropped_by(d)).collect();
     allow.retain(|(_, a, _)| !deny.iter().any(|(_, d, _)| d.covers(a)));
+    let mut blocked = Vec::new();
     for ((label, d, _), dropped) in deny.iter().zip(drops) {
         let entry = format!("{label} `{}`", d.shown());
-        // leash's `.example.com` admits `example.com` too: denying that name cuts into it.
-        let apex = |a: &Pattern| matches!((a, d), (Pattern::Under(x), Pattern::Exact(y)) if x == y);
-        if let Some((_, cut, _)) = allow.iter().find(|(_, a, _)| a.overlaps(d) || apex(a)) {
-            let why =
-                format!("{entry}: an exception to the allowed `{}`, which a leash allowlist cannot hold", cut.shown());
+        let (host, widened) = match d {
+            Pattern::Exact(h) => (h, Some(format!("every name under {h} too, which the denied entry leaves out"))),
+            Pattern::Under(y) => (y, Some(format!("{y} itself too, which `*.` leaves out"))),
+            Pattern::ApexAndUnder(y) => (y, None),
+        };
+        // leash writes an allowed wildcard as `.y`, which admits `y` too: a block entry on `y` would tie with it.
+        let tie = |a: &Pattern| matches!(a, Pattern::Under(x) | Pattern::ApexAndUnder(x) if x == host);
+        if let Some((_, cut, _)) = allow.iter().find(|(_, a, _)| tie(a)) {
+            let why = format!(
+                "{entry}: the name leash's `.{host}` for the allowed `{}` admits too; a leash block entry on it would \
+                 cover every name the wildcard allows",
+                cut.shown()
+            );
             unexpressible.push(why);
+            continue;
+        }
+        // What still meets an allowed entry lies inside an allowed wildcard (those it covers were dropped above).
+        if let Some((_, inside, _)) = allow.iter().find(|(_, a, _)| a.overlaps(d)) {
+            let widened = widened.map(|w| format!("; it refuses {w}")).unwrap_or_default();
+            became.push(format!(
+                "{entry} → blocked_urls: {host} (an exception inside the allowed `{}`{widened})",
+                inside.shown()
+            ));
+            blocked.push(host.clone());
             continue;
         }
         became.push(match dropped.is_empty() {
@@ -100,6 +122,12 @@ pub(super) fn allowlist(
         let note = note.map(|n| format!("; {n}")).unwrap_or_default();
         became.push(format!("{label} `{}` → allowed_hosts: {host} ({what}{note})", p.shown()));
         text.push_str(&format!("    - '{host}'\n"));
+    }
+    if !blocked.is_empty() {
+        text.push_str("  blocked_urls:\n");
+        for host in &blocked {
+            text.push_str(&format!("    - '{host}'\n"));
+        }
     }
     text
 }

@@ -11,8 +11,9 @@
 //!   which is narrower than gh-aw's list (no mirrors, docs or installers): each line names what is left out. One
 //!   leash has no preset for cannot be expressed.
 //! - `https://`/`http://` entries allow one scheme only; leash's rules cover both, so they cannot be expressed.
-//! - `blocked`: an entry that covers allowed entries whole drops them; one inside an allowed entry is an exception a
-//!   leash allowlist cannot hold.
+//! - `blocked`: an entry that covers allowed entries whole drops them; one inside an allowed domain becomes a
+//!   `blocked_urls` exception (both cover the name and every name under it); one on a preset's host cannot be
+//!   expressed (a preset's exact host entry is more specific than any block entry on it).
 //! - `engine`: gh-aw lets the engine reach its model API; the matching preset is added (`claude` → `+anthropic`).
 //!
 //! As for the other importers, whatever cannot be expressed is not guessed at: every such entry is named in one
@@ -84,6 +85,8 @@ struct Import {
     domains: Vec<(String, String)>,
     /// Presets, with the entry that gave each.
     presets: Vec<(String, &'static HostPreset)>,
+    /// `blocked` entries inside an allowed domain: `blocked_urls` exceptions.
+    exceptions: Vec<String>,
     became: Vec<String>,
     unexpressible: Vec<String>,
 }
@@ -146,13 +149,21 @@ impl Import {
             Read::Not(why) => return self.unexpressible.push(format!("{label} `{entry}`: {why}")),
         };
         let under = |name: &str, parent: &str| name == parent || name.ends_with(&format!(".{parent}"));
-        if let Some((_, wider)) = self.domains.iter().find(|(_, a)| under(&domain, a) && *a != domain) {
-            let why = format!("an exception to the allowed `.{wider}`, which a leash allowlist cannot hold");
+        if let Some((_, p)) = self.presets.iter().find(|(_, p)| p.hosts.iter().any(|(h, _)| under(h, &domain))) {
+            let why = format!(
+                "an exception to the preset {}, whose exact host entries are more specific than a block entry on them",
+                p.spelled()
+            );
             return self.unexpressible.push(format!("{label} `{entry}`: {why}"));
         }
-        if let Some((_, p)) = self.presets.iter().find(|(_, p)| p.hosts.iter().any(|(h, _)| under(h, &domain))) {
-            let why = format!("an exception to the preset {}, which a leash allowlist cannot hold", p.spelled());
-            return self.unexpressible.push(format!("{label} `{entry}`: {why}"));
+        if let Some((_, wider)) = self.domains.iter().find(|(_, a)| under(&domain, a) && *a != domain) {
+            self.became.push(format!(
+                "{label} `{entry}` → blocked_urls: {domain} (an exception inside the allowed `.{wider}`)"
+            ));
+            self.exceptions.push(domain.clone());
+            // Blocked wins in gh-aw: allowed entries under it go, as below.
+            self.domains.retain(|(_, a)| !under(a, &domain));
+            return;
         }
         let before = self.domains.len();
         self.domains.retain(|(_, a)| !under(a, &domain));
@@ -207,6 +218,12 @@ impl Import {
         text.push_str(if entries.is_empty() { " []\n" } else { "\n" });
         for entry in &entries {
             text.push_str(&format!("    - '{entry}'\n"));
+        }
+        if !self.exceptions.is_empty() {
+            text.push_str("  blocked_urls:\n");
+            for host in &self.exceptions {
+                text.push_str(&format!("    - '{host}'\n"));
+            }
         }
         let mut became = vec!["network → mode: allowlist (what `allowed` does not name is refused)".to_owned()];
         became.extend(self.became);
@@ -308,7 +325,7 @@ mod tests {
     }
 
     #[test]
-    fn blocked_entries_drop_what_they_cover_and_exceptions_cannot_be_expressed() {
+    fn blocked_entries_drop_what_they_cover_and_become_exceptions_inside_an_allowed_domain() {
         let task =
             import("network:\n  allowed: [python, node, docs.example.com]\n  blocked: [node, example.com]\n").unwrap();
         assert!(allowed(&task, "https://pypi.org/simple/"));
@@ -323,11 +340,27 @@ mod tests {
             "network.allowed[2] `java`: leash has no preset",
             "network.allowed[3] `https://a.example`: one scheme only",
             "network.allowed[4] `localhost`: the loopback",
-            "network.blocked[0] `jira.corp.example`: an exception to the allowed `.corp.example`",
             "network.blocked[1] `files.pythonhosted.org`: an exception to the preset +python@1",
         ] {
             assert!(e.message.contains(named), "{named}: {e}");
         }
+        assert!(!e.message.contains("jira.corp.example"), "an exception inside a domain is expressed: {e}");
+        let task =
+            import("network:\n  allowed: [\"*.corp.example\", x.jira.corp.example]\n  blocked: [jira.corp.example]\n")
+                .unwrap();
+        assert!(allowed(&task, "https://wiki.corp.example/") && allowed(&task, "https://corp.example/"));
+        for refused in ["https://jira.corp.example/", "https://a.jira.corp.example/", "https://x.jira.corp.example/"] {
+            assert!(!allowed(&task, refused), "{refused}\n{}", task.text);
+        }
+        assert!(
+            task.became.iter().any(|l| {
+                l
+                == "network.blocked[0] `jira.corp.example` → blocked_urls: jira.corp.example (an exception inside the \
+                    allowed `.corp.example`)"
+            }),
+            "{:?}",
+            task.became
+        );
     }
 
     #[test]

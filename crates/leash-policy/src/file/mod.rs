@@ -21,6 +21,7 @@ mod credentials;
 mod domains;
 mod edit;
 mod entries;
+mod exceptions;
 mod foreign;
 mod gh_aw;
 mod inline;
@@ -114,6 +115,9 @@ pub enum PolicyErrorKind {
     /// A `services` entry that would not be a gate, or clashes: its target also reachable through the proxy, a
     /// loopback name allowed beside services, a listener on leash's own port or a transparent one.
     ServiceClash,
+    /// One entry both allowed and blocked at the same specificity (`.x` in `allowed_hosts` and `x` in
+    /// `blocked_urls`, or one path in `allowed_urls` and `blocked_urls`): which is meant cannot be told.
+    Conflict,
 }
 
 /// One problem in a policy file.

@@ -12,8 +12,11 @@
 //! - `localhost`, IP literals: leash refuses addresses and the loopback by design (declare a `services:` entry for a
 //!   loopback service); cannot be expressed.
 //! - a denied entry: drops the allowed entries it covers whole; one already outside every allowed entry is said to
-//!   be refused anyway; one that would cut an exception out of an allowed wildcard cannot be expressed (a leash
-//!   allowlist has no exceptions). `*` denies everything.
+//!   be refused anyway; one inside an allowed wildcard becomes a `blocked_urls` exception (`*.corp.example` but not
+//!   `jira.corp.example`), which covers the name and every name under it: where that is more than the runtime's
+//!   entry (`jira.corp.example`'s subdomains, `*.x`'s `x`) it refuses more, and says so. Denying the name a `*.`
+//!   entry leash widens to (`corp.example` beside `*.corp.example`) cannot be expressed: a block entry on it would
+//!   cover the names the wildcard allows. `*` denies everything.
 //!
 //! Whatever cannot be expressed is not guessed at: every such entry is named in one error and nothing is loaded.
 //! Keys other than the two lists (proxy ports, Unix sockets, filesystem rules) are the runtime's own and are listed
@@ -181,11 +184,18 @@ mod tests {
             r#"{"permissions": {"allow": ["Bash(npm test)", "WebFetch(domain:docs.rs)", "WebFetch(domain:*.crates.io)"],
                                 "deny": ["WebFetch(domain:static.crates.io)", "Read(./.env)"]},
                 "sandbox": {"network": {"allowedDomains": ["*.crates.io"]}}}"#,
-        );
-        let e = task.unwrap_err();
+        )
+        .unwrap();
+        // A denied name inside an allowed wildcard is an exception: refused, and the rest of the wildcard allowed.
+        assert!(!allowed(&task, "https://static.crates.io/crates/x"), "{}", task.text);
+        assert!(allowed(&task, "https://index.crates.io/config.json") && allowed(&task, "https://docs.rs/"));
         assert!(
-            e.message.contains("permissions.deny[0] `static.crates.io`: an exception to the allowed `*.crates.io`"),
-            "{e}"
+            task.became.iter().any(|l| l.starts_with(
+                "permissions.deny[0] `static.crates.io` → blocked_urls: static.crates.io (an exception inside the \
+                 allowed `*.crates.io`; it refuses every name under static.crates.io too"
+            )),
+            "{:?}",
+            task.became
         );
         let task = import(
             r#"{"permissions": {"allow": ["WebFetch(domain:docs.rs)"], "deny": ["WebFetch(domain:evil.example)"]},
@@ -199,6 +209,32 @@ mod tests {
             "{:?}",
             task.became
         );
+    }
+
+    #[test]
+    fn denied_names_inside_an_allowed_wildcard_become_exceptions_that_refuse_at_least_what_the_runtime_does() {
+        let task = import(
+            r#"{"network": {"allowedDomains": ["*.corp.example", "x.jira.corp.example"],
+                "deniedDomains": ["jira.corp.example", "*.hr.corp.example"]}}"#,
+        )
+        .unwrap();
+        for (url, want) in [
+            ("https://wiki.corp.example/", true),
+            ("https://jira.corp.example/browse/X-1", false),
+            // The runtime's exact deny leaves jira's subdomains allowed; leash's block entry refuses them, except
+            // the one allowed by its own, more specific entry.
+            ("https://y.jira.corp.example/", false),
+            ("https://x.jira.corp.example/", true),
+            ("https://pay.hr.corp.example/", false),
+            // `*.hr.corp.example` leaves `hr.corp.example` to the wildcard; leash's block entry refuses it too.
+            ("https://hr.corp.example/", false),
+        ] {
+            assert_eq!(allowed(&task, url), want, "{url}\n{}", task.text);
+        }
+        let lines = task.became.join("\n");
+        assert!(lines.contains("`*.hr.corp.example` → blocked_urls: hr.corp.example (an exception inside the allowed `*.corp.example`; it refuses hr.corp.example itself too"), "{lines}");
+        let loaded = load(&task.text, Format::Yaml, None).unwrap();
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     }
 
     #[test]
@@ -221,11 +257,12 @@ mod tests {
             "allowedDomains[1] `127.0.0.1`",
             "allowedDomains[2] `[::1]:8080`",
             "allowedDomains[3] `api.example.com:8443`: port 8443 only",
-            "deniedDomains[0] `jira.corp.example`: an exception to the allowed `*.corp.example`",
-            "deniedDomains[1] `b.example`: an exception",
+            "deniedDomains[1] `b.example`: the name leash's `.b.example` for the allowed `*.b.example` admits too",
         ] {
             assert!(e.message.contains(named), "{named}: {e}");
         }
+        // An exception inside an allowed wildcard is expressed (see below), so it is not named among these.
+        assert!(!e.message.contains("jira.corp.example"), "{e}");
         let missing = import(r#"{"permissions": {"allow": []}}"#).unwrap_err();
         assert_eq!(missing.kind, PolicyErrorKind::MissingKey, "{missing}");
         let wrong = import(r#"{"network": {"allowedDomains": "pypi.org"}}"#).unwrap_err();

@@ -177,9 +177,10 @@ impl Checker {
         let fields = self.map(prefix, node, NETWORK_KEYS)?;
         let mode = self.mode(prefix, node, find(&fields, "mode"));
         let list = |c: &mut Self, name: &str| find(&fields, name).and_then(|(_, n)| c.list(&join(prefix, name), n));
-        let hosts = list(self, "allowed_hosts").map(|items| self.allowed_hosts(prefix, items));
-        let allowed_urls = list(self, "allowed_urls").map(|items| self.urls(prefix, "allowed_urls", items));
-        let blocked_urls = list(self, "blocked_urls").map(|items| self.urls(prefix, "blocked_urls", items));
+        let mode_only = mode.map(|(mode, _)| mode);
+        let hosts = list(self, "allowed_hosts").map(|items| self.allowed_hosts(prefix, items, mode_only));
+        let allowed_urls = list(self, "allowed_urls").map(|items| self.urls(prefix, "allowed_urls", items, mode_only));
+        let blocked_urls = list(self, "blocked_urls").map(|items| self.urls(prefix, "blocked_urls", items, mode_only));
         let ports = list(self, "ports").map(|items| self.ports(&join(prefix, "ports"), items));
         let tunnel_ports = list(self, "tunnel_ports").map(|items| self.ports(&join(prefix, "tunnel_ports"), items));
         let destinations = list(self, "allow_destinations").map(|items| self.cidrs(prefix, items));
@@ -196,12 +197,11 @@ impl Checker {
             .and_then(|(_, n)| self.refusals(&join(prefix, "refusals"), n))
             .unwrap_or_default();
         let (mode, oversight) = mode?;
-        self.mode_mismatch(prefix, mode, &fields);
         // Built even when an entry was refused, so the services' checks report on what did parse: `leash check`
-        // names every bad entry at once.
-        let urls = match mode {
-            Mode::Allowlist => allowed_urls,
-            Mode::Blocklist => blocked_urls,
+        // names every bad entry at once. The other mode's lists are exceptions, decided by specificity.
+        let (hosts, exception_hosts, urls, exception_urls) = match mode {
+            Mode::Allowlist => (hosts, None, allowed_urls, blocked_urls),
+            Mode::Blocklist => (None, hosts, blocked_urls, allowed_urls),
         };
         let network = Network {
             mode,
@@ -209,6 +209,8 @@ impl Checker {
             ask: oversight == Oversight::Ask,
             hosts: hosts.unwrap_or_default(),
             urls: urls.unwrap_or_default(),
+            exception_hosts: exception_hosts.unwrap_or_default(),
+            exception_urls: exception_urls.unwrap_or_default(),
             ports: ports.unwrap_or_else(|| DEFAULT_PORTS.to_vec()),
             tunnel_ports: tunnel_ports.unwrap_or_else(|| DEFAULT_TUNNEL_PORTS.to_vec()),
             allow_destinations: destinations.unwrap_or_default(),
@@ -226,6 +228,7 @@ impl Checker {
             _ => None,
         });
         self.services_are_gates(prefix, &network, &services, host_nodes.unwrap_or_default());
+        self.exceptions_hold(prefix, &network, &fields);
         if self.errors.len() > before {
             return None;
         }
@@ -254,20 +257,6 @@ impl Checker {
                 let message = format!("`{other}` is not a mode; it is `allowlist`, `blocklist`, `audit` or `ask`");
                 self.error(BadValue, &entry, node.pos, message);
                 None
-            }
-        }
-    }
-
-    /// Lists that belong to the other mode are errors, not silently ignored settings.
-    fn mode_mismatch(&mut self, prefix: &str, mode: Mode, fields: &Fields<'_>) {
-        let (wrong, this, other): (&[&str], _, _) = match mode {
-            Mode::Allowlist => (&["blocked_urls"], "an allowlist", "blocklist"),
-            Mode::Blocklist => (&["allowed_hosts", "allowed_urls"], "a blocklist", "allowlist"),
-        };
-        for name in wrong {
-            if let Some((key, _)) = find(fields, name) {
-                let message = format!("`{name}` is for {other} mode; this network is {this}");
-                self.error(WrongList, &join(prefix, name), key.pos, message);
             }
         }
     }
@@ -302,7 +291,8 @@ impl Checker {
         }
     }
 
-    fn allowed_hosts(&mut self, prefix: &str, items: &[Node]) -> Vec<HostRule> {
+    /// `mode` is the section's, when it is valid: in a blocklist these are exceptions.
+    fn allowed_hosts(&mut self, prefix: &str, items: &[Node], mode: Option<Mode>) -> Vec<HostRule> {
         let mut rules = Vec::with_capacity(items.len());
         for (index, node) in items.iter().enumerate() {
             // Entry names are built only for errors: a policy may have 100,000 entries.
@@ -317,6 +307,10 @@ impl Checker {
                     continue;
                 }
             };
+            if methods.is_some() && mode == Some(Mode::Blocklist) {
+                self.error(BadMethod, &entry(), node.pos, exception_methods(text));
+                continue;
+            }
             if presets::is_preset(rule) {
                 match presets::lookup(rule) {
                     // `read-only +github`: the methods hold for every host the preset adds.
@@ -341,7 +335,9 @@ impl Checker {
         rules
     }
 
-    fn urls(&mut self, prefix: &str, name: &str, items: &[Node]) -> Vec<UrlRule> {
+    /// `mode` is the section's, when it is valid: a dotted quad in `blocked_urls` means nothing in either mode; the
+    /// other mode's list holds exceptions.
+    fn urls(&mut self, prefix: &str, name: &str, items: &[Node], mode: Option<Mode>) -> Vec<UrlRule> {
         let list = if name == "allowed_urls" { List::AllowedUrls } else { List::BlockedUrls };
         let mut rules = Vec::with_capacity(items.len());
         for (index, node) in items.iter().enumerate() {
@@ -356,6 +352,14 @@ impl Checker {
                     continue;
                 }
             };
+            let exception = matches!(
+                (list, mode),
+                (List::AllowedUrls, Some(Mode::Blocklist)) | (List::BlockedUrls, Some(Mode::Allowlist))
+            );
+            if methods.is_some() && exception {
+                self.error(BadMethod, &entry(), node.pos, exception_methods(text));
+                continue;
+            }
             if presets::is_preset(rule) {
                 let e = presets::not_here(rule, name);
                 self.error(e.kind, &entry(), node.pos, e.message);
@@ -363,6 +367,15 @@ impl Checker {
             }
             match url_entry(rule, list) {
                 Ok(UrlEntry::Rule(rule)) => rules.push(UrlRule { index, methods, text: Arc::from(text), ..rule }),
+                // In an allowlist the entry would look like an exception cut out of a listed address; it cuts
+                // nothing (an address is refused unless listed), so say where the address is allowed instead.
+                Ok(UrlEntry::Ipv4) if mode == Some(Mode::Allowlist) => {
+                    let message = format!(
+                        "`{text}` is an IP address: an allowlist refuses every address `allowed_hosts` does not \
+                         list; to refuse it, leave it out there"
+                    );
+                    self.error(WrongList, &entry(), node.pos, message);
+                }
                 Ok(UrlEntry::Ipv4) => {
                     let message =
                         format!("`{text}`: a blocklist refuses every IP literal already; this entry does nothing");
@@ -508,6 +521,16 @@ fn unknown_key(name: &str, allowed: &[&str]) -> String {
             format!("unknown key `{name}`; expected one of {expected}")
         }
     }
+}
+
+/// Why an exception (an entry of the other mode's list) may not list methods: exceptions are decided by specificity
+/// against the mode's own rules, and a method on one would have to be weighed against rules by method as well —
+/// refused rather than guessed.
+fn exception_methods(text: &str) -> String {
+    format!(
+        "`{text}`: an exception (an entry of the other mode's list) cannot list methods; put the methods on an \
+         entry of the mode's own list, or use `network.methods`"
+    )
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ pub(crate) fn network(prefix: &str, net: &Network) -> Vec<Warning> {
         }
         Mode::Blocklist => out.blocked_urls(net),
     }
+    out.exceptions(net);
     out.list
 }
 
@@ -141,7 +142,7 @@ impl Warnings<'_> {
                     None
                 }
             };
-            if let Some(broader) = covering {
+            if let Some(broader) = covering.filter(|_| !has_exceptions(net)) {
                 self.push(entry(rule.index), format!("`{}` is already covered by `{broader}`", rule.text));
             }
         }
@@ -176,7 +177,7 @@ impl Warnings<'_> {
         for ((host, path), rule) in firsts {
             let by_host = exact.get(host).copied().or_else(|| covering_subtree(&subtrees, host, true));
             let by_path = || allow_cover(path).find_map(|q| paths.get(&(host, q))).map(|r| &*r.text);
-            if let Some(broader) = by_host.or_else(by_path) {
+            if let Some(broader) = by_host.or_else(by_path).filter(|_| !has_exceptions(net)) {
                 self.push(entry(rule.index), format!("`{}` is already covered by `{broader}`", rule.text));
             }
         }
@@ -221,6 +222,10 @@ impl Warnings<'_> {
             // Keep the first of each spelling: later checks name the entry written first.
             list.dedup_by(|later, first| later.0 == first.0);
         }
+        // With exceptions, a narrower entry inside a broader one may cut an exception out of an exception.
+        if has_exceptions(net) {
+            return;
+        }
         for rule in host_only {
             if let Some(broader) = proper_suffixes(rule.host.as_str()).find_map(|s| host_rules.get(s)) {
                 self.push(entry(rule.index), format!("`{}` is already covered by `{broader}`", rule.text));
@@ -263,6 +268,79 @@ impl Warnings<'_> {
             }
         }
     }
+}
+
+impl Warnings<'_> {
+    /// Exceptions that change nothing: inside no entry of the other kind, or (a blocklist's) naming an address.
+    fn exceptions(&mut self, net: &Network) {
+        let p = self.prefix;
+        match net.mode {
+            Mode::Blocklist => {
+                let blocked: FastMap<&str, ()> = net.urls.iter().map(|r| (r.host.as_str(), ())).collect();
+                let inside = |name: &str| suffixes_of(name).any(|s| blocked.contains_key(s));
+                let hosts = net.exception_hosts.iter().filter_map(|r| {
+                    let name = match &r.pattern {
+                        HostPattern::Exact(n) | HostPattern::Subtree(n) => n.as_str(),
+                        HostPattern::Ipv4(_) => return None,
+                    };
+                    Some((format!("{p}.allowed_hosts[{}]", r.index), name, &r.text))
+                });
+                let urls = net
+                    .exception_urls
+                    .iter()
+                    .map(|r| (format!("{p}.allowed_urls[{}]", r.index), r.host.as_str(), &r.text));
+                for (entry, name, text) in hosts.chain(urls) {
+                    let message = if crate::dest::embeds_an_address(name) {
+                        format!(
+                            "`{text}` spells an IP address, which a blocklist refuses whatever its exceptions say; \
+                             this entry has no effect"
+                        )
+                    } else if !inside(name) {
+                        format!(
+                            "`{text}` is inside no `blocked_urls` entry, so the blocklist allows it already; this \
+                             entry has no effect"
+                        )
+                    } else {
+                        continue;
+                    };
+                    self.push(entry, message);
+                }
+            }
+            Mode::Allowlist => {
+                let subtrees = subtree_texts(net);
+                let named: FastMap<&str, ()> = net
+                    .hosts
+                    .iter()
+                    .filter_map(|r| match &r.pattern {
+                        HostPattern::Exact(n) => Some((n.as_str(), ())),
+                        _ => None,
+                    })
+                    .chain(net.urls.iter().map(|r| (r.host.as_str(), ())))
+                    .collect();
+                for rule in &net.exception_urls {
+                    let host = rule.host.as_str();
+                    if !named.contains_key(host) && covering_subtree(&subtrees, host, true).is_none() {
+                        let message = format!(
+                            "`{}` is inside no allowed entry, so the allowlist refuses it already; this entry has no \
+                             effect",
+                            rule.text
+                        );
+                        self.push(format!("{p}.blocked_urls[{}]", rule.index), message);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether the section holds rules of both kinds.
+fn has_exceptions(net: &Network) -> bool {
+    !net.exception_hosts.is_empty() || !net.exception_urls.is_empty()
+}
+
+/// `a.b.c`, `b.c` and `c` for `a.b.c`.
+fn suffixes_of(host: &str) -> impl Iterator<Item = &str> {
+    std::iter::once(host).chain(proper_suffixes(host))
 }
 
 /// Block paths compare case-insensitively; most are lowercase already, so copy only when needed.

@@ -121,9 +121,11 @@ fn cidrs_and_ports() {
 
 #[test]
 fn lists_and_profiles() {
-    let other_mode = "network:\n  mode: allowlist\n  blocked_urls: [x.org]\n";
-    assert_eq!(yaml(other_mode), (WrongList, at(3, 3, "network.blocked_urls")));
-    assert_eq!(yaml("network:\n  mode: blocklist\n  allowed_hosts: [a.com]\n").0, WrongList);
+    // The other mode's lists are exceptions; what cannot be one is refused with its kind.
+    let tie = "network:\n  mode: allowlist\n  allowed_hosts: [.x.org]\n  blocked_urls: [x.org]\n";
+    assert_eq!(yaml(tie), (PolicyErrorKind::Conflict, at(3, 19, "network.allowed_hosts[0]")));
+    let address = "network:\n  mode: blocklist\n  allowed_hosts: [192.0.2.1]\n";
+    assert_eq!(yaml(address), (WrongList, at(3, 19, "network.allowed_hosts[0]")));
     assert_eq!(url("allowed_urls", "github.com"), WrongList);
     assert_eq!(url("allowed_urls", "192.0.2.1/x"), WrongList);
     let profiles = "network: {mode: blocklist}\nprofiles:\n  verifier:\n    network: {mode: allowlist}\n";

@@ -13,7 +13,7 @@ network:
     - Example.com
     - .pypi.org
     - example.com:443
-  blocked_urls: [x.org]
+  blocked_urls: [192.0.2.1]
   ports: [80, 0, \"443\"]
   colour: blue
 ";
@@ -25,7 +25,8 @@ fn every_error_has_its_entry_line_and_column() {
         [
             "5:7 network.allowed_hosts[1]: `Example.com` has uppercase letters; hostnames are lowercase",
             "7:7 network.allowed_hosts[3]: `example.com:443` has a port; ports are set with `ports` and `tunnel_ports`",
-            "8:3 network.blocked_urls: `blocked_urls` is for blocklist mode; this network is an allowlist",
+            "8:18 network.blocked_urls[0]: `192.0.2.1` is an IP address: an allowlist refuses every address \
+             `allowed_hosts` does not list; to refuse it, leave it out there",
             "9:15 network.ports[1]: `0` is not a port; ports are 1-65535",
             "9:18 network.ports[2]: expected a port number, found a string",
             "10:3 network.colour: unknown key `colour`; expected one of `mode`, `allowed_hosts`, `allowed_urls`, \
@@ -187,10 +188,17 @@ fn structural_errors() {
         ["3:16 network.allowed_hosts: expected a list (write `[]` for an empty one), found nothing"]
     );
     assert_eq!(
-        e("network:\n  mode: blocklist\n  allowed_hosts: [a.com]\n  allowed_urls: [a.com/x]\n"),
+        e("network:\n  mode: blocklist\n  blocked_urls: [a.com, b.com/x]\n  allowed_hosts: [.a.com, 192.0.2.1]\n  \
+           allowed_urls: [b.com/X]\n"),
         [
-            "3:3 network.allowed_hosts: `allowed_hosts` is for allowlist mode; this network is a blocklist",
-            "4:3 network.allowed_urls: `allowed_urls` is for allowlist mode; this network is a blocklist",
+            "4:19 network.allowed_hosts[0]: `.a.com` is allowed and `a.com` (network.blocked_urls[0]) blocked at the \
+             same specificity, so which one decides cannot be told; remove one (a more specific entry of either kind \
+             is an exception)",
+            "4:27 network.allowed_hosts[1]: `192.0.2.1` is an IP address: a blocklist refuses every IP literal, and \
+             an exception cannot re-admit one",
+            "5:18 network.allowed_urls[0]: `b.com/X` is allowed and `b.com/x` (network.blocked_urls[1]) blocked at \
+             the same specificity, so which one decides cannot be told; remove one (a more specific entry of either \
+             kind is an exception)",
         ]
     );
     assert_eq!(
@@ -349,13 +357,16 @@ fn ask_mode_is_an_allowlist_that_asks_with_an_allowlists_errors() {
     assert!(!plain.asks());
     // The same lists, the same refusals, word for word.
     let with_blocked =
-        |mode: &str| format!("network:\n  mode: {mode}\n  allowed_hosts: [a.org]\n  blocked_urls: [x.org]\n");
+        |mode: &str| format!("network:\n  mode: {mode}\n  allowed_hosts: [.x.org]\n  blocked_urls: [x.org]\n");
     assert_eq!(errors(&with_blocked("ask"), Format::Yaml), errors(&with_blocked("allowlist"), Format::Yaml));
     assert_eq!(
         errors(&with_blocked("ask"), Format::Yaml),
-        ["4:3 network.blocked_urls: `blocked_urls` is for blocklist mode; this network is an allowlist"]
+        ["3:19 network.allowed_hosts[0]: `.x.org` is allowed and `x.org` (network.blocked_urls[0]) blocked at the \
+          same specificity, so which one decides cannot be told; remove one (a more specific entry of either kind is \
+          an exception)"]
     );
-    let profile = "network:\n  mode: allowlist\nprofiles:\n  agent:\n    network: {mode: ask, blocked_urls: [x.org]}\n";
+    let profile =
+        "network:\n  mode: allowlist\nprofiles:\n  agent:\n    network: {mode: ask, blocked_urls: [192.0.2.1]}\n";
     assert_eq!(errors(profile, Format::Yaml).len(), 1, "a profile in ask mode is checked too");
 }
 

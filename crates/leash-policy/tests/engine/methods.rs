@@ -220,3 +220,28 @@ fn entries_listing_methods_are_neither_repeats_nor_covered() {
     let b = "network:\n  mode: blocklist\n  blocked_urls: ['DELETE api.x.org', api.x.org/admin]\n";
     assert_eq!(warnings(b), Vec::<String>::new());
 }
+
+/// Rules by method meet exceptions (issue 44 points 2 and 3 together): an allow entry listing methods never lifts a
+/// `blocked_urls` exception, a path pattern still decides in a policy with exceptions, and an exception may not list
+/// methods (refused, rather than weighed against rules by method).
+#[test]
+fn rules_by_method_and_exceptions_decide_together_and_never_open_what_either_refuses() {
+    let allow = crate::policy(
+        "network:\n  mode: allowlist\n  allowed_hosts: ['GET api.test']\n  blocked_urls: [api.test/admin]\n",
+    );
+    let get = |url: &str| crate::decide_method_on(&allow, Via::ForwardProxy, "GET", url);
+    assert_eq!(get("http://api.test/admin/users"), "block rule api.test/admin");
+    assert_eq!(get("http://api.test/v1"), "allow rule GET api.test");
+    let block = crate::policy(
+        "network:\n  mode: blocklist\n  blocked_urls: [github.com/*/*/git-receive-pack]\n  allowed_urls: [github.com/org/]\n",
+    );
+    let post = |url: &str| crate::decide_method_on(&block, Via::ForwardProxy, "POST", url);
+    assert_eq!(post("http://github.com/org/repo/git-receive-pack"), "block rule github.com/*/*/git-receive-pack");
+    assert_eq!(post("http://github.com/org/repo/git-upload-pack"), "allow rule github.com/org/");
+    for (mode, list) in [("blocklist", "allowed_hosts"), ("blocklist", "allowed_urls"), ("allowlist", "blocked_urls")] {
+        let text = format!("network:\n  mode: {mode}\n  allowed_hosts: [x.test]\n  {list}: ['POST x.test/a']\n");
+        let text = if mode == "blocklist" { text.replace("  allowed_hosts: [x.test]\n", "") } else { text };
+        let errors = crate::errors(&text, leash_policy::Format::Yaml);
+        assert!(errors.iter().any(|e| e.contains("cannot list methods")), "{mode} {list}: {errors:?}");
+    }
+}

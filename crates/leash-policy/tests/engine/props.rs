@@ -1,7 +1,8 @@
 //! Properties: canonicalisation is idempotent; a blocked path stays blocked under every re-spelling the
-//! canonicaliser undoes; the compiled matcher agrees with a naive linear scan, rules by method and path patterns
-//! included; no input makes a parser or the engine panic, what the engine decides on arbitrary text (and methods)
-//! keeps its invariants, and what `explain` asks of an `https` URL is what the proxy's steps decide.
+//! canonicaliser undoes; the compiled matcher agrees with a naive linear scan, rules by method, path patterns and
+//! rules of both kinds (exceptions) included; no input makes a parser or the engine panic, what the engine decides on
+//! arbitrary text (and methods) keeps its invariants, and what `explain` asks of an `https` URL is what the proxy's
+//! steps decide.
 
 use std::net::Ipv4Addr;
 
@@ -488,9 +489,15 @@ fn any_policy() -> impl Strategy<Value = Generated> {
         select(vec!["", "  model_apis: ['.x.org']\n"]),
         select(vec!["", "", "  methods: read-only\n", "  methods: [GET, POST]\n"]),
     );
-    (any::<bool>(), proptest::collection::vec(entry(), 0..8), extras).prop_map(|(allowlist, entries, x)| {
-        let yaml = policy_text(allowlist, &entries, &[x.0, x.1, x.2, x.3, x.4, x.5]);
-        let policy = load(&yaml, Format::Yaml, None).unwrap_or_else(|e| panic!("{e:?}\n{yaml}")).policy;
+    let lists = (any::<bool>(), proptest::collection::vec(entry(), 0..8), proptest::collection::vec(entry(), 0..3));
+    (lists, extras).prop_filter_map("an allow and a block entry tie", |((allowlist, entries, exceptions), x)| {
+        let exceptions = exceptions_text(allowlist, &exceptions);
+        let yaml = policy_text(allowlist, &entries, &[x.0, x.1, x.2, x.3, x.4, x.5, &exceptions]);
+        let policy = match load(&yaml, Format::Yaml, None) {
+            Ok(loaded) => loaded.policy,
+            Err(e) if e.iter().all(|e| e.kind == leash_policy::PolicyErrorKind::Conflict) => return None,
+            Err(e) => panic!("{e:?}\n{yaml}"),
+        };
         let listed_ips = entries
             .iter()
             .filter_map(|e| match e {
@@ -498,8 +505,28 @@ fn any_policy() -> impl Strategy<Value = Generated> {
                 _ => None,
             })
             .collect();
-        Generated { yaml, policy, listed_ips }
+        Some(Generated { yaml, policy, listed_ips })
     })
+}
+
+/// The other mode's lists, as exceptions: an allowlist's `blocked_urls`, a blocklist's `allowed_hosts` and
+/// `allowed_urls` (addresses left out: a blocklist refuses them as exceptions, an allowlist's block list too).
+fn exceptions_text(allowlist: bool, entries: &[Entry]) -> String {
+    let (mut hosts, mut urls) = (Vec::new(), Vec::new());
+    for e in entries {
+        match (e, allowlist) {
+            (Entry::Exact(n), true) | (Entry::Subtree(n), true) => urls.push((*n).to_owned()),
+            (Entry::Exact(n), false) => hosts.push((*n).to_owned()),
+            (Entry::Subtree(n), false) => hosts.push(format!(".{n}")),
+            (Entry::Url(n, p), _) => urls.push(format!("{n}{p}")),
+            // An exception cannot list methods (the loader refuses it).
+            (Entry::Ipv4(_), _) | (Entry::Methods(..), _) => {}
+        }
+    }
+    match allowlist {
+        true => format!("  blocked_urls: [{}]\n", quoted(&urls)),
+        false => format!("  allowed_hosts: [{}]\n  allowed_urls: [{}]\n", quoted(&hosts), quoted(&urls)),
+    }
 }
 
 /// Text where a host goes: anything, host-like characters, or a spelling from [`SPELLINGS`] or [`NAMES`].
@@ -683,6 +710,93 @@ proptest! {
     }
 }
 
+/// A rule of a generated policy holding both kinds, as the oracle below sees it.
+#[derive(Debug, Clone)]
+struct MixedRule {
+    rule: NaiveRule,
+    block: bool,
+}
+
+/// How specific a rule is, by the documented order alone (docs/policy.md): the host it names (longer wins), then
+/// a path over an exact host over a host and its subdomains (`.x` allowed, any blocked host), then the longer path.
+fn mixed_key(r: &MixedRule) -> (usize, u8, usize) {
+    let class = match (&r.rule.path, r.block || r.rule.subtree) {
+        (Some(_), _) => 2,
+        (None, false) => 1,
+        (None, true) => 0,
+    };
+    (r.rule.host.len(), class, r.rule.path.as_ref().map_or(0, |p| p.len()))
+}
+
+/// Whether one allow and one block entry are equally specific on every request both match: `.x` and a blocked
+/// `x`, or the same path (a block path compares case-insensitively). The loader must refuse such a policy.
+fn mixed_tie(rules: &[MixedRule]) -> bool {
+    let lower = |r: &MixedRule| r.rule.path.as_ref().map(|p| p.to_ascii_lowercase());
+    rules.iter().filter(|a| !a.block).any(|a| {
+        rules.iter().filter(|b| b.block).any(|b| {
+            a.rule.host == b.rule.host
+                && mixed_key(a).1 == mixed_key(b).1
+                && mixed_key(a).1 != 1
+                && lower(a) == lower(b)
+        })
+    })
+}
+
+/// The decision by a linear scan: the most specific matching rule of either kind, else the mode's default.
+fn mixed_oracle(rules: &[MixedRule], allowlist: bool, host: &str, path: &str) -> String {
+    let matching: Vec<&MixedRule> =
+        rules.iter().filter(|r| naive_best(std::slice::from_ref(&r.rule), r.block, host, path).is_some()).collect();
+    let Some(best) = matching.iter().map(|r| mixed_key(r)).max() else {
+        return if allowlist { "block not-allowed".to_owned() } else { "allow default".to_owned() };
+    };
+    let top: Vec<&&MixedRule> = matching.iter().filter(|r| mixed_key(r) == best).collect();
+    let block = top.iter().any(|r| r.block);
+    let text = top.iter().filter(|r| r.block == block).map(|r| r.rule.text.as_str()).min().unwrap_or_default();
+    format!("{} rule {text}", if block { "block" } else { "allow" })
+}
+
+fn mixed_policy_text(rules: &[MixedRule], allowlist: bool) -> String {
+    let quoted = |items: Vec<&MixedRule>| items.iter().map(|r| format!("'{}'", r.rule.text)).collect::<Vec<_>>();
+    let hosts = quoted(rules.iter().filter(|r| !r.block && r.rule.path.is_none()).collect());
+    let urls = quoted(rules.iter().filter(|r| !r.block && r.rule.path.is_some()).collect());
+    let blocked = quoted(rules.iter().filter(|r| r.block).collect());
+    format!(
+        "network:\n  mode: {}\n  allowed_hosts: [{}]\n  allowed_urls: [{}]\n  blocked_urls: [{}]\n",
+        if allowlist { "allowlist" } else { "blocklist" },
+        hosts.join(", "),
+        urls.join(", "),
+        blocked.join(", ")
+    )
+}
+
+fn mixed_rules() -> impl Strategy<Value = Vec<MixedRule>> {
+    // Rules by method are their own property (`the_compiled_matcher_agrees_*`); an exception may not list any.
+    let plain = |rule: NaiveRule| match rule.methods {
+        Some(_) => {
+            let text = rule.text.split_whitespace().last().unwrap_or_default().to_owned();
+            NaiveRule { text, methods: None, ..rule }
+        }
+        None => rule,
+    };
+    let one = prop_oneof![
+        naive_rule(true).prop_map(move |rule| MixedRule { rule: plain(rule), block: true }),
+        naive_rule(false).prop_map(move |rule| MixedRule { rule: plain(rule), block: false }),
+    ];
+    proptest::collection::vec(one, 0..10)
+}
+
+/// Paths that reach every rule's edges: each rule's own prefix, flipped in case, with a segment after it.
+fn probe_paths(rules: &[MixedRule], requests: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = vec!["/".to_owned(), "/zz".to_owned()];
+    for r in rules {
+        if let Some(p) = &r.rule.path {
+            out.extend([p.clone(), p.to_ascii_uppercase(), format!("{p}/x"), format!("{p}x")]);
+        }
+    }
+    out.extend(requests.iter().cloned());
+    out
+}
+
 /// Whether a decision lets the request or tunnel on (allowed, inspected, or let through by audit mode).
 fn passes(d: &Decision) -> bool {
     d.verdict != Verdict::Block
@@ -706,6 +820,77 @@ fn check_bounded(run: &Policy, outer: &Policy, bounded: &Policy, q: &Question<'_
     if tunnel && passes(&d) && (by_outer.verdict == Verdict::Inspect || alone.verdict == Verdict::Inspect) {
         prop_assert_eq!(d.verdict, Verdict::Inspect, "{:?}: read by one, so read inside", q);
     }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Exceptions: with rules of both kinds, the most specific rule decides (an oracle written from the documented
+    /// order, not from the engine); a tie between an allow and a block is refused; `explain`'s answer (the admission
+    /// of the URL) is the engine's; a tunnel spliced on its name is one whose every path the oracle allows, one
+    /// refused on its name one whose every path it refuses, and one inspected has some path allowed.
+    #[test]
+    fn with_both_kinds_the_most_specific_rule_decides(
+        allowlist in any::<bool>(),
+        rules in mixed_rules(),
+        requests in proptest::collection::vec((naive_host(), naive_path(), any::<bool>()), 1..12),
+    ) {
+        let text = mixed_policy_text(&rules, allowlist);
+        let loaded = load(&text, Format::Yaml, None);
+        if mixed_tie(&rules) {
+            let errors = loaded.err().unwrap_or_default();
+            prop_assert!(
+                errors.iter().any(|e| e.kind == leash_policy::PolicyErrorKind::Conflict),
+                "a tie must be refused: {:?}\n{}", errors, text
+            );
+            return Ok(());
+        }
+        let policy = loaded.map_err(|e| TestCaseError::fail(format!("{e:?}\n{text}")))?.policy;
+        let requests: Vec<(String, String)> =
+            requests.into_iter().map(|(h, p, slash)| (h, if slash { format!("{p}/") } else { p })).collect();
+        for (host, path) in &requests {
+            let url = format!("http://{host}{path}");
+            let want = mixed_oracle(&rules, allowlist, host, path);
+            let got = decide_on(&policy, Via::ForwardProxy, &url);
+            prop_assert_eq!(&got, &want, "{} under\n{}", url, text);
+            let target = parse_absolute_target(&url).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            let explained = policy.admit(&Question::of_url(&target), TlsInspection::Available).decision;
+            prop_assert_eq!(crate::render(&explained), want, "explain disagrees on {}\n{}", url, text);
+            check_overruled(&policy, &target, &explained, &rules)?;
+        }
+        let paths = probe_paths(&rules, &requests.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>());
+        for host in requests.iter().map(|(h, _)| h.as_str()).chain(rules.iter().map(|r| r.rule.host.as_str())) {
+            let target = parse_host(host).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            let tunnel = policy.decide(&Question::Connect { target: &target, port: 443 }, TlsInspection::Available);
+            let allowed: Vec<bool> =
+                paths.iter().map(|p| mixed_oracle(&rules, allowlist, host, p).starts_with("allow")).collect();
+            match tunnel.verdict {
+                Verdict::Allow => prop_assert!(allowed.iter().all(|a| *a), "{host} spliced, a path refused\n{text}"),
+                Verdict::Block => prop_assert!(allowed.iter().all(|a| !*a), "{host} refused, a path allowed\n{text}"),
+                _ => prop_assert!(allowed.iter().any(|a| *a), "{host} inspected, no path allowed\n{text}"),
+            }
+            prop_assert_eq!(policy.name_is_reachable(&target), tunnel.verdict != Verdict::Block, "{}\n{}", host, text);
+        }
+    }
+}
+
+/// `overruled` names the rule that decided, and an entry of the other kind the request matches too.
+fn check_overruled(
+    policy: &Policy,
+    target: &leash_policy::AbsoluteTarget<'_>,
+    d: &Decision,
+    rules: &[MixedRule],
+) -> Result<(), TestCaseError> {
+    let Some(o) = policy.overruled(&target.authority.host, Some(&target.path)) else { return Ok(()) };
+    prop_assert_eq!(d.rule.as_deref(), Some(&*o.exception), "{:?}", o);
+    prop_assert_eq!(o.allows, d.verdict == Verdict::Allow, "{:?} {:?}", o, d);
+    let inside_kind_block = o.allows;
+    prop_assert!(
+        rules.iter().any(|r| r.block == inside_kind_block && r.rule.text == *o.inside),
+        "{:?} names no entry of the other kind",
+        o
+    );
     Ok(())
 }
 

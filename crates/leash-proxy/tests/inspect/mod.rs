@@ -6,6 +6,7 @@ mod boundary;
 mod credential_attacks;
 mod credentials;
 mod early_answers;
+mod exceptions;
 mod h2;
 mod kept_sessions;
 mod methods;
