@@ -17,7 +17,7 @@ use crate::method_rules::MethodRules;
 use crate::path::CanonicalPath;
 use crate::reason::Reason;
 use crate::services::Service;
-use crate::spec::{HostPattern, Network, DEFAULT_MODEL_APIS};
+use crate::spec::{HostPattern, HostRule, Network, UrlRule, DEFAULT_MODEL_APIS};
 use crate::upstream::UpstreamProxy;
 
 mod exceptions;
@@ -60,7 +60,8 @@ pub struct Policy {
     services: Vec<Service>,
     /// The operator's boundary this policy is held inside (see [`Policy::within`]).
     boundary: Option<Arc<Boundary>>,
-    /// An allowlist's allowing entries, each as a request it admits (`leash check --within` asks a boundary).
+    /// The allowing entries (an allowlist's own, a blocklist's exceptions), each as a request it admits (`leash check
+    /// --within` asks a boundary).
     allows: Vec<AllowedEntry>,
     /// Entries that list methods, and `network.methods` (see [`Policy::default_methods`]).
     methods: MethodRules,
@@ -368,9 +369,10 @@ impl Policy {
         }
         rules.finish();
         let exceptions = compile_exceptions(&network, kind);
+        // What the policy allows by name: an allowlist's entries, a blocklist's exceptions.
         let allows = match network.mode {
-            Mode::Allowlist => allowed_entries(&network),
-            Mode::Blocklist => Vec::new(),
+            Mode::Allowlist => allowed_entries(&network.hosts, &network.urls),
+            Mode::Blocklist => allowed_entries(&network.exception_hosts, &network.exception_urls),
         };
         let methods = MethodRules::compile(&network);
         let (model_exact, model_subtrees) = model_sets(&network.model_apis);
@@ -428,7 +430,7 @@ impl Policy {
         self.boundary.as_ref()
     }
 
-    /// An allowlist's allowing entries (empty for a blocklist).
+    /// The allowing entries: an allowlist's own, a blocklist's exceptions.
     pub(crate) fn allowed_entries(&self) -> &[AllowedEntry] {
         &self.allows
     }
@@ -578,9 +580,10 @@ fn model_sets(entries: &[HostPattern]) -> (FastMap<Box<str>, ()>, FastMap<Box<st
     (exact, subtrees)
 }
 
-/// An allowlist's `allowed_hosts` names and `allowed_urls` entries, as the requests they admit.
-fn allowed_entries(network: &Network) -> Vec<AllowedEntry> {
-    let hosts = network.hosts.iter().filter_map(|rule| {
+/// `allowed_hosts` and `allowed_urls` entries (an allowlist's own, or a blocklist's exceptions), as the requests they
+/// admit.
+fn allowed_entries(hosts: &[HostRule], urls: &[UrlRule]) -> Vec<AllowedEntry> {
+    let hosts = hosts.iter().filter_map(|rule| {
         let (host, subtree) = match &rule.pattern {
             HostPattern::Exact(name) => (name.clone(), false),
             HostPattern::Subtree(name) => (name.clone(), true),
@@ -588,7 +591,7 @@ fn allowed_entries(network: &Network) -> Vec<AllowedEntry> {
         };
         Some(AllowedEntry { text: rule.text.clone(), host, path: None, subtree, methods: rule.methods })
     });
-    let urls = network.urls.iter().map(|rule| AllowedEntry {
+    let urls = urls.iter().map(|rule| AllowedEntry {
         text: rule.text.clone(),
         host: rule.host.clone(),
         path: rule.path.clone(),

@@ -139,3 +139,12 @@ fn outside_names_each_entry_the_boundary_refuses_whole_or_in_part() {
     assert_eq!(outside, [(".b.test".to_owned(), false), ("d.test/docs".to_owned(), true)]);
     assert!(b.outside(&policy(&allowlist(&["a.test"]))).is_empty());
 }
+
+#[test]
+fn outside_names_a_blocklists_exceptions_the_boundary_refuses() {
+    let run =
+        "network:\n  mode: blocklist\n  blocked_urls: [corp.test]\n  allowed_hosts: [jira.corp.test, wiki.corp.test]\n";
+    let b = boundary("network:\n  mode: blocklist\n  blocked_urls: [wiki.corp.test]\n");
+    let outside: Vec<String> = b.outside(&policy(run)).iter().map(|o| o.entry.to_string()).collect();
+    assert_eq!(outside, ["wiki.corp.test"], "the run's exception promises what the boundary refuses");
+}
