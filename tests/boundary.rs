@@ -33,6 +33,14 @@ fn leash(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().unwrap()
 }
 
+/// A boundary admitting the corp's hosts on the loopback origin's `port` (tests resolve them to 127.0.0.1).
+fn corp_boundary(dir: &Path, port: u16) -> PathBuf {
+    let text = format!(
+        "network:\n  mode: allowlist\n  allowed_hosts: [.corp.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"
+    );
+    write(dir, "org.yaml", &text)
+}
+
 fn boundary_file(dir: &Path) -> PathBuf {
     write(dir, "org.yaml", BOUNDARY)
 }
@@ -157,13 +165,7 @@ impl Drop for Proxy {
 fn the_proxy_refuses_what_the_boundary_refuses_before_and_after_a_reload() {
     let port = origin();
     let dir = tempfile::tempdir().unwrap();
-    let org = write(
-        dir.path(),
-        "org.yaml",
-        &format!(
-            "network:\n  mode: allowlist\n  allowed_hosts: [.corp.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"
-        ),
-    );
+    let org = corp_boundary(dir.path(), port);
     let loopback = |hosts: &str| {
         format!("network:\n  mode: allowlist\n  allowed_hosts: [{hosts}]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n")
     };
@@ -202,13 +204,7 @@ fn a_sandboxed_command_cannot_reach_what_the_boundary_refuses() {
     }
     let port = origin();
     let dir = tempfile::tempdir().unwrap();
-    let org = write(
-        dir.path(),
-        "org.yaml",
-        &format!(
-            "network:\n  mode: allowlist\n  allowed_hosts: [.corp.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"
-        ),
-    );
+    let org = corp_boundary(dir.path(), port);
     let run = write(
         dir.path(),
         "run.yaml",
@@ -240,13 +236,7 @@ fn a_sandboxed_command_cannot_reach_what_the_boundary_refuses() {
 fn a_policy_switch_stays_inside_the_boundary() {
     let port = origin();
     let dir = tempfile::tempdir().unwrap();
-    let org = write(
-        dir.path(),
-        "org.yaml",
-        &format!(
-            "network:\n  mode: allowlist\n  allowed_hosts: [.corp.test]\n  ports: [{port}]\n  allow_destinations: [127.0.0.1/32]\n"
-        ),
-    );
+    let org = corp_boundary(dir.path(), port);
     let run = write(dir.path(), "run.yaml", "network:\n  mode: allowlist\n  allowed_hosts: [jira.corp.test]\n");
     let open = write(
         dir.path(),

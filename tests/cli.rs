@@ -19,6 +19,15 @@ fn leash(args: &[&str]) -> Output {
     Command::new(LEASH).args(args).env("RUST_LOG", "warn").output().expect("run leash")
 }
 
+/// `leash check --task PATH` succeeds and says each of `lines` (what each field became).
+fn check_task_says(path: &str, lines: &[&str]) {
+    let o = leash(&["check", "--task", path]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for line in lines {
+        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
+    }
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
@@ -174,17 +183,16 @@ fn a_sandbox_runtimes_settings_are_read_as_they_are_and_what_cannot_be_expressed
     let as_policy = leash(&["check", path]);
     assert_eq!(as_policy.status.code(), Some(1));
     assert!(stderr(&as_policy).contains(&format!("read it as it is with --task {path}")), "{}", stderr(&as_policy));
-    let o = leash(&["check", "--task", path]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    for line in [
-        "network.allowedDomains[1] `*.pythonhosted.org` → allowed_hosts: .pythonhosted.org (every name under \
+    check_task_says(
+        path,
+        &[
+            "network.allowedDomains[1] `*.pythonhosted.org` → allowed_hosts: .pythonhosted.org (every name under \
          pythonhosted.org, and pythonhosted.org itself, which `*.` leaves out)",
-        "network.deniedDomains[0] `github.com` → github.com left out of allowed_hosts",
-        "network.allowLocalBinding → left alone",
-        "valid (allowlist)",
-    ] {
-        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
-    }
+            "network.deniedDomains[0] `github.com` → github.com left out of allowed_hosts",
+            "network.allowLocalBinding → left alone",
+            "valid (allowlist)",
+        ],
+    );
     let explain = |url: &str| leash(&["explain", "--task", path, url]).status.code();
     assert_eq!(explain("https://files.pythonhosted.org/packages/x.whl"), Some(0));
     assert_eq!(explain("https://github.com/org/repo"), Some(1), "denied wins, as in the runtime");
@@ -338,19 +346,18 @@ fn a_github_agentic_workflow_is_read_with_its_ecosystems_as_presets() {
          - \"api.example.com\"\n---\n\n# Triage\n\nLabel the issue.\n",
     );
     let path = md.to_str().unwrap();
-    let o = leash(&["check", "--task", path]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    for line in [
-        "network.allowed[0] `defaults` → nothing",
-        "network.allowed[1] `python` → allowed_hosts: +python@1 (pypi.org, files.pythonhosted.org); narrower than \
+    check_task_says(
+        path,
+        &[
+            "network.allowed[0] `defaults` → nothing",
+            "network.allowed[1] `python` → allowed_hosts: +python@1 (pypi.org, files.pythonhosted.org); narrower than \
          gh-aw's `python`",
-        "network.allowed[2] `api.example.com` → allowed_hosts: .api.example.com",
-        "engine `claude` → allowed_hosts: +anthropic@1",
-        "`+python@1` is +python@1: adds pypi.org, files.pythonhosted.org",
-        "valid (allowlist)",
-    ] {
-        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
-    }
+            "network.allowed[2] `api.example.com` → allowed_hosts: .api.example.com",
+            "engine `claude` → allowed_hosts: +anthropic@1",
+            "`+python@1` is +python@1: adds pypi.org, files.pythonhosted.org",
+            "valid (allowlist)",
+        ],
+    );
     let explain = |url: &str| leash(&["explain", "--task", path, url]).status.code();
     assert_eq!(explain("https://files.pythonhosted.org/x.whl"), Some(0));
     assert_eq!(explain("https://eu.api.example.com/"), Some(0), "gh-aw's domains cover their subdomains");
@@ -375,16 +382,15 @@ fn a_codex_config_is_read_with_its_network_proxy_domains() {
     let as_policy = leash(&["check", path]);
     assert_eq!(as_policy.status.code(), Some(1));
     assert!(stderr(&as_policy).contains(&format!("read it as it is with --task {path}")), "{}", stderr(&as_policy));
-    let o = leash(&["check", "--task", path]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    for line in [
-        "sandbox_mode = `workspace-write`: with sandbox_workspace_write.network_access = true: the network on",
-        "features.network_proxy → its domains decide (deny wins)",
-        "`**.pypi.org` → allowed_hosts: .pypi.org (pypi.org and every name under it)",
-        "valid (allowlist)",
-    ] {
-        assert!(stdout(&o).contains(line), "`{line}` in:\n{}", stdout(&o));
-    }
+    check_task_says(
+        path,
+        &[
+            "sandbox_mode = `workspace-write`: with sandbox_workspace_write.network_access = true: the network on",
+            "features.network_proxy → its domains decide (deny wins)",
+            "`**.pypi.org` → allowed_hosts: .pypi.org (pypi.org and every name under it)",
+            "valid (allowlist)",
+        ],
+    );
     let explain = |url: &str| leash(&["explain", "--task", path, url]).status.code();
     assert_eq!(explain("https://test.pypi.org/simple/"), Some(0));
     assert_eq!(explain("https://evil.example/"), Some(1));
