@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use leash_policy::{Admission, Decision, Host, ProviderTools, Question, Reason, Route, Tunnel, Verdict};
+use leash_policy::{Admission, Decision, Host, ProviderTools, Question, Reason, Request, Route, Tunnel, Verdict};
 
 use crate::ask::Ruling;
 use crate::credentials::{LeakWatch, Outbound, Redactor, Watches};
@@ -175,7 +175,7 @@ async fn admission<'c, M: Outgoing>(
     entry: &Entry<'_>,
     request: &M,
 ) -> Result<(Admission<'c>, Option<Ruling>), Refusal> {
-    let admission = ctx.admission(&entry.question);
+    let admission = as_a_write_if_websocket(ctx, &entry.question, request, ctx.admission(&entry.question));
     if ctx.snap.may_ask(&admission.decision) {
         let own = ctx.snap.credential_for(entry.host).map(|c| &*c.name);
         if let Some(name) = ctx.sh.cfg.credentials.carried_elsewhere(own, request) {
@@ -186,6 +186,28 @@ async fn admission<'c, M: Outgoing>(
     let decision = ruled(ruling);
     let treatment = (decision.verdict == Verdict::Allow).then(|| ctx.snap.treatment(entry.host));
     Ok((Admission { decision, treatment, ..admission }, Some(ruling)))
+}
+
+/// A WebSocket is asked for with a GET and then carries whatever the client sends: it is let on only where a write (a
+/// POST to the same place) would be, so a host whose rules admit only reads (`read-only`, an entry listing GET) refuses
+/// it with `method-not-allowed`. Without rules by method a POST is decided as the GET was, and nothing changes.
+fn as_a_write_if_websocket<'c, M: Outgoing>(
+    ctx: &'c RequestCtx<'_>,
+    question: &Question<'_>,
+    request: &M,
+    admission: Admission<'c>,
+) -> Admission<'c> {
+    let wants_websocket = request.upgrade().is_some_and(upgrade::is_websocket);
+    let Question::Request(req) = *question else { return admission };
+    if !wants_websocket || admission.decision.verdict == Verdict::Block {
+        return admission;
+    }
+    let as_write = ctx.decide(&Question::Request(Request { method: "POST", ..req }));
+    match as_write.verdict {
+        // INVARIANT: no WebSocket where a POST would be refused: its messages are writes no rule by method sees.
+        Verdict::Block => Admission { decision: as_write, treatment: None, ..admission },
+        _ => admission,
+    }
 }
 
 /// The model API gate, where the policy filters the host's provider-side tools, and the leak check of a body it

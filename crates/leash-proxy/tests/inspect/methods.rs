@@ -121,3 +121,31 @@ async fn inspected_http2_streams_are_decided_by_their_method() {
     let seen: Vec<String> = origin.seen().iter().map(|s| s.path.clone()).collect();
     assert_eq!(seen, ["/o/r/info/refs", "/o/r/git-upload-pack"]);
 }
+
+/// A WebSocket carries writes once its GET is answered: on a read-only host it is refused as a POST would be
+/// (`method-not-allowed`, nothing reaching the origin), and where a POST is allowed it is relayed as before.
+#[tokio::test]
+async fn a_websocket_is_refused_where_only_reads_are_allowed_and_relayed_where_writes_are() {
+    let switching =
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\nws-hello".to_vec();
+    let up = Upstream::with(move |_| Reply::Raw(switching.clone())).await;
+    let w = World::with(up, |p| {
+        format!(
+            "network:\n  mode: allowlist\n  allowed_hosts: ['read-only allowed.test', writes.test]\n  ports: [{p}]\n  \
+             allow_destinations: [127.0.0.0/8]\n"
+        )
+    })
+    .await;
+    let lines = ["Connection: upgrade", "Upgrade: websocket"];
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(crate::support::client::request("GET", &w.url("allowed.test", "/chat"), &lines, "")).await;
+    let refused = c.response().await;
+    assert_eq!((refused.status, refused.header("x-leash-reason")), (403, Some("method-not-allowed")));
+    let d = w.leash.decision("/chat").await;
+    assert_eq!((d["reason"].as_str(), d["rule"].as_str()), (Some("method-not-allowed"), Some(READ_ONLY)), "{d}");
+    let mut c = Raw::connect(w.leash.addr).await;
+    c.send(crate::support::client::request("GET", &w.url("writes.test", "/chat"), &lines, "")).await;
+    let head = within("101", c.wire.head()).await.unwrap().unwrap();
+    assert!(head.start.contains("101"), "{}", head.start);
+    assert_eq!(w.up.requests().len(), 1, "only the allowed WebSocket reached the origin");
+}
