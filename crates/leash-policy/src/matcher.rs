@@ -200,6 +200,18 @@ impl HostRules {
         }
     }
 
+    /// [`HostRules::pattern_match`] with the matching pattern's written length.
+    fn ranked_pattern_match(&self, path: &str, kind: Kind, full: bool) -> Option<(usize, &Arc<str>)> {
+        match kind {
+            Kind::Allow if !full => None,
+            _ => self
+                .patterns
+                .iter()
+                .find(|(p, _)| p.matches(path, kind == Kind::Block))
+                .map(|(p, rule)| (p.written_len(), rule)),
+        }
+    }
+
     /// The pattern rule first in byte order of its text, so the same whatever the file order.
     fn first_pattern(&self) -> Option<&Arc<str>> {
         self.patterns.iter().map(|(_, rule)| rule).min()
@@ -254,12 +266,12 @@ impl Matcher {
         let mut lowered: Option<Cow<'_, str>> = None;
         for (suffix, rules) in self.ranked_suffixes(host) {
             let full = suffix == host.len();
-            // A pattern beats every prefix under its host, as in `best`.
-            if !rules.patterns.is_empty() {
-                if let Some(rule) = rules.pattern_match(path, self.kind, full) {
-                    return Some((Rank { suffix, class: Class::Path, path: usize::MAX }, rule));
-                }
-            }
+            // Against rules of the other kind a pattern ranks by its written length, so a literal path as long
+            // (which names every segment) wins the tie; a tie between kinds goes to the block rule.
+            let by_pattern = match rules.patterns.is_empty() {
+                true => None,
+                false => rules.ranked_pattern_match(path, self.kind, full),
+            };
             let by_path = match self.kind {
                 Kind::Allow if full => {
                     rules.paths.longest_entry(path.as_bytes(), |key| at_boundary(path.as_bytes(), key))
@@ -271,8 +283,14 @@ impl Matcher {
                     rules.paths.longest_entry(query.as_bytes(), |_| true)
                 }
             };
-            if let Some((key, rule)) = by_path {
-                return Some((Rank { suffix, class: Class::Path, path: key.len() }, rule));
+            let by_path = by_path.map(|(key, rule)| (key.len(), rule));
+            let longest = match (by_pattern, by_path) {
+                (Some(pattern), Some(prefix)) if prefix.0 >= pattern.0 => Some(prefix),
+                (Some(pattern), _) => Some(pattern),
+                (None, prefix) => prefix,
+            };
+            if let Some((len, rule)) = longest {
+                return Some((Rank { suffix, class: Class::Path, path: len }, rule));
             }
             if let Some((class, rule)) = self.host_level(full, rules) {
                 return Some((Rank { suffix, class, path: 0 }, rule));

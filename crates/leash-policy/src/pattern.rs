@@ -44,6 +44,13 @@ impl PathPattern {
     }
 
     /// How specific the pattern is, greater first: more segments, then fewer wildcards.
+    /// The length of the rule path as written (`/*/ab` is 5): how a pattern ranks against a prefix of the other
+    /// kind, a literal prefix of the same length winning the tie (it names every segment).
+    pub(crate) fn written_len(&self) -> usize {
+        let segments: usize = self.segments.iter().map(|s| s.len() + 1).sum();
+        segments + usize::from(self.below)
+    }
+
     pub(crate) fn specificity(&self) -> (usize, std::cmp::Reverse<usize>) {
         let stars = self.segments.iter().filter(|s| &***s == WILDCARD).count();
         (self.segments.len(), std::cmp::Reverse(stars))

@@ -245,3 +245,19 @@ fn rules_by_method_and_exceptions_decide_together_and_never_open_what_either_ref
         assert!(errors.iter().any(|e| e.contains("cannot list methods")), "{mode} {list}: {errors:?}");
     }
 }
+
+/// A path pattern against a literal path of the other kind (an exception): the longer written path decides, and a
+/// literal as long as the pattern wins the tie for the block rule — an allowed `*` never reopens a path blocked by
+/// name (`/*/ab` over a blocked `/a/ab` was allowed before the merge's fix).
+#[test]
+fn a_pattern_meets_a_literal_path_of_the_other_kind() {
+    let decide = |yaml: &str, url: &str| crate::decide_method_on(&crate::policy(yaml), Via::ForwardProxy, "GET", url);
+    let tie = "network:\n  mode: blocklist\n  blocked_urls: [ab.test/a/ab]\n  allowed_urls: ['ab.test/*/ab']\n";
+    assert_eq!(decide(tie, "http://ab.test/a/ab"), "block rule ab.test/a/ab");
+    let tie = "network:\n  mode: allowlist\n  allowed_urls: [d.test/a/a]\n  blocked_urls: ['d.test/*/a']\n";
+    assert_eq!(decide(tie, "http://d.test/a/a"), "block rule d.test/*/a");
+    let longer =
+        "network:\n  mode: blocklist\n  blocked_urls: [gh.test/org/]\n  allowed_urls: ['gh.test/*/*/info/refs']\n";
+    assert_eq!(decide(longer, "http://gh.test/org/repo/info/refs"), "allow rule gh.test/*/*/info/refs");
+    assert_eq!(decide(longer, "http://gh.test/org/repo/issues"), "block rule gh.test/org/");
+}
