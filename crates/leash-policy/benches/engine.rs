@@ -10,7 +10,7 @@ use std::hint::black_box;
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, Criterion};
-use leash_policy::{load, parse_absolute_target, Format, Question, Request, TlsInspection, Via};
+use leash_policy::{load, parse_absolute_target, Format, Question, TlsInspection};
 
 /// Entries in the large policy: the figure.
 const ENTRIES: usize = 100_000;
@@ -91,15 +91,7 @@ fn decide_group<M: Measurement>(c: &mut Criterion<M>, name: &str) {
         ("miss (other host)", "http://api.example.net/v1/models"),
     ] {
         let target = parse_absolute_target(url).unwrap();
-        let req = Request {
-            via: Via::ForwardProxy,
-            scheme: target.scheme,
-            host: &target.authority.host,
-            port: target.port(),
-            path: &target.path,
-            method: "GET",
-        };
-        let question = Question::Request(req);
+        let question = Question::of_request("GET", &target);
         group.bench_function(name, |b| b.iter(|| policy.decide(black_box(&question), TlsInspection::Available)));
     }
     // The same miss inside a boundary (`--boundary`): the boundary decides first, then the run's policy.
@@ -108,15 +100,7 @@ fn decide_group<M: Measurement>(c: &mut Criterion<M>, name: &str) {
     let boundary = std::sync::Arc::new(leash_policy::Boundary::new(boundary.policy, "b").unwrap());
     let bounded = load(&big_blocklist(), Format::Yaml, None).unwrap().policy.within(boundary).unwrap();
     let target = parse_absolute_target("http://www.site7.example.com/abs/00012.12008").unwrap();
-    let req = Request {
-        via: Via::ForwardProxy,
-        scheme: target.scheme,
-        host: &target.authority.host,
-        port: target.port(),
-        path: &target.path,
-        method: "GET",
-    };
-    let question = Question::Request(req);
+    let question = Question::of_request("GET", &target);
     group.bench_function("miss (same host) inside a boundary", |b| {
         b.iter(|| bounded.decide(black_box(&question), TlsInspection::Available))
     });
@@ -125,15 +109,7 @@ fn decide_group<M: Measurement>(c: &mut Criterion<M>, name: &str) {
         b.iter(|| {
             let target =
                 parse_absolute_target(black_box("http://www.site7.example.com/abs/%30%30012.12007?x=1")).unwrap();
-            let req = Request {
-                via: Via::ForwardProxy,
-                scheme: target.scheme,
-                host: &target.authority.host,
-                port: target.port(),
-                path: &target.path,
-                method: "GET",
-            };
-            policy.decide(&Question::Request(req), TlsInspection::Available)
+            policy.decide(&Question::of_request("GET", &target), TlsInspection::Available)
         })
     });
     group.finish();
@@ -165,15 +141,7 @@ fn bench_decide_with_exceptions(c: &mut Criterion) {
         ("miss (other host)", "http://api.example.net/v1/models"),
     ] {
         let target = parse_absolute_target(url).unwrap();
-        let req = Request {
-            via: Via::ForwardProxy,
-            scheme: target.scheme,
-            host: &target.authority.host,
-            port: target.port(),
-            path: &target.path,
-            method: "GET",
-        };
-        let question = Question::Request(req);
+        let question = Question::of_request("GET", &target);
         group.bench_function(name, |b| b.iter(|| policy.decide(black_box(&question), TlsInspection::Available)));
     }
     group.finish();

@@ -221,7 +221,7 @@ fn entries_listing_methods_are_neither_repeats_nor_covered() {
     assert_eq!(warnings(b), Vec::<String>::new());
 }
 
-/// Rules by method meet exceptions (issue 44 points 2 and 3 together): an allow entry listing methods never lifts a
+/// Rules by method meet exceptions (written apart, merged later): an allow entry listing methods never lifts a
 /// `blocked_urls` exception, a path pattern still decides in a policy with exceptions, and an exception may not list
 /// methods (refused, rather than weighed against rules by method).
 #[test]
